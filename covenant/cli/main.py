@@ -1,0 +1,75 @@
+"""The ``covenant`` command: a lazy click group.
+
+Subcommands are imported only when invoked, so ``covenant dispatch`` never
+pays for trio, pydantic, psutil or yaml (issue 6's latency budget).
+"""
+
+from __future__ import annotations
+
+import importlib
+
+import click
+
+from covenant import __version__
+from covenant.cli._common import CliContext
+
+__all__ = ["main", "cli"]
+
+# name -> ("module:attribute", short help). Short help lives here so that
+# `covenant --help` does not import every command module.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("covenant.cli.init_cmd:init", "Create the home: layout, daemon key, user identity."),
+    "daemon": ("covenant.cli.daemon_cmd:daemon", "Run the supervisor daemon in the foreground."),
+    "dispatch": ("covenant.cli.dispatch_cmd:dispatch", "Sign an intent and send it to the daemon."),
+    "run": ("covenant.cli.run_cmd:run", "Run one manifest or Rune package once, without a daemon."),
+    "agents": ("covenant.cli.agents_cmd:agents", "List, show and check agent manifests."),
+    "grant": ("covenant.cli.grants_cmd:grant", "Grant capability actions to an issuer."),
+    "revoke": ("covenant.cli.grants_cmd:revoke", "Revoke capability actions from an issuer."),
+    "grants": ("covenant.cli.grants_cmd:grants", "List grants and report any that do not verify."),
+    "identity": ("covenant.cli.identity_cmd:identity", "Manage your signing identity and known issuers."),
+    "audit": ("covenant.cli.audit_cmd:audit", "Tail, verify and witness the signed audit log."),
+    "status": ("covenant.cli.status_cmd:status", "Show the daemon's status (exit 5 when unreachable)."),
+    "reload": ("covenant.cli.status_cmd:reload", "Ask the daemon to reload manifests and grants."),
+    "logs": ("covenant.cli.logs_cmd:logs", "Show or follow the daemon's log."),
+    "history": ("covenant.cli.history_cmd:history", "List recent dispatch records."),
+    "show": ("covenant.cli.history_cmd:show", "Show one dispatch record by intent id."),
+}
+
+
+class LazyGroup(click.Group):
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return list(_COMMANDS)
+
+    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
+        target = _COMMANDS.get(cmd_name)
+        if target is None:
+            return None
+        module_name, attr = target[0].split(":")
+        return getattr(importlib.import_module(module_name), attr)
+
+    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
+        with formatter.section("Commands"):
+            formatter.write_dl([(name, short) for name, (_, short) in _COMMANDS.items()])
+
+
+@click.group(cls=LazyGroup)
+@click.option(
+    "--home",
+    type=click.Path(file_okay=False),
+    envvar="COVENANT_HOME",
+    help="The covenant home (default: $COVENANT_HOME, else ~/.covenant).",
+)
+@click.version_option(__version__, prog_name="covenant")
+@click.pass_context
+def cli(ctx: click.Context, home: str | None) -> None:
+    """covenant: supervise agents under hard limits, with a signed audit trail.
+
+    Exit codes of dispatch and run: 0 ok, 1 agent answered status error,
+    2 usage or configuration error, 3 denied, 4 agent failed,
+    5 daemon unreachable or shutting down, 6 no agent matched or ambiguous.
+    """
+    ctx.obj = CliContext.from_option(home)
+
+
+def main() -> None:
+    cli(prog_name="covenant")

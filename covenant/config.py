@@ -1,0 +1,116 @@
+"""covenant.toml: the daemon's configuration, every key with a working default.
+
+Unknown keys are errors (a typo must not silently fall back to a default).
+Documented in docs/configuration.md; keep the two in step.
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError
+
+from covenant.errors import ConfigError
+from covenant.home import Home
+
+__all__ = [
+    "Config",
+    "RuntimeConfig",
+    "AuditConfig",
+    "PolicyConfig",
+    "DaemonConfig",
+    "LogConfig",
+    "load_config",
+    "default_python3",
+]
+
+
+def default_python3() -> str:
+    """The real interpreter behind this process, not a venv or pyenv shim.
+
+    A pyenv shim costs ~75 ms per spawn; a venv interpreter would hand agents
+    covenant's own site-packages. ``sys._base_executable`` is the base install.
+    """
+    return os.path.realpath(getattr(sys, "_base_executable", None) or sys.executable)
+
+
+class _Section(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RuntimeConfig(_Section):
+    """How agents are spawned and supervised."""
+
+    python3: str = Field(default_factory=default_python3, description="interpreter for runtime = python3")
+    node: str = Field("node", description="interpreter for runtime = node (resolved on the agent PATH)")
+    path: str = Field("/usr/local/bin:/usr/bin:/bin", description="PATH given to agents")
+    env_allow: tuple[str, ...] = Field((), description="names of daemon env vars passed through to agents")
+    env: dict[str, str] = Field(default_factory=dict, description="fixed variables set for every agent")
+    stdout_cap_bytes: int = Field(1024 * 1024, gt=0, le=1 << 30)
+    stderr_tail_bytes: int = Field(8192, gt=0, le=1 << 24)
+    kill_grace_ms: int = Field(2000, ge=0, le=600_000)
+    sample_interval_ms: int = Field(50, ge=5, le=10_000)
+    network_enforcement: Literal["strict", "advisory"] = "strict"
+
+
+class AuditConfig(_Section):
+    """The signed audit log (design/audit-log.md)."""
+
+    batch_max: int = Field(512, gt=0, le=100_000)
+    batch_wait_ms: int = Field(2, ge=0, le=1000)
+    heartbeat_s: int = Field(60, gt=0, le=86_400)
+    segment_bytes: int = Field(64 * 1024 * 1024, ge=4096)
+    store_text: bool = Field(False, description="store intent/result text whole instead of sha256+length")
+    pubkey: str | None = Field(None, description="pinned daemon public key (hex) for verify")
+
+
+class PolicyConfig(_Section):
+    """Signed intents and grants."""
+
+    skew_s: int = Field(300, gt=0, le=86_400, description="accepted clock skew of issued_at, seconds")
+    replay_cache: int = Field(100_000, gt=0, le=10_000_000, description="intent ids remembered for replay checks")
+
+
+class DaemonConfig(_Section):
+    """Concurrency, queueing and shutdown."""
+
+    max_concurrent: int = Field(default_factory=lambda: (os.cpu_count() or 1) * 4, gt=0, le=10_000)
+    per_agent_concurrent: int = Field(0, ge=0, le=10_000, description="0 = only the global limit")
+    queue_max: int = Field(1000, ge=0, le=1_000_000)
+    drain_timeout_s: float = Field(30, ge=0, le=86_400)
+
+
+class LogConfig(_Section):
+    """Daemon log output."""
+
+    level: Literal["debug", "info", "warning", "error"] = "info"
+    format: Literal["logfmt", "json"] = "logfmt"
+    target: str = Field("stderr", description="stderr, stdout or file:PATH")
+
+
+class Config(_Section):
+    """Top level of covenant.toml."""
+
+    agents_dir: str = "agents"
+    socket: str = "covenant.sock"
+    default_agent: str | None = None
+    runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
+    audit: AuditConfig = Field(default_factory=AuditConfig)
+    policy: PolicyConfig = Field(default_factory=PolicyConfig)
+    daemon: DaemonConfig = Field(default_factory=DaemonConfig)
+    log: LogConfig = Field(default_factory=LogConfig)
+
+
+def load_config(home: Home) -> Config:
+    """Load and validate ``<home>/covenant.toml``; errors name the file and field."""
+    raw = home.raw_config()
+    try:
+        return Config.model_validate(raw)
+    except ValidationError as exc:
+        problems = "; ".join(
+            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
+        )
+        raise ConfigError(f"{home.config_path}: {problems}", path=str(home.config_path)) from None

@@ -1,0 +1,109 @@
+"""The COVENANT_HOME layout.
+
+Kept free of heavy imports (no pydantic, trio, yaml): ``covenant dispatch``
+uses it to find the socket and the user's key. The typed daemon config lives
+in :mod:`covenant.config`.
+"""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from covenant.errors import ConfigError
+
+__all__ = ["Home", "user_identity_path", "read_raw_config"]
+
+CONFIG_NAME = "covenant.toml"
+
+
+def read_raw_config(path: Path) -> dict[str, Any]:
+    """Read covenant.toml as a plain dict; a missing file is an empty config."""
+    try:
+        with open(path, "rb") as f:
+            return tomllib.load(f)
+    except FileNotFoundError:
+        return {}
+    except tomllib.TOMLDecodeError as exc:
+        raise ConfigError(f"{path}: {exc}", path=str(path)) from None
+
+
+def user_identity_path() -> Path:
+    """``$XDG_CONFIG_HOME/covenant/identity.key`` (default ``~/.config``)."""
+    base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
+    return Path(base) / "covenant" / "identity.key"
+
+
+@dataclass(frozen=True)
+class Home:
+    """Paths inside one covenant home. Does no I/O until asked."""
+
+    root: Path
+
+    @classmethod
+    def resolve(cls, explicit: str | os.PathLike[str] | None = None) -> "Home":
+        """``--home`` beats env ``COVENANT_HOME`` beats ``~/.covenant``."""
+        chosen = explicit or os.environ.get("COVENANT_HOME") or os.path.join(os.path.expanduser("~"), ".covenant")
+        return cls(Path(chosen).absolute())
+
+    @property
+    def config_path(self) -> Path:
+        return self.root / CONFIG_NAME
+
+    @property
+    def identity_dir(self) -> Path:
+        return self.root / "identity"
+
+    @property
+    def daemon_key_path(self) -> Path:
+        return self.identity_dir / "daemon.key"
+
+    @property
+    def known_identities_path(self) -> Path:
+        """Other users' public keys added with ``covenant identity add``."""
+        return self.root / "identities.toml"
+
+    @property
+    def grants_path(self) -> Path:
+        return self.root / "grants.toml"
+
+    @property
+    def audit_dir(self) -> Path:
+        return self.root / "audit"
+
+    @property
+    def state_dir(self) -> Path:
+        return self.root / "state"
+
+    @property
+    def dispatches_dir(self) -> Path:
+        return self.state_dir / "dispatches"
+
+    def raw_config(self) -> dict[str, Any]:
+        return read_raw_config(self.config_path)
+
+    def _path_setting(self, raw: dict[str, Any], key: str, default: str) -> Path:
+        value = raw.get(key, default)
+        if not isinstance(value, str) or not value:
+            raise ConfigError(f"{self.config_path}: `{key}` must be a non-empty string", field=key)
+        path = Path(value)
+        return path if path.is_absolute() else self.root / path
+
+    @property
+    def agents_dir(self) -> Path:
+        """``agents_dir`` from covenant.toml (relative to the home), default ``agents``."""
+        return self._path_setting(self.raw_config(), "agents_dir", "agents")
+
+    @property
+    def socket_path(self) -> Path:
+        """env ``COVENANT_SOCKET`` beats ``socket`` in covenant.toml beats ``<home>/covenant.sock``.
+
+        Under systemd the unit sets COVENANT_SOCKET to $RUNTIME_DIRECTORY/covenant.sock.
+        """
+        env = os.environ.get("COVENANT_SOCKET")
+        if env:
+            return Path(env)
+        return self._path_setting(self.raw_config(), "socket", "covenant.sock")

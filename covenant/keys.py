@@ -1,0 +1,106 @@
+"""Ed25519 key files: create, load (with permission checks), encode public keys.
+
+Key files are PEM PKCS#8 so ``openssl pkey`` can read them. Public keys travel
+as the 32 raw bytes in lowercase hex. This module avoids heavy imports: the
+``covenant dispatch`` path uses it.
+"""
+
+from __future__ import annotations
+
+import os
+import stat
+from pathlib import Path
+
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives import serialization
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
+from covenant.errors import KeyFileError
+
+__all__ = [
+    "create_key_file",
+    "load_private_key",
+    "public_key_hex",
+    "public_key_from_hex",
+    "verify_signature",
+    "ensure_private_dir",
+]
+
+
+def ensure_private_dir(path: Path) -> None:
+    """Create ``path`` (and parents) with mode 0700 for the leaf."""
+    path.mkdir(parents=True, exist_ok=True)
+    os.chmod(path, 0o700)
+
+
+def create_key_file(path: Path) -> Ed25519PrivateKey:
+    """Create a new key at ``path`` (0600). Never overwrites an existing file."""
+    ensure_private_dir(path.parent)
+    key = Ed25519PrivateKey.generate()
+    pem = key.private_bytes(
+        serialization.Encoding.PEM,
+        serialization.PrivateFormat.PKCS8,
+        serialization.NoEncryption(),
+    )
+    # O_EXCL: two concurrent `covenant init` runs must not clobber each other's key.
+    fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_EXCL | os.O_NOFOLLOW, 0o600)
+    with os.fdopen(fd, "wb") as f:
+        f.write(pem)
+        f.flush()
+        os.fsync(f.fileno())
+    return key
+
+
+def load_private_key(path: Path) -> Ed25519PrivateKey:
+    """Load an Ed25519 private key, refusing symlinks and files others can read.
+
+    Raises KeyFileError naming the file and the fix.
+    """
+    try:
+        fd = os.open(path, os.O_RDONLY | os.O_NOFOLLOW)
+    except FileNotFoundError:
+        raise KeyFileError(f"{path}: key file not found (run `covenant init`)", path=str(path)) from None
+    except OSError as exc:
+        if os.path.islink(path):
+            raise KeyFileError(f"{path}: key file is a symlink; refusing to follow it", path=str(path)) from None
+        raise KeyFileError(f"{path}: cannot open key file: {exc.strerror}", path=str(path)) from None
+    with os.fdopen(fd, "rb") as f:
+        st = os.fstat(f.fileno())
+        if not stat.S_ISREG(st.st_mode):
+            raise KeyFileError(f"{path}: key file is not a regular file", path=str(path))
+        if st.st_mode & 0o077:
+            raise KeyFileError(
+                f"{path}: key file mode is {stat.S_IMODE(st.st_mode):04o}; it must not be readable by "
+                f"group or others (fix: chmod 600 {path})",
+                path=str(path),
+            )
+        data = f.read()
+    try:
+        key = serialization.load_pem_private_key(data, password=None)
+    except (ValueError, TypeError) as exc:
+        raise KeyFileError(f"{path}: not a PEM PKCS#8 private key ({exc})", path=str(path)) from None
+    if not isinstance(key, Ed25519PrivateKey):
+        raise KeyFileError(f"{path}: key is not Ed25519", path=str(path))
+    return key
+
+
+def public_key_hex(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
+    """The 32 raw public-key bytes as lowercase hex."""
+    pub = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+    return pub.public_bytes(serialization.Encoding.Raw, serialization.PublicFormat.Raw).hex()
+
+
+def public_key_from_hex(text: str) -> Ed25519PublicKey:
+    """Parse a public key given as 64 lowercase hex characters. Raises ValueError."""
+    if len(text) != 64 or text != text.lower():
+        raise ValueError("a public key is 64 lowercase hex characters")
+    return Ed25519PublicKey.from_public_bytes(bytes.fromhex(text))
+
+
+def verify_signature(public_key: Ed25519PublicKey, signature: bytes, message: bytes) -> bool:
+    """True when ``signature`` is a valid Ed25519 signature of ``message``."""
+    try:
+        public_key.verify(signature, message)
+    except InvalidSignature:
+        return False
+    return True

@@ -1,0 +1,41 @@
+"""Fixtures shared by every test area.
+
+Tests use real processes, files and sockets. A tool a test needs (node,
+cargo) is skipped only on a developer machine that lacks it; under CI
+(env CI set) a missing tool is a failure, never a silent skip.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from covenant.home import Home
+
+REPO_ROOT = Path(__file__).resolve().parent.parent
+EXAMPLES_DIR = REPO_ROOT / "agents.d"
+
+
+def require_tool(name: str) -> str:
+    """Absolute path of ``name``; skip locally, fail under CI, when it is missing."""
+    path = shutil.which(name)
+    if path is None:
+        message = f"{name} is not installed"
+        if os.environ.get("CI"):
+            pytest.fail(f"{message}, and CI must run every test")
+        pytest.skip(message)
+    return path
+
+
+@pytest.fixture
+def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
+    """A throwaway COVENANT_HOME and XDG_CONFIG_HOME, set in the environment."""
+    root = tmp_path / "home"
+    root.mkdir()
+    monkeypatch.setenv("COVENANT_HOME", str(root))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
+    monkeypatch.delenv("COVENANT_SOCKET", raising=False)
+    return Home(root)
