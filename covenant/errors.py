@@ -32,11 +32,13 @@ class CovenantError(Exception):
     """Base class: a failure an operator can act on.
 
     ``code`` is the machine-readable error code used on the wire,
-    ``exit_code`` what the CLI exits with, ``details`` extra JSON fields.
+    ``exit_code`` what the CLI exits with, ``http_status`` what the control
+    API answers with, ``details`` extra JSON fields.
     """
 
     code = "error"
     exit_code = ExitCode.USAGE
+    http_status = 400
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)
