@@ -1,0 +1,325 @@
+"""The daemon's log: one structured line per event, logfmt or JSON.
+
+Every ``extra={...}`` key of a log call becomes a field, so
+``log.info("agent stderr", extra={"agent": a, "intent": i, "line": text})``
+renders as ``ts=… level=info logger=covenant.runtime msg="agent stderr" agent=a
+intent=i line="…"``. Under systemd (``JOURNAL_STREAM`` names our output
+stream) each line starts with a ``<N>`` syslog priority so journald files it
+at the right level. Settings come from CLI > env > covenant.toml > default.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import logging
+import logging.handlers
+import os
+import re
+import sys
+import traceback
+from collections.abc import Mapping
+from dataclasses import dataclass
+from typing import IO, Any, Literal
+
+from covenant.config import LogConfig
+from covenant.errors import ConfigError
+
+__all__ = [
+    "LogSettings",
+    "LEVELS",
+    "FORMATS",
+    "resolve_log_settings",
+    "parse_target",
+    "setup_logging",
+    "record_fields",
+    "format_logfmt",
+    "format_json",
+    "StructuredFormatter",
+    "syslog_priority",
+    "journal_stream_matches",
+]
+
+LEVELS: dict[str, int] = {
+    "debug": logging.DEBUG,
+    "info": logging.INFO,
+    "warning": logging.WARNING,
+    "error": logging.ERROR,
+    "critical": logging.CRITICAL,
+}
+FORMATS = ("logfmt", "json")
+_DEFAULTS = LogConfig()
+
+# Attributes every LogRecord has; anything else on a record came from `extra`.
+_RECORD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
+    "message",
+    "asctime",
+    "taskName",
+}
+_BASE_KEYS = ("ts", "level", "logger", "msg")
+_KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
+_VALUE_NEEDS_QUOTES = re.compile(r'[\s"=\\]')
+_HANDLER_MARK = "_covenant_log_handler"
+
+
+@dataclass(frozen=True)
+class LogSettings:
+    """Resolved log settings: ``target`` is ``stderr``, ``stdout`` or ``file:/abs/path``."""
+
+    level: str = _DEFAULTS.level
+    format: Literal["logfmt", "json"] = _DEFAULTS.format
+    target: str = _DEFAULTS.target
+
+
+def _check_level(value: str, source: str) -> str:
+    level = value.strip().lower()
+    if level == "warn":
+        level = "warning"
+    if level not in LEVELS:
+        raise ConfigError(
+            f"{source}: log level {value!r} is not one of {', '.join(LEVELS)}",
+            field="log.level",
+        )
+    return level
+
+
+def _check_format(value: str, source: str) -> Literal["logfmt", "json"]:
+    fmt = value.strip().lower()
+    if fmt == "logfmt":
+        return "logfmt"
+    if fmt == "json":
+        return "json"
+    raise ConfigError(f"{source}: log format {value!r} is not one of logfmt, json", field="log.format")
+
+
+def parse_target(value: str, source: str = "log target") -> str:
+    """Normalise a target: ``stderr``, ``stdout`` or ``file:PATH`` (made absolute)."""
+    target = value.strip()
+    if target in ("stderr", "stdout"):
+        return target
+    if target.startswith("file:"):
+        path = target[len("file:"):]
+        if not path:
+            raise ConfigError(f"{source}: `file:` needs a path, e.g. file:/var/log/covenant.log", field="log.target")
+        return "file:" + os.path.abspath(os.path.expanduser(path))
+    raise ConfigError(
+        f"{source}: log target {value!r} is not stderr, stdout or file:PATH",
+        field="log.target",
+    )
+
+
+def resolve_log_settings(
+    cli_level: str | None,
+    cli_target: str | None,
+    env: Mapping[str, str],
+    config: LogConfig,
+) -> LogSettings:
+    """Pick each setting from the first source that sets it: CLI, env, covenant.toml, default.
+
+    Env: ``COVENANT_LOG_LEVEL``, ``COVENANT_LOG_TARGET``, ``COVENANT_LOG_FORMAT``
+    (empty counts as unset). The format has no CLI flag. Bad values raise a
+    ConfigError that names where the value came from.
+    """
+    if cli_level:
+        level = _check_level(cli_level, "--log-level")
+    elif env.get("COVENANT_LOG_LEVEL"):
+        level = _check_level(env["COVENANT_LOG_LEVEL"], "env COVENANT_LOG_LEVEL")
+    else:
+        level = _check_level(config.level, "covenant.toml [log] level")
+
+    if cli_target:
+        target = parse_target(cli_target, "--log-target")
+    elif env.get("COVENANT_LOG_TARGET"):
+        target = parse_target(env["COVENANT_LOG_TARGET"], "env COVENANT_LOG_TARGET")
+    else:
+        target = parse_target(config.target, "covenant.toml [log] target")
+
+    if env.get("COVENANT_LOG_FORMAT"):
+        fmt = _check_format(env["COVENANT_LOG_FORMAT"], "env COVENANT_LOG_FORMAT")
+    else:
+        fmt = _check_format(config.format, "covenant.toml [log] format")
+    return LogSettings(level=level, format=fmt, target=target)
+
+
+def _iso_ts(created: float) -> str:
+    stamp = _dt.datetime.fromtimestamp(created, tz=_dt.timezone.utc)
+    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-safe version of an extra value (str() for anything exotic)."""
+    if value is None or isinstance(value, (bool, int, str)):
+        return value
+    if isinstance(value, float):
+        return value if value == value and value not in (float("inf"), float("-inf")) else str(value)
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    return str(value)
+
+
+def record_fields(record: logging.LogRecord) -> dict[str, Any]:
+    """The fields of one event, in order: ts, level, logger, msg, then every extra.
+
+    Values are JSON-safe. An extra that collides with a base field is kept
+    under its name plus ``_``. Tracebacks become ``exc`` (and ``stack``).
+    """
+    fields: dict[str, Any] = {
+        "ts": _iso_ts(record.created),
+        "level": record.levelname.lower(),
+        "logger": record.name,
+        "msg": record.getMessage(),
+    }
+    for key, value in record.__dict__.items():
+        if key in _RECORD_ATTRS or key.startswith("_"):
+            continue
+        name = key if key not in fields else key + "_"
+        fields[name] = _plain(value)
+    if record.exc_info and record.exc_info[0] is not None:
+        fields["exc"] = "".join(traceback.format_exception(*record.exc_info)).rstrip()
+    elif record.exc_text:
+        fields["exc"] = record.exc_text
+    if record.stack_info:
+        fields["stack"] = record.stack_info.rstrip()
+    return fields
+
+
+def _logfmt_value(value: Any) -> str:
+    if value is None:
+        return "null"
+    if isinstance(value, bool):
+        return "true" if value else "false"
+    if isinstance(value, (int, float)):
+        return repr(value)
+    text = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, separators=(",", ":"))
+    if text and text.isprintable() and not _VALUE_NEEDS_QUOTES.search(text):
+        return text
+    return _quote(text)
+
+
+def _quote(text: str) -> str:
+    """Double-quoted with JSON escapes, so logfmt and JSON parsers both read it back.
+
+    Readable UTF-8 stays as is; anything non-printable (control characters,
+    U+2028 and friends) is escaped, so one event is always one line.
+    """
+    out = ['"']
+    for ch in text:
+        if ch == '"' or ch == "\\":
+            out.append("\\" + ch)
+        elif ch.isprintable():
+            out.append(ch)
+        else:
+            out.append(json.dumps(ch)[1:-1])
+    out.append('"')
+    return "".join(out)
+
+
+def format_logfmt(fields: Mapping[str, Any]) -> str:
+    """``key=value`` pairs separated by spaces; values quoted when they need it."""
+    parts = []
+    for key, value in fields.items():
+        safe_key = _KEY_UNSAFE.sub("_", key) or "_"
+        parts.append(f"{safe_key}={_logfmt_value(value)}")
+    return " ".join(parts)
+
+
+def format_json(fields: Mapping[str, Any]) -> str:
+    """One JSON object on one line (UTF-8 kept readable unless it holds lone surrogates)."""
+    line = json.dumps(fields, ensure_ascii=False, separators=(",", ":"), default=str)
+    try:
+        line.encode("utf-8")
+    except UnicodeEncodeError:
+        # Undecodable agent output (surrogateescape) cannot be written as UTF-8.
+        line = json.dumps(fields, ensure_ascii=True, separators=(",", ":"), default=str)
+    return line
+
+
+def syslog_priority(levelno: int) -> int:
+    """journald/syslog priority for a Python level: debug 7, info 6, warning 4, error 3, critical 2."""
+    if levelno >= logging.CRITICAL:
+        return 2
+    if levelno >= logging.ERROR:
+        return 3
+    if levelno >= logging.WARNING:
+        return 4
+    if levelno >= logging.INFO:
+        return 6
+    return 7
+
+
+class StructuredFormatter(logging.Formatter):
+    """Formats a record as one logfmt or JSON line, optionally with a ``<N>`` priority prefix."""
+
+    def __init__(self, fmt: Literal["logfmt", "json"] = "logfmt", journal_prefix: bool = False) -> None:
+        super().__init__()
+        self.kind = fmt
+        self.journal_prefix = journal_prefix
+
+    def format(self, record: logging.LogRecord) -> str:
+        fields = record_fields(record)
+        line = format_json(fields) if self.kind == "json" else format_logfmt(fields)
+        if self.journal_prefix:
+            return f"<{syslog_priority(record.levelno)}>{line}"
+        return line
+
+
+def journal_stream_matches(stream: IO[str], env: Mapping[str, str] | None = None) -> bool:
+    """True when ``$JOURNAL_STREAM`` (``dev:inode``) is the file behind ``stream``.
+
+    systemd sets JOURNAL_STREAM when stdout/stderr go to journald; comparing
+    device and inode (as systemd.exec(5) advises) avoids prefixing lines that
+    were redirected elsewhere, e.g. by a wrapper script.
+    """
+    env = os.environ if env is None else env
+    raw = env.get("JOURNAL_STREAM", "")
+    dev_s, sep, ino_s = raw.partition(":")
+    if not sep:
+        return False
+    try:
+        st = os.fstat(stream.fileno())
+        return st.st_dev == int(dev_s) and st.st_ino == int(ino_s)
+    except (OSError, ValueError, AttributeError):
+        return False
+
+
+def _open_handler(target: str) -> tuple[logging.Handler, IO[str] | None]:
+    if target == "stderr":
+        return logging.StreamHandler(sys.stderr), sys.stderr
+    if target == "stdout":
+        return logging.StreamHandler(sys.stdout), sys.stdout
+    path = target[len("file:"):]
+    try:
+        # WatchedFileHandler reopens the file when logrotate moves it away.
+        return logging.handlers.WatchedFileHandler(path, encoding="utf-8"), None
+    except OSError as exc:
+        raise ConfigError(
+            f"log target file:{path} cannot be opened for appending ({exc.strerror}); "
+            "choose a writable path with --log-target, COVENANT_LOG_TARGET or [log] target",
+            field="log.target",
+            path=path,
+        ) from None
+
+
+def setup_logging(settings: LogSettings) -> None:
+    """Configure the ``covenant`` logger: level, one handler, the chosen line format.
+
+    Safe to call again (on reload): the handler installed by a previous call is
+    replaced and closed, handlers added by others (e.g. the log broadcaster)
+    stay. Records do not propagate to the root logger, so nothing is printed twice.
+    """
+    level = LEVELS[_check_level(settings.level, "log settings")]
+    fmt = _check_format(settings.format, "log settings")
+    handler, stream = _open_handler(parse_target(settings.target))
+    journal = stream is not None and journal_stream_matches(stream)
+    handler.setFormatter(StructuredFormatter(fmt, journal_prefix=journal))
+    setattr(handler, _HANDLER_MARK, True)
+
+    logger = logging.getLogger("covenant")
+    for old in [h for h in logger.handlers if getattr(h, _HANDLER_MARK, False)]:
+        logger.removeHandler(old)
+        old.close()
+    logger.addHandler(handler)
+    logger.setLevel(level)
+    logger.propagate = False
