@@ -8,7 +8,7 @@ check and the daemon ever see.
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field
 
@@ -81,3 +81,5 @@ class AgentSpec(BaseModel):
     """Routing keywords ([routing] keywords, or Runefile routing_hints.keywords)."""
     warnings: tuple[str, ...] = ()
     """Non-fatal remarks (unknown top-level sections, a bare id read as name@local)."""
+    extra_sections: dict[str, Any] = {}
+    """Unknown top-level sections of an agent.toml, kept verbatim for forward compatibility."""

@@ -1,0 +1,146 @@
+"""``covenant agents list | show | check``: inspect the registry.
+
+Thin: the data comes from :func:`_load_registry` (today a local scan of the
+home's agents folder; later the running daemon first), the rest is printing.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from covenant.cli._common import CliContext, fail, pass_cli, print_json, reports_errors
+from covenant.errors import ExitCode
+from covenant.home import Home
+from covenant.manifest.model import AgentSpec
+from covenant.manifest.registry import Registry, check_paths, scan_agents
+
+__all__ = ["agents"]
+
+
+def _load_registry(home: Home) -> Registry:
+    """The registry the commands show: a scan of the home's agents folder."""
+    return scan_agents(home.agents_dir)
+
+
+def _agent_json(spec: AgentSpec) -> dict[str, Any]:
+    return spec.model_dump(mode="json")
+
+
+def _problems_note(registry: Registry) -> None:
+    if registry.problems:
+        click.echo(
+            f"covenant: {len(registry.problems)} manifest problem(s); run `covenant agents check` for details",
+            err=True,
+        )
+
+
+@click.group()
+def agents() -> None:
+    """List, show and check agent manifests."""
+
+
+@agents.command("list")
+@click.option("--json", "as_json", is_flag=True, help="Stable JSON: {agents: [...], problems: [...]}.")
+@pass_cli
+@reports_errors
+def list_agents(cli: CliContext, as_json: bool) -> None:
+    """List the valid agents of the home's agents folder."""
+    registry = _load_registry(cli.home)
+    specs = [registry.agents[k] for k in sorted(registry.agents)]
+    if as_json:
+        print_json({"agents": [_agent_json(s) for s in specs], "problems": [p.to_json() for p in registry.problems]})
+        return
+    rows = [
+        (
+            s.id,
+            s.runtime,
+            s.version,
+            ", ".join(s.capabilities.required) or "-",
+            ", ".join(s.keywords) or "-",
+            str(s.manifest_path),
+        )
+        for s in specs
+    ]
+    headers = ("ID", "RUNTIME", "VERSION", "REQUIRES", "KEYWORDS", "MANIFEST")
+    if sys.stdout.isatty():
+        from rich.console import Console
+        from rich.table import Table
+
+        table = Table(*headers, title=f"agents in {cli.home.agents_dir}")
+        for row in rows:
+            table.add_row(*row)
+        Console().print(table)
+    else:
+        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+        for row in (headers, *rows):
+            click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+    _problems_note(registry)
+
+
+@agents.command("show")
+@click.argument("agent_id")
+@click.option("--json", "as_json", is_flag=True, help="The agent as stable JSON.")
+@pass_cli
+@reports_errors
+def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
+    """Show one agent by id (a bare name means name@local). Exit 6 when there is no such agent."""
+    registry = _load_registry(cli.home)
+    spec = registry.get(agent_id)
+    if spec is None:
+        hint = "; `covenant agents list` shows the ids"
+        if registry.problems:
+            hint += f", `covenant agents check` the {len(registry.problems)} problem(s) of rejected manifests"
+        fail(f"no valid agent {agent_id!r} in {cli.home.agents_dir}{hint}", ExitCode.NO_AGENT)
+    if as_json:
+        print_json(_agent_json(spec))
+        return
+    data = _agent_json(spec)
+    for key in ("id", "name", "version", "runtime", "kind", "manifest_path", "root", "entry"):
+        click.echo(f"{key + ':':<16}{data[key] if data[key] is not None else '-'}")
+    for section in ("capabilities", "resources", "settlement"):
+        for key, value in data[section].items():
+            shown = ", ".join(value) if isinstance(value, list) else value
+            click.echo(f"{section + '.' + key + ':':<16} {shown if shown != '' else '-'}")
+    click.echo(f"{'keywords:':<16}{', '.join(spec.keywords) or '-'}")
+    for warning in spec.warnings:
+        click.echo(f"warning: {warning}")
+
+
+@agents.command("check")
+@click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
+@click.option("--json", "as_json", is_flag=True, help="Stable JSON: {valid, agents, problems, warnings}.")
+@pass_cli
+@reports_errors
+def check(cli: CliContext, paths: tuple[Path, ...], as_json: bool) -> None:
+    """Validate manifests: files, package folders or agents folders (default: the home's).
+
+    Prints one line per problem, `path:line: field: message`, on stdout;
+    exits 0 when everything is valid and 1 otherwise.
+    """
+    registry = check_paths(list(paths)) if paths else _load_registry(cli.home)
+    warnings = [(s.manifest_path, w) for s in registry.agents.values() for w in s.warnings]
+    if as_json:
+        print_json(
+            {
+                "valid": not registry.problems,
+                "agents": sorted(registry.agents),
+                "problems": [p.to_json() for p in registry.problems],
+                "warnings": [{"path": str(path), "message": w} for path, w in sorted(warnings)],
+            }
+        )
+    else:
+        if registry.problems:
+            click.echo("\n".join(str(p) for p in registry.problems))
+        for path, warning in sorted(warnings):
+            click.echo(f"{path}: warning: {warning}", err=True)
+        rejected = sum(1 for v in registry.sources.values() if v is None)
+        click.echo(
+            f"{len(registry.sources)} manifest(s): {len(registry.agents)} valid, {rejected} rejected, "
+            f"{len(registry.problems)} problem(s)",
+            err=True,
+        )
+    sys.exit(1 if registry.problems else 0)

@@ -1,0 +1,122 @@
+"""Rune tool descriptors (``tools/*.yaml``) and the built-in ``rune@*`` tools.
+
+Built-in tools need no descriptor: the package loader injects one for each
+name in :data:`BUILTIN_TOOLS`. Every tool maps to one capability action in
+the ``tool.`` namespace (:func:`tool_action`), which is what the policy
+check sees.
+"""
+
+from __future__ import annotations
+
+import re
+from typing import Annotated, Literal
+
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictStr, field_validator, model_validator
+
+from covenant.policy.capabilities import action_problem
+
+__all__ = [
+    "BUILTIN_TOOLS",
+    "BUILTIN_PREFIX",
+    "ToolDescriptor",
+    "RetryPolicy",
+    "ToolRuntime",
+    "tool_action",
+    "builtin_descriptor",
+    "NonEmptyStr",
+    "PositiveInt",
+    "AGENT_REF",
+]
+
+BUILTIN_PREFIX = "rune@"
+
+BUILTIN_TOOLS: frozenset[str] = frozenset(
+    BUILTIN_PREFIX + name
+    for name in (
+        "file-read file-write file-list apply-patch web-search web-fetch shell-exec system-time location-get "
+        "memory-store memory-recall memory-list knowledge-add-entity knowledge-add-relation knowledge-query "
+        "task-post task-claim task-complete task-list event-publish schedule-create schedule-list "
+        "schedule-delete cron-create cron-list cron-cancel process-start process-poll process-write "
+        "process-kill process-list image-analyze image-generate media-describe media-transcribe "
+        "text-to-speech speech-to-text agent-send agent-list agent-find agent-spawn agent-kill a2a-discover "
+        "a2a-send docker-exec browser-navigate browser-click browser-type browser-screenshot "
+        "browser-read-page browser-close browser-scroll browser-wait browser-run-js browser-back "
+        "channel-send canvas-present"
+    ).split()
+)
+"""Every built-in tool of the Rune spec, by its ``rune@`` name."""
+
+AGENT_REF = re.compile(r"^(local://[a-z0-9]+(?:-[a-z0-9]+)*|https?://[^\s/]+\S*)$")
+"""``local://agent-name`` or a full http(s) URL."""
+
+ToolRuntime = Literal["wasm", "process", "container", "agent", "builtin"]
+
+
+def _not_blank(value: str) -> str:
+    if not value.strip():
+        raise ValueError("must not be empty")
+    return value
+
+
+NonEmptyStr = Annotated[str, Strict(), AfterValidator(_not_blank)]
+PositiveInt = Annotated[int, Strict(), Field(gt=0, le=24 * 3600 * 1000)]
+
+
+class _Model(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+
+class RetryPolicy(_Model):
+    max_attempts: Annotated[int, Strict(), Field(ge=1, le=100)] = 1
+
+
+class ToolDescriptor(_Model):
+    """One callable tool: a custom ``tools/*.yaml`` file or an injected built-in."""
+
+    name: NonEmptyStr
+    version: NonEmptyStr = "0.1.0"
+    runtime: ToolRuntime = "process"
+    module: StrictStr = ""
+    timeout_ms: PositiveInt = 5000
+    retry_policy: RetryPolicy = RetryPolicy()
+    capabilities: tuple[NonEmptyStr, ...] = ()
+    input_schema_ref: StrictStr | None = None
+    output_schema_ref: StrictStr | None = None
+    agent_ref: StrictStr | None = None
+    max_depth: Annotated[int, Strict(), Field(ge=1, le=100)] | None = None
+
+    @field_validator("name")
+    @classmethod
+    def _custom_name(cls, name: str) -> str:
+        if name.startswith(BUILTIN_PREFIX):
+            raise ValueError(f"the {BUILTIN_PREFIX} prefix is reserved for built-in tools; rename the tool")
+        problem = action_problem(f"tool.{name}")
+        if problem is not None:
+            raise ValueError(
+                f"{name!r} cannot name the action tool.{name}: use lowercase letters, digits, '_' or '-'"
+            )
+        return name
+
+    @model_validator(mode="after")
+    def _runtime_rules(self) -> "ToolDescriptor":
+        if self.runtime == "builtin":
+            raise ValueError(f"runtime 'builtin' is reserved for the {BUILTIN_PREFIX}* tools the runtime provides")
+        if self.runtime == "agent" and not self.agent_ref:
+            raise ValueError("runtime 'agent' requires agent_ref (local://agent-name or a URL)")
+        if self.agent_ref is not None and not AGENT_REF.match(self.agent_ref):
+            raise ValueError(f"agent_ref {self.agent_ref!r} must be local://agent-name or an http(s) URL")
+        if self.runtime in ("process", "wasm") and not self.module:
+            raise ValueError(f"runtime {self.runtime!r} requires module (a path relative to the package folder)")
+        return self
+
+
+def builtin_descriptor(name: str) -> ToolDescriptor:
+    """The descriptor injected for a built-in tool (bypasses the custom-name rules)."""
+    return ToolDescriptor.model_construct(name=name, runtime="builtin")
+
+
+def tool_action(name: str) -> str:
+    """The capability action a tool needs: ``rune@web-fetch`` -> ``tool.web_fetch``; ``search_kb`` -> ``tool.search_kb``."""
+    if name.startswith(BUILTIN_PREFIX):
+        return "tool." + name[len(BUILTIN_PREFIX) :].replace("-", "_")
+    return f"tool.{name}"
