@@ -1,0 +1,35 @@
+"""``covenant logs``: the daemon's recent log lines, or a live stream with -f."""
+
+from __future__ import annotations
+
+from urllib.parse import urlencode
+
+import click
+
+from covenant.cli._common import CliContext, pass_cli, reports_errors
+from covenant.client import DaemonClient
+
+__all__ = ["logs"]
+
+
+def _line(entry: dict) -> str:
+    if "line" in entry and isinstance(entry.get("formatted"), str):
+        return entry["formatted"]
+    return entry.get("formatted") or " ".join(f"{k}={v}" for k, v in entry.items())
+
+
+@click.command()
+@click.option("-f", "--follow", is_flag=True, help="Keep streaming new lines (survives reloads).")
+@click.option("--agent", metavar="ID", help="Only lines about this agent.")
+@click.option("--level", type=click.Choice(["debug", "info", "warning", "error"]), help="Minimum level.")
+@pass_cli
+@reports_errors
+def logs(cli: CliContext, follow: bool, agent: str | None, level: str | None) -> None:
+    """Show the daemon's recent log lines (from GET /v1/logs)."""
+    query = {k: v for k, v in {"agent": agent, "level": level, "follow": "1" if follow else None}.items() if v}
+    with DaemonClient(cli.home.socket_path) as client:
+        try:
+            for entry in client.events("/v1/logs?" + urlencode(query)):
+                click.echo(_line(entry))
+        except KeyboardInterrupt:
+            pass

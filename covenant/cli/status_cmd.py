@@ -1,0 +1,65 @@
+"""``covenant status`` and ``covenant reload``: ask the running daemon."""
+
+from __future__ import annotations
+
+import click
+
+from covenant.cli._common import CliContext, pass_cli, print_json, reports_errors
+from covenant.client import DaemonClient
+
+__all__ = ["status", "reload"]
+
+
+def _render_status(doc: dict) -> None:
+    audit = doc["audit"]
+    click.echo(f"covenant {doc['version']}  pid {doc['pid']}  up {doc['uptime_s']} s  home {doc['home']}")
+    click.echo(f"socket     {', '.join(doc['sockets'])}")
+    state = "shutting down" if doc["shutting_down"] else "serving"
+    click.echo(f"state      {state}; {len(doc['in_flight'])} in flight, {doc['queued']} queued "
+               f"(max {doc['limits']['max_concurrent']} concurrent, queue {doc['limits']['queue_max']})")
+    click.echo(f"agents     {len(doc['agents']['loaded'])} loaded: {', '.join(doc['agents']['loaded']) or '-'}")
+    if doc["agents"]["kept_previous"]:
+        click.echo(f"           kept previous version (file now invalid): {', '.join(doc['agents']['kept_previous'])}")
+    for problem in doc["rejected"]:
+        where = problem["path"] + (f":{problem['line']}" if problem.get("line") else "")
+        click.echo(f"rejected   {where}: {problem['message']}")
+    health = "ok" if audit["healthy"] else f"FAILING: {audit['failure']}"
+    age = f", last checkpoint {audit['checkpoint_age_ms'] // 1000} s ago" if audit.get("checkpoint_age_ms") is not None else ""
+    click.echo(f"audit      {health}; head seq {audit['head_seq']}{age}")
+    click.echo(f"network    isolation {'available' if doc.get('network_isolation') else 'NOT available'} on this host")
+    for problem in doc["grants"]["problems"]:
+        click.echo(f"grants     ignored: {problem}")
+    for running in doc["in_flight"]:
+        click.echo(f"running    {running['intent']} on {running['agent']} for {running['elapsed_ms']} ms")
+
+
+@click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the status document as JSON.")
+@pass_cli
+@reports_errors
+def status(cli: CliContext, as_json: bool) -> None:
+    """Show the daemon's status. Exit 0 when it answers, 5 when it does not."""
+    with DaemonClient(cli.home.socket_path, timeout=10) as client:
+        doc = client.request("GET", "/v1/status")
+    if as_json:
+        print_json(doc)
+    else:
+        _render_status(doc)
+
+
+@click.command()
+@pass_cli
+@reports_errors
+def reload(cli: CliContext) -> None:
+    """Reload manifests and grants (root or the daemon's uid only).
+
+    A manifest that became invalid keeps its previous version and is reported.
+    """
+    with DaemonClient(cli.home.socket_path, timeout=60) as client:
+        doc = client.request("POST", "/v1/reload")
+    click.echo(f"reloaded: {len(doc['agents'])} agents")
+    for key in ("added", "removed", "changed", "kept_previous"):
+        if doc[key]:
+            click.echo(f"  {key.replace('_', ' ')}: {', '.join(doc[key])}")
+    for problem in doc["problems"]:
+        click.echo(f"  problem: {problem}")

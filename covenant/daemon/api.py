@@ -1,0 +1,233 @@
+"""The control API: a small ASGI app over the daemon (DESIGN.md §7b).
+
+JSON in, JSON out; every error is ``{"error": {"code", "message", ...}}`` with
+a fitting HTTP status. Administrative calls (reload) are allowed only to a peer
+whose uid is root or the daemon's own (SO_PEERCRED, see server.py).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import re
+from collections.abc import Awaitable, Callable
+from typing import Any
+from urllib.parse import parse_qs
+
+import trio
+
+from covenant.daemon.logstream import LogBroadcaster
+from covenant.daemon.server import Peer
+from covenant.daemon.service import Daemon, agent_json
+from covenant.errors import CovenantError
+
+__all__ = ["ControlAPI"]
+
+log = logging.getLogger("covenant.api")
+
+MAX_BODY_BYTES = 1024 * 1024
+
+Receive = Callable[[], Awaitable[dict]]
+Send = Callable[[dict], Awaitable[None]]
+
+
+class ApiError(CovenantError):
+    """A request the API itself refuses (bad JSON, unknown path, forbidden)."""
+
+    def __init__(self, code: str, message: str, http_status: int, **details: Any) -> None:
+        super().__init__(message, **details)
+        self.code = code
+        self.http_status = http_status
+
+
+async def _read_body(receive: Receive) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    while True:
+        message = await receive()
+        if message["type"] == "http.disconnect":
+            raise ApiError("bad_request", "client disconnected", 400)
+        chunk = message.get("body", b"")
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise ApiError("bad_request", f"request body over {MAX_BODY_BYTES} bytes", 413)
+        chunks.append(chunk)
+        if not message.get("more_body"):
+            return b"".join(chunks)
+
+
+async def _send_json(send: Send, status: int, document: Any) -> None:
+    body = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
+    await send(
+        {
+            "type": "http.response.start",
+            "status": status,
+            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
+        }
+    )
+    await send({"type": "http.response.body", "body": body})
+
+
+class ControlAPI:
+    """ASGI application; one instance per daemon."""
+
+    def __init__(self, daemon: Daemon, logs: LogBroadcaster) -> None:
+        self.daemon = daemon
+        self.logs = logs
+        self._active = 0
+        self._quiet = trio.Event()
+        self._quiet.set()
+        self._routes: list[tuple[str, re.Pattern[str], Callable[..., Awaitable[Any]]]] = [
+            ("POST", re.compile(r"/v1/dispatch"), self._dispatch),
+            ("GET", re.compile(r"/v1/agents"), self._agents),
+            ("GET", re.compile(r"/v1/agents/(?P<agent_id>[^/]+)"), self._agent),
+            ("GET", re.compile(r"/v1/status"), self._status),
+            ("POST", re.compile(r"/v1/reload"), self._reload),
+            ("GET", re.compile(r"/v1/dispatches"), self._dispatches),
+            ("GET", re.compile(r"/v1/dispatches/(?P<intent_id>[^/]+)"), self._dispatch_record),
+        ]
+
+    async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
+        if scope["type"] != "http":
+            return  # no lifespan or websocket reaches this app through server.py
+        if scope["path"] == "/v1/logs" and scope["method"] == "GET":
+            # A log stream may stay open for days: it does not count as a request being answered.
+            await self._guarded(self._logs, scope, receive, send)
+            return
+        self._enter()
+        try:
+            await self._guarded(self._respond, scope, receive, send)
+        finally:
+            self._leave()
+
+    async def _guarded(self, responder: Callable[..., Awaitable[None]], scope: dict, receive: Receive, send: Send) -> None:
+        try:
+            await responder(scope, receive, send)
+        except CovenantError as exc:
+            await _send_json(send, exc.http_status, exc.to_json())
+        except Exception:
+            log.exception("internal error", extra={"path": scope["path"]})
+            await _send_json(send, 500, {"error": {"code": "internal_error", "message": "internal error; see the daemon log"}})
+
+    async def _respond(self, scope: dict, receive: Receive, send: Send) -> None:
+        if scope["path"] == "/metrics" and scope["method"] == "GET":
+            body, content_type = self.daemon.metrics.render()
+            await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", content_type.encode())]})
+            await send({"type": "http.response.body", "body": body})
+            return
+        handler, params = self._match(scope["method"], scope["path"])
+        await _send_json(send, 200, await handler(scope=scope, receive=receive, **params))
+
+    def _enter(self) -> None:
+        if not self._active:
+            self._quiet = trio.Event()
+        self._active += 1
+
+    def _leave(self) -> None:
+        self._active -= 1
+        if not self._active:
+            self._quiet.set()
+
+    async def wait_requests_done(self) -> None:
+        """Wait until no request (other than log streams) is being answered."""
+        await self._quiet.wait()
+
+    def _match(self, method: str, path: str) -> tuple[Callable[..., Awaitable[Any]], dict[str, str]]:
+        allowed: list[str] = []
+        for route_method, pattern, handler in self._routes:
+            match = pattern.fullmatch(path)
+            if match:
+                if route_method == method:
+                    return handler, match.groupdict()
+                allowed.append(route_method)
+        if allowed:
+            raise ApiError("method_not_allowed", f"{method} is not allowed on {path}", 405, allowed=allowed)
+        raise ApiError("not_found", f"no such endpoint: {path}", 404)
+
+    @staticmethod
+    def _query(scope: dict) -> dict[str, str]:
+        parsed = parse_qs(scope.get("query_string", b"").decode("latin-1"))
+        return {key: values[-1] for key, values in parsed.items()}
+
+    def _require_admin(self, scope: dict) -> None:
+        peer: Peer | None = (scope.get("extensions") or {}).get("covenant.peer")
+        if peer is None or peer.uid not in (0, os.getuid()):
+            uid = "unknown" if peer is None else str(peer.uid)
+            raise ApiError(
+                "forbidden",
+                f"administrative call refused for peer uid {uid}: only root or the daemon's uid ({os.getuid()}) may do this",
+                403,
+            )
+
+    async def _dispatch(self, *, scope: dict, receive: Receive) -> Any:
+        raw = await _read_body(receive)
+        try:
+            body = json.loads(raw)
+        except (ValueError, UnicodeDecodeError) as exc:
+            raise ApiError("bad_request", f"request body is not JSON: {exc}", 400) from None
+        if not isinstance(body, dict):
+            raise ApiError("bad_request", "request body must be a JSON object", 400)
+        return await self.daemon.dispatch(body)
+
+    async def _agents(self, *, scope: dict, receive: Receive) -> Any:
+        loaded = self.daemon.loaded
+        return {
+            "agents": [agent_json(a) for _, a in sorted(loaded.agents.items())],
+            "problems": [p.to_json() for p in loaded.problems],
+            "kept_previous": sorted(loaded.kept_previous),
+        }
+
+    async def _agent(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
+        agent = self.daemon.loaded.agents.get(agent_id)
+        if agent is None:
+            raise ApiError("no_agent", f"no agent with id {agent_id!r} is loaded", 404)
+        return agent_json(agent)
+
+    async def _status(self, *, scope: dict, receive: Receive) -> Any:
+        return self.daemon.status()
+
+    async def _reload(self, *, scope: dict, receive: Receive) -> Any:
+        self._require_admin(scope)
+        return await self.daemon.reload(reason="api")
+
+    async def _dispatches(self, *, scope: dict, receive: Receive) -> Any:
+        query = self._query(scope)
+        try:
+            limit = int(query.get("limit", "20"))
+        except ValueError:
+            raise ApiError("bad_request", "limit must be an integer", 400) from None
+        if not 0 < limit <= 10_000:
+            raise ApiError("bad_request", "limit must be between 1 and 10000", 400)
+        records = await self.daemon.history(limit, query.get("agent"))
+        return {"dispatches": [r.model_dump(mode="json") for r in records]}
+
+    async def _dispatch_record(self, *, scope: dict, receive: Receive, intent_id: str) -> Any:
+        record = await self.daemon.record(intent_id)
+        if record is None:
+            raise ApiError("not_found", f"no dispatch record for intent {intent_id!r}", 404)
+        return record.model_dump(mode="json")
+
+    async def _logs(self, scope: dict, receive: Receive, send: Send) -> None:
+        """Server-sent events: recent lines, then (with follow=1) live lines until the client leaves."""
+        query = self._query(scope)
+        agent, level = query.get("agent"), query.get("level")
+        follow = query.get("follow", "0") in ("1", "true", "yes")
+        await send(
+            {
+                "type": "http.response.start",
+                "status": 200,
+                "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")],
+            }
+        )
+
+        async def emit(entry: dict[str, Any]) -> None:
+            data = json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
+            await send({"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True})
+
+        for entry in self.logs.recent(agent=agent, level=level):
+            await emit(entry)
+        if follow:
+            async for entry in self.logs.subscribe(agent=agent, level=level):
+                await emit(entry)
+        await send({"type": "http.response.body", "body": b""})

@@ -1,0 +1,214 @@
+"""The daemon's lifecycle: open everything in order, serve, reload on SIGHUP, drain on SIGTERM.
+
+Start-up order matters for systemd: READY=1 is sent only after the registry is
+scanned, the audit log is open (and recovered) and the socket serves.
+Exit status: 0 after a clean drain, 5 when the drain timed out and in-flight
+dispatches had to be cancelled.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import signal
+import socket
+import time
+from dataclasses import dataclass
+from datetime import datetime
+from pathlib import Path
+
+import trio
+
+from covenant import __version__
+from covenant.audit.writer import AuditLog
+from covenant.config import Config
+from covenant.daemon import systemd
+from covenant.daemon.agents_state import LoadedAgents
+from covenant.daemon.api import ControlAPI
+from covenant.daemon.grants_watch import GrantsWatch
+from covenant.daemon.logstream import LogBroadcaster
+from covenant.daemon.metrics import Metrics
+from covenant.daemon.scheduler import ShuttingDown
+from covenant.daemon.server import bind_unix_socket, serve
+from covenant.daemon.service import Daemon
+from covenant.errors import ExitCode
+from covenant.home import Home
+from covenant.homeinit import init_home
+from covenant.keys import load_private_key, public_key_hex
+from covenant.manifest.registry import scan_agents
+from covenant.policy.budget import BudgetLedger
+from covenant.policy.grants import GrantStore
+from covenant.runtime.host import set_child_subreaper
+from covenant.runtime.records import DispatchStore
+from covenant.runtime.runner import Runner
+
+__all__ = ["DaemonOptions", "run_daemon"]
+
+log = logging.getLogger("covenant.daemon")
+
+HOUR_MS = 3600 * 1000
+
+
+@dataclass(frozen=True)
+class DaemonOptions:
+    socket_path: Path
+    drain_timeout_s: float
+
+
+def _ended_at_ms(iso: str) -> int:
+    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
+
+
+def _budget_from_history(store: DispatchStore, now_ms: int) -> BudgetLedger:
+    """Rebuild the rolling budgets from the last hour of records, so a restart does not reset them."""
+    charges = []
+    for record in store.recent(100_000):
+        ended = _ended_at_ms(record.ended_at)
+        if now_ms - ended > HOUR_MS:
+            break  # newest first: everything after this is older
+        charges.append((record.agent_id, record.cpu_ms, ended))
+    return BudgetLedger.from_records(charges)
+
+
+def _open_sockets(options: DaemonOptions) -> tuple[list[socket.socket], list[str], bool]:
+    """Sockets passed by systemd (LISTEN_FDS) or our own; the flag says which."""
+    activated = systemd.listen_fds()
+    if activated:
+        return activated, [str(s.getsockname()) for s in activated], True
+    return [bind_unix_socket(options.socket_path)], [str(options.socket_path)], False
+
+
+async def _watchdog() -> None:
+    interval = systemd.watchdog_interval_s()
+    if interval is None:
+        return
+    while True:
+        systemd.notify("WATCHDOG=1")
+        await trio.sleep(interval)
+
+
+class _Lifecycle:
+    def __init__(self, daemon: Daemon, api: ControlAPI, runner: Runner, drain_timeout_s: float) -> None:
+        self.daemon = daemon
+        self.api = api
+        self.runner = runner
+        self.drain_timeout_s = drain_timeout_s
+        self.exit_code = ExitCode.OK
+        self.cancelled = 0
+
+    async def handle_signals(self, receiver: trio.abc.ReceiveChannel[int] | object) -> None:
+        """SIGHUP reloads; the first SIGTERM/SIGINT drains, a second one cancels at once."""
+        async for signum in receiver:  # type: ignore[attr-defined]
+            if signum == signal.SIGHUP:
+                systemd.notify("RELOADING=1")
+                await self.daemon.reload(reason="sighup")
+                systemd.notify("READY=1")
+                systemd.notify(self._status_line())
+            else:
+                return
+
+    def _status_line(self) -> str:
+        loaded = self.daemon.loaded
+        return f"STATUS=serving {len(loaded.agents)} agents ({len(loaded.problems)} rejected)"
+
+    async def drain(self, second_signal: trio.Event) -> None:
+        daemon = self.daemon
+        daemon.shutting_down = True
+        daemon.scheduler.close(ShuttingDown("the daemon is shutting down; the dispatch was not started"))
+        in_flight = len(daemon.inflight)
+        systemd.notify("STOPPING=1")
+        systemd.notify(f"STATUS=draining {in_flight} in-flight dispatches (up to {self.drain_timeout_s:g} s)")
+        log.info("draining", extra={"in_flight": in_flight, "timeout_s": self.drain_timeout_s})
+        with trio.move_on_after(self.drain_timeout_s):
+            async with trio.open_nursery() as nursery:
+                async def stop_on_second_signal() -> None:
+                    await second_signal.wait()
+                    nursery.cancel_scope.cancel()
+
+                nursery.start_soon(stop_on_second_signal)
+                await daemon.idle.wait()
+                nursery.cancel_scope.cancel()
+        if daemon.inflight:
+            self.cancelled = len(daemon.inflight)
+            self.exit_code = ExitCode.UNREACHABLE
+            log.warning("drain timed out; cancelling in-flight dispatches", extra={"in_flight": self.cancelled})
+            self.runner.cancel_all()
+            await daemon.idle.wait()
+        # Let the last responses reach their clients before the server goes away.
+        with trio.move_on_after(5):
+            await self.api.wait_requests_done()
+
+
+async def serve_daemon(
+    home: Home,
+    config: Config,
+    options: DaemonOptions,
+    logs: LogBroadcaster,
+    *,
+    task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
+) -> int:
+    """Run the daemon until SIGTERM/SIGINT; return the exit status."""
+    with trio.open_signal_receiver(signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as signals:
+        await trio.to_thread.run_sync(init_home, home)
+        key = await trio.to_thread.run_sync(load_private_key, home.daemon_key_path)
+        set_child_subreaper()
+        metrics = Metrics()
+        registry = await trio.to_thread.run_sync(scan_agents, home.agents_dir)
+        store = DispatchStore(home.dispatches_dir)
+        budget = await trio.to_thread.run_sync(_budget_from_history, store, time.time_ns() // 1_000_000)
+        grants = await trio.to_thread.run_sync(GrantsWatch, GrantStore(home.grants_path, key.public_key()), home.grants_path)
+        sockets, socket_names, activated = _open_sockets(options)
+        async with AuditLog.open(home.audit_dir, key, config.audit, on_batch=metrics.observe_audit_batch) as audit:
+            async with Runner.open(config.runtime, scratch_root=home.state_dir / "scratch") as runner:
+                daemon = Daemon(
+                    home=home,
+                    config=config,
+                    runner=runner,
+                    audit=audit,
+                    store=store,
+                    grants=grants,
+                    agents=LoadedAgents.first(registry),
+                    budget=budget,
+                    metrics=metrics,
+                    socket_paths=socket_names,
+                )
+                await audit.record(
+                    "daemon.start",
+                    {"pid": os.getpid(), "version": __version__, "sockets": socket_names, "pubkey": public_key_hex(key)},
+                )
+                await daemon.record_registry(reason="start")
+                api = ControlAPI(daemon, logs)
+                lifecycle = _Lifecycle(daemon, api, runner, options.drain_timeout_s)
+                async with trio.open_nursery() as nursery:
+                    await nursery.start(serve, api, sockets)
+                    nursery.start_soon(_watchdog)
+                    systemd.notify("READY=1")
+                    systemd.notify(lifecycle._status_line())
+                    log.info("ready", extra={"sockets": ",".join(socket_names), "agents": len(daemon.loaded.agents)})
+                    task_status.started(socket_names)
+                    await lifecycle.handle_signals(signals)
+                    second_signal = trio.Event()
+
+                    async def watch_second_signal() -> None:
+                        async for _ in signals:
+                            second_signal.set()
+                            return
+
+                    nursery.start_soon(watch_second_signal)
+                    await lifecycle.drain(second_signal)
+                    nursery.cancel_scope.cancel()
+                await audit.record(
+                    "daemon.stop",
+                    {"exit_code": lifecycle.exit_code, "cancelled": lifecycle.cancelled},
+                )
+        for sock in sockets:
+            sock.close()
+        if not activated and options.socket_path.exists():
+            options.socket_path.unlink()
+        log.info("stopped", extra={"exit_code": lifecycle.exit_code})
+        return lifecycle.exit_code
+
+
+def run_daemon(home: Home, config: Config, options: DaemonOptions, logs: LogBroadcaster) -> int:
+    """Blocking entry point for ``covenant daemon``."""
+    return trio.run(serve_daemon, home, config, options, logs)

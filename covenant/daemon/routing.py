@@ -1,0 +1,96 @@
+"""Choose the agent for an intent: explicit id, keyword match, or the default.
+
+Pure functions over the loaded agents; no I/O. Never a silent fallback: a tie
+is ``ambiguous`` and nothing matching without a configured default is
+``no_agent``.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+
+from covenant.errors import CovenantError, ExitCode
+from covenant.manifest.model import AgentSpec
+
+__all__ = ["NoAgent", "AmbiguousRoute", "route", "keyword_scores"]
+
+_WORD = re.compile(r"\w+(?:[-']\w+)*", re.UNICODE)
+
+
+class NoAgent(CovenantError):
+    code = "no_agent"
+    exit_code = ExitCode.NO_AGENT
+    http_status = 404
+
+
+class AmbiguousRoute(CovenantError):
+    code = "ambiguous"
+    exit_code = ExitCode.NO_AGENT
+    http_status = 409
+
+
+def _words(text: str) -> list[str]:
+    return [w.casefold() for w in _WORD.findall(text)]
+
+
+def keyword_scores(text: str, agents: Mapping[str, AgentSpec]) -> dict[str, int]:
+    """Whole-word keyword matches per agent (agents with no match are left out).
+
+    A keyword may span several words ("word count"); it matches as a whole
+    phrase, never as a substring of a longer word.
+    """
+    words = _words(text)
+    joined = f" {' '.join(words)} "
+    scores: dict[str, int] = {}
+    for agent_id, agent in agents.items():
+        score = 0
+        for keyword in agent.keywords:
+            phrase = " ".join(_words(keyword))
+            if phrase:
+                score += joined.count(f" {phrase} ")
+        if score:
+            scores[agent_id] = score
+    return scores
+
+
+def route(
+    text: str,
+    agents: Mapping[str, AgentSpec],
+    *,
+    requested: str | None = None,
+    default_agent: str | None = None,
+) -> tuple[AgentSpec, str]:
+    """The agent for ``text`` and how it was chosen (``explicit``, ``keywords``, ``default``)."""
+    if requested is not None:
+        agent = agents.get(requested)
+        if agent is None:
+            raise NoAgent(
+                f"no agent with id {requested!r} is loaded (see `covenant agents list`)",
+                agent=requested,
+            )
+        return agent, "explicit"
+    scores = keyword_scores(text, agents)
+    if scores:
+        best = max(scores.values())
+        winners = sorted(agent_id for agent_id, score in scores.items() if score == best)
+        if len(winners) > 1:
+            raise AmbiguousRoute(
+                f"the intent matches {len(winners)} agents equally ({', '.join(winners)}); "
+                "name one with --agent",
+                candidates=winners,
+            )
+        return agents[winners[0]], "keywords"
+    if default_agent:
+        agent = agents.get(default_agent)
+        if agent is None:
+            raise NoAgent(
+                f"no agent's keywords match, and default_agent {default_agent!r} from covenant.toml "
+                "is not loaded",
+                agent=default_agent,
+            )
+        return agent, "default"
+    raise NoAgent(
+        "no agent's keywords match the intent and covenant.toml sets no default_agent; "
+        "name one with --agent (see `covenant agents list`)"
+    )

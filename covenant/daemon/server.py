@@ -1,0 +1,122 @@
+"""Serve the control API over unix sockets with hypercorn, knowing each peer's uid.
+
+hypercorn's own ``worker_serve`` reports no client address for AF_UNIX
+sockets, and administrative calls must be decided on the peer's credentials
+(SO_PEERCRED). So we run hypercorn's per-connection ``TCPServer`` ourselves and
+wrap the app once per connection with the peer's credentials, which the app
+reads from ``scope["extensions"]["covenant.peer"]``. HTTP parsing stays
+hypercorn's; only the accept loop is ours.
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import stat
+import struct
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+from hypercorn.config import Config as HypercornConfig
+from hypercorn.trio.tcp_server import TCPServer
+from hypercorn.trio.worker_context import WorkerContext
+
+from covenant.errors import ConfigError
+
+__all__ = ["Peer", "bind_unix_socket", "serve", "peer_of"]
+
+ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+
+_UCRED = struct.Struct("3i")
+
+
+@dataclass(frozen=True)
+class Peer:
+    """Credentials of the process on the other end of a unix socket."""
+
+    pid: int
+    uid: int
+    gid: int
+
+
+def peer_of(sock: socket.socket) -> Peer | None:
+    """SO_PEERCRED of a connected AF_UNIX socket, or None for other families."""
+    if sock.family != socket.AF_UNIX:
+        return None
+    pid, uid, gid = _UCRED.unpack(sock.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, _UCRED.size))
+    return Peer(pid=pid, uid=uid, gid=gid)
+
+
+def bind_unix_socket(path: Path, *, mode: int = 0o660) -> socket.socket:
+    """Bind and listen on ``path`` with ``mode``, replacing a stale socket file.
+
+    Refuses to replace anything that is not a socket, and refuses a path where a
+    live daemon already answers (two daemons on one home would interleave the
+    audit log).
+    """
+    path.parent.mkdir(parents=True, exist_ok=True)
+    try:
+        st = os.lstat(path)
+    except FileNotFoundError:
+        pass
+    else:
+        if not stat.S_ISSOCK(st.st_mode):
+            raise ConfigError(f"{path}: exists and is not a socket; refusing to replace it")
+        probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        try:
+            probe.connect(str(path))
+        except OSError:
+            os.unlink(path)  # stale: nobody listens
+        else:
+            raise ConfigError(f"{path}: another daemon is already listening there")
+        finally:
+            probe.close()
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    # umask-free: bind creates the file with the process umask, so fix the mode right after.
+    sock.bind(str(path))
+    os.chmod(path, mode)
+    sock.listen(512)
+    return sock
+
+
+class _PeerApp:
+    """hypercorn AppWrapper that hands the peer's credentials to the ASGI app."""
+
+    def __init__(self, app: ASGIApp, peer: Peer | None) -> None:
+        self._app = app
+        self._peer = peer
+
+    async def __call__(self, scope: dict, receive: Any, send: Any, sync_spawn: Any, call_soon: Any) -> None:
+        scope = dict(scope)
+        scope["extensions"] = {**(scope.get("extensions") or {}), "covenant.peer": self._peer}
+        await self._app(scope, receive, send)
+
+
+def _hypercorn_config() -> HypercornConfig:
+    config = HypercornConfig()
+    config.keep_alive_timeout = 75
+    config.graceful_timeout = 5
+    config.accesslog = None
+    config.errorlog = None
+    return config
+
+
+async def serve(
+    app: ASGIApp,
+    sockets: list[socket.socket],
+    *,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
+) -> None:
+    """Accept connections on ``sockets`` forever; cancel the caller's scope to stop."""
+    config = _hypercorn_config()
+    context = WorkerContext(None)
+    listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in sockets]
+
+    async def handle(stream: trio.SocketStream) -> None:
+        peer = peer_of(stream.socket)  # type: ignore[arg-type]
+        await TCPServer(_PeerApp(app, peer), config, context, {}, stream)  # type: ignore[arg-type]
+
+    await trio.serve_listeners(handle, listeners, task_status=task_status)

@@ -1,0 +1,360 @@
+"""The daemon's decisions: one dispatch from signed intent to recorded outcome.
+
+Order of a dispatch, each step audited before the next one acts:
+verify the signed intent -> route -> capability check and budget (fail
+closed) -> wait for a run slot -> spawn and supervise -> record the outcome.
+A denied or unroutable intent spawns nothing.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import time
+from dataclasses import dataclass
+from typing import Any
+
+import trio
+
+from covenant import __version__
+from covenant.audit.writer import AuditLog, text_digest
+from covenant.config import Config
+from covenant.daemon.agents_state import LoadedAgents, merge_reload
+from covenant.daemon.grants_watch import GrantsWatch
+from covenant.daemon.metrics import Metrics
+from covenant.daemon.routing import route
+from covenant.daemon.scheduler import Scheduler, ShuttingDown
+from covenant.errors import CovenantError
+from covenant.home import Home
+from covenant.manifest.model import AgentSpec
+from covenant.manifest.registry import scan_agents
+from covenant.policy.budget import BudgetLedger
+from covenant.policy.check import check_capabilities
+from covenant.policy.intents import Intent, IntentVerifier
+from covenant.runtime.outcome import DispatchRecord, outcome_exit_code
+from covenant.runtime.records import DispatchStore
+from covenant.runtime.runner import Runner
+
+__all__ = ["Daemon", "agent_json"]
+
+log = logging.getLogger("covenant.daemon")
+
+
+def _now_ms() -> int:
+    return time.time_ns() // 1_000_000
+
+
+def agent_json(agent: AgentSpec) -> dict[str, Any]:
+    """The API's view of one agent."""
+    return agent.model_dump(mode="json")
+
+
+@dataclass
+class _Inflight:
+    intent_id: str
+    agent_id: str
+    started: float
+
+
+class Daemon:
+    """Holds the loaded state and performs dispatches; the API and signals call in."""
+
+    def __init__(
+        self,
+        *,
+        home: Home,
+        config: Config,
+        runner: Runner,
+        audit: AuditLog,
+        store: DispatchStore,
+        grants: GrantsWatch,
+        agents: LoadedAgents,
+        budget: BudgetLedger,
+        metrics: Metrics,
+        socket_paths: list[str],
+    ) -> None:
+        self.home = home
+        self.config = config
+        self.runner = runner
+        self.audit = audit
+        self.store = store
+        self.grants = grants
+        self.loaded = agents
+        self.budget = budget
+        self.metrics = metrics
+        self.socket_paths = socket_paths
+        self.verifier = IntentVerifier(config.policy.skew_s, config.policy.replay_cache)
+        self.scheduler = Scheduler(
+            max_concurrent=config.daemon.max_concurrent,
+            per_agent=config.daemon.per_agent_concurrent,
+            queue_max=config.daemon.queue_max,
+        )
+        self.started_monotonic = time.monotonic()
+        self.started_at_ms = _now_ms()
+        self.shutting_down = False
+        self.inflight: dict[str, _Inflight] = {}
+        self.idle = trio.Event()
+        self.idle.set()
+        self._reload_lock = trio.Lock()
+        metrics.set_registry(len(agents.agents), len(agents.problems))
+
+    # -- dispatch -----------------------------------------------------------------
+
+    async def dispatch(self, body: dict[str, Any]) -> dict[str, Any]:
+        """Run one signed intent; returns the outcome document or raises CovenantError."""
+        if self.shutting_down:
+            raise ShuttingDown("the daemon is shutting down and accepts no new dispatches")
+        try:
+            intent = self.verifier.verify(body, _now_ms())
+        except CovenantError as exc:
+            await self._audit_rejection(body, exc)
+            raise
+        dry_run = bool(body.get("dry_run", False))
+        await self.audit.record("intent.received", self._intent_event(intent, dry_run))
+        try:
+            agent, routed_by = route(
+                intent.text,
+                self.loaded.agents,
+                requested=intent.agent,
+                default_agent=self.config.default_agent,
+            )
+        except CovenantError as exc:
+            await self._audit_decision(intent, None, {"allowed": False, "reason": exc.code, "message": exc.message})
+            raise
+        decision = await self._decide(intent, agent, routed_by)
+        if dry_run:
+            return {
+                "dry_run": True,
+                "intent_id": intent.id,
+                "agent": agent.id,
+                "routed_by": routed_by,
+                "decision": decision,
+                "message": f"would dispatch to {agent.id} (routed by {routed_by}); nothing was spawned",
+            }
+        return await self._run(intent, agent, routed_by, decision)
+
+    async def _decide(self, intent: Intent, agent: AgentSpec, routed_by: str) -> dict[str, Any]:
+        await self.refresh_grants()
+        now = _now_ms()
+        decision = check_capabilities(
+            intent.issuer.pubkey, agent, self.grants.current, now, issuer_display=intent.issuer.display
+        )
+        audit = {"routed_by": routed_by, **decision.to_audit()}
+        if not decision.allowed:
+            self.metrics.policy_denied("capability_denied")
+            await self._audit_decision(intent, agent, audit)
+            decision.raise_if_denied()
+        try:
+            self.budget.check(agent, now)
+        except CovenantError as exc:
+            self.metrics.policy_denied(exc.code)
+            await self._audit_decision(intent, agent, {**audit, "allowed": False, "reason": exc.code})
+            raise
+        await self._audit_decision(intent, agent, audit)
+        return audit
+
+    async def _run(self, intent: Intent, agent: AgentSpec, routed_by: str, decision: dict[str, Any]) -> dict[str, Any]:
+        payload = {
+            "id": intent.id,
+            "text": intent.text,
+            "issuer": {"display": intent.issuer.display, "pubkey": intent.issuer.pubkey},
+            "issued_at": intent.issued_at,
+            "priority": intent.priority,
+            "parent": intent.parent,
+        }
+        priority = intent.priority
+        try:
+            async with self.scheduler.slot(agent.id, priority):
+                self._update_queue_metrics()
+                if not self.inflight:
+                    self.idle = trio.Event()
+                self.inflight[intent.id] = _Inflight(intent.id, agent.id, time.monotonic())
+                try:
+                    record = await self.runner.run(agent, payload)
+                    await self._finish(intent, agent, record)
+                finally:
+                    del self.inflight[intent.id]
+                    if not self.inflight:
+                        self.idle.set()
+        except CovenantError as exc:
+            await self.audit.record(
+                "intent.completed",
+                {"intent": intent.id, "agent": agent.id, "outcome": exc.code, "status": None},
+            )
+            raise
+        finally:
+            self._update_queue_metrics()
+        result = record.result or {}
+        return {
+            "intent_id": intent.id,
+            "agent": agent.id,
+            "routed_by": routed_by,
+            "outcome": record.outcome,
+            "exit_code": outcome_exit_code(record.outcome),
+            "status": result.get("status"),
+            "text": result.get("text"),
+            "sources": result.get("sources", []),
+            "error": record.error,
+            "decision": decision,
+            "record": record.model_dump(mode="json"),
+        }
+
+    async def _finish(self, intent: Intent, agent: AgentSpec, record: DispatchRecord) -> None:
+        """Persist the record, charge the budget, audit the spawn, exit and completion."""
+        await trio.to_thread.run_sync(self.store.append, record)
+        self.budget.charge(agent.id, record.cpu_ms, _now_ms())
+        self.metrics.observe_dispatch(agent.id, record.outcome, record.duration_ms / 1000)
+        if record.pid is not None:
+            await self.audit.record(
+                "agent.spawned",
+                {"intent": intent.id, "agent": agent.id, "pid": record.pid, "argv": record.argv, "limits": record.limits},
+            )
+        await self.audit.record(
+            "agent.exited",
+            {
+                "intent": intent.id,
+                "agent": agent.id,
+                "pid": record.pid,
+                "exit_code": record.exit_code,
+                "signal": record.signal,
+                "outcome": record.outcome,
+                "duration_ms": record.duration_ms,
+                "cpu_ms": record.cpu_ms,
+                "peak_rss_kib": record.peak_rss_kib,
+                "stdout_bytes": record.stdout_bytes,
+            },
+        )
+        result_text = (record.result or {}).get("text")
+        await self.audit.record(
+            "intent.completed",
+            {
+                "intent": intent.id,
+                "agent": agent.id,
+                "outcome": record.outcome,
+                "status": (record.result or {}).get("status"),
+                "result": text_digest(result_text, self.config.audit.store_text) if result_text is not None else None,
+            },
+        )
+
+    def _intent_event(self, intent: Intent, dry_run: bool) -> dict[str, Any]:
+        return {
+            "intent": intent.id,
+            "issuer": intent.issuer.pubkey,
+            "issuer_display": intent.issuer.display,
+            "agent_requested": intent.agent,
+            "priority": intent.priority,
+            "parent": intent.parent,
+            "issued_at": intent.issued_at,
+            "dry_run": dry_run,
+            "text": text_digest(intent.text, self.config.audit.store_text),
+        }
+
+    async def _audit_decision(self, intent: Intent, agent: AgentSpec | None, data: dict[str, Any]) -> None:
+        await self.audit.record("policy.decision", {"intent": intent.id, "agent": agent.id if agent else None, **data})
+
+    async def _audit_rejection(self, body: dict[str, Any], exc: CovenantError) -> None:
+        """A rejected intent is audited too, with what it claimed (nothing is trusted)."""
+        self.metrics.policy_denied(exc.code)
+        claimed = body.get("intent") if isinstance(body, dict) else None
+        claimed = claimed if isinstance(claimed, dict) else {}
+        issuer = claimed.get("issuer") if isinstance(claimed.get("issuer"), dict) else {}
+        await self.audit.record(
+            "policy.decision",
+            {
+                "intent": str(claimed.get("id"))[:200] if claimed.get("id") is not None else None,
+                "agent": None,
+                "allowed": False,
+                "reason": exc.code,
+                "message": exc.message,
+                "claimed_issuer": str(issuer.get("pubkey"))[:200] if issuer.get("pubkey") is not None else None,
+            },
+        )
+
+    def _update_queue_metrics(self) -> None:
+        self.metrics.set_queue(self.scheduler.queued, self.scheduler.in_flight)
+
+    # -- grants and reload -----------------------------------------------------------
+
+    async def refresh_grants(self, *, force: bool = False) -> None:
+        """Pick up grants.toml edits made by `covenant grant`/`revoke` and audit what changed."""
+        changes = self.grants.refresh(force=force)
+        if changes is None:
+            return
+        for issuer, action, expires_at in changes.added:
+            await self.audit.record("grant.added", {"issuer": issuer, "action": action, "expires_at": expires_at})
+        for issuer, action, expires_at in changes.revoked:
+            await self.audit.record("grant.revoked", {"issuer": issuer, "action": action, "expires_at": expires_at})
+
+    async def reload(self, *, reason: str) -> dict[str, Any]:
+        """Rescan manifests and grants; a file that became invalid keeps its previous version."""
+        async with self._reload_lock:
+            fresh = await trio.to_thread.run_sync(scan_agents, self.home.agents_dir)
+            self.loaded, changes = merge_reload(self.loaded, fresh)
+            await self.refresh_grants(force=True)
+            await self.record_registry(reason=reason, changes=changes.to_json())
+            log.info(
+                "reloaded",
+                extra={"reason": reason, "agents": len(self.loaded.agents), "rejected": len(self.loaded.problems)},
+            )
+            return {"agents": sorted(self.loaded.agents), "problems": [str(p) for p in self.loaded.problems], **changes.to_json()}
+
+    async def record_registry(self, *, reason: str, changes: dict[str, Any] | None = None) -> None:
+        """Audit the registry state and each rejected manifest; log the problems."""
+        self.metrics.set_registry(len(self.loaded.agents), len(self.loaded.problems))
+        rejected_by_file: dict[str, list[str]] = {}
+        for problem in self.loaded.problems:
+            rejected_by_file.setdefault(str(problem.path), []).append(str(problem))
+            log.warning("manifest rejected", extra={"problem": str(problem)})
+        for path, problems in sorted(rejected_by_file.items()):
+            await self.audit.record("manifest.rejected", {"path": path, "problems": problems})
+        await self.audit.record(
+            "registry.loaded",
+            {
+                "reason": reason,
+                "agents": sorted(self.loaded.agents),
+                "rejected": len(rejected_by_file),
+                "kept_previous": sorted(self.loaded.kept_previous),
+                **(changes or {}),
+            },
+        )
+
+    # -- views ----------------------------------------------------------------------
+
+    def status(self) -> dict[str, Any]:
+        head = self.audit.head or {}
+        now_ms = _now_ms()
+        return {
+            "version": __version__,
+            "pid": os.getpid(),
+            "uptime_s": int(time.monotonic() - self.started_monotonic),
+            "started_at_ms": self.started_at_ms,
+            "home": str(self.home.root),
+            "sockets": self.socket_paths,
+            "shutting_down": self.shutting_down,
+            "agents": {"loaded": sorted(self.loaded.agents), "kept_previous": sorted(self.loaded.kept_previous)},
+            "rejected": [p.to_json() for p in self.loaded.problems],
+            "in_flight": [
+                {"intent": d.intent_id, "agent": d.agent_id, "elapsed_ms": int((time.monotonic() - d.started) * 1000)}
+                for d in self.inflight.values()
+            ],
+            "queued": self.scheduler.queued,
+            "limits": {
+                "max_concurrent": self.scheduler.max_concurrent,
+                "per_agent": self.scheduler.per_agent,
+                "queue_max": self.scheduler.queue_max,
+            },
+            "audit": {
+                "healthy": self.audit.healthy,
+                "failure": self.audit.failure,
+                "head_seq": head.get("seq"),
+                "checkpoint_age_ms": (now_ms - head["ts_ms"]) if "ts_ms" in head else None,
+                "head": head or None,
+            },
+            "grants": {"problems": [str(p) for p in self.grants.current.problems]},
+        }
+
+    async def history(self, limit: int, agent: str | None) -> list[DispatchRecord]:
+        return await trio.to_thread.run_sync(self.store.recent, limit, agent)
+
+    async def record(self, intent_id: str) -> DispatchRecord | None:
+        return await trio.to_thread.run_sync(self.store.get, intent_id)
