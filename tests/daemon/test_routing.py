@@ -1,0 +1,77 @@
+"""Routing is pure: explicit id, keyword score, default, and never a silent fallback."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from covenant.daemon.routing import AmbiguousRoute, NoAgent, keyword_scores, route
+from covenant.manifest.model import AgentSpec
+
+
+def _agent(agent_id: str, *keywords: str) -> AgentSpec:
+    return AgentSpec(
+        id=agent_id,
+        name=agent_id.split("@")[0],
+        version="0.1.0",
+        runtime="python3",
+        kind="agent.toml",
+        manifest_path=Path("/x/agent.toml"),
+        root=Path("/x"),
+        entry=Path("/x/main.py"),
+        keywords=keywords,
+    )
+
+
+AGENTS = {
+    "count@local": _agent("count@local", "count", "words", "word count"),
+    "calc@local": _agent("calc@local", "calculate", "sum"),
+    "search@local": _agent("search@local", "search", "find"),
+}
+
+
+def test_explicit_agent_wins_over_keywords() -> None:
+    agent, how = route("calculate 1+1", AGENTS, requested="search@local")
+    assert (agent.id, how) == ("search@local", "explicit")
+
+
+def test_explicit_unknown_agent_is_no_agent() -> None:
+    with pytest.raises(NoAgent, match="nope@local"):
+        route("anything", AGENTS, requested="nope@local")
+
+
+def test_most_whole_word_matches_wins() -> None:
+    agent, how = route("please count the words, the word count matters", AGENTS)
+    assert (agent.id, how) == ("count@local", "keywords")
+
+
+def test_keywords_match_whole_words_only() -> None:
+    # "summary" contains "sum" and "finder" contains "find": neither is a whole-word match.
+    assert keyword_scores("a summary for the finder", AGENTS) == {}
+
+
+def test_matching_is_case_insensitive() -> None:
+    assert keyword_scores("CALCULATE this", AGENTS) == {"calc@local": 1}
+
+
+def test_tie_is_ambiguous_and_names_candidates() -> None:
+    with pytest.raises(AmbiguousRoute) as info:
+        route("search and calculate", AGENTS)
+    assert info.value.details["candidates"] == ["calc@local", "search@local"]
+    assert info.value.http_status == 409
+
+
+def test_no_match_goes_to_default_agent() -> None:
+    agent, how = route("hello there", AGENTS, default_agent="calc@local")
+    assert (agent.id, how) == ("calc@local", "default")
+
+
+def test_no_match_without_default_is_no_agent() -> None:
+    with pytest.raises(NoAgent, match="default_agent"):
+        route("hello there", AGENTS)
+
+
+def test_default_agent_not_loaded_is_no_agent_not_fallback() -> None:
+    with pytest.raises(NoAgent, match="gone@local"):
+        route("hello there", AGENTS, default_agent="gone@local")

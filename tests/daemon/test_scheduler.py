@@ -1,0 +1,123 @@
+"""The scheduler: global and per-agent limits, priority order, bounded queue, close."""
+
+from __future__ import annotations
+
+import pytest
+import trio
+import trio.testing
+
+from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown
+
+
+async def test_priority_order_then_fifo_when_saturated() -> None:
+    scheduler = Scheduler(max_concurrent=1, queue_max=10)
+    order: list[str] = []
+    release = trio.Event()
+
+    async def hold() -> None:
+        async with scheduler.slot("a", "normal"):
+            await release.wait()
+
+    async def job(name: str, priority: str) -> None:
+        async with scheduler.slot("a", priority):
+            order.append(name)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold)
+        await trio.testing.wait_all_tasks_blocked()
+        for name, priority in [("low1", "low"), ("normal1", "normal"), ("high1", "high"), ("normal2", "normal"), ("high2", "high")]:
+            nursery.start_soon(job, name, priority)
+            await trio.testing.wait_all_tasks_blocked()
+        assert scheduler.queued == 5
+        release.set()
+    assert order == ["high1", "high2", "normal1", "normal2", "low1"]
+    assert scheduler.in_flight == 0
+
+
+async def test_full_queue_answers_overloaded() -> None:
+    scheduler = Scheduler(max_concurrent=1, queue_max=1)
+    release = trio.Event()
+
+    async def hold(agent: str) -> None:
+        async with scheduler.slot(agent, "normal"):
+            await release.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold, "a")
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(hold, "a")  # queued
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(Overloaded):
+            async with scheduler.slot("a", "high"):
+                pass
+        release.set()
+
+
+async def test_per_agent_limit_lets_other_agents_run() -> None:
+    scheduler = Scheduler(max_concurrent=4, per_agent=1, queue_max=10)
+    release = trio.Event()
+    started: list[str] = []
+
+    async def job(agent: str) -> None:
+        async with scheduler.slot(agent, "normal"):
+            started.append(agent)
+            await release.wait()
+
+    async with trio.open_nursery() as nursery:
+        for agent in ("a", "a", "b"):
+            nursery.start_soon(job, agent)
+            await trio.testing.wait_all_tasks_blocked()
+        assert sorted(started) == ["a", "b"]
+        assert scheduler.queued == 1
+        release.set()
+    assert sorted(started) == ["a", "a", "b"]
+
+
+async def test_cancelled_waiter_leaves_the_queue() -> None:
+    scheduler = Scheduler(max_concurrent=1, queue_max=10)
+    release = trio.Event()
+
+    async def hold() -> None:
+        async with scheduler.slot("a", "normal"):
+            await release.wait()
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold)
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.move_on_after(0.05) as scope:
+            async with scheduler.slot("a", "normal"):
+                pytest.fail("a cancelled waiter must not get a slot")
+        assert scope.cancelled_caught
+        assert scheduler.queued == 0
+        release.set()
+    assert scheduler.in_flight == 0
+
+
+async def test_close_refuses_queued_and_new() -> None:
+    scheduler = Scheduler(max_concurrent=1, queue_max=10)
+    release = trio.Event()
+    refused: list[str] = []
+
+    async def hold() -> None:
+        async with scheduler.slot("a", "normal"):
+            await release.wait()
+
+    async def waiter() -> None:
+        try:
+            async with scheduler.slot("a", "normal"):
+                pytest.fail("a closed scheduler must not grant queued slots")
+        except ShuttingDown:
+            refused.append("queued")
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(waiter)
+        await trio.testing.wait_all_tasks_blocked()
+        scheduler.close(ShuttingDown("bye"))
+        await trio.testing.wait_all_tasks_blocked()
+        with pytest.raises(ShuttingDown):
+            async with scheduler.slot("b", "normal"):
+                pass
+        release.set()
+    assert refused == ["queued"]
