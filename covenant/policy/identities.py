@@ -1,0 +1,275 @@
+"""Who signs intents: the user's own key, and other issuers a home knows by name.
+
+The user's identity is ``$XDG_CONFIG_HOME/covenant/identity.key`` (PEM PKCS#8,
+0600) with its display name in ``identity.toml`` beside it. A home keeps the
+public keys of issuers it can grant to by name in ``identities.toml``.
+Names are labels for operators; every decision binds to the public key.
+
+Light: ``covenant dispatch`` loads the user's identity through this module, so
+only the stdlib, :mod:`covenant.keys` and cryptography are imported at module
+level (tomlkit only when a file is written).
+"""
+
+from __future__ import annotations
+
+import getpass
+import json
+import os
+import re
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from covenant.home import Home, user_identity_path
+from covenant.keys import create_key_file, load_private_key, public_key_from_hex, public_key_hex
+from covenant.policy._files import atomic_write_text, locked
+from covenant.policy.errors import IdentityError, UnknownIdentity
+from covenant.policy.signing import display_problem
+
+__all__ = [
+    "UserIdentity",
+    "KnownIdentities",
+    "default_display",
+    "user_display_path",
+    "ensure_user_identity",
+    "init_user_identity",
+    "load_user_identity",
+    "normalize_pubkey",
+]
+
+_HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
+
+
+@dataclass(frozen=True)
+class UserIdentity:
+    """The user's signing key and the display name sent with each intent."""
+
+    key: Ed25519PrivateKey
+    display: str
+    path: Path
+
+    @property
+    def pubkey(self) -> str:
+        """Lowercase hex of the 32 raw public-key bytes."""
+        return public_key_hex(self.key)
+
+
+def default_display() -> str:
+    """``$USER@<hostname>`` (getpass falls back to the password database)."""
+    try:
+        user = getpass.getuser()
+    except (OSError, KeyError):
+        user = str(os.getuid())
+    return f"{user}@{os.uname().nodename}"
+
+
+def user_display_path() -> Path:
+    """``identity.toml`` beside the user's key: holds its display name."""
+    return user_identity_path().with_name("identity.toml")
+
+
+def _check_display(display: str) -> str:
+    problem = display_problem(display)
+    if problem:
+        raise IdentityError(f"display name {display!r}: {problem}", field="display")
+    return display
+
+
+def _read_display(path: Path) -> str | None:
+    try:
+        with open(path, "rb") as f:
+            data = tomllib.load(f)
+    except FileNotFoundError:
+        return None
+    except tomllib.TOMLDecodeError as exc:
+        raise IdentityError(f"{path}: {exc} (fix or delete the file)", path=str(path)) from None
+    display = data.get("display")
+    problem = display_problem(display)
+    if problem:
+        raise IdentityError(f"{path}: `display`: {problem}", path=str(path), field="display")
+    return display
+
+
+def _write_display(path: Path, display: str) -> None:
+    # A JSON string without control characters (display_problem forbids them)
+    # is a valid TOML basic string: only '"' and '\\' get escaped.
+    text = (
+        "# The display name sent with your signed intents (a label; your public key is the identity).\n"
+        f"display = {json.dumps(display, ensure_ascii=False)}\n"
+    )
+    atomic_write_text(path, text, mode=0o644)
+
+
+def _create(display: str) -> UserIdentity:
+    path = user_identity_path()
+    key = create_key_file(path)
+    _write_display(user_display_path(), display)
+    return UserIdentity(key=key, display=display, path=path)
+
+
+def init_user_identity(display: str | None = None) -> UserIdentity:
+    """Create the user's identity; refuse when a key already exists (never overwrite one)."""
+    path = user_identity_path()
+    chosen = _check_display(display or default_display())
+    if os.path.lexists(path):
+        raise IdentityError(
+            f"{path}: an identity key already exists; refusing to overwrite it "
+            f"(`covenant identity show` prints it; move the file aside to make a new one)",
+            path=str(path),
+        )
+    try:
+        return _create(chosen)
+    except FileExistsError:
+        raise IdentityError(f"{path}: an identity key was created concurrently; refusing to overwrite it",
+                            path=str(path)) from None
+
+
+def load_user_identity() -> UserIdentity:
+    """Load the user's key (refusing symlinks and keys readable by others) and its display name."""
+    path = user_identity_path()
+    if not os.path.lexists(path):
+        raise IdentityError(
+            f"{path}: no identity key (create one with `covenant identity init` or `covenant init`)",
+            path=str(path),
+        )
+    key = load_private_key(path)
+    display = _read_display(user_display_path()) or default_display()
+    return UserIdentity(key=key, display=display, path=path)
+
+
+def ensure_user_identity(display: str | None = None) -> tuple[UserIdentity, bool]:
+    """Load the user's identity, creating it when missing; the bool says it was created.
+
+    An existing identity keeps its stored display name (``display`` applies only
+    to a new one); a missing ``identity.toml`` is written with the default name.
+    """
+    path = user_identity_path()
+    if not os.path.lexists(path):
+        try:
+            return _create(_check_display(display or default_display())), True
+        except FileExistsError:
+            pass  # another process created it between our check and O_EXCL: use theirs
+    key = load_private_key(path)
+    stored = _read_display(user_display_path())
+    if stored is None:
+        stored = _check_display(display or default_display())
+        _write_display(user_display_path(), stored)
+    return UserIdentity(key=key, display=stored, path=path), False
+
+
+def normalize_pubkey(text: str) -> str:
+    """A public key as 64 lowercase hex; raises IdentityError when it is not a valid Ed25519 key."""
+    candidate = text.strip().lower()
+    try:
+        public_key_from_hex(candidate)
+    except ValueError:
+        raise IdentityError(
+            f"{text!r} is not a public key (64 hex characters, as `covenant identity show` prints)",
+            field="pubkey",
+        ) from None
+    return candidate
+
+
+class KnownIdentities:
+    """``<home>/identities.toml``: display name -> public key, so operators can grant by name.
+
+    File format::
+
+        [identities]
+        "alice@laptop" = "3f1c…(64 hex)"
+    """
+
+    HEADER = (
+        "Issuers this covenant home knows by name (`covenant identity add NAME PUBKEY`).\n"
+        "Grants bind to the public key; the name is only how operators refer to it."
+    )
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self.path = home.known_identities_path
+
+    def all(self) -> dict[str, str]:
+        """Every known ``display -> pubkey``, in file order; raises IdentityError for a bad file."""
+        try:
+            with open(self.path, "rb") as f:
+                data = tomllib.load(f)
+        except FileNotFoundError:
+            return {}
+        except tomllib.TOMLDecodeError as exc:
+            raise IdentityError(f"{self.path}: {exc}", path=str(self.path)) from None
+        table = data.get("identities", {})
+        if not isinstance(table, dict):
+            raise IdentityError(f"{self.path}: `identities` must be a table of name = \"pubkey\"",
+                                path=str(self.path))
+        known: dict[str, str] = {}
+        for display, pubkey in table.items():
+            if not isinstance(pubkey, str) or not _HEX64.match(pubkey):
+                raise IdentityError(
+                    f"{self.path}: identities.{json.dumps(display, ensure_ascii=False)}: value must be a "
+                    f"64-hex public key",
+                    path=str(self.path),
+                    field=display,
+                )
+            known[display] = pubkey.lower()
+        return known
+
+    def resolve(self, name_or_pubkey: str) -> str:
+        """The public key for a 64-hex key (returned normalized) or a known display name."""
+        text = name_or_pubkey.strip()
+        if _HEX64.match(text):
+            return normalize_pubkey(text)
+        pubkey = self.all().get(text)
+        if pubkey is None:
+            raise UnknownIdentity(
+                f"unknown issuer {name_or_pubkey!r}: not a 64-hex public key and not a name in {self.path} "
+                f"(record it with `covenant identity add {name_or_pubkey} PUBKEY`, or pass the public key)",
+                issuer=name_or_pubkey,
+            )
+        return pubkey
+
+    def display_for(self, pubkey: str) -> str | None:
+        """The first name recorded for ``pubkey``, or None."""
+        wanted = pubkey.lower()
+        for display, known in self.all().items():
+            if known == wanted:
+                return display
+        return None
+
+    def add(self, display: str, pubkey: str) -> bool:
+        """Record ``display -> pubkey``; False when already recorded exactly so.
+
+        A name already bound to a different key is refused: silently re-pointing
+        a name would re-target every later `covenant grant NAME …`.
+        """
+        import tomlkit  # only writers pay for tomlkit
+
+        _check_display(display)
+        pubkey = normalize_pubkey(pubkey)
+        if not self.path.parent.is_dir():
+            raise IdentityError(f"no covenant home at {self.path.parent} (run `covenant init`)",
+                                path=str(self.path.parent))
+        with locked(self.path):
+            current = self.all().get(display)
+            if current == pubkey:
+                return False
+            if current is not None:
+                raise IdentityError(
+                    f"{self.path}: {display!r} already names public key {current}; remove that line first "
+                    f"if the issuer really changed keys (grants to the old key stay bound to it)",
+                    path=str(self.path),
+                    field=display,
+                )
+            try:
+                doc = tomlkit.parse(self.path.read_text(encoding="utf-8"))
+            except FileNotFoundError:
+                doc = tomlkit.document()
+                for line in self.HEADER.splitlines():
+                    doc.add(tomlkit.comment(line))
+                doc.add(tomlkit.nl())
+            if "identities" not in doc:
+                doc.add("identities", tomlkit.table())
+            doc["identities"][display] = pubkey  # type: ignore[index]
+            atomic_write_text(self.path, tomlkit.dumps(doc), mode=0o644)
+        return True

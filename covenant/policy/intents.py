@@ -1,0 +1,180 @@
+"""The intent model and the verifier the daemon runs on every dispatch body.
+
+Checks, in this order: shape, signature, clock skew, replay. A body rejected
+at any step never reaches the replay cache, so a forged or stale intent
+cannot burn the id of a legitimate one.
+"""
+
+from __future__ import annotations
+
+import heapq
+import threading
+from typing import Annotated, Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from covenant.policy.errors import BadIntent, BadSignature, ReplayedIntent, StaleIntent
+from covenant.policy.signing import (
+    ID_PATTERN,
+    MAX_AGENT_CHARS,
+    MAX_DISPLAY_CHARS,
+    MAX_ID_CHARS,
+    MAX_TEXT_CHARS,
+    PUBKEY_PATTERN,
+    display_problem,
+    intent_signing_bytes,
+    verify_intent_signature,
+)
+
+__all__ = ["Intent", "Issuer", "IntentVerifier"]
+
+IntentId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=ID_PATTERN)]
+
+# issued_at is ms since the epoch; 2**53 keeps it exact in every JSON reader.
+MAX_TIMESTAMP_MS = 2**53 - 1
+
+
+class _Strict(BaseModel):
+    model_config = ConfigDict(extra="forbid", frozen=True, strict=True)
+
+
+class Issuer(_Strict):
+    """Who signed: ``pubkey`` is the identity, ``display`` only a label."""
+
+    display: str = Field(min_length=1, max_length=MAX_DISPLAY_CHARS)
+    pubkey: str = Field(pattern=PUBKEY_PATTERN)
+
+    @field_validator("display")
+    @classmethod
+    def _display_ok(cls, value: str) -> str:
+        problem = display_problem(value)
+        if problem:
+            raise ValueError(problem)
+        return value
+
+
+class Intent(_Strict):
+    """One signed request to run an agent (DESIGN.md §7b)."""
+
+    id: IntentId
+    text: str = Field(max_length=MAX_TEXT_CHARS)
+    agent: str | None = Field(default=..., min_length=1, max_length=MAX_AGENT_CHARS)
+    issuer: Issuer
+    issued_at: int = Field(ge=0, le=MAX_TIMESTAMP_MS)
+    priority: Literal["low", "normal", "high"]
+    parent: IntentId | None = Field(default=...)
+
+    @field_validator("text")
+    @classmethod
+    def _text_encodable(cls, value: str) -> str:
+        try:
+            value.encode("utf-8")
+        except UnicodeEncodeError:
+            raise ValueError("text must be valid Unicode (no lone surrogates)") from None
+        return value
+
+
+def _shape_problems(exc: ValidationError) -> list[str]:
+    return [f"{'.'.join(str(p) for p in err['loc']) or '(intent)'}: {err['msg']}" for err in exc.errors()]
+
+
+class IntentVerifier:
+    """Verifies dispatch bodies and remembers accepted intent ids.
+
+    ``skew_s`` is the accepted distance between ``issued_at`` and the daemon's
+    clock, either way. ``replay_cache_size`` bounds the remembered ids.
+    Safe to call from several threads.
+    """
+
+    def __init__(self, skew_s: int, replay_cache_size: int) -> None:
+        if skew_s <= 0 or replay_cache_size <= 0:
+            raise ValueError("skew_s and replay_cache_size must be positive")
+        self.skew_ms = skew_s * 1000
+        self.replay_cache_size = replay_cache_size
+        self._seen: dict[str, int] = {}  # id -> issued_at
+        self._by_age: list[tuple[int, str]] = []  # min-heap of (issued_at, id), same entries as _seen
+        # Highest issued_at among ids evicted while still inside the skew window.
+        # An intent at or below it that is not in the cache cannot be proven fresh.
+        self._floor_ms = -1
+        self._lock = threading.Lock()
+
+    def __len__(self) -> int:
+        return len(self._seen)
+
+    def verify(self, body: Any, now_ms: int) -> Intent:
+        """Return the verified intent, or raise BadIntent, BadSignature, StaleIntent or ReplayedIntent."""
+        intent, raw = self._check_shape(body)
+        if not verify_intent_signature(raw, body["signature"]):
+            raise BadSignature(
+                f"intent {intent.id}: signature does not verify against issuer public key "
+                f"{intent.issuer.pubkey} (the intent was altered, or signed by another key)",
+                intent_id=intent.id,
+                pubkey=intent.issuer.pubkey,
+            )
+        self._check_skew(intent, now_ms)
+        self._remember(intent, now_ms)
+        return intent
+
+    def _check_shape(self, body: Any) -> tuple[Intent, dict[str, Any]]:
+        if not isinstance(body, dict):
+            raise BadIntent('dispatch body must be a JSON object {"intent": {...}, "signature": "<hex>"}')
+        raw = body.get("intent")
+        if not isinstance(raw, dict):
+            raise BadIntent('dispatch body needs "intent": an object', field="intent")
+        if not isinstance(body.get("signature"), str):
+            raise BadIntent('dispatch body needs "signature": the hex Ed25519 signature', field="signature")
+        try:
+            intent = Intent.model_validate(raw)
+        except ValidationError as exc:
+            problems = _shape_problems(exc)
+            raise BadIntent(f"malformed intent: {'; '.join(problems)}", problems=problems) from None
+        intent_signing_bytes(raw)  # BadIntent if it cannot be encoded (e.g. a float slipped in)
+        return intent, raw
+
+    def _check_skew(self, intent: Intent, now_ms: int) -> None:
+        delta = intent.issued_at - now_ms
+        if abs(delta) <= self.skew_ms:
+            return
+        direction = "in the future" if delta > 0 else "in the past"
+        raise StaleIntent(
+            f"intent {intent.id}: issued_at is {abs(delta) // 1000} s {direction}; the accepted clock skew is "
+            f"±{self.skew_ms // 1000} s (check the clocks of the issuing host and the daemon, then dispatch again)",
+            intent_id=intent.id,
+            issued_at=intent.issued_at,
+            now_ms=now_ms,
+            skew_s=self.skew_ms // 1000,
+        )
+
+    def _remember(self, intent: Intent, now_ms: int) -> None:
+        with self._lock:
+            self._prune(now_ms)
+            if intent.id in self._seen:
+                raise ReplayedIntent(
+                    f"intent {intent.id} was already received; sign a new intent (a fresh id) to dispatch again",
+                    intent_id=intent.id,
+                )
+            if intent.issued_at <= self._floor_ms:
+                raise ReplayedIntent(
+                    f"intent {intent.id}: the replay cache is full and this intent is older than ids it had "
+                    f"to forget, so it cannot be proven fresh; dispatch again with a new intent "
+                    f"(or raise policy.replay_cache)",
+                    intent_id=intent.id,
+                    cache_full=True,
+                )
+            self._seen[intent.id] = intent.issued_at
+            heapq.heappush(self._by_age, (intent.issued_at, intent.id))
+            while len(self._seen) > self.replay_cache_size:
+                issued_at, evicted = heapq.heappop(self._by_age)
+                del self._seen[evicted]
+                self._floor_ms = max(self._floor_ms, issued_at)
+
+    def _prune(self, now_ms: int) -> None:
+        # An entry whose issued_at is older than the skew window can be dropped
+        # safely: replaying that intent now fails the skew check before the
+        # replay check is reached. So the cache only has to hold ids from the
+        # last 2 × skew window, and eviction of in-window ids (a full cache)
+        # raises the floor instead of silently allowing a replay.
+        horizon = now_ms - self.skew_ms
+        while self._by_age and self._by_age[0][0] < horizon:
+            _, old = heapq.heappop(self._by_age)
+            del self._seen[old]

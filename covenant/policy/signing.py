@@ -1,0 +1,135 @@
+"""Build and sign intents (DESIGN.md §7b). Light: ``covenant dispatch`` imports it.
+
+The signature is Ed25519 over the canonical JSON of the intent object exactly
+as sent: sorted keys, no spaces, UTF-8 with non-ASCII kept. There is no
+domain-separation prefix: the wire format fixes the signed bytes, and the
+daemon key (which signs grants and audit checkpoints, both tagged) is never
+a user key, so an intent signature cannot be mistaken for either.
+
+Only the stdlib, :mod:`covenant.canonical`, :mod:`covenant.keys` and
+cryptography are imported here (no pydantic, trio, psutil or yaml).
+"""
+
+from __future__ import annotations
+
+import re
+import time
+import uuid
+from typing import Any
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from covenant.canonical import canonical_bytes
+from covenant.keys import public_key_from_hex, verify_signature
+from covenant.policy.errors import BadIntent
+
+__all__ = [
+    "INTENT_FIELDS",
+    "PRIORITIES",
+    "MAX_ID_CHARS",
+    "MAX_TEXT_CHARS",
+    "MAX_DISPLAY_CHARS",
+    "MAX_AGENT_CHARS",
+    "ID_PATTERN",
+    "PUBKEY_PATTERN",
+    "SIGNATURE_PATTERN",
+    "display_problem",
+    "new_intent",
+    "intent_signing_bytes",
+    "sign_intent",
+    "verify_intent_signature",
+]
+
+INTENT_FIELDS: tuple[str, ...] = ("id", "text", "agent", "issuer", "issued_at", "priority", "parent")
+PRIORITIES: tuple[str, ...] = ("low", "normal", "high")
+
+MAX_ID_CHARS = 128
+MAX_TEXT_CHARS = 256 * 1024
+MAX_DISPLAY_CHARS = 256
+MAX_AGENT_CHARS = 256
+
+# Intent ids key dispatch records, URLs (/v1/dispatches/{id}) and log lines, so
+# they are restricted to a path- and shell-safe alphabet; uuid4 strings fit.
+ID_PATTERN = r"^[A-Za-z0-9][A-Za-z0-9._:-]*$"
+PUBKEY_PATTERN = r"^[0-9a-f]{64}$"
+SIGNATURE_PATTERN = r"^[0-9a-f]{128}$"
+
+_CONTROL = re.compile(r"[\x00-\x1f\x7f-\x9f]")
+_SIGNATURE = re.compile(SIGNATURE_PATTERN)
+
+
+def display_problem(display: object) -> str | None:
+    """Why ``display`` is not a usable display name (``user@host``), or None."""
+    if not isinstance(display, str):
+        return f"a display name must be a string, got {type(display).__name__}"
+    if not display.strip():
+        return "a display name must not be empty"
+    if len(display) > MAX_DISPLAY_CHARS:
+        return f"a display name is at most {MAX_DISPLAY_CHARS} characters"
+    if _CONTROL.search(display):
+        return "a display name must not contain control characters"
+    try:
+        display.encode("utf-8")
+    except UnicodeEncodeError:
+        return "a display name must be valid Unicode (no lone surrogates)"
+    return None
+
+
+def new_intent(
+    text: str,
+    *,
+    issuer_display: str,
+    issuer_pubkey: str,
+    agent: str | None = None,
+    priority: str = "normal",
+    parent: str | None = None,
+    now_ms: int | None = None,
+) -> dict[str, Any]:
+    """A fresh, unsigned intent: uuid4 ``id`` and ``issued_at`` in ms since the epoch.
+
+    Example: ``sign_intent(key, new_intent("summarise x", issuer_display="ana@box", issuer_pubkey=pub))``.
+    """
+    if priority not in PRIORITIES:
+        raise BadIntent(f"priority {priority!r} is not one of {', '.join(PRIORITIES)}", field="priority")
+    return {
+        "id": str(uuid.uuid4()),
+        "text": text,
+        "agent": agent,
+        "issuer": {"display": issuer_display, "pubkey": issuer_pubkey},
+        "issued_at": time.time_ns() // 1_000_000 if now_ms is None else now_ms,
+        "priority": priority,
+        "parent": parent,
+    }
+
+
+def intent_signing_bytes(intent: dict[str, Any]) -> bytes:
+    """The exact bytes an intent signature covers: its canonical JSON."""
+    try:
+        return canonical_bytes(intent)
+    except (UnicodeEncodeError, ValueError, TypeError) as exc:
+        raise BadIntent(f"intent cannot be encoded as canonical JSON: {exc}") from None
+
+
+def sign_intent(key: Ed25519PrivateKey, intent: dict[str, Any]) -> str:
+    """Hex Ed25519 signature of ``intent_signing_bytes(intent)``."""
+    return key.sign(intent_signing_bytes(intent)).hex()
+
+
+def verify_intent_signature(intent: dict[str, Any], signature: str) -> bool:
+    """True when ``signature`` (hex) is the issuer's signature over ``intent``.
+
+    The key is ``intent["issuer"]["pubkey"]``; the display name plays no part.
+    False for any malformed input (never raises on attacker-controlled data
+    except BadIntent for an intent that cannot be canonically encoded).
+    """
+    if not isinstance(signature, str) or not _SIGNATURE.match(signature):
+        return False
+    issuer = intent.get("issuer")
+    pubkey = issuer.get("pubkey") if isinstance(issuer, dict) else None
+    if not isinstance(pubkey, str):
+        return False
+    try:
+        public_key = public_key_from_hex(pubkey)
+    except ValueError:
+        return False
+    return verify_signature(public_key, bytes.fromhex(signature), intent_signing_bytes(intent))
