@@ -19,6 +19,7 @@ __all__ = [
     "Notifier",
     "notify",
     "watchdog_interval_s",
+    "run_watchdog",
     "listen_fds",
     "activated_unix_listener",
     "monotonic_usec",
@@ -155,6 +156,19 @@ def watchdog_interval_s(env: Mapping[str, str] | None = None, pid: int | None = 
     if usec <= 0:
         return None
     return usec / 2 / 1_000_000
+
+
+async def run_watchdog(notifier: Notifier, period_s: float) -> None:
+    """Ping WATCHDOG=1 every ``period_s`` until cancelled; run it in the daemon's nursery.
+
+    It lives on the event loop on purpose: if the loop stalls, the pings stop
+    and systemd restarts the daemon, which is what the watchdog is for.
+    """
+    import trio  # only the daemon needs this; the rest of the module is plain sockets
+
+    while True:
+        notifier.watchdog()
+        await trio.sleep(period_s)
 
 
 def listen_fds() -> list[socket.socket]:
