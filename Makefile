@@ -23,8 +23,7 @@ examples:
 	else echo "cargo not found: skipping $(RUST_EXAMPLE) (its manifest will report the missing binary)"; fi
 
 demo: install examples
-	$(VENV)/bin/covenant agents list --home /tmp/covenant-demo-home 2>/dev/null || true
-	COVENANT_HOME=$$(mktemp -d) $(VENV)/bin/covenant agents check agents.d
+	COVENANT=$(VENV)/bin/covenant scripts/demo.sh
 
 test: install examples
 	$(PY) -m pytest -q

@@ -8,14 +8,9 @@ import click
 
 from covenant.cli._common import CliContext, pass_cli, reports_errors
 from covenant.client import DaemonClient
+from covenant.logs import format_logfmt
 
 __all__ = ["logs"]
-
-
-def _line(entry: dict) -> str:
-    if "line" in entry and isinstance(entry.get("formatted"), str):
-        return entry["formatted"]
-    return entry.get("formatted") or " ".join(f"{k}={v}" for k, v in entry.items())
 
 
 @click.command()
@@ -30,6 +25,7 @@ def logs(cli: CliContext, follow: bool, agent: str | None, level: str | None) ->
     with DaemonClient(cli.home.socket_path) as client:
         try:
             for entry in client.events("/v1/logs?" + urlencode(query)):
-                click.echo(_line(entry))
+                entry.pop("seq", None)
+                click.echo(format_logfmt(entry))
         except KeyboardInterrupt:
             pass

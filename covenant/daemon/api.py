@@ -27,6 +27,7 @@ __all__ = ["ControlAPI"]
 log = logging.getLogger("covenant.api")
 
 MAX_BODY_BYTES = 1024 * 1024
+LOG_BACKLOG = 200
 
 Receive = Callable[[], Awaitable[dict]]
 Send = Callable[[dict], Awaitable[None]]
@@ -225,9 +226,12 @@ class ControlAPI:
             data = json.dumps(entry, ensure_ascii=False, separators=(",", ":"))
             await send({"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True})
 
-        for entry in self.logs.recent(agent=agent, level=level):
-            await emit(entry)
         if follow:
-            async for entry in self.logs.subscribe(agent=agent, level=level):
+            # The subscription's backlog and live feed neither overlap nor leave a gap.
+            async with self.logs.subscribe(agent=agent, level=level, backlog=LOG_BACKLOG) as events:
+                async for entry in events:
+                    await emit(entry)
+        else:
+            for entry in self.logs.recent(agent=agent, level=level, limit=LOG_BACKLOG):
                 await emit(entry)
         await send({"type": "http.response.body", "body": b""})

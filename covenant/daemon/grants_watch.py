@@ -11,16 +11,19 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from covenant.policy.grants import GrantSet, GrantStore
 
-__all__ = ["GrantsWatch", "GrantChanges"]
+__all__ = ["GrantsWatch", "GrantChanges", "diff_grants"]
 
 
 @dataclass(frozen=True)
 class GrantChanges:
-    added: list[tuple[str, str, int | None]]
-    revoked: list[tuple[str, str, int | None]]
+    """What one re-read of grants.toml changed, as audit event data."""
+
+    added: list[dict[str, Any]]
+    revoked: list[dict[str, Any]]
 
 
 def _stamp(path: Path) -> tuple[int, int, int] | None:
@@ -31,8 +34,26 @@ def _stamp(path: Path) -> tuple[int, int, int] | None:
     return (st.st_ino, st.st_size, st.st_mtime_ns)
 
 
-def _keys(grants: GrantSet) -> set[tuple[str, str, int | None]]:
-    return {(g.issuer, g.action, g.expires_at) for g in grants.grants}
+def _effective(grants: GrantSet) -> dict[tuple[str, str, int | None], dict[str, Any]]:
+    return {
+        (g.issuer, g.action, g.expires_at): {"issuer": g.issuer, "action": g.action, "expires_at": g.expires_at,
+                                             "display": g.display}
+        for g in grants.grants
+        if not grants.revoked(g, g.action)
+    }
+
+
+def diff_grants(before: GrantSet, after: GrantSet) -> GrantChanges:
+    """Grants that became effective, and grants that stopped being (revoked or removed)."""
+    old, new = _effective(before), _effective(after)
+    revocations = {(r.issuer, r.action): r.revoked_at for r in after.revocations}
+    revoked = []
+    for key in sorted(old.keys() - new.keys(), key=str):
+        issuer, action, _ = key
+        how = "revoked" if (issuer, action) in revocations or any(
+            r.issuer == issuer for r in after.revocations) else "removed"
+        revoked.append({**old[key], "how": how})
+    return GrantChanges(added=[new[k] for k in sorted(new.keys() - old.keys(), key=str)], revoked=revoked)
 
 
 class GrantsWatch:
@@ -50,7 +71,7 @@ class GrantsWatch:
         if stamp == self._stamp and not force:
             return None
         fresh = self._store.load()
-        before, after = _keys(self.current), _keys(fresh)
+        changes = diff_grants(self.current, fresh)
         self.current = fresh
         self._stamp = stamp
-        return GrantChanges(added=sorted(after - before, key=str), revoked=sorted(before - after, key=str))
+        return changes

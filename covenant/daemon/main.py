@@ -67,7 +67,7 @@ def _budget_from_history(store: DispatchStore, now_ms: int) -> BudgetLedger:
         if now_ms - ended > HOUR_MS:
             break  # newest first: everything after this is older
         charges.append((record.agent_id, record.cpu_ms, ended))
-    return BudgetLedger.from_records(charges)
+    return BudgetLedger.from_records(charges, now_ms)
 
 
 def _open_sockets(options: DaemonOptions) -> tuple[list[socket.socket], list[str], bool]:
@@ -78,17 +78,11 @@ def _open_sockets(options: DaemonOptions) -> tuple[list[socket.socket], list[str
     return [bind_unix_socket(options.socket_path)], [str(options.socket_path)], False
 
 
-async def _watchdog() -> None:
-    interval = systemd.watchdog_interval_s()
-    if interval is None:
-        return
-    while True:
-        systemd.notify("WATCHDOG=1")
-        await trio.sleep(interval)
-
-
 class _Lifecycle:
-    def __init__(self, daemon: Daemon, api: ControlAPI, runner: Runner, drain_timeout_s: float) -> None:
+    def __init__(
+        self, daemon: Daemon, api: ControlAPI, runner: Runner, notifier: systemd.Notifier, drain_timeout_s: float
+    ) -> None:
+        self.notifier = notifier
         self.daemon = daemon
         self.api = api
         self.runner = runner
@@ -100,24 +94,22 @@ class _Lifecycle:
         """SIGHUP reloads; the first SIGTERM/SIGINT drains, a second one cancels at once."""
         async for signum in receiver:  # type: ignore[attr-defined]
             if signum == signal.SIGHUP:
-                systemd.notify("RELOADING=1")
+                self.notifier.reloading()
                 await self.daemon.reload(reason="sighup")
-                systemd.notify("READY=1")
-                systemd.notify(self._status_line())
+                self.notifier.ready(self.status_text())
             else:
                 return
 
-    def _status_line(self) -> str:
+    def status_text(self) -> str:
         loaded = self.daemon.loaded
-        return f"STATUS=serving {len(loaded.agents)} agents ({len(loaded.problems)} rejected)"
+        return f"serving {len(loaded.agents)} agents ({len(loaded.problems)} rejected)"
 
     async def drain(self, second_signal: trio.Event) -> None:
         daemon = self.daemon
         daemon.shutting_down = True
         daemon.scheduler.close(ShuttingDown("the daemon is shutting down; the dispatch was not started"))
         in_flight = len(daemon.inflight)
-        systemd.notify("STOPPING=1")
-        systemd.notify(f"STATUS=draining {in_flight} in-flight dispatches (up to {self.drain_timeout_s:g} s)")
+        self.notifier.stopping(f"draining {in_flight} in-flight dispatches (up to {self.drain_timeout_s:g} s)")
         log.info("draining", extra={"in_flight": in_flight, "timeout_s": self.drain_timeout_s})
         with trio.move_on_after(self.drain_timeout_s):
             async with trio.open_nursery() as nursery:
@@ -148,7 +140,7 @@ async def serve_daemon(
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> int:
     """Run the daemon until SIGTERM/SIGINT; return the exit status."""
-    with trio.open_signal_receiver(signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as signals:
+    with trio.open_signal_receiver(signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as signals, systemd.Notifier() as notifier:
         await trio.to_thread.run_sync(init_home, home)
         key = await trio.to_thread.run_sync(load_private_key, home.daemon_key_path)
         set_child_subreaper()
@@ -178,12 +170,13 @@ async def serve_daemon(
                 )
                 await daemon.record_registry(reason="start")
                 api = ControlAPI(daemon, logs)
-                lifecycle = _Lifecycle(daemon, api, runner, options.drain_timeout_s)
+                lifecycle = _Lifecycle(daemon, api, runner, notifier, options.drain_timeout_s)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(serve, api, sockets)
-                    nursery.start_soon(_watchdog)
-                    systemd.notify("READY=1")
-                    systemd.notify(lifecycle._status_line())
+                    watchdog_period = systemd.watchdog_interval_s()
+                    if watchdog_period is not None:
+                        nursery.start_soon(systemd.run_watchdog, notifier, watchdog_period)
+                    notifier.ready(lifecycle.status_text())
                     log.info("ready", extra={"sockets": ",".join(socket_names), "agents": len(daemon.loaded.agents)})
                     task_status.started(socket_names)
                     await lifecycle.handle_signals(signals)

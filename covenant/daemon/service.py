@@ -280,10 +280,10 @@ class Daemon:
         changes = self.grants.refresh(force=force)
         if changes is None:
             return
-        for issuer, action, expires_at in changes.added:
-            await self.audit.record("grant.added", {"issuer": issuer, "action": action, "expires_at": expires_at})
-        for issuer, action, expires_at in changes.revoked:
-            await self.audit.record("grant.revoked", {"issuer": issuer, "action": action, "expires_at": expires_at})
+        for grant in changes.added:
+            await self.audit.record("grant.added", grant)
+        for grant in changes.revoked:
+            await self.audit.record("grant.revoked", grant)
 
     async def reload(self, *, reason: str) -> dict[str, Any]:
         """Rescan manifests and grants; a file that became invalid keeps its previous version."""

@@ -1,0 +1,54 @@
+#!/usr/bin/env bash
+# covenant's main job on a throwaway home: start the daemon with the example agents,
+# show a denied dispatch and its grant hint, grant, dispatch to each runtime,
+# verify the signed audit log, and stop cleanly. Run by `make demo`.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+covenant=${COVENANT:-.venv/bin/covenant}
+work=$(mktemp -d /tmp/covenant-demo.XXXXXX)
+export COVENANT_HOME="$work/home" XDG_CONFIG_HOME="$work/xdg" COVENANT_SOCKET="$work/covenant.sock"
+daemon_pid=
+cleanup() {
+  if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then kill -TERM "$daemon_pid"; wait "$daemon_pid" || true; fi
+  rm -rf "$work"
+}
+trap cleanup EXIT
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+run() { printf '$ %s\n' "$*"; "$@"; }
+
+step "a fresh home, with the repository's agents.d/ as its agents folder"
+run "$covenant" init --display demo@local
+printf 'agents_dir = "%s"\n' "$PWD/agents.d" > "$COVENANT_HOME/covenant.toml"
+if ! "$covenant" agents check >/dev/null 2>&1; then
+  echo "(some example agents are not usable here; covenant says why:)"
+  "$covenant" agents check || true
+fi
+
+step "start the daemon"
+"$covenant" daemon --log-target "file:$work/daemon.log" &
+daemon_pid=$!
+for _ in $(seq 1 100); do "$covenant" status >/dev/null 2>&1 && break; sleep 0.1; done
+run "$covenant" status
+
+step "a dispatch without a grant is denied before anything runs (exit 3)"
+set +e
+run "$covenant" dispatch "count the words in this sentence"
+echo "exit code: $?"
+set -e
+
+step "grant the demo identity what the example agents require"
+run "$covenant" grant demo@local tool.text_stats tool.calculate tool.search_files
+run "$covenant" grants
+
+step "dispatch to each runtime (routed by keywords)"
+run "$covenant" dispatch "count the words in this sentence please"
+if command -v node >/dev/null; then run "$covenant" dispatch "calculate (2 + 3) * 7"; else echo "node not installed: skipping calc@local"; fi
+if [ -x agents.d/search-rs/target/release/search-rs ]; then run "$covenant" dispatch "search the docs for supervisor"; else echo "search-rs not built (needs cargo): skipping search@local"; fi
+run "$covenant" history --limit 5
+
+step "stop the daemon (SIGTERM drains in-flight dispatches)"
+kill -TERM "$daemon_pid"; wait "$daemon_pid"; echo "daemon exit code: $?"; daemon_pid=
+
+step "the signed audit log"
+run "$covenant" audit tail
+run "$covenant" audit verify

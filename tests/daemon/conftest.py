@@ -1,0 +1,151 @@
+"""A real daemon process on a temp home, and a real CLI to talk to it."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import psutil
+import pytest
+
+from covenant.client import DaemonClient, DaemonUnreachable
+
+TEST_AGENTS = Path(__file__).parent / "agents"
+REPO = Path(__file__).resolve().parents[2]
+
+
+@dataclass
+class DaemonProcess:
+    """A `covenant daemon` child process plus the paths and env to talk to it."""
+
+    home: Path
+    socket: Path
+    env: dict[str, str]
+    process: subprocess.Popen[bytes] | None = None
+    log_path: Path = field(default=Path("/dev/null"))
+
+    def cli(self, *args: str, check: bool = False, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+        result = subprocess.run(
+            [sys.executable, "-m", "covenant", *args],
+            env={**self.env, **(env or {})},
+            capture_output=True,
+            text=True,
+            timeout=timeout,
+        )
+        if check and result.returncode != 0:
+            raise AssertionError(f"covenant {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
+        return result
+
+    def start(self, *extra: str) -> None:
+        assert self.process is None or self.process.poll() is not None
+        self.log_path = self.home.parent / f"daemon-{time.monotonic_ns()}.log"
+        log = open(self.log_path, "wb")
+        self.process = subprocess.Popen(
+            [sys.executable, "-m", "covenant", "daemon", *extra],
+            env=self.env,
+            stdout=log,
+            stderr=subprocess.STDOUT,
+        )
+        log.close()
+        self.wait_ready()
+
+    def wait_ready(self, timeout: float = 60) -> None:
+        deadline = time.monotonic() + timeout
+        while time.monotonic() < deadline:
+            assert self.process is not None
+            if self.process.poll() is not None:
+                raise AssertionError(f"daemon exited {self.process.returncode}:\n{self.log()}")
+            try:
+                with DaemonClient(self.socket, timeout=5) as client:
+                    client.request("GET", "/v1/status")
+                return
+            except DaemonUnreachable:
+                time.sleep(0.05)
+        raise AssertionError(f"daemon not ready after {timeout} s:\n{self.log()}")
+
+    def api(self, method: str, path: str, body: object = None) -> object:
+        with DaemonClient(self.socket, timeout=60) as client:
+            return client.request(method, path, body)
+
+    def log(self) -> str:
+        return self.log_path.read_text(errors="replace")
+
+    def stop(self, sig: int = signal.SIGTERM, timeout: float = 90) -> int:
+        assert self.process is not None
+        if self.process.poll() is None:
+            self.process.send_signal(sig)
+        return self.process.wait(timeout=timeout)
+
+    def write_config(self, text: str) -> None:
+        (self.home / "covenant.toml").write_text(textwrap.dedent(text))
+
+    def add_agent(self, name: str, script: str, *, keywords: tuple[str, ...] = (), required: tuple[str, ...] = (),
+                  cpu_ms: int = 30_000, extra: str = "") -> Path:
+        """Install a python3 test agent from tests/daemon/agents as <home>/agents/<name>/."""
+        folder = self.home / "agents" / name
+        folder.mkdir(parents=True, exist_ok=True)
+        shutil.copy(TEST_AGENTS / script, folder / script)
+        os.chmod(folder / script, 0o644)
+        manifest = folder / "agent.toml"
+        manifest.write_text(textwrap.dedent(f"""\
+            [agent]
+            id = "{name}@local"
+            name = "{name}"
+            version = "0.1.0"
+            runtime = "python3"
+            entry = "{script}"
+
+            [capabilities]
+            required = {json.dumps(list(required))}
+
+            [resources]
+            cpu_ms_per_task = {cpu_ms}
+
+            [routing]
+            keywords = {json.dumps(list(keywords))}
+            """) + extra)
+        return manifest
+
+
+def agent_processes(home: Path) -> list[psutil.Process]:
+    """Live processes working inside ``home`` (agents run with their manifest folder as cwd)."""
+    found = []
+    for proc in psutil.process_iter(["cwd"]):
+        cwd = proc.info.get("cwd") or ""
+        if cwd.startswith(str(home)):
+            found.append(proc)
+    return found
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
+    """An initialised home with its own socket dir (short path, world-traversable for uid tests)."""
+    home = tmp_path / "home"
+    sock_dir = Path(tempfile.mkdtemp(prefix="cov-"))
+    os.chmod(sock_dir, 0o755)
+    env = {
+        "PATH": os.environ.get("PATH", "/usr/bin:/bin"),
+        "HOME": str(tmp_path),
+        "COVENANT_HOME": str(home),
+        "COVENANT_SOCKET": str(sock_dir / "covenant.sock"),
+        "XDG_CONFIG_HOME": str(tmp_path / "xdg"),
+        "USER": "tester",
+        "LANG": "C.UTF-8",
+    }
+    proc = DaemonProcess(home=home, socket=sock_dir / "covenant.sock", env=env)
+    proc.cli("init", "--display", "tester@test", check=True)
+    yield proc
+    if proc.process is not None and proc.process.poll() is None:
+        proc.process.kill()
+        proc.process.wait()
+    shutil.rmtree(sock_dir, ignore_errors=True)

@@ -1,0 +1,286 @@
+"""End to end: a real daemon process, the real CLI, real agents, real signals."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tests.daemon.conftest import DaemonProcess, agent_processes
+
+
+def audit_records(d: DaemonProcess) -> list[dict]:
+    result = d.cli("audit", "tail", "--json", check=True)
+    return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
+
+
+def wait_for(predicate, timeout: float = 60, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def status(d: DaemonProcess) -> dict:
+    return d.api("GET", "/v1/status")  # type: ignore[return-value]
+
+
+def test_denied_until_granted_then_audited(daemon: DaemonProcess) -> None:
+    daemon.add_agent("echo", "echo.py", keywords=("echo",), required=("tool.echo",))
+    daemon.start()
+
+    denied = daemon.cli("dispatch", "echo hello")
+    assert denied.returncode == 3, denied.stderr
+    assert "tool.echo" in denied.stderr
+    assert "covenant grant tester@test tool.echo" in denied.stderr
+    assert not agent_processes(daemon.home)
+
+    daemon.cli("grant", "tester@test", "tool.echo", check=True)
+    allowed = daemon.cli("dispatch", "echo hello")
+    assert allowed.returncode == 0, allowed.stderr
+    assert allowed.stdout.strip() == "echo hello"
+
+    as_json = json.loads(daemon.cli("dispatch", "echo again", "--json", check=True).stdout)
+    assert as_json["outcome"] == "ok" and as_json["agent"] == "echo@local"
+    assert as_json["record"]["intent_id"] == as_json["intent_id"]
+
+    assert daemon.stop() == 0
+    verify = daemon.cli("audit", "verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    records = audit_records(daemon)
+    types = [r["type"] for r in records]
+    for expected in ("daemon.start", "registry.loaded", "intent.received", "policy.decision", "agent.spawned",
+                     "agent.exited", "intent.completed", "grant.added", "daemon.stop"):
+        assert expected in types, expected
+    decisions = [r["data"] for r in records if r["type"] == "policy.decision"]
+    assert decisions[0]["allowed"] is False and decisions[0]["missing"] == ["tool.echo"]
+    assert decisions[-1]["allowed"] is True
+    completed = [r["data"] for r in records if r["type"] == "intent.completed"]
+    assert {c["intent"] for c in completed} >= {as_json["intent_id"]}
+
+
+def test_routing_ambiguous_no_match_and_explicit(daemon: DaemonProcess) -> None:
+    daemon.add_agent("one", "echo.py", keywords=("shared", "alpha"))
+    daemon.add_agent("two", "echo.py", keywords=("shared", "beta"))
+    daemon.start()
+    ambiguous = daemon.cli("dispatch", "shared work")
+    assert ambiguous.returncode == 6
+    assert "one@local" in ambiguous.stderr and "two@local" in ambiguous.stderr
+    no_match = daemon.cli("dispatch", "nothing matches here")
+    assert no_match.returncode == 6 and "default_agent" in no_match.stderr
+    routed = daemon.cli("dispatch", "alpha shared")
+    assert routed.returncode == 0 and routed.stdout.strip() == "alpha shared"
+    explicit = daemon.cli("dispatch", "shared work", "--agent", "two@local")
+    assert explicit.returncode == 0
+    unknown = daemon.cli("dispatch", "x", "--agent", "nope@local")
+    assert unknown.returncode == 6
+
+
+def test_dry_run_spawns_nothing(daemon: DaemonProcess) -> None:
+    daemon.add_agent("echo", "echo.py", keywords=("echo",), required=("tool.echo",))
+    daemon.start()
+    denied = daemon.cli("dispatch", "echo x", "--dry-run")
+    assert denied.returncode == 3
+    daemon.cli("grant", "tester@test", "tool.echo", check=True)
+    allowed = daemon.cli("dispatch", "echo x", "--dry-run")
+    assert allowed.returncode == 0, allowed.stderr
+    assert "would dispatch to echo@local" in allowed.stdout
+    assert daemon.api("GET", "/v1/dispatches?limit=10") == {"dispatches": []}
+
+
+def test_fifty_concurrent_cli_dispatches(daemon: DaemonProcess) -> None:
+    daemon.add_agent("echo", "echo.py", keywords=("echo",))
+    daemon.start()
+    procs = [
+        subprocess.Popen([sys.executable, "-m", "covenant", "dispatch", f"echo number {i}", "--json"],
+                         env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(50)
+    ]
+    intent_ids = set()
+    for i, proc in enumerate(procs):
+        out, err = proc.communicate(timeout=300)
+        assert proc.returncode == 0, err
+        doc = json.loads(out)
+        assert doc["text"] == f"echo number {i}"
+        intent_ids.add(doc["intent_id"])
+    assert len(intent_ids) == 50
+    assert daemon.stop() == 0
+    completed = [r["data"]["intent"] for r in audit_records(daemon) if r["type"] == "intent.completed"]
+    assert sorted(completed) == sorted(intent_ids)  # each exactly once
+    assert daemon.cli("audit", "verify").returncode == 0
+
+
+def test_full_queue_answers_overloaded(daemon: DaemonProcess) -> None:
+    daemon.write_config("""
+        [daemon]
+        max_concurrent = 1
+        queue_max = 1
+    """)
+    daemon.add_agent("slow", "slow.py", keywords=("sleep",))
+    daemon.start()
+    background = [
+        subprocess.Popen([sys.executable, "-m", "covenant", "dispatch", "sleep 3"], env=daemon.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    wait_for(lambda: len(status(daemon)["in_flight"]) == 1 and status(daemon)["queued"] == 1, what="1 running + 1 queued")
+    refused = daemon.cli("dispatch", "sleep 0", "--json")
+    assert refused.returncode == 5
+    assert "saturated" in refused.stderr
+    for proc in background:
+        proc.communicate(timeout=120)
+        assert proc.returncode == 0
+
+
+def test_sighup_adds_new_manifest_and_keeps_old_version_of_broken_one(daemon: DaemonProcess) -> None:
+    first = daemon.add_agent("first", "echo.py", keywords=("first",))
+    daemon.start()
+    daemon.add_agent("second", "echo.py", keywords=("second",))
+    assert daemon.process is not None
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: "second@local" in status(daemon)["agents"]["loaded"], what="second agent loaded")
+    assert daemon.cli("dispatch", "second go").returncode == 0
+
+    first.write_text(first.read_text().replace('version = "0.1.0"', 'version = '))  # broken TOML
+    daemon.process.send_signal(signal.SIGHUP)
+    wait_for(lambda: "first@local" in status(daemon)["agents"]["kept_previous"], what="first kept")
+    assert any("first" in p["path"] for p in status(daemon)["rejected"])
+    kept = daemon.cli("dispatch", "first still works")
+    assert kept.returncode == 0 and kept.stdout.strip() == "first still works"
+    reloads = [r["data"] for r in audit_records(daemon) if r["type"] == "registry.loaded"]
+    assert reloads[-1]["kept_previous"] == ["first@local"]
+
+
+def test_reload_through_socket(daemon: DaemonProcess) -> None:
+    daemon.start()
+    daemon.add_agent("late", "echo.py", keywords=("late",))
+    result = daemon.cli("reload", check=True)
+    assert "late@local" in result.stdout
+
+
+def test_sigterm_drains_slow_dispatches(daemon: DaemonProcess) -> None:
+    daemon.write_config("""
+        [daemon]
+        max_concurrent = 16
+    """)
+    daemon.add_agent("slow", "slow.py", keywords=("sleep",))
+    daemon.start()
+    clients = [
+        subprocess.Popen([sys.executable, "-m", "covenant", "dispatch", "sleep 2"], env=daemon.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(10)
+    ]
+    wait_for(lambda: len(status(daemon)["in_flight"]) == 10, what="10 in flight")
+    assert daemon.stop(signal.SIGTERM) == 0
+    for proc in clients:
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 0, err
+        assert out.strip() == "slept 2.0"
+    assert not agent_processes(daemon.home)
+    assert not daemon.socket.exists()
+
+
+def test_sigterm_with_short_drain_cancels(daemon: DaemonProcess) -> None:
+    daemon.add_agent("slow", "slow.py", keywords=("sleep",))
+    daemon.start("--drain-timeout", "0.5")
+    clients = [
+        subprocess.Popen([sys.executable, "-m", "covenant", "dispatch", "sleep 600", "--json"], env=daemon.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(3)
+    ]
+    wait_for(lambda: len(status(daemon)["in_flight"]) == 3, what="3 in flight")
+    assert daemon.stop(signal.SIGTERM) == 5
+    for proc in clients:
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 5
+        assert json.loads(out)["outcome"] == "cancelled"
+    assert not agent_processes(daemon.home)
+    assert daemon.cli("audit", "verify").returncode == 0
+
+
+def test_sigkill_during_burst_then_restart_and_verify(daemon: DaemonProcess) -> None:
+    daemon.add_agent("echo", "echo.py", keywords=("echo",))
+    daemon.start()
+    clients = [
+        subprocess.Popen([sys.executable, "-m", "covenant", "dispatch", f"echo {i}", "--json"], env=daemon.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for i in range(30)
+    ]
+    wait_for(lambda: daemon.api("GET", "/v1/dispatches?limit=5")["dispatches"], what="first completions")  # type: ignore[index]
+    daemon.stop(signal.SIGKILL)
+    acknowledged = []
+    for proc in clients:
+        out, _ = proc.communicate(timeout=60)
+        if proc.returncode == 0:
+            acknowledged.append(json.loads(out)["intent_id"])
+    assert acknowledged, "some dispatches completed before the kill"
+    wait_for(lambda: not agent_processes(daemon.home), timeout=30, what="agents to die with the daemon")
+    daemon.start()
+    assert daemon.stop() == 0
+    verify = daemon.cli("audit", "verify")
+    assert verify.returncode == 0, verify.stdout + verify.stderr
+    completed = {r["data"]["intent"] for r in audit_records(daemon) if r["type"] == "intent.completed"}
+    assert set(acknowledged) <= completed
+
+
+def test_other_uid_cannot_reload_but_can_read_status(daemon: DaemonProcess) -> None:
+    daemon.start()
+    os.chmod(daemon.socket, 0o666)  # let uid 65534 connect: the check under test is SO_PEERCRED, not the mode
+    probe = r"""
+import http.client, json, os, socket, sys
+class C(http.client.HTTPConnection):
+    def connect(self):
+        self.sock = socket.socket(socket.AF_UNIX); self.sock.connect(sys.argv[1])
+os.setgid(65534); os.setuid(65534)
+out = {}
+for method, path in (("POST", "/v1/reload"), ("GET", "/v1/status")):
+    c = C("localhost"); c.request(method, path); r = c.getresponse(); out[path] = [r.status, json.loads(r.read())]
+print(json.dumps(out))
+"""
+    result = subprocess.run([sys.executable, "-I", "-c", probe, str(daemon.socket)], capture_output=True, text=True, timeout=60)
+    assert result.returncode == 0, result.stderr
+    answers = json.loads(result.stdout)
+    assert answers["/v1/reload"][0] == 403
+    assert answers["/v1/reload"][1]["error"]["code"] == "forbidden"
+    assert answers["/v1/status"][0] == 200
+    assert daemon.cli("reload").returncode == 0  # root may
+
+
+def test_status_exit_codes(daemon: DaemonProcess) -> None:
+    down = daemon.cli("status")
+    assert down.returncode == 5
+    assert "covenant daemon" in down.stderr
+    daemon.start()
+    up = daemon.cli("status", "--json")
+    assert up.returncode == 0
+    assert json.loads(up.stdout)["audit"]["healthy"] is True
+    dispatch_down = DaemonProcess(home=daemon.home, socket=Path("/nonexistent/x.sock"),
+                                  env={**daemon.env, "COVENANT_SOCKET": "/nonexistent/x.sock"})
+    assert dispatch_down.cli("dispatch", "hello").returncode == 5
+
+
+@pytest.mark.parametrize("count", [500])
+def test_many_dispatches_from_one_async_client(daemon: DaemonProcess, count: int) -> None:
+    daemon.write_config("""
+        [daemon]
+        queue_max = 1000
+    """)
+    daemon.add_agent("echo", "echo.py", keywords=("echo",))
+    daemon.start()
+    script = Path(__file__).parent / "async_burst.py"
+    result = subprocess.run([sys.executable, str(script), str(daemon.socket), str(count)],
+                            env=daemon.env, capture_output=True, text=True, timeout=600)
+    assert result.returncode == 0, result.stderr
+    ids = json.loads(result.stdout)
+    assert len(set(ids)) == count
+    assert daemon.stop() == 0
+    completed = [r["data"]["intent"] for r in audit_records(daemon) if r["type"] == "intent.completed"]
+    assert sorted(completed) == sorted(ids)
