@@ -54,6 +54,10 @@ class RuntimeConfig(_Section):
     kill_grace_ms: int = Field(2000, ge=0, le=600_000)
     sample_interval_ms: int = Field(50, ge=5, le=10_000)
     network_enforcement: Literal["strict", "advisory"] = "strict"
+    wall_grace_ms: int = Field(
+        500, ge=0, le=3_600_000, description="wall-clock budget = cpu_ms_per_task + this (docs/runtime.md)"
+    )
+    pdeathsig: bool = Field(True, description="wrap agents in `setpriv --pdeathsig KILL` (docs/runtime.md)")
 
 
 class AuditConfig(_Section):

@@ -1,0 +1,215 @@
+"""How an agent process is started: the spawn seam.
+
+A :class:`Launcher` turns a :class:`LaunchPlan` (argv, environment, limits)
+into a running :class:`Launched` process. Today's implementation,
+:class:`ProcessGroupLauncher`, starts a plain process in its own session;
+a cgroup or sandbox launcher can take its place later without the runner
+changing (the way httpx swaps transports).
+"""
+
+from __future__ import annotations
+
+import abc
+import errno
+import logging
+import os
+import resource
+import subprocess
+from dataclasses import dataclass, field
+
+import trio
+
+from covenant.runtime import host
+
+__all__ = ["LaunchPlan", "Launched", "LaunchError", "Launcher", "ProcessGroupLauncher", "ExitStatus"]
+
+log = logging.getLogger("covenant.runtime")
+
+
+class LaunchError(Exception):
+    """The agent could not be started; the message is for the operator."""
+
+
+@dataclass(frozen=True)
+class LaunchPlan:
+    """Everything needed to start one agent process, decided before the spawn."""
+
+    argv: tuple[str, ...]
+    env: dict[str, str]
+    cwd: str
+    nice: int = 0
+    rlimits: dict[int, tuple[int, int]] = field(default_factory=dict)
+    """``resource.RLIMIT_*`` -> (soft, hard), applied to the new process."""
+    isolate_network: bool = False
+    """Start the process in a fresh network namespace (``network = "off"``)."""
+    network_required: bool = True
+    """When isolation is asked for but impossible: refuse (True) or run unenforced."""
+    pdeathsig: bool = True
+    """Have the kernel SIGKILL the agent when covenant dies."""
+
+
+@dataclass(frozen=True)
+class ExitStatus:
+    """How the root process ended, with the kernel's accounting for it."""
+
+    exit_code: int | None
+    signal: int | None
+    cpu_ms: int
+    """user + system time of the process and every child it reaped."""
+
+
+class Launched:
+    """A started agent: its pipes as trio streams, and a wait that reaps it.
+
+    We wait on a pidfd and reap with ``wait4`` ourselves (instead of
+    ``trio.Process``) to get the kernel's final CPU figure, which a sampler
+    misses for short runs, and to signal the group before the pid is freed.
+    """
+
+    def __init__(
+        self,
+        popen: subprocess.Popen[bytes],
+        fds: tuple[int, int, int],
+        argv: list[str],
+        network_enforced: bool,
+    ) -> None:
+        self.pid = popen.pid
+        self.argv = argv
+        self.network_enforced = network_enforced
+        self._popen = popen  # kept so subprocess's own cleanup never reaps behind our back
+        self._pidfd = os.pidfd_open(popen.pid)
+        self.stdin = trio.lowlevel.FdStream(fds[0])
+        self.stdout = trio.lowlevel.FdStream(fds[1])
+        self.stderr = trio.lowlevel.FdStream(fds[2])
+        self.status: ExitStatus | None = None
+
+    async def wait_exit(self) -> None:
+        """Wait until the root process has exited, without reaping it.
+
+        While it is an unreaped zombie its pid (and so its process group id)
+        cannot be reused, which makes a last ``killpg`` safe.
+        """
+        if self.status is None:
+            await trio.lowlevel.wait_readable(self._pidfd)
+
+    def exited_now(self) -> bool:
+        """Has the root process exited (reaped or not)? Never blocks."""
+        if self.status is not None:
+            return True
+        try:
+            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return True
+        return info is not None
+
+    def reap(self) -> ExitStatus:
+        """Collect the exited root process (idempotent); call after it exited."""
+        if self.status is None:
+            self.status = self._reap()
+        return self.status
+
+    def _reap(self) -> ExitStatus:
+        try:
+            _, raw, usage = os.wait4(self.pid, 0)
+        except ChildProcessError:
+            # Someone else reaped it; the figures are lost, the process is gone.
+            self._popen.returncode = -1
+            return ExitStatus(exit_code=None, signal=None, cpu_ms=0)
+        self._popen.returncode = os.waitstatus_to_exitcode(raw)
+        code = os.WEXITSTATUS(raw) if os.WIFEXITED(raw) else None
+        sig = os.WTERMSIG(raw) if os.WIFSIGNALED(raw) else None
+        cpu_ms = int((usage.ru_utime + usage.ru_stime) * 1000)
+        # ru_maxrss is not used: with vfork it inherits the parent's high-water mark.
+        return ExitStatus(exit_code=code, signal=sig, cpu_ms=cpu_ms)
+
+    async def aclose(self) -> None:
+        """Close our pipe ends and the pidfd (the process itself is not touched)."""
+        for stream in (self.stdin, self.stdout, self.stderr):
+            await stream.aclose()
+        if self._pidfd >= 0:
+            os.close(self._pidfd)
+            self._pidfd = -1
+
+
+class Launcher(abc.ABC):
+    """Starts agent processes. Implementations decide the isolation mechanism."""
+
+    @abc.abstractmethod
+    def launch(self, plan: LaunchPlan) -> Launched:
+        """Start the process described by ``plan``; raise :class:`LaunchError` if it cannot run."""
+
+
+class ProcessGroupLauncher(Launcher):
+    """A plain process in a new session (its own process group).
+
+    Spawn cost matters (every dispatch pays it), so nothing runs between
+    fork and exec: ``start_new_session`` keeps CPython on its vfork path,
+    rlimits and nice are applied from the parent with ``prlimit(2)`` and
+    ``setpriority(2)`` right after the spawn returns, and util-linux wrappers
+    are added only for what cannot be done from outside: ``setpriv
+    --pdeathsig KILL`` and, for ``network = "off"``, ``unshare -n``.
+    """
+
+    def launch(self, plan: LaunchPlan) -> Launched:
+        prefix: list[str] = []
+        network_enforced = False
+        if plan.isolate_network:
+            netns = host.netns_wrapper()
+            if netns is not None:
+                prefix.extend(netns)
+                network_enforced = True
+            elif plan.network_required:
+                raise LaunchError(
+                    'network = "off" but this host cannot create a network namespace '
+                    "(unshare -n failed); refusing to run unconfined. Run covenant as root or "
+                    "allow unprivileged user namespaces, or set runtime.network_enforcement = "
+                    '"advisory" in covenant.toml to accept an unenforced network limit.'
+                )
+        if plan.pdeathsig:
+            wrapper = host.pdeathsig_wrapper()
+            if wrapper is not None:
+                prefix.extend(wrapper)
+        argv = [*prefix, *plan.argv]
+        # Our own pipes (O_CLOEXEC): the parent ends go straight to trio streams.
+        in_r, in_w = os.pipe2(os.O_CLOEXEC)
+        out_r, out_w = os.pipe2(os.O_CLOEXEC)
+        err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        try:
+            popen = subprocess.Popen(
+                argv,
+                stdin=in_r,
+                stdout=out_w,
+                stderr=err_w,
+                cwd=plan.cwd,
+                env=plan.env,
+                close_fds=True,
+                start_new_session=True,
+            )
+        except OSError as exc:
+            for fd in (in_w, out_r, err_r):
+                os.close(fd)
+            raise LaunchError(f"cannot execute {argv[0]}: {exc.strerror or exc}") from None
+        finally:
+            for fd in (in_r, out_w, err_w):
+                os.close(fd)
+        self._apply_limits(popen.pid, plan)
+        return Launched(popen, (in_w, out_r, err_r), argv, network_enforced)
+
+    @staticmethod
+    def _apply_limits(pid: int, plan: LaunchPlan) -> None:
+        for which, limits in plan.rlimits.items():
+            try:
+                resource.prlimit(pid, which, limits)
+            except ProcessLookupError:
+                return
+            except (OSError, ValueError) as exc:
+                log.warning("cannot set rlimit", extra={"pid": pid, "rlimit": which, "detail": str(exc)})
+        if plan.nice:
+            try:
+                os.setpriority(os.PRIO_PROCESS, pid, plan.nice)
+            except OSError as exc:
+                if exc.errno not in (errno.EACCES, errno.EPERM, errno.ESRCH):
+                    raise
+                # Raising priority (negative nice) needs CAP_SYS_NICE; an
+                # unprivileged daemon runs high-priority agents at nice 0.
+                log.debug("cannot set nice", extra={"pid": pid, "nice": plan.nice, "detail": str(exc)})

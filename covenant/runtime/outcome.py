@@ -1,0 +1,82 @@
+"""What one supervised run ended as: the outcome vocabulary and the dispatch record.
+
+The record is what covenant keeps of every run ("trajectory"): it is stored
+append-only by :mod:`covenant.runtime.records`, shown by ``covenant history``
+and ``covenant show``, and copied into the audit log. It holds integers only,
+never floats: the audit log's canonical JSON forbids them.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict
+
+from covenant.errors import ExitCode
+
+__all__ = ["Outcome", "OUTCOMES", "outcome_exit_code", "DispatchRecord"]
+
+Outcome = Literal[
+    "ok",
+    "agent_error",
+    "timeout",
+    "cpu_exceeded",
+    "memory_exceeded",
+    "output_too_large",
+    "protocol_error",
+    "no_result",
+    "crashed",
+    "spawn_failed",
+    "cancelled",
+]
+
+OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
+
+
+def outcome_exit_code(outcome: Outcome) -> int:
+    """Exit code of ``covenant run``/``dispatch`` for an outcome (DESIGN.md §7).
+
+    ``ok`` 0, ``agent_error`` 1 (the agent answered ``status: error``),
+    ``cancelled`` 5 (the daemon is shutting down), every failure of the agent 4.
+    """
+    if outcome == "ok":
+        return ExitCode.OK
+    if outcome == "agent_error":
+        return ExitCode.AGENT_ERROR
+    if outcome == "cancelled":
+        return ExitCode.UNREACHABLE
+    return ExitCode.AGENT_FAILED
+
+
+class DispatchRecord(BaseModel):
+    """One run of one agent for one intent, as covenant observed it.
+
+    Times are ISO-8601 UTC with milliseconds (``2025-01-31T12:00:00.123Z``).
+    ``error`` is a sentence for an operator (which limit, the first bytes of
+    bad output); ``None`` when the outcome is ``ok`` or ``agent_error``.
+    ``signal`` is set when the agent's root process was killed by a signal.
+    """
+
+    model_config = ConfigDict(extra="forbid")
+
+    intent_id: str
+    agent_id: str
+    agent_version: str
+    runtime: str
+    argv: list[str]
+    limits: dict[str, Any]
+    pid: int | None
+    started_at: str
+    ended_at: str
+    exit_code: int | None
+    signal: int | None
+    outcome: Outcome
+    error: str | None
+    duration_ms: int
+    cpu_ms: int
+    peak_rss_kib: int
+    stdout_bytes: int
+    scratch_peak_bytes: int
+    stderr_tail: str
+    result: dict[str, Any] | None
+    network_enforced: bool

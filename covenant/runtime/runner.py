@@ -1,0 +1,555 @@
+"""Run one agent for one intent under limits, and say exactly how it ended.
+
+:class:`Runner` owns the shared sampler and the set of in-flight dispatches.
+``Runner.run`` never raises for an agent's fault: every fault is an
+:data:`~covenant.runtime.outcome.Outcome` in the returned
+:class:`~covenant.runtime.outcome.DispatchRecord`. Only trio cancellation of
+the caller propagates, after the agent's whole process tree is gone.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+import resource
+import shutil
+import signal
+import tempfile
+import time
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from datetime import datetime, timezone
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from covenant.config import RuntimeConfig
+from covenant.manifest.model import AgentSpec
+from covenant.runtime import host, teardown
+from covenant.runtime.contract import intent_line, parse_output, preview
+from covenant.runtime.environment import agent_environment
+from covenant.runtime.launcher import Launched, Launcher, LaunchError, LaunchPlan, ProcessGroupLauncher
+from covenant.runtime.outcome import DispatchRecord, Outcome
+from covenant.runtime.sampler import ProcessTree, Sampler, adopted_orphans
+
+__all__ = ["Runner", "PRIORITY_NICE"]
+
+log = logging.getLogger("covenant.runtime")
+agent_log = logging.getLogger("covenant.agent")
+
+PRIORITY_NICE: dict[str, int] = {"low": 10, "normal": 0, "high": -5}
+"""Manifest ``[settlement] priority`` -> the agent's nice value."""
+
+_MIB = 1024 * 1024
+_LOG_LINE_MAX = 4096
+"""Longer stderr lines are cut in the log (the tail in the record keeps the bytes)."""
+_PIPE_DRAIN_S = 5.0
+"""After every process is dead, how long buffered output may take to arrive."""
+_KILL_WAIT_S = 10.0
+"""How long SIGKILL may take (a process in uninterruptible sleep dies late)."""
+
+
+def _iso_now() -> str:
+    now = datetime.now(timezone.utc)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
+
+
+def _resolve_program(name: str, path: str) -> str | None:
+    """Absolute path of an interpreter: as given when absolute, else looked up on ``path``."""
+    if os.path.isabs(name):
+        return name if os.access(name, os.X_OK) and os.path.isfile(name) else None
+    found = shutil.which(name, path=path)
+    return os.path.abspath(found) if found else None
+
+
+def _measure_and_remove(path: str) -> int:
+    """Total apparent size of the files under ``path``, then delete it (blocking)."""
+    total = 0
+    for dirpath, dirnames, filenames in os.walk(path):
+        for name in filenames:
+            try:
+                total += os.lstat(os.path.join(dirpath, name)).st_size
+            except OSError:
+                continue
+    shutil.rmtree(path, ignore_errors=True)
+    return total
+
+
+class _Dispatch:
+    """The state of one in-flight run, shared by its tasks and the sampler."""
+
+    def __init__(self, agent: AgentSpec, intent_id: str, launched: Launched, wall_s: float, cpu_ms: int) -> None:
+        self.agent = agent
+        self.intent_id = intent_id
+        self.launched = launched
+        self.tree = ProcessTree(launched.pid, intent_id)
+        self.deadline = trio.current_time() + wall_s
+        self.cpu_budget_ms = cpu_ms
+        self.memory_kib = agent.resources.memory_mb * 1024
+        self.verdict: Outcome | None = None
+        self.error: str | None = None
+        self.notes: list[str] = []
+        self.wake = trio.Event()
+        self.streams_open = 2
+        self.streams_done = trio.Event()
+        self.stdout = bytearray()
+        self.stdout_bytes = 0
+        self.stderr_tail = bytearray()
+
+    def decide(self, outcome: Outcome, error: str) -> None:
+        """Record the first limit crossed (later ones do not change the outcome) and wake the run."""
+        if self.verdict is None:
+            self.verdict = outcome
+            self.error = error
+        self.wake.set()
+
+    def stream_closed(self) -> None:
+        self.streams_open -= 1
+        if self.streams_open == 0:
+            self.streams_done.set()
+
+    def check_limits(self) -> None:
+        """Called by the sampler after each tick."""
+        if self.verdict is not None:
+            return
+        tree = self.tree
+        if tree.cpu_ms > self.cpu_budget_ms:
+            self.decide(
+                "cpu_exceeded",
+                f"the agent's process tree used {tree.cpu_ms} ms of CPU time, "
+                f"over cpu_ms_per_task = {self.cpu_budget_ms} ms",
+            )
+        elif tree.rss_kib > self.memory_kib:
+            self.decide(
+                "memory_exceeded",
+                f"the agent's process tree reached {tree.rss_kib // 1024} MiB resident memory, "
+                f"over memory_mb = {self.memory_kib // 1024}",
+            )
+
+
+class Runner:
+    """Spawns and supervises agent processes; one per daemon (or ``covenant run``).
+
+    Use :meth:`open`::
+
+        async with Runner.open(config.runtime, scratch_root=home.state_dir / "scratch") as runner:
+            record = await runner.run(agent, payload)
+    """
+
+    def __init__(
+        self,
+        config: RuntimeConfig,
+        scratch_root: Path,
+        launcher: Launcher,
+        sampler: Sampler,
+    ) -> None:
+        self.config = config
+        self.scratch_root = scratch_root
+        self.launcher = launcher
+        self.sampler = sampler
+        self._interpreters = {
+            "python3": (config.python3, _resolve_program(config.python3, config.path)),
+            "node": (config.node, _resolve_program(config.node, config.path)),
+        }
+        self._subreaper = host.is_child_subreaper()
+        self._dispatches: set[_Dispatch] = set()
+
+    @classmethod
+    @asynccontextmanager
+    async def open(
+        cls, config: RuntimeConfig, *, scratch_root: Path, launcher: Launcher | None = None
+    ) -> AsyncIterator["Runner"]:
+        """Start the shared sampler; on exit stop every run still in flight, then the sampler.
+
+        Interpreters are resolved to absolute paths here, once, not per dispatch.
+        """
+        scratch_root = Path(scratch_root)
+        await trio.to_thread.run_sync(lambda: scratch_root.mkdir(parents=True, exist_ok=True, mode=0o700))
+        sampler = Sampler(config.sample_interval_ms)
+        runner = cls(config, scratch_root, launcher or ProcessGroupLauncher(), sampler)
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(sampler.run)
+            try:
+                yield runner
+            finally:
+                with trio.CancelScope(shield=True):
+                    if runner._dispatches:
+                        runner.cancel_all()
+                        bound = config.kill_grace_ms / 1000 + _KILL_WAIT_S + _PIPE_DRAIN_S
+                        with trio.move_on_after(bound):
+                            while runner._dispatches:
+                                await trio.sleep(0.01)
+                nursery.cancel_scope.cancel()
+
+    @property
+    def in_flight(self) -> int:
+        """Runs started and not yet finished."""
+        return len(self._dispatches)
+
+    def cancel_all(self) -> None:
+        """Stop every in-flight run through the kill ladder; each returns outcome ``cancelled``."""
+        for dispatch in list(self._dispatches):
+            dispatch.decide("cancelled", "covenant stopped the run: the daemon is shutting down")
+
+    # -- one run -------------------------------------------------------------------------
+
+    def _budgets(self, agent: AgentSpec) -> tuple[int, int]:
+        """(wall ms, CPU ms): CPU = cpu_ms_per_task; wall = that plus runtime.wall_grace_ms."""
+        cpu_ms = agent.resources.cpu_ms_per_task
+        return cpu_ms + self.config.wall_grace_ms, cpu_ms
+
+    def _limits(self, agent: AgentSpec) -> dict[str, Any]:
+        wall_ms, cpu_ms = self._budgets(agent)
+        res = agent.resources
+        return {
+            "cpu_ms_per_task": res.cpu_ms_per_task,
+            "wall_ms": wall_ms,
+            "cpu_ms": cpu_ms,
+            "memory_mb": res.memory_mb,
+            "disk_mb": res.disk_mb,
+            "network": res.network,
+            "priority": agent.settlement.priority,
+            "nice": PRIORITY_NICE[agent.settlement.priority],
+            "stdout_cap_bytes": self.config.stdout_cap_bytes,
+        }
+
+    def _argv(self, agent: AgentSpec) -> list[str]:
+        """The agent's command line by runtime; raise LaunchError naming what is missing."""
+        if agent.runtime == "rune":
+            raise LaunchError(
+                f"agent {agent.id} is a hosted Rune agent (runtime = \"rune\"); the process runner "
+                "cannot spawn it: Rune agents run in the Rune host"
+            )
+        entry = agent.entry
+        if entry is None:
+            raise LaunchError(f"agent {agent.id} ({agent.manifest_path}) has no entry to run")
+        if not entry.is_file():
+            raise LaunchError(f"agent {agent.id}: entry {entry} does not exist or is not a file ({agent.manifest_path})")
+        if agent.runtime == "rust-bin":
+            if not os.access(entry, os.X_OK):
+                raise LaunchError(f"agent {agent.id}: entry {entry} is not executable (chmod +x, or rebuild it)")
+            return [str(entry)]
+        configured, resolved = self._interpreters[agent.runtime]
+        if resolved is None:
+            raise LaunchError(
+                f"agent {agent.id} needs the {agent.runtime} interpreter, but {configured!r} was not found "
+                f"(looked on runtime.path {self.config.path!r}); install it or set runtime.{agent.runtime} "
+                "in covenant.toml to its absolute path"
+            )
+        return [resolved, str(entry)]
+
+    def _rlimits(self, agent: AgentSpec) -> dict[int, tuple[int, int]]:
+        wall_ms, cpu_ms = self._budgets(agent)
+        # A per-process backstop a little above the tree budget the sampler enforces:
+        # SIGXCPU at the soft limit, SIGKILL from the kernel at the hard one.
+        cpu_s = math.ceil(cpu_ms / 1000) + 1
+        fsize = agent.resources.disk_mb * _MIB
+        return {
+            resource.RLIMIT_CPU: (cpu_s, cpu_s + 1),
+            resource.RLIMIT_FSIZE: (fsize, fsize),
+            resource.RLIMIT_CORE: (0, 0),
+        }
+
+    async def run(self, agent: AgentSpec, payload: dict[str, Any]) -> DispatchRecord:
+        """Run ``agent`` once with ``payload`` on stdin; return how it went.
+
+        Never raises for a fault of the agent. If the calling task is
+        cancelled, the process tree is torn down (shielded) and Cancelled
+        propagates.
+        """
+        intent_id = str(payload.get("id", ""))
+        started_at = _iso_now()
+        t0 = time.monotonic()
+        limits = self._limits(agent)
+        base = {
+            "intent_id": intent_id,
+            "agent_id": agent.id,
+            "agent_version": agent.version,
+            "runtime": agent.runtime,
+            "limits": limits,
+            "started_at": started_at,
+        }
+        scratch: str | None = None
+        argv: list[str] = []
+        try:
+            argv = self._argv(agent)
+            scratch = tempfile.mkdtemp(prefix="dispatch-", dir=self.scratch_root)
+            env = agent_environment(
+                self.config, agent_id=agent.id, intent_id=intent_id, scratch=scratch, parent_env=os.environ
+            )
+            plan = LaunchPlan(
+                argv=tuple(argv),
+                env=env,
+                cwd=str(agent.root),
+                nice=PRIORITY_NICE[agent.settlement.priority],
+                rlimits=self._rlimits(agent),
+                isolate_network=agent.resources.network == "off",
+                network_required=self.config.network_enforcement == "strict",
+                pdeathsig=self.config.pdeathsig,
+            )
+            launched = self.launcher.launch(plan)
+        except (LaunchError, OSError) as exc:
+            if scratch is not None:
+                shutil.rmtree(scratch, ignore_errors=True)
+            message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare agent {agent.id}: {exc}"
+            log.warning("spawn failed", extra={"agent": agent.id, "intent": intent_id, "detail": message})
+            return DispatchRecord(
+                **base,
+                argv=argv,
+                pid=None,
+                ended_at=_iso_now(),
+                exit_code=None,
+                signal=None,
+                outcome="spawn_failed",
+                error=message,
+                duration_ms=int((time.monotonic() - t0) * 1000),
+                cpu_ms=0,
+                peak_rss_kib=0,
+                stdout_bytes=0,
+                scratch_peak_bytes=0,
+                stderr_tail="",
+                result=None,
+                network_enforced=False,
+            )
+
+        wall_ms, cpu_ms = self._budgets(agent)
+        dispatch = _Dispatch(agent, intent_id, launched, wall_ms / 1000, cpu_ms)
+        self._dispatches.add(dispatch)
+        self.sampler.register(dispatch.tree, dispatch.check_limits)
+        scratch_bytes = 0
+        try:
+            try:
+                await self._supervise(dispatch, intent_line(payload))
+            except BaseException:
+                dispatch.decide("cancelled", "the run was cancelled by its caller")
+                raise
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self._finish(dispatch)
+                    scratch_bytes = await trio.to_thread.run_sync(_measure_and_remove, scratch)
+        finally:
+            self.sampler.unregister(dispatch.tree)
+            self._dispatches.discard(dispatch)
+        return self._record(dispatch, base, t0, scratch_bytes)
+
+    async def _supervise(self, d: _Dispatch, line: bytes) -> None:
+        """Feed, read and watch until the root exits or a limit is crossed; then stop everything."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._feed_stdin, d, line)
+            nursery.start_soon(self._read_stdout, d)
+            nursery.start_soon(self._drain_stderr, d)
+            nursery.start_soon(self._watch_exit, d)
+            with trio.move_on_at(d.deadline):
+                await d.wake.wait()
+            if d.verdict is None and d.launched.status is None:
+                wall_ms = self._budgets(d.agent)[0]
+                d.decide("timeout", f"the agent did not finish within its wall-clock budget of {wall_ms} ms")
+            await self._terminate(d)
+            with trio.move_on_after(_PIPE_DRAIN_S):
+                await d.streams_done.wait()
+            nursery.cancel_scope.cancel()
+
+    async def _feed_stdin(self, d: _Dispatch, line: bytes) -> None:
+        stream = d.launched.stdin
+        try:
+            await stream.send_all(line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            pass  # the agent exited or closed stdin without reading: its output decides
+        finally:
+            await stream.aclose()
+
+    async def _read_stdout(self, d: _Dispatch) -> None:
+        cap = self.config.stdout_cap_bytes
+        stream = d.launched.stdout
+        try:
+            while data := await stream.receive_some(65536):
+                if not d.stdout_bytes:
+                    # The agent is answering and still alive: sample it now, so a run
+                    # shorter than one tick still records its memory high-water mark.
+                    d.tree.refresh()
+                    d.tree.note_root_hwm()
+                d.stdout_bytes += len(data)
+                if len(d.stdout) + len(data) > cap:
+                    d.stdout += data[: cap - len(d.stdout)]
+                    d.decide(
+                        "output_too_large",
+                        f"the agent wrote more than runtime.stdout_cap_bytes = {cap} bytes on stdout; "
+                        f"first bytes: {preview(bytes(d.stdout))}",
+                    )
+                    break  # stop reading: closing the pipe makes further writes fail
+                d.stdout += data
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            await stream.aclose()
+            d.stream_closed()
+
+    async def _drain_stderr(self, d: _Dispatch) -> None:
+        """Read stderr as it comes (a full pipe must never block the agent); log each line."""
+        keep = self.config.stderr_tail_bytes
+        stream = d.launched.stderr
+        pending = b""
+        logging_on = agent_log.isEnabledFor(logging.INFO)
+        try:
+            while data := await stream.receive_some(65536):
+                d.stderr_tail += data
+                if len(d.stderr_tail) > 2 * keep:
+                    del d.stderr_tail[:-keep]
+                if not logging_on:
+                    continue
+                *lines, pending = (pending + data).split(b"\n")
+                if len(pending) > _LOG_LINE_MAX:
+                    lines.append(pending)
+                    pending = b""
+                for raw in lines:
+                    self._log_line(d, raw)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            pass
+        finally:
+            if pending:
+                self._log_line(d, pending)
+            await stream.aclose()
+            d.stream_closed()
+
+    @staticmethod
+    def _log_line(d: _Dispatch, raw: bytes) -> None:
+        text = raw[:_LOG_LINE_MAX].decode("utf-8", "replace").rstrip("\r")
+        agent_log.info("agent stderr", extra={"agent": d.agent.id, "intent": d.intent_id, "line": text})
+
+    async def _watch_exit(self, d: _Dispatch) -> None:
+        await d.launched.wait_exit()
+        if d.launched.status is None:
+            self._collect_root(d)
+        d.wake.set()
+
+    def _collect_root(self, d: _Dispatch) -> None:
+        """The root has exited: kill what is left of its group, take the last sample, reap it.
+
+        The group is signalled while the root is still an unreaped zombie, so
+        its pid — the group id — cannot have been reused.
+        """
+        teardown.signal_group(d.launched.pid, signal.SIGKILL)
+        d.tree.refresh()
+        d.launched.reap()
+
+    async def _await_root(self, d: _Dispatch, timeout: float) -> bool:
+        with trio.move_on_after(timeout):
+            while not d.launched.exited_now():
+                await trio.sleep(0.01)
+            return True
+        return False
+
+    async def _terminate(self, d: _Dispatch) -> None:
+        """The kill ladder: SIGTERM to the group, grace, SIGKILL to the group and every survivor.
+
+        Survivors are found by the tree walk, covenant's adopted orphans and,
+        when covenant is not a subreaper, a scan for the intent's marker.
+        Whatever the outcome, no process of the dispatch remains.
+        """
+        pid = d.launched.pid
+        if not d.launched.exited_now():
+            d.tree.refresh()
+            teardown.signal_group(pid, signal.SIGTERM)
+            teardown.signal_processes(d.tree.members, signal.SIGTERM)
+            grace_ms = self.config.kill_grace_ms
+            if not await self._await_root(d, grace_ms / 1000):
+                d.notes.append(f"the agent ignored SIGTERM for {grace_ms} ms and was killed with SIGKILL")
+                d.tree.refresh()
+                teardown.signal_group(pid, signal.SIGKILL)
+                teardown.signal_processes(d.tree.members, signal.SIGKILL)
+                if not await self._await_root(d, _KILL_WAIT_S):
+                    log.error(
+                        "agent survived SIGKILL",
+                        extra={"agent": d.agent.id, "intent": d.intent_id, "pid": pid},
+                    )
+                    return
+        if d.launched.status is None:
+            self._collect_root(d)
+        await self._sweep(d)
+
+    async def _sweep(self, d: _Dispatch) -> None:
+        """SIGKILL every process of the dispatch still alive after its root is gone, and reap them."""
+        tree = d.tree
+        adopted = adopted_orphans([tree]).get(tree, [])
+        tree.refresh(adopted)
+        victims = {pid: start for pid, start in tree.members.items() if pid != tree.root}
+        if not self._subreaper:
+            exclude = {os.getpid(), tree.root, *victims}
+            victims.update(await trio.to_thread.run_sync(teardown.marked_processes, tree.marker, exclude))
+        if not victims:
+            return
+        teardown.signal_processes(victims, signal.SIGKILL)
+        left = await teardown.await_gone(victims, _KILL_WAIT_S)
+        if left:
+            log.error(
+                "agent processes survived SIGKILL",
+                extra={"agent": d.agent.id, "intent": d.intent_id, "pids": sorted(left)},
+            )
+
+    async def _finish(self, d: _Dispatch) -> None:
+        """Make sure the tree is gone and our ends are closed (also on cancellation)."""
+        if d.launched.status is None or d.tree.living():
+            await self._terminate(d)
+        await d.launched.aclose()
+
+    # -- the record ----------------------------------------------------------------------
+
+    def _record(self, d: _Dispatch, base: dict[str, Any], t0: float, scratch_bytes: int) -> DispatchRecord:
+        status = d.launched.status
+        exit_code = status.exit_code if status else None
+        sig = status.signal if status else None
+        outcome, error, result = self._classify(d, exit_code, sig)
+        notes = list(d.notes)
+        disk_bytes = d.agent.resources.disk_mb * _MIB
+        if scratch_bytes > disk_bytes:
+            notes.append(f"the scratch dir held {scratch_bytes} bytes, over disk_mb = {d.agent.resources.disk_mb}")
+        if notes:
+            error = "; ".join([error, *notes] if error else notes)
+        tail = bytes(d.stderr_tail[-self.config.stderr_tail_bytes :])
+        return DispatchRecord(
+            **base,
+            argv=d.launched.argv,
+            pid=d.launched.pid,
+            ended_at=_iso_now(),
+            exit_code=exit_code,
+            signal=sig,
+            outcome=outcome,
+            error=error,
+            duration_ms=int((time.monotonic() - t0) * 1000),
+            cpu_ms=max(d.tree.cpu_ms, status.cpu_ms if status else 0),
+            peak_rss_kib=d.tree.peak_rss_kib,
+            stdout_bytes=d.stdout_bytes,
+            scratch_peak_bytes=scratch_bytes,
+            stderr_tail=tail.decode("utf-8", "replace"),
+            result=None if d.verdict is not None else result,
+            network_enforced=d.launched.network_enforced,
+        )
+
+    @staticmethod
+    def _classify(
+        d: _Dispatch, exit_code: int | None, sig: int | None
+    ) -> tuple[Outcome, str | None, dict[str, Any] | None]:
+        """The outcome from what happened; a limit crossed first always wins."""
+        if d.verdict is not None:
+            return d.verdict, d.error, None
+        if sig == signal.SIGXCPU:
+            return "cpu_exceeded", "the agent hit the RLIMIT_CPU backstop (SIGXCPU)", None
+        parsed = parse_output(bytes(d.stdout), d.intent_id)
+        if sig is not None:
+            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
+            why = " (a file outgrew disk_mb: RLIMIT_FSIZE)" if sig == signal.SIGXFSZ else ""
+            return "crashed", f"the agent was killed by signal {name}{why}", parsed.result
+        if parsed.result is not None:
+            if parsed.result["status"] == "error":
+                return "agent_error", None, parsed.result
+            if exit_code == 0:
+                return "ok", None, parsed.result
+            return "crashed", f"the agent answered ok but exited with code {exit_code}", parsed.result
+        if exit_code not in (0, None):
+            detail = f"; stdout: {parsed.problem}" if parsed.problem else ""
+            return "crashed", f"the agent exited with code {exit_code} without a valid result{detail}", None
+        if parsed.empty:
+            return "no_result", "the agent exited with code 0 without writing a result line on stdout", None
+        return "protocol_error", parsed.problem, None

@@ -1,0 +1,147 @@
+"""One sampler for every running dispatch: tree membership, CPU and RSS.
+
+Each tick walks ``/proc/<pid>/task/*/children`` from every agent's root,
+re-checks processes seen before (a descendant that called setsid() and lost
+its parent is still ours), and looks at covenant's own children: as a child
+subreaper, covenant adopts orphaned descendants, which are attributed to
+their dispatch by the ``COVENANT_INTENT_ID`` marker in their environment.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from collections.abc import Callable, Iterable
+
+import trio
+
+from covenant.runtime import _procfs
+
+__all__ = ["ProcessTree", "Sampler", "MARKER_NAME"]
+
+log = logging.getLogger("covenant.runtime")
+
+MARKER_NAME = "COVENANT_INTENT_ID"
+
+
+class ProcessTree:
+    """The processes of one dispatch and their accumulated figures."""
+
+    def __init__(self, root: int, intent_id: str) -> None:
+        self.root = root
+        self.marker = f"{MARKER_NAME}={intent_id}".encode()
+        self.members: dict[int, int] = {}
+        """pid -> starttime of every live process known to belong to the dispatch."""
+        self.cpu_ms = 0
+        self.rss_kib = 0
+        self.peak_rss_kib = 0
+        root_stat = _procfs.read_stat(root)
+        if root_stat is not None:
+            self.members[root] = root_stat.starttime
+
+    def refresh(self, adopted: Iterable[int] = ()) -> None:
+        """Rebuild membership from the root, known members and ``adopted`` pids; update figures."""
+        seen: dict[int, _procfs.ProcStat] = {}
+        stack = [self.root, *self.members, *adopted]
+        while stack:
+            pid = stack.pop()
+            if pid in seen:
+                continue
+            stat = _procfs.read_stat(pid)
+            if stat is None:
+                continue
+            known = self.members.get(pid)
+            if known is not None and known != stat.starttime:
+                continue  # the pid was reused by an unrelated process
+            seen[pid] = stat
+            stack.extend(_procfs.children(pid))
+        self.members = {pid: stat.starttime for pid, stat in seen.items()}
+        ticks = sum(stat.cpu_ticks for stat in seen.values())
+        self.cpu_ms = max(self.cpu_ms, ticks * 1000 // _procfs.CLK_TCK)
+        self.rss_kib = sum(stat.rss_kib for stat in seen.values())
+        self.peak_rss_kib = max(self.peak_rss_kib, self.rss_kib)
+
+    def note_root_hwm(self) -> None:
+        """Fold the root's own RSS high-water mark (VmHWM) into the peak."""
+        self.peak_rss_kib = max(self.peak_rss_kib, _procfs.read_hwm_kib(self.root))
+
+    def owns(self, pid: int) -> bool:
+        """Is ``pid`` (not yet a member) marked as ours through its environment?"""
+        return _procfs.environ_has(pid, self.marker)
+
+    def living(self) -> list[int]:
+        """Members still alive and not zombies, after a refresh."""
+        alive = []
+        for pid, start in self.members.items():
+            stat = _procfs.read_stat(pid)
+            if stat is not None and stat.starttime == start and stat.state != "Z":
+                alive.append(pid)
+        return alive
+
+
+class Sampler:
+    """The one periodic task that samples every registered tree.
+
+    Each registered tree has a callback run after its figures are updated;
+    the runner uses it to check the dispatch's limits.
+    """
+
+    def __init__(self, interval_ms: int) -> None:
+        self.interval = interval_ms / 1000
+        self._trees: dict[ProcessTree, Callable[[], None]] = {}
+        self._foreign: dict[tuple[int, int], None] = {}
+        self.ticks = 0
+
+    def register(self, tree: ProcessTree, after_sample: Callable[[], None]) -> None:
+        self._trees[tree] = after_sample
+
+    def unregister(self, tree: ProcessTree) -> None:
+        self._trees.pop(tree, None)
+
+    async def run(self) -> None:
+        """Tick forever; cancelled by the runner's nursery on close."""
+        while True:
+            await trio.sleep(self.interval)
+            if self._trees:
+                self.tick()
+
+    def tick(self) -> None:
+        """Sample every tree once (one pass over /proc for all dispatches)."""
+        self.ticks += 1
+        adopted = adopted_orphans(list(self._trees), self._foreign)
+        for tree, after_sample in list(self._trees.items()):
+            tree.refresh(adopted.get(tree, ()))
+            after_sample()
+
+
+def adopted_orphans(
+    trees: list[ProcessTree], foreign: dict[tuple[int, int], None] | None = None
+) -> dict[ProcessTree, list[int]]:
+    """covenant's own children that belong to a dispatch but are not its root.
+
+    An orphan already known as a member is attributed directly; an unknown one
+    by its environment marker. Children that belong to no dispatch are
+    remembered in ``foreign`` (pid, starttime) so their environment is read once.
+    """
+    roots = {tree.root for tree in trees}
+    out: dict[ProcessTree, list[int]] = {}
+    for pid in _procfs.children(os.getpid()):
+        if pid in roots:
+            continue
+        owner = next((tree for tree in trees if pid in tree.members), None)
+        if owner is None:
+            stat = _procfs.read_stat(pid)
+            if stat is None:
+                continue
+            key = (pid, stat.starttime)
+            if foreign is not None and key in foreign:
+                continue
+            owner = next((tree for tree in trees if tree.owns(pid)), None)
+            if owner is None:
+                if foreign is not None:
+                    if len(foreign) > 4096:
+                        foreign.clear()
+                    foreign[key] = None
+                continue
+        out.setdefault(owner, []).append(pid)
+    return out

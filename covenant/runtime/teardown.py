@@ -1,0 +1,80 @@
+"""Signals and reaping for the kill ladder.
+
+Every kill is checked against the process's start time so a reused pid is
+never signalled. Orphans adopted by covenant (it is a child subreaper) are
+reaped here; the root process is reaped by its :class:`Launched`.
+"""
+
+from __future__ import annotations
+
+import os
+
+import trio
+
+from covenant.runtime import _procfs
+
+__all__ = ["signal_group", "signal_processes", "marked_processes", "await_gone"]
+
+
+def signal_group(pgid: int, sig: int) -> None:
+    """Send ``sig`` to a process group; an empty group is not an error."""
+    try:
+        os.killpg(pgid, sig)
+    except (ProcessLookupError, PermissionError):
+        pass
+
+
+def signal_processes(members: dict[int, int], sig: int) -> None:
+    """Send ``sig`` to each pid whose start time still matches."""
+    for pid, start in members.items():
+        stat = _procfs.read_stat(pid)
+        if stat is None or stat.starttime != start or stat.state == "Z":
+            continue
+        try:
+            os.kill(pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def marked_processes(marker: bytes, exclude: set[int]) -> dict[int, int]:
+    """Full /proc scan for processes whose environment holds ``marker`` (blocking).
+
+    Needed only when covenant is not a child subreaper: an escaped orphan
+    then reparents to init and is invisible from covenant's own children.
+    """
+    found: dict[int, int] = {}
+    for pid in _procfs.all_pids():
+        if pid in exclude or not _procfs.environ_has(pid, marker):
+            continue
+        stat = _procfs.read_stat(pid)
+        if stat is not None:
+            found[pid] = stat.starttime
+    return found
+
+
+async def await_gone(members: dict[int, int], timeout: float) -> dict[int, int]:
+    """Wait until the processes are dead, reaping those that are covenant's children.
+
+    Returns the ones still alive at the timeout (a process stuck in
+    uninterruptible sleep can outlive SIGKILL for a while).
+    """
+    me = os.getpid()
+    pending = dict(members)
+    with trio.move_on_after(timeout):
+        while pending:
+            for pid, start in list(pending.items()):
+                stat = _procfs.read_stat(pid)
+                if stat is None or stat.starttime != start:
+                    del pending[pid]
+                elif stat.state == "Z":
+                    if stat.ppid == me:
+                        try:
+                            os.waitpid(pid, os.WNOHANG)
+                        except ChildProcessError:
+                            pass
+                    else:
+                        del pending[pid]  # its own parent (or init) reaps it
+            if pending:
+                await trio.sleep(0.01)
+    return pending
+
