@@ -1,0 +1,120 @@
+"""The systemd unit files: verify, the security score, sysusers and tmpfiles."""
+
+from __future__ import annotations
+
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+from tests.conftest import REPO_ROOT, require_tool
+
+UNITS = REPO_ROOT / "systemd"
+MAX_EXPOSURE = 3.5
+
+
+def directives(unit: Path) -> dict[str, list[str]]:
+    found: dict[str, list[str]] = {}
+    for line in unit.read_text().splitlines():
+        if "=" in line and not line.lstrip().startswith(("#", ";", "[")):
+            key, _, value = line.partition("=")
+            found.setdefault(key.strip(), []).append(value.strip())
+    return found
+
+
+def installed_covenant() -> Path:
+    """The venv's covenant entry point: verify insists ExecStart's binary exists."""
+    path = Path(sys.executable).parent / "covenant"
+    assert path.exists(), f"{path} missing: run `pip install -e .` first"
+    return path
+
+
+def verifiable_copy(tmp_path: Path) -> tuple[Path, Path]:
+    """The units as shipped, except ExecStart points at this checkout's venv.
+
+    The shipped unit keeps /usr/local/bin/covenant (the documented install
+    path); only that one line changes, so everything else is verified as is.
+    """
+    service_text = (UNITS / "covenant.service").read_text()
+    rewritten, count = re.subn(
+        r"^ExecStart=/usr/local/bin/covenant ", f"ExecStart={installed_covenant()} ", service_text, flags=re.M
+    )
+    assert count == 1, "covenant.service must have exactly one ExecStart=/usr/local/bin/covenant line"
+    service = tmp_path / "covenant.service"
+    service.write_text(rewritten)
+    socket_unit = tmp_path / "covenant.socket"
+    socket_unit.write_text((UNITS / "covenant.socket").read_text())
+    return service, socket_unit
+
+
+def test_systemd_analyze_verify_is_clean(tmp_path: Path) -> None:
+    tool = require_tool("systemd-analyze")
+    service, socket_unit = verifiable_copy(tmp_path)
+    out = subprocess.run([tool, "verify", str(service), str(socket_unit)], capture_output=True, text=True, timeout=120)
+    complaints = [line for line in (out.stdout + out.stderr).splitlines() if "covenant" in line]
+    assert out.returncode == 0 and not complaints, out.stdout + out.stderr
+
+
+def test_security_exposure_is_at_most_3_5() -> None:
+    tool = require_tool("systemd-analyze")
+    out = subprocess.run(
+        [tool, "security", "--offline=yes", str(UNITS / "covenant.service")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    match = re.search(r"Overall exposure level for covenant\.service: (\d+\.\d+)", out.stdout + out.stderr)
+    assert match, out.stdout + out.stderr
+    assert float(match.group(1)) <= MAX_EXPOSURE, out.stdout
+
+
+def test_service_has_the_directives_operations_rely_on() -> None:
+    d = directives(UNITS / "covenant.service")
+    assert d["Type"] == ["notify"]
+    assert d["ExecReload"] == ["/bin/kill -HUP $MAINPID"]
+    assert d["KillMode"] == ["mixed"]
+    assert d["Restart"] == ["on-failure"]
+    assert d["User"] == ["covenant"]
+    assert "COVENANT_HOME=/var/lib/covenant" in d["Environment"]
+    assert "COVENANT_SOCKET=%t/covenant/covenant.sock" in d["Environment"]
+    # Stop timeout must exceed the default 30 s drain plus the 2 s kill grace.
+    assert int(d["TimeoutStopSec"][0].rstrip("s")) > 32
+    assert d["OOMPolicy"] == ["continue"]
+    for hardening in ("NoNewPrivileges", "ProtectHome", "PrivateTmp", "RestrictSUIDSGID", "LockPersonality"):
+        assert d[hardening] == ["yes"], hardening
+    assert d["ProtectSystem"] == ["strict"]
+    assert d["SystemCallArchitectures"] == ["native"]
+    # Agents with network = "off" need unprivileged user + network namespaces.
+    assert set(d["RestrictNamespaces"][0].split()) == {"user", "net"}
+    socket_d = directives(UNITS / "covenant.socket")
+    assert socket_d["ListenStream"] == ["%t/covenant/covenant.sock"]
+    assert socket_d["SocketMode"] == ["0660"]
+
+
+def test_sysusers_creates_the_account(tmp_path: Path) -> None:
+    tool = require_tool("systemd-sysusers")
+    (tmp_path / "etc").mkdir()
+    out = subprocess.run(
+        [tool, f"--root={tmp_path}", str(UNITS / "covenant.sysusers.conf")], capture_output=True, text=True, timeout=60
+    )
+    assert out.returncode == 0, out.stderr
+    passwd = (tmp_path / "etc" / "passwd").read_text()
+    assert re.search(r"^covenant:x:\d+:\d+:[^:]*:/var/lib/covenant:/usr/sbin/nologin$", passwd, re.M), passwd
+    assert re.search(r"^covenant:x:\d+:", (tmp_path / "etc" / "group").read_text(), re.M)
+
+
+def test_tmpfiles_creates_the_layout(tmp_path: Path) -> None:
+    tool = require_tool("systemd-tmpfiles")
+    # systemd 252 resolves owners on the host, where no covenant account exists
+    # in a test run; the layout and modes are what is checked here.
+    config = tmp_path / "covenant.tmpfiles.conf"
+    config.write_text((UNITS / "covenant.tmpfiles.conf").read_text().replace("covenant covenant", "root root"))
+    root = tmp_path / "root"
+    root.mkdir()
+    out = subprocess.run([tool, f"--root={root}", "--create", str(config)], capture_output=True, text=True, timeout=60)
+    assert out.returncode == 0, out.stderr
+    assert oct((root / "var/lib/covenant").stat().st_mode & 0o777) == "0o700"
+    assert oct((root / "run/covenant").stat().st_mode & 0o777) == "0o750"
+    link = root / "var/lib/covenant/covenant.toml"
+    assert link.is_symlink() and str(link.readlink()) == "/etc/covenant/covenant.toml"
+
