@@ -1,0 +1,94 @@
+"""``covenant history`` and ``covenant show``: read dispatch records.
+
+Until the daemon serves them these read the home's DispatchStore directly;
+the fetch is kept in :func:`fetch_recent` / :func:`fetch_one` so it can be
+switched to the control API in one place.
+"""
+
+from __future__ import annotations
+
+import click
+
+from covenant.cli._common import CliContext, fail, pass_cli, print_json, reports_errors
+from covenant.home import Home
+from covenant.runtime.outcome import DispatchRecord
+from covenant.runtime.records import DispatchStore
+
+__all__ = ["history", "show", "fetch_recent", "fetch_one"]
+
+
+def fetch_recent(home: Home, limit: int, agent: str | None) -> tuple[list[DispatchRecord], list[str]]:
+    """Newest-first records and any unreadable-line problems met on the way."""
+    store = DispatchStore(home.dispatches_dir)
+    return store.recent(limit, agent=agent), store.problems
+
+
+def fetch_one(home: Home, intent_id: str) -> tuple[DispatchRecord | None, list[str]]:
+    store = DispatchStore(home.dispatches_dir)
+    return store.get(intent_id), store.problems
+
+
+def _warn(problems: list[str]) -> None:
+    for problem in problems:
+        click.echo(f"covenant: warning: {problem}", err=True)
+
+
+@click.command()
+@click.option("--agent", "agent_id", metavar="ID", help="Only records of this agent.")
+@click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100_000), help="How many records.")
+@click.option("--json", "as_json", is_flag=True, help="Print the records as a JSON list.")
+@pass_cli
+@reports_errors
+def history(cli: CliContext, agent_id: str | None, limit: int, as_json: bool) -> None:
+    """List recent dispatch records, newest first."""
+    records, problems = fetch_recent(cli.home, limit, agent_id)
+    _warn(problems)
+    if as_json:
+        print_json([r.model_dump(mode="json") for r in records])
+        return
+    if not records:
+        click.echo("no dispatch records")
+        return
+    for r in records:
+        click.echo(f"{r.started_at}  {r.outcome:<16} {r.duration_ms:>7} ms  {r.agent_id:<24} {r.intent_id}")
+
+
+@click.command()
+@click.argument("intent_id")
+@click.option("--json", "as_json", is_flag=True, help="Print the full record as JSON.")
+@pass_cli
+@reports_errors
+def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
+    """Show the dispatch record of INTENT_ID (exit 1 when there is none)."""
+    record, problems = fetch_one(cli.home, intent_id)
+    _warn(problems)
+    if record is None:
+        fail(f"no dispatch record for intent {intent_id} in {cli.home.dispatches_dir}", 1)
+    if as_json:
+        print_json(record.model_dump(mode="json"))
+        return
+    rows = [
+        ("intent", record.intent_id),
+        ("agent", f"{record.agent_id} {record.agent_version} ({record.runtime})"),
+        ("outcome", record.outcome),
+        ("error", record.error or "-"),
+        ("started", record.started_at),
+        ("ended", record.ended_at),
+        ("duration", f"{record.duration_ms} ms"),
+        ("cpu", f"{record.cpu_ms} ms"),
+        ("peak rss", f"{record.peak_rss_kib} KiB"),
+        ("stdout", f"{record.stdout_bytes} bytes"),
+        ("scratch", f"{record.scratch_peak_bytes} bytes"),
+        ("pid", str(record.pid) if record.pid is not None else "-"),
+        ("exit", f"code {record.exit_code}" if record.exit_code is not None else f"signal {record.signal}"),
+        ("network", "enforced" if record.network_enforced else "not enforced"),
+        ("limits", " ".join(f"{k}={v}" for k, v in sorted(record.limits.items()))),
+        ("argv", " ".join(record.argv)),
+    ]
+    for name, value in rows:
+        click.echo(f"{name:>9}  {value}")
+    if record.result is not None:
+        click.echo(f"{'result':>9}  {record.result.get('text', '')}")
+    if record.stderr_tail:
+        click.echo("   stderr (tail):")
+        click.echo(record.stderr_tail.rstrip("\n"))

@@ -1,0 +1,110 @@
+"""``covenant run PATH TEXT``: run one agent once, without a daemon.
+
+The agent author's everyday tool: the same runner, limits and dispatch
+record as the daemon; the record is appended to the home's dispatch store.
+"""
+
+from __future__ import annotations
+
+import logging
+import sys
+import time
+import uuid
+from pathlib import Path
+from typing import Any
+
+import click
+
+from covenant.cli._common import CliContext, pass_cli, print_json, reports_errors
+
+__all__ = ["run", "local_issuer", "run_once"]
+
+
+def local_issuer() -> dict[str, str]:
+    """The user's identity if one exists (never created here), else ``$USER@host`` with no key."""
+    from covenant.errors import CovenantError
+    from covenant.home import user_identity_path
+    from covenant.policy.identities import default_display, load_user_identity
+
+    if user_identity_path().exists():
+        try:
+            identity = load_user_identity()
+            return {"display": identity.display, "pubkey": identity.pubkey}
+        except CovenantError:
+            pass  # an unreadable key does not stop an offline test run
+    return {"display": default_display(), "pubkey": ""}
+
+
+class _StderrEcho(logging.Handler):
+    """Shows the agent's stderr lines live, as the author would see them in the daemon log."""
+
+    def emit(self, record: logging.LogRecord) -> None:
+        line = getattr(record, "line", None)
+        if line is not None:
+            sys.stderr.write(f"[{getattr(record, 'agent', '?')}] {line}\n")
+
+
+def run_once(cli: CliContext, path: Path, text: str) -> Any:
+    """Load, run and record one dispatch; returns the DispatchRecord."""
+    import trio
+
+    from covenant.config import load_config
+    from covenant.manifest.registry import load_path
+    from covenant.runtime.host import set_child_subreaper
+    from covenant.runtime.records import DispatchStore
+    from covenant.runtime.runner import Runner
+
+    agent = load_path(path)
+    config = load_config(cli.home)
+    payload = {
+        "id": str(uuid.uuid4()),
+        "text": text,
+        "issuer": local_issuer(),
+        "issued_at": int(time.time() * 1000),
+        "priority": agent.settlement.priority,
+        "parent": None,
+    }
+    try:
+        # Escaped grandchildren then come back to us and are killed and reaped.
+        set_child_subreaper()
+    except OSError:
+        pass
+
+    async def main() -> Any:
+        async with Runner.open(config.runtime, scratch_root=cli.home.state_dir / "scratch") as runner:
+            return await runner.run(agent, payload)
+
+    record = trio.run(main)
+    DispatchStore(cli.home.dispatches_dir).append(record)
+    return record
+
+
+@click.command()
+@click.argument("path", type=click.Path(exists=True, path_type=Path))
+@click.argument("text")
+@click.option("--json", "as_json", is_flag=True, help="Print the full dispatch record as JSON.")
+@pass_cli
+@reports_errors
+def run(cli: CliContext, path: Path, text: str, as_json: bool) -> None:
+    """Run the agent at PATH (a manifest, or a folder with agent.toml or a Runefile) once with TEXT.
+
+    Prints the agent's answer (or the full record with --json). Exit codes:
+    0 ok, 1 the agent answered status error, 2 bad manifest or configuration,
+    4 the agent failed (timeout, limit, crash, protocol error, no result).
+    """
+    from covenant.runtime.outcome import outcome_exit_code
+
+    # The outcome is reported below; keep library warnings off the terminal.
+    logging.getLogger("covenant").addHandler(logging.NullHandler())
+    agent_log = logging.getLogger("covenant.agent")
+    if not as_json:
+        agent_log.addHandler(_StderrEcho())
+        agent_log.setLevel(logging.INFO)
+    record = run_once(cli, path, text)
+    if as_json:
+        print_json(record.model_dump(mode="json"))
+    elif record.result is not None:
+        click.echo(record.result["text"])
+    if record.outcome not in ("ok",) and record.error:
+        click.echo(f"covenant: {record.agent_id}: {record.outcome}: {record.error}", err=True)
+    sys.exit(outcome_exit_code(record.outcome))
