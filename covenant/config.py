@@ -63,10 +63,15 @@ class RuntimeConfig(_Section):
 class AuditConfig(_Section):
     """The signed audit log (design/audit-log.md)."""
 
-    batch_max: int = Field(512, gt=0, le=100_000)
-    batch_wait_ms: int = Field(2, ge=0, le=1000)
-    heartbeat_s: int = Field(60, gt=0, le=86_400)
-    segment_bytes: int = Field(64 * 1024 * 1024, ge=4096)
+    batch_max: int = Field(512, gt=0, le=100_000, description="most records under one checkpoint and one fdatasync")
+    batch_wait_ms: int = Field(
+        0,
+        ge=0,
+        le=1000,
+        description="extra wait to grow a batch; 0 = none (records still group while the previous batch syncs)",
+    )
+    heartbeat_s: int = Field(60, gt=0, le=86_400, description="idle seconds before a heartbeat checkpoint")
+    segment_bytes: int = Field(64 * 1024 * 1024, ge=4096, description="start a new segment file after this size")
     store_text: bool = Field(False, description="store intent/result text whole instead of sha256+length")
     pubkey: str | None = Field(None, description="pinned daemon public key (hex) for verify")
 

@@ -1,0 +1,110 @@
+"""Event types covenant records, and helpers to build their data safely.
+
+docs/audit.md lists the fields each event carries; the daemon follows it.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from typing import Any
+
+from covenant.audit.errors import AuditDataError
+from covenant.audit.format import TYPE_RE, WRITER_TYPES
+from covenant.canonical import canonical_bytes
+
+__all__ = [
+    "DAEMON_START",
+    "DAEMON_STOP",
+    "REGISTRY_LOADED",
+    "MANIFEST_REJECTED",
+    "INTENT_RECEIVED",
+    "POLICY_DECISION",
+    "AGENT_SPAWNED",
+    "AGENT_EXITED",
+    "INTENT_COMPLETED",
+    "GRANT_ADDED",
+    "GRANT_REVOKED",
+    "EVENT_TYPES",
+    "text_digest",
+    "encode_event_data",
+]
+
+DAEMON_START = "daemon.start"
+DAEMON_STOP = "daemon.stop"
+REGISTRY_LOADED = "registry.loaded"
+MANIFEST_REJECTED = "manifest.rejected"
+INTENT_RECEIVED = "intent.received"
+POLICY_DECISION = "policy.decision"
+AGENT_SPAWNED = "agent.spawned"
+AGENT_EXITED = "agent.exited"
+INTENT_COMPLETED = "intent.completed"
+GRANT_ADDED = "grant.added"
+GRANT_REVOKED = "grant.revoked"
+
+EVENT_TYPES = frozenset(
+    {
+        DAEMON_START,
+        DAEMON_STOP,
+        REGISTRY_LOADED,
+        MANIFEST_REJECTED,
+        INTENT_RECEIVED,
+        POLICY_DECISION,
+        AGENT_SPAWNED,
+        AGENT_EXITED,
+        INTENT_COMPLETED,
+        GRANT_ADDED,
+        GRANT_REVOKED,
+    }
+)
+
+
+def text_digest(text: str, store_text: bool) -> dict[str, Any]:
+    """How intent and result text goes into the log: sha256 + UTF-8 length, plus the text if configured.
+
+    >>> text_digest("hi", False)["bytes"]
+    2
+    """
+    # surrogatepass: text decoded from JSON may hold lone surrogates ("\\ud800");
+    # they must still get a digest rather than fail the dispatch.
+    raw = text.encode("utf-8", "surrogatepass")
+    out: dict[str, Any] = {"bytes": len(raw), "sha256": hashlib.sha256(raw).hexdigest()}
+    if store_text:
+        out["text"] = raw.decode("utf-8", "replace")
+    return out
+
+
+def _check_value(value: Any, where: str) -> None:
+    # Floats are refused outright: canonical JSON of a float is not stable
+    # across languages, and verify rejects any line that holds one.
+    kind = type(value)
+    if kind is float:
+        raise AuditDataError(f"audit data {where} is a float ({value!r}); record integers (e.g. milliseconds) instead")
+    if kind is dict:
+        for key, item in value.items():
+            if type(key) is not str:
+                raise AuditDataError(f"audit data {where} has a non-string key {key!r}")
+            _check_value(item, f"{where}.{key}")
+    elif kind in (list, tuple):
+        for index, item in enumerate(value):
+            _check_value(item, f"{where}[{index}]")
+    elif value is not None and kind not in (str, int, bool):
+        raise AuditDataError(f"audit data {where} has unsupported type {kind.__name__}; use str, int, bool, list or dict")
+
+
+def encode_event_data(type_: str, data: dict[str, Any], *, writer: bool = False) -> bytes:
+    """Validate an event and return its data as canonical JSON bytes.
+
+    Raises AuditDataError for a malformed type, a reserved ``audit.*`` type
+    (unless ``writer``), floats, non-string keys or text that is not valid UTF-8.
+    """
+    if not isinstance(type_, str) or not TYPE_RE.fullmatch(type_):
+        raise AuditDataError(f"audit event type {type_!r} must be dotted lowercase words, e.g. intent.received")
+    if type_ in WRITER_TYPES and not writer:
+        raise AuditDataError(f"audit event type {type_!r} is reserved for the audit writer")
+    if type(data) is not dict:
+        raise AuditDataError(f"audit data for {type_} must be a dict, not {type(data).__name__}")
+    _check_value(data, "data")
+    try:
+        return canonical_bytes(data)
+    except (ValueError, UnicodeEncodeError) as exc:
+        raise AuditDataError(f"audit data for {type_} cannot be encoded: {exc}") from None
