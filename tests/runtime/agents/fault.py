@@ -88,6 +88,8 @@ elif mode == "connect":
         answer("connected")
     except OSError as exc:
         answer(f"refused: {exc}", status="error")
+elif mode == "nice":
+    answer(str(os.getpriority(os.PRIO_PROCESS, 0)))
 elif mode == "env":
     answer(json.dumps(dict(os.environ)))
 else:
