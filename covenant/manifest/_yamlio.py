@@ -54,12 +54,15 @@ def _type_name(value: object) -> str:
 def read_yaml(path: Path, problems: list[Problem]) -> tuple[str, dict[str, Any]] | None:
     """``(text, mapping)`` of one YAML file, or None after recording an io/parse problem."""
     try:
-        text = path.read_text(encoding="utf-8")
-    except UnicodeDecodeError as exc:
-        problems.append(Problem(path, None, None, f"parse error: not UTF-8 text ({exc.reason} at byte {exc.start})"))
-        return None
+        data = path.read_bytes()
     except OSError as exc:
         problems.append(Problem(path, None, None, f"io error: cannot read the file: {exc.strerror}"))
+        return None
+    try:
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        line = data[: exc.start].count(b"\n") + 1
+        problems.append(Problem(path, line, None, f"parse error: not UTF-8 text ({exc.reason} at byte {exc.start})"))
         return None
     try:
         data = yaml.load(text, Loader=SafeLoader)  # noqa: S506 - SafeLoader/CSafeLoader only

@@ -274,7 +274,8 @@ def load_agent_toml(path: Path) -> AgentSpec:
         text = data.decode("utf-8")
         raw = tomllib.loads(text)
     except UnicodeDecodeError as exc:
-        raise ManifestError([Problem(path, None, None, f"parse error: not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
+        line = data[: exc.start].count(b"\n") + 1
+        raise ManifestError([Problem(path, line, None, f"parse error: not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
     except tomllib.TOMLDecodeError as exc:
         found = _TOML_LINE.search(str(exc))
         message = _TOML_LINE.sub("", str(exc)).strip()

@@ -61,7 +61,7 @@ def _load_one(manifest: Path, real_root: str | None) -> _Loaded:
     problems: list[Problem] = []
     if real_root is not None:
         for candidate in (manifest.parent, manifest):
-            escaped = escape_problem(candidate, real_root)
+            escaped = escape_problem(candidate, real_root, report_as=manifest)
             if escaped is not None:
                 raise ManifestError([escaped])
     problems.extend(ownership_problems(manifest, "the manifest"))

@@ -50,15 +50,15 @@ def is_inside(real_path: str, real_root: str) -> bool:
     return real_path == real_root or real_path.startswith(real_root.rstrip(os.sep) + os.sep)
 
 
-def escape_problem(path: Path, real_root: str) -> Problem | None:
-    """A problem when ``path`` resolves (through symlinks) outside ``real_root``."""
+def escape_problem(path: Path, real_root: str, report_as: Path | None = None) -> Problem | None:
+    """A problem (filed under ``report_as``, default ``path``) when ``path`` resolves outside ``real_root``."""
     real = os.path.realpath(path)
     if is_inside(real, real_root):
         return None
     return Problem(
-        path,
+        report_as or path,
         None,
         None,
-        f"resolves to {real}, outside the agents folder {real_root}; "
+        f"{path} resolves to {real}, outside the agents folder {real_root}; "
         "symlinks may not leave it: copy the agent in instead",
     )
