@@ -33,6 +33,7 @@ __all__ = [
     "parse_target",
     "setup_logging",
     "record_fields",
+    "iso_timestamp",
     "format_logfmt",
     "format_json",
     "StructuredFormatter",
@@ -56,7 +57,6 @@ _RECORD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__
     "asctime",
     "taskName",
 }
-_BASE_KEYS = ("ts", "level", "logger", "msg")
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 _VALUE_NEEDS_QUOTES = re.compile(r'[\s"=\\]')
 _HANDLER_MARK = "_covenant_log_handler"
@@ -141,7 +141,8 @@ def resolve_log_settings(
     return LogSettings(level=level, format=fmt, target=target)
 
 
-def _iso_ts(created: float) -> str:
+def iso_timestamp(created: float) -> str:
+    """UTC with milliseconds, e.g. ``2026-05-02T10:15:03.412Z`` (the ``ts`` field)."""
     stamp = _dt.datetime.fromtimestamp(created, tz=_dt.timezone.utc)
     return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
 
@@ -166,7 +167,7 @@ def record_fields(record: logging.LogRecord) -> dict[str, Any]:
     under its name plus ``_``. Tracebacks become ``exc`` (and ``stack``).
     """
     fields: dict[str, Any] = {
-        "ts": _iso_ts(record.created),
+        "ts": iso_timestamp(record.created),
         "level": record.levelname.lower(),
         "logger": record.name,
         "msg": record.getMessage(),

@@ -20,7 +20,7 @@ from typing import Any
 
 import trio
 
-from covenant.logs import LEVELS, record_fields
+from covenant.logs import LEVELS, iso_timestamp, record_fields
 
 __all__ = ["LogBroadcaster", "LogSubscription", "DEFAULT_CAPACITY", "DEFAULT_SUBSCRIBER_BUFFER"]
 
@@ -68,7 +68,7 @@ class LogSubscription:
     def _marker(self) -> Entry:
         count, self._dropped = self._dropped, 0
         return {
-            "ts": time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime()) + ".000Z",
+            "ts": iso_timestamp(time.time()),
             "level": "warning",
             "logger": "covenant.logstream",
             "msg": f"dropped {count} lines: this reader was too slow",
@@ -99,17 +99,18 @@ class LogSubscription:
         return self
 
     async def __anext__(self) -> Entry:
-        while True:
-            if self._buffer:
-                entry = self._buffer.popleft()
-                await trio.lowlevel.checkpoint()
-                return entry
-            if self._dropped:
-                await trio.lowlevel.checkpoint()
-                return self._marker()
-            if self._closed:
-                raise StopAsyncIteration
-            await self._lot.park()
+        await trio.lowlevel.checkpoint_if_cancelled()
+        if self._buffer or self._dropped or self._closed:
+            await trio.lowlevel.cancel_shielded_checkpoint()
+        else:
+            # Cancellation can only strike while parked, before anything is taken.
+            while not (self._buffer or self._dropped or self._closed):
+                await self._lot.park()
+        if self._buffer:
+            return self._buffer.popleft()
+        if self._dropped:
+            return self._marker()
+        raise StopAsyncIteration
 
     async def __aenter__(self) -> "LogSubscription":
         return self

@@ -188,3 +188,15 @@ def test_handler_outlives_a_finished_trio_run(broadcaster) -> None:
     trio.run(subscribe_and_leave)
     log.info("after the run")  # must not raise RunFinishedError or hang
     assert b.recent()[-1]["msg"] == "after the run"
+
+
+async def test_a_cancelled_read_loses_nothing(broadcaster) -> None:
+    b, log = broadcaster
+    async with b.subscribe() as sub:
+        log.info("kept")
+        await trio.testing.wait_all_tasks_blocked()
+        with trio.CancelScope() as scope:
+            scope.cancel()
+            await sub.__anext__()
+        assert scope.cancelled_caught
+        assert (await sub.__anext__())["msg"] == "kept"
