@@ -28,6 +28,12 @@ def fetch_one(home: Home, intent_id: str) -> tuple[DispatchRecord | None, list[s
     return store.get(intent_id), store.problems
 
 
+def _exit_text(record: DispatchRecord) -> str:
+    if record.exit_code is not None:
+        return f"code {record.exit_code}"
+    return f"signal {record.signal}" if record.signal is not None else "-"
+
+
 def _warn(problems: list[str]) -> None:
     for problem in problems:
         click.echo(f"covenant: warning: {problem}", err=True)
@@ -80,7 +86,7 @@ def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
         ("stdout", f"{record.stdout_bytes} bytes"),
         ("scratch", f"{record.scratch_peak_bytes} bytes"),
         ("pid", str(record.pid) if record.pid is not None else "-"),
-        ("exit", f"code {record.exit_code}" if record.exit_code is not None else f"signal {record.signal}"),
+        ("exit", _exit_text(record)),
         ("network", "enforced" if record.network_enforced else "not enforced"),
         ("limits", " ".join(f"{k}={v}" for k, v in sorted(record.limits.items()))),
         ("argv", " ".join(record.argv)),

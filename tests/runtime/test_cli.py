@@ -1,0 +1,93 @@
+"""`covenant run`, `history` and `show` as real subprocesses."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from covenant.home import Home
+from tests.conftest import EXAMPLES_DIR, require_tool
+from tests.runtime.conftest import AGENTS
+
+COVENANT = [str(Path(sys.executable).parent / "covenant")]
+
+
+def covenant(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([*COVENANT, "--home", str(home.root), *args], capture_output=True, text=True, timeout=120,
+                          env=os.environ.copy())
+
+
+def write_manifest(folder: Path, **resources: object) -> Path:
+    lines = ["[agent]", 'id = "fault@local"', 'name = "fault"', 'version = "0.1.0"', 'runtime = "python3"',
+             f'entry = "{AGENTS / "fault.py"}"', "[resources]"]
+    lines += [f"{k} = {json.dumps(v)}" for k, v in resources.items()]
+    path = folder / "fault.toml"
+    path.write_text("\n".join(lines) + "\n")
+    return path
+
+
+def test_run_prints_text_and_records(home: Home, tmp_path: Path) -> None:
+    manifest = write_manifest(tmp_path)
+    done = covenant(home, "run", str(manifest), "echo hello world")
+    assert done.returncode == 0, done.stderr
+    assert done.stdout == "hello world\n"
+    history = covenant(home, "history", "--json")
+    records = json.loads(history.stdout)
+    assert len(records) == 1 and records[0]["outcome"] == "ok"
+    shown = covenant(home, "show", records[0]["intent_id"], "--json")
+    assert json.loads(shown.stdout)["result"]["text"] == "hello world"
+    assert "ok" in covenant(home, "show", records[0]["intent_id"]).stdout
+    assert covenant(home, "show", "no-such-intent").returncode == 1
+
+
+@pytest.mark.parametrize(("text", "code", "outcome"), [("error", 1, "agent_error"), ("exit 3", 4, "crashed"),
+                                                        ("garbage", 4, "protocol_error")])
+def test_run_exit_codes(home: Home, tmp_path: Path, text: str, code: int, outcome: str) -> None:
+    done = covenant(home, "run", str(write_manifest(tmp_path)), text, "--json")
+    assert done.returncode == code, done.stderr
+    assert json.loads(done.stdout)["outcome"] == outcome
+
+
+def test_run_timeout_leaves_nothing(home: Home, tmp_path: Path) -> None:
+    done = covenant(home, "run", str(write_manifest(tmp_path, cpu_ms_per_task=300)), "escape stay", "--json")
+    assert done.returncode == 4
+    record = json.loads(done.stdout)
+    assert record["outcome"] == "timeout"
+    from tests.runtime.conftest import leftovers
+
+    assert leftovers(record["intent_id"]) == []
+
+
+def test_run_bad_manifest_is_usage_error(home: Home, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.toml"
+    bad.write_text("[agent]\nid = 1\n")
+    done = covenant(home, "run", str(bad), "x")
+    assert done.returncode == 2 and "bad.toml" in done.stderr
+
+
+def test_example_wordcount(home: Home) -> None:
+    done = covenant(home, "run", str(EXAMPLES_DIR / "wordcount-py"), "the cat and the hat")
+    assert done.returncode == 0, done.stderr
+    assert "words: 5" in done.stdout
+
+
+def test_example_calc(home: Home) -> None:
+    require_tool("node")
+    done = covenant(home, "run", str(EXAMPLES_DIR / "calc-node"), "what is 2 + 3 * 4")
+    assert done.returncode == 0, done.stderr
+    assert "14" in done.stdout
+
+
+def test_example_search(home: Home) -> None:
+    cargo = require_tool("cargo")
+    manifest = EXAMPLES_DIR / "search-rs" / "Cargo.toml"
+    subprocess.run([cargo, "build", "--quiet", "--release", "--offline", "--manifest-path", str(manifest)], check=True)
+    done = covenant(home, "run", str(EXAMPLES_DIR / "search-rs"), "search supervisor", "--json")
+    assert done.returncode == 0, done.stderr
+    record = json.loads(done.stdout)
+    assert record["outcome"] == "ok" and record["network_enforced"] is True
