@@ -1,0 +1,172 @@
+"""``covenant audit``: tail, verify and witness the signed audit log."""
+
+from __future__ import annotations
+
+import collections
+import fnmatch
+import json
+import signal
+import sys
+from pathlib import Path
+from typing import Any
+
+import click
+
+from covenant.cli._common import CliContext, fail, pass_cli, print_json, reports_errors
+
+__all__ = ["audit"]
+
+
+@click.group()
+def audit() -> None:
+    """Tail, verify and witness the signed audit log (in <home>/audit)."""
+
+
+def _matches(record: dict[str, Any], agent: str | None, type_pattern: str | None) -> bool:
+    if type_pattern is None:
+        # Checkpoints prove the log; they are noise when reading it.
+        if record["type"] == "audit.checkpoint":
+            return False
+    elif not fnmatch.fnmatchcase(record["type"], type_pattern):
+        return False
+    if agent is not None and record["data"].get("agent") != agent:
+        return False
+    return True
+
+
+def _human(record: dict[str, Any]) -> str:
+    data = record["data"]
+
+    def field(name: str) -> str:
+        value = data.get(name)
+        if isinstance(value, dict):  # e.g. an intent given as {"id": ...}
+            value = value.get("id")
+        return "-" if value is None else str(value)
+
+    return (
+        f"{record['ts']}  #{record['seq']:<7} {record['type']:<18} "
+        f"agent={field('agent')}  intent={field('intent')}  outcome={field('outcome')}"
+    )
+
+
+@audit.command()
+@click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing records as they are written.")
+@click.option("--agent", metavar="ID", help="Only records whose data.agent is ID.")
+@click.option("--type", "type_", metavar="T", help="Only records of type T (glob, e.g. 'intent.*'); shows checkpoints only when asked.")
+@click.option("--json", "as_json", is_flag=True, help="Print each record as its JSON line, exactly as stored.")
+@click.option("-n", "--lines", type=click.IntRange(min=0), default=None, help="Start with the last N matching records (default: all).")
+@click.option("--interval", type=click.FloatRange(min=0.01), default=0.2, hidden=True, help="Poll interval for -f, seconds.")
+@pass_cli
+@reports_errors
+def tail(
+    ctx: CliContext, follow_: bool, agent: str | None, type_: str | None, as_json: bool, lines: int | None, interval: float
+) -> None:
+    """Print audit records (time, type, agent, intent, outcome); -f follows the live log.
+
+    Works whether or not the daemon runs. Warnings about a broken chain, a file
+    that shrank or was replaced, go to stderr.
+    """
+    from covenant.audit.reader import CaughtUp, Entry, follow
+
+    directory = ctx.home.audit_dir
+    if not directory.is_dir() and not follow_:
+        fail(f"no audit log at {directory} (the daemon creates it on start)", 1)
+    # SIGTERM ends a `tail -f` as quietly as Ctrl-C does.
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
+
+    def show(entry: Entry) -> None:
+        text = entry.line.decode("utf-8") if as_json else _human(entry.record)
+        click.echo(text)
+
+    backlog: collections.deque[Entry] | None = collections.deque(maxlen=lines) if lines is not None else None
+    caught_up = False
+    try:
+        for item in follow(directory, keep_following=follow_, poll_s=interval, should_stop=None):
+            if isinstance(item, CaughtUp):
+                if backlog is not None:
+                    for entry in backlog:
+                        show(entry)
+                    sys.stdout.flush()
+                caught_up = True
+                continue
+            if not isinstance(item, Entry):
+                prefix = "WARNING" if item.loud else "note"
+                click.echo(f"covenant: audit {prefix}: {item.message}", err=True)
+                continue
+            if not _matches(item.record, agent, type_):
+                continue
+            if backlog is not None and not caught_up:
+                backlog.append(item)
+                continue
+            show(item)
+            sys.stdout.flush()
+    except KeyboardInterrupt:
+        pass
+    finally:
+        if backlog is not None and not caught_up:
+            for entry in backlog:
+                show(entry)
+
+
+@audit.command()
+@click.option("--witness", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="A head file kept elsewhere: the log must still contain that checkpoint.")
+@click.option("--pubkey", metavar="HEX", help="The daemon public key to verify against (default: audit.pubkey, else identity/daemon.key).")
+@click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
+@pass_cli
+@reports_errors
+def verify(ctx: CliContext, witness: Path | None, pubkey: str | None, as_json: bool) -> None:
+    """Check every record, link, checkpoint signature and recovery; exit 0 valid, 1 not."""
+    from covenant.audit.verify import load_witness, pinned_public_key, verify_log
+    from covenant.config import load_config
+
+    key = pinned_public_key(ctx.home, load_config(ctx.home), pubkey)
+    witness_doc = load_witness(witness) if witness is not None else None
+    report = verify_log(ctx.home.audit_dir, key, witness=witness_doc)
+    if as_json:
+        print_json(report.to_json())
+    else:
+        for warning in report.warnings:
+            click.echo(f"warning: {warning}", err=True)
+        if report.ok:
+            last = report.last_checkpoint or {}
+            click.echo(
+                f"ok: {report.records} records in {report.segments} segment(s), log {report.log_id}, "
+                f"last checkpoint covers seq {last.get('seq')} ({last.get('ts')})"
+                + (", witness matched" if witness_doc is not None else "")
+            )
+        else:
+            p = report.first_problem
+            assert p is not None
+            click.echo(f"FAILED: {p.segment}, seq {p.seq}, byte offset {p.offset}: {p.message}")
+    sys.exit(0 if report.ok else 1)
+
+
+@audit.command()
+@click.option("--pubkey", metavar="HEX", help="Check the head's signature against this key.")
+@pass_cli
+@reports_errors
+def head(ctx: CliContext, pubkey: str | None) -> None:
+    """Print the latest checkpoint as a witness file; keep copies on another host."""
+    from covenant.audit.format import checkpoint_signature_ok
+    from covenant.audit.store import HEAD_NAME
+    from covenant.audit.verify import pinned_public_key
+    from covenant.config import load_config
+    from covenant.errors import CovenantError
+
+    path = ctx.home.audit_dir / HEAD_NAME
+    try:
+        doc = json.loads(path.read_text())
+    except FileNotFoundError:
+        fail(f"{path} not found (the daemon writes it when it opens the audit log)", 1)
+    except (OSError, ValueError) as exc:
+        fail(f"{path}: cannot read it ({exc})", 1)
+    try:
+        key = pinned_public_key(ctx.home, load_config(ctx.home), pubkey)
+    except CovenantError as exc:
+        click.echo(f"covenant: note: signature not checked: {exc.message}", err=True)
+    else:
+        if not isinstance(doc, dict) or type(doc.get("seq")) is not int or not checkpoint_signature_ok(
+            key, str(doc.get("log")), doc.get("seq"), str(doc.get("hash")), doc.get("sig")
+        ):
+            fail(f"{path}: the checkpoint signature does not verify under the pinned key", 1)
+    click.echo(json.dumps(doc, sort_keys=True, indent=2))
