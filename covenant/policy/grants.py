@@ -368,7 +368,8 @@ class GrantStore:
         if not self._verify(grant.payload(), grant.signature):
             return None, (
                 "signature does not verify against this home's daemon key (edited by hand, or copied from "
-                f"another host); ignored (if it is wanted, issue it properly: `covenant grant {grant.issuer} {grant.action}`)"
+                f"another host); ignored (if it is wanted, issue it properly: "
+                f"`covenant grant {grant.issuer} {grant.action}`)"
             )
         return grant, None
 

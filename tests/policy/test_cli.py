@@ -71,7 +71,8 @@ def test_grant_by_name_check_list_revoke(daemon_home: Home) -> None:
     store = GrantStore(daemon_home.grants_path, load_private_key(daemon_home.daemon_key_path).public_key())
     assert store.load().active_actions(bob, 2**50) == set()  # far future: the 30d grants expired anyway
     text_listing = covenant("grants")
-    assert text_listing.returncode == 0 and "bob@lap" in text_listing.stdout and "memory.read" not in text_listing.stdout
+    assert text_listing.returncode == 0
+    assert "bob@lap" in text_listing.stdout and "memory.read" not in text_listing.stdout
 
 
 def test_grant_to_own_identity_by_display_name(daemon_home: Home) -> None:

@@ -133,7 +133,9 @@ def test_known_identities_add_resolve_display(home: Home) -> None:
 
 
 def test_known_identities_keep_operator_comments(home: Home) -> None:
-    home.known_identities_path.write_text('# team keys, see wiki\n[identities]\n# ops lead\n"kim@ops" = "' + "ab" * 32 + '"\n')
+    home.known_identities_path.write_text(
+        '# team keys, see wiki\n[identities]\n# ops lead\n"kim@ops" = "' + "ab" * 32 + '"\n'
+    )
     known = KnownIdentities(home)
     known.add("bob@lap", public_key_hex(Ed25519PrivateKey.generate()))
     text = home.known_identities_path.read_text()
