@@ -30,6 +30,14 @@ def _agent_json(spec: AgentSpec) -> dict[str, Any]:
     return spec.model_dump(mode="json")
 
 
+def _relative(path: Path, folder: Path) -> str:
+    """A manifest path relative to the agents folder when it is inside it (narrower table)."""
+    try:
+        return str(path.relative_to(folder))
+    except ValueError:
+        return str(path)
+
+
 def _problems_note(registry: Registry) -> None:
     if registry.problems:
         click.echo(
@@ -70,9 +78,11 @@ def list_agents(cli: CliContext, as_json: bool) -> None:
         from rich.console import Console
         from rich.table import Table
 
-        table = Table(*headers, title=f"agents in {cli.home.agents_dir}")
+        table = Table(title=f"agents in {cli.home.agents_dir}")
+        for header in headers:
+            table.add_column(header, no_wrap=header in ("ID", "RUNTIME", "VERSION"))
         for row in rows:
-            table.add_row(*row)
+            table.add_row(*row[:-1], _relative(Path(row[-1]), cli.home.agents_dir))
         Console().print(table)
     else:
         widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
@@ -100,12 +110,12 @@ def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
         return
     data = _agent_json(spec)
     for key in ("id", "name", "version", "runtime", "kind", "manifest_path", "root", "entry"):
-        click.echo(f"{key + ':':<16}{data[key] if data[key] is not None else '-'}")
+        click.echo(f"{key + ':':<36}{data[key] if data[key] is not None else '-'}")
     for section in ("capabilities", "resources", "settlement"):
         for key, value in data[section].items():
             shown = ", ".join(value) if isinstance(value, list) else value
-            click.echo(f"{section + '.' + key + ':':<16} {shown if shown != '' else '-'}")
-    click.echo(f"{'keywords:':<16}{', '.join(spec.keywords) or '-'}")
+            click.echo(f"{section + '.' + key + ':':<36}{shown if shown != '' else '-'}")
+    click.echo(f"{'keywords:':<36}{', '.join(spec.keywords) or '-'}")
     for warning in spec.warnings:
         click.echo(f"warning: {warning}")
 
