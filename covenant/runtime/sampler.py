@@ -35,9 +35,9 @@ class ProcessTree:
         self.cpu_ms = 0
         self.rss_kib = 0
         self.peak_rss_kib = 0
-        root_stat = _procfs.read_stat(root)
-        if root_stat is not None:
-            self.members[root] = root_stat.starttime
+        # The root is not read here: /proc/<pid>/stat of a process in the middle
+        # of execve blocks until the exec is done (~0.7 ms). Its pid cannot be
+        # reused before covenant reaps it, so the first refresh may add it.
 
     def refresh(self, adopted: Iterable[int] = ()) -> None:
         """Rebuild membership from the root, known members and ``adopted`` pids; update figures."""
