@@ -25,7 +25,7 @@ from covenant.config import Config
 from covenant.daemon import systemd
 from covenant.daemon.agents_state import LoadedAgents
 from covenant.daemon.api import ControlAPI
-from covenant.daemon.grants_watch import GrantsWatch
+from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.scheduler import ShuttingDown
@@ -38,6 +38,7 @@ from covenant.keys import load_private_key, public_key_hex
 from covenant.manifest.registry import scan_agents
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.grants import GrantStore
+from covenant.policy.identities import KnownIdentities
 from covenant.runtime.host import set_child_subreaper
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
@@ -148,7 +149,8 @@ async def serve_daemon(
         registry = await trio.to_thread.run_sync(scan_agents, home.agents_dir)
         store = DispatchStore(home.dispatches_dir)
         budget = await trio.to_thread.run_sync(_budget_from_history, store, time.time_ns() // 1_000_000)
-        grants = await trio.to_thread.run_sync(GrantsWatch, GrantStore(home.grants_path, key.public_key()), home.grants_path)
+        grants = await trio.to_thread.run_sync(GrantsWatch, GrantStore(home.grants_path, key.public_key()))
+        names = IdentityNames(KnownIdentities(home), home.known_identities_path)
         sockets, socket_names, activated = _open_sockets(options)
         async with AuditLog.open(home.audit_dir, key, config.audit, on_batch=metrics.observe_audit_batch) as audit:
             async with Runner.open(config.runtime, scratch_root=home.state_dir / "scratch") as runner:
@@ -159,6 +161,7 @@ async def serve_daemon(
                     audit=audit,
                     store=store,
                     grants=grants,
+                    names=names,
                     agents=LoadedAgents.first(registry),
                     budget=budget,
                     metrics=metrics,

@@ -17,10 +17,11 @@ from typing import Any
 import trio
 
 from covenant import __version__
-from covenant.audit.writer import AuditLog, text_digest
+from covenant.audit.events import text_digest
+from covenant.audit.writer import AuditLog
 from covenant.config import Config
 from covenant.daemon.agents_state import LoadedAgents, merge_reload
-from covenant.daemon.grants_watch import GrantsWatch
+from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.routing import route
 from covenant.daemon.scheduler import Scheduler, ShuttingDown
@@ -68,6 +69,7 @@ class Daemon:
         audit: AuditLog,
         store: DispatchStore,
         grants: GrantsWatch,
+        names: IdentityNames,
         agents: LoadedAgents,
         budget: BudgetLedger,
         metrics: Metrics,
@@ -79,6 +81,7 @@ class Daemon:
         self.audit = audit
         self.store = store
         self.grants = grants
+        self.names = names
         self.loaded = agents
         self.budget = budget
         self.metrics = metrics
@@ -137,7 +140,8 @@ class Daemon:
         await self.refresh_grants()
         now = _now_ms()
         decision = check_capabilities(
-            intent.issuer.pubkey, agent, self.grants.current, now, issuer_display=intent.issuer.display
+            intent.issuer.pubkey, agent, self.grants.current, now,
+            issuer_display=self.names.display_for(intent.issuer.pubkey),
         )
         audit = {"routed_by": routed_by, **decision.to_audit()}
         if not decision.allowed:
@@ -276,10 +280,17 @@ class Daemon:
     # -- grants and reload -----------------------------------------------------------
 
     async def refresh_grants(self, *, force: bool = False) -> None:
-        """Pick up grants.toml edits made by `covenant grant`/`revoke` and audit what changed."""
-        changes = self.grants.refresh(force=force)
-        if changes is None:
+        """Pick up grants.toml and identities.toml edits (`covenant grant`, `revoke`, `identity add`).
+
+        A grant change is audited before the decision that depends on it.
+        """
+        if self.names.file.changed() or force:
+            await trio.to_thread.run_sync(self.names.reload)
+        if not (self.grants.file.changed() or force):
             return
+        changes = await trio.to_thread.run_sync(self.grants.reload)
+        if changes.error is not None:
+            log.error("grants file unreadable; keeping the previous grants", extra={"problem": changes.error})
         for grant in changes.added:
             await self.audit.record("grant.added", grant)
         for grant in changes.revoked:
@@ -350,7 +361,10 @@ class Daemon:
                 "checkpoint_age_ms": (now_ms - head["ts_ms"]) if "ts_ms" in head else None,
                 "head": head or None,
             },
-            "grants": {"problems": [str(p) for p in self.grants.current.problems]},
+            "grants": {
+                "problems": [str(p) for p in self.grants.current.problems]
+                + ([self.grants.load_error] if self.grants.load_error else []),
+            },
         }
 
     async def history(self, limit: int, agent: str | None) -> list[DispatchRecord]:
