@@ -9,7 +9,6 @@ their dispatch by the ``COVENANT_INTENT_ID`` marker in their environment.
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Callable, Iterable
 
@@ -19,7 +18,6 @@ from covenant.runtime import _procfs
 
 __all__ = ["ProcessTree", "Sampler", "MARKER_NAME"]
 
-log = logging.getLogger("covenant.runtime")
 
 MARKER_NAME = "COVENANT_INTENT_ID"
 
