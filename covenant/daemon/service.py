@@ -33,6 +33,7 @@ from covenant.policy.budget import BudgetLedger
 from covenant.policy.check import check_capabilities
 from covenant.policy.intents import Intent, IntentVerifier
 from covenant.runtime.outcome import DispatchRecord, outcome_exit_code
+from covenant.runtime.host import network_isolation_available
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
 
@@ -342,6 +343,7 @@ class Daemon:
             "home": str(self.home.root),
             "sockets": self.socket_paths,
             "shutting_down": self.shutting_down,
+            "network_isolation": network_isolation_available(),
             "agents": {"loaded": sorted(self.loaded.agents), "kept_previous": sorted(self.loaded.kept_previous)},
             "rejected": [p.to_json() for p in self.loaded.problems],
             "in_flight": [

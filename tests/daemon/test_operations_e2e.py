@@ -1,0 +1,178 @@
+"""Operations against a real daemon: sd_notify, the watchdog, socket activation, metrics, logs."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import socket
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from prometheus_client.parser import text_string_to_metric_families
+
+from covenant.client import DaemonClient
+from tests.daemon.conftest import DaemonProcess
+
+
+def _datagrams(sock: socket.socket, until: float) -> list[str]:
+    messages = []
+    sock.settimeout(0.1)
+    while time.monotonic() < until:
+        try:
+            messages.append(sock.recv(4096).decode())
+        except socket.timeout:
+            continue
+    return messages
+
+
+def test_notify_ready_status_watchdog_stopping(daemon: DaemonProcess, tmp_path: Path) -> None:
+    notify_path = daemon.socket.parent / "notify.sock"
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(notify_path))
+    daemon.env.update(NOTIFY_SOCKET=str(notify_path), WATCHDOG_USEC="400000")
+    daemon.start()  # returns once the control socket answers
+
+    messages = _datagrams(notify, time.monotonic() + 2.0)
+    ready = [i for i, m in enumerate(messages) if "READY=1" in m.split("\n")]
+    assert ready, messages
+    assert any(line.startswith("STATUS=serving") for m in messages for line in m.split("\n"))
+    # WATCHDOG_USEC=0.4 s: pings every 0.2 s; 2 s of listening must see several, not one.
+    assert sum("WATCHDOG=1" in m for m in messages) >= 3
+
+    daemon.process.send_signal(signal.SIGTERM)  # type: ignore[union-attr]
+    assert daemon.process.wait(timeout=60) == 0  # type: ignore[union-attr]
+    after = _datagrams(notify, time.monotonic() + 0.3)
+    assert any("STOPPING=1" in m.split("\n") for m in after), after
+
+
+def test_ready_only_after_socket_serves(daemon: DaemonProcess) -> None:
+    notify_path = daemon.socket.parent / "notify.sock"
+    notify = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+    notify.bind(str(notify_path))
+    notify.settimeout(60)
+    env = {**daemon.env, "NOTIFY_SOCKET": str(notify_path)}
+    proc = subprocess.Popen([sys.executable, "-m", "covenant", "daemon"], env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        while "READY=1" not in notify.recv(4096).decode().split("\n"):
+            pass
+        # At the moment READY=1 arrives, the API must already answer.
+        with DaemonClient(daemon.socket, timeout=10) as client:
+            assert client.request("GET", "/v1/status")["shutting_down"] is False
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+
+
+def test_socket_activation_dispatch_through_fd3(daemon: DaemonProcess) -> None:
+    daemon.add_agent("echo", "echo.py", keywords=("echo",))
+    listener = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    listener.bind(str(daemon.socket))
+    listener.listen(16)
+    fd = listener.fileno()
+    env = {k: v for k, v in daemon.env.items() if k != "COVENANT_SOCKET"}
+    env.update(LISTEN_FDS="1", COVENANT_SOCKET="/nonexistent/ignored.sock")
+    proc = subprocess.Popen(
+        ["sh", "-c", 'LISTEN_PID=$$ exec "$0" "$@"', sys.executable, "-m", "covenant", "daemon"],
+        env=env,
+        pass_fds=(3,),
+        preexec_fn=lambda: os.dup2(fd, 3),  # the activated socket must be fd 3 in the daemon
+        stdout=subprocess.DEVNULL,
+        stderr=subprocess.DEVNULL,
+    )
+    listener.close()  # the daemon holds its own copy now
+    try:
+        result = None
+        for _ in range(600):
+            result = daemon.cli("dispatch", "echo via activation", env={"COVENANT_SOCKET": str(daemon.socket)})
+            if result.returncode != 5:
+                break
+            time.sleep(0.1)
+        assert result is not None and result.returncode == 0, result.stderr if result else None
+        assert result.stdout.strip() == "echo via activation"
+        with DaemonClient(daemon.socket) as client:
+            assert client.request("GET", "/v1/status")["sockets"] == [str(daemon.socket)]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        assert proc.wait(timeout=60) == 0
+    # The daemon did not create the activated socket, so it leaves the file to systemd.
+    assert daemon.socket.exists()
+
+
+def _metric(text: str, name: str, labels: dict[str, str]) -> float:
+    for family in text_string_to_metric_families(text):
+        for sample in family.samples:
+            if sample.name == name and all(sample.labels.get(k) == v for k, v in labels.items()):
+                return sample.value
+    return 0.0
+
+
+def test_metrics_move_with_dispatches(daemon: DaemonProcess) -> None:
+    daemon.add_agent("echo", "echo.py", keywords=("echo",))
+    daemon.add_agent("guarded", "echo.py", keywords=("guarded",), required=("tool.secret",))
+    daemon.start()
+
+    def scrape() -> str:
+        with DaemonClient(daemon.socket) as client:
+            response = client._send("GET", "/metrics")
+            assert response.status == 200
+            return response.read().decode()
+
+    before = scrape()
+    for i in range(3):
+        assert daemon.cli("dispatch", f"echo {i}").returncode == 0
+    assert daemon.cli("dispatch", "guarded x").returncode == 3
+    after = scrape()
+    ok = {"agent": "echo@local", "outcome": "ok"}
+    assert _metric(after, "covenant_dispatches_total", ok) - _metric(before, "covenant_dispatches_total", ok) == 3
+    assert _metric(after, "covenant_policy_denials_total", {"reason": "capability_denied"}) == 1
+    assert _metric(after, "covenant_registry_agents", {}) == 2
+    assert _metric(after, "covenant_audit_batch_records_count", {}) > 0
+
+
+def test_agent_stderr_lines_carry_agent_and_intent(daemon: DaemonProcess) -> None:
+    daemon.add_agent("chatty", "chatty.py", keywords=("chatty",))
+    daemon.env["COVENANT_LOG_FORMAT"] = "json"
+    daemon.start()
+    doc = json.loads(daemon.cli("dispatch", "chatty please", "--json", check=True).stdout)
+    assert daemon.stop() == 0
+    events = [json.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
+    stderr_events = [e for e in events if e.get("line") in ("chatty starting", "chatty: still here")]
+    assert len(stderr_events) == 2, daemon.log()
+    for event in stderr_events:
+        assert event["agent"] == "chatty@local"
+        assert event["intent"] == doc["intent_id"]
+
+
+def test_logs_command_shows_recent_lines(daemon: DaemonProcess) -> None:
+    daemon.add_agent("chatty", "chatty.py", keywords=("chatty",))
+    daemon.start()
+    daemon.cli("dispatch", "chatty please", check=True)
+    result = daemon.cli("logs", "--agent", "chatty@local", check=True)
+    assert "chatty starting" in result.stdout
+    assert "agent=chatty@local" in result.stdout
+
+
+def test_logs_follow_streams_live_lines_across_a_reload(daemon: DaemonProcess) -> None:
+    daemon.add_agent("chatty", "chatty.py", keywords=("chatty",))
+    daemon.start()
+    follower = subprocess.Popen([sys.executable, "-m", "covenant", "logs", "-f", "--agent", "chatty@local"],
+                                env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        intents = []
+        for _ in range(2):
+            intents.append(json.loads(daemon.cli("dispatch", "chatty please", "--json", check=True).stdout)["intent_id"])
+            daemon.cli("reload", check=True)
+        seen: set[str] = set()
+        deadline = time.monotonic() + 60
+        while seen != set(intents) and time.monotonic() < deadline:
+            line = follower.stdout.readline()  # type: ignore[union-attr]
+            assert line, follower.stderr.read()  # type: ignore[union-attr]
+            seen.update(i for i in intents if f"intent={i}" in line and "chatty starting" in line)
+        assert seen == set(intents)
+    finally:
+        follower.kill()
+        follower.wait()
