@@ -11,6 +11,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import json.encoder
+import json.scanner
 import re
 import time
 from typing import Any
@@ -138,8 +140,33 @@ def _reject(text: str) -> Any:
 # followed by a re-encode comparison (duplicate keys are caught because the
 # re-encoded object is shorter), at roughly half the cost. verify must stay
 # above 100,000 records/s; tests check the two agree.
-_decode = json.JSONDecoder(parse_float=_reject, parse_constant=_reject).decode
-_encode = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False).encode
+# The C scanner and encoder are used directly (not through JSONDecoder.decode /
+# JSONEncoder.encode) to skip per-call set-up; both fall back to the pure
+# Python implementations when the C accelerator is missing.
+_decoder = json.JSONDecoder(parse_float=_reject, parse_constant=_reject)
+_scan_once = json.scanner.make_scanner(_decoder)
+_encoder = json.JSONEncoder(sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+if json.encoder.c_make_encoder is not None:
+    _c_encode = json.encoder.c_make_encoder(
+        None, _encoder.default, json.encoder.encode_basestring, None, ":", ",", True, False, False
+    )
+
+    def _encode(obj: Any) -> str:
+        return "".join(_c_encode(obj, 0))
+
+else:  # pragma: no cover - CPython always ships _json
+    _encode = _encoder.encode
+
+
+def _decode(text: str) -> Any:
+    """One JSON value filling all of ``text``: no surrounding whitespace, no BOM."""
+    try:
+        obj, end = _scan_once(text, 0)
+    except StopIteration as exc:
+        raise ValueError(f"no JSON value at character {exc.value}") from None
+    if end != len(text):
+        raise ValueError(f"extra data at character {end}")
+    return obj
 
 
 def parse_record(line: bytes) -> tuple[dict[str, Any] | None, str]:

@@ -171,12 +171,16 @@ def verify_log(directory: Path, public_key: Ed25519PublicKey, *, witness: dict[s
         if live:
             report.warnings.append(f"{message} (the writer is live)")
         else:
+            last = walker.last
+            assert last is not None
+            # Reported at the last line: that is where a checkpoint must be and is not.
             return finish(
                 Problem(
-                    walker.committed.segment or segment_name(indexes[-1]),
-                    first_pending,
-                    walker.committed.end,
-                    f"{message}: a torn tail that was never recovered (opening the log with the daemon recovers it)",
+                    last.segment,
+                    last.seq,
+                    last.offset,
+                    f"the log ends at seq {last.seq} without a checkpoint: {message}; a torn tail that was "
+                    f"never recovered (opening the log with the daemon recovers it), or a cut",
                 )
             )
     seen_hashes = walker.witness_seen
