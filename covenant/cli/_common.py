@@ -13,7 +13,7 @@ import click
 from covenant.errors import CovenantError
 from covenant.home import Home
 
-__all__ = ["CliContext", "pass_cli", "reports_errors", "fail", "print_json"]
+__all__ = ["CliContext", "pass_cli", "reports_errors", "fail", "print_json", "ask_daemon"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -52,3 +52,18 @@ def reports_errors(func: F) -> F:
 def print_json(obj: Any) -> None:
     """Stable JSON for --json output: sorted keys, one document, trailing newline."""
     click.echo(json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, default=str))
+
+
+def ask_daemon(home: Home, path: str) -> Any | None:
+    """GET ``path`` from the running daemon, or None when none answers.
+
+    Read-only commands prefer what the daemon has loaded and fall back to
+    reading the home's files when no daemon runs.
+    """
+    from covenant.client import DaemonClient, DaemonUnreachable
+
+    try:
+        with DaemonClient(home.socket_path, timeout=30) as client:
+            return client.request("GET", path)
+    except DaemonUnreachable:
+        return None

@@ -1,7 +1,7 @@
 """``covenant agents list | show | check``: inspect the registry.
 
-Thin: the data comes from :func:`_load_registry` (today a local scan of the
-home's agents folder; later the running daemon first), the rest is printing.
+Thin: the data comes from :func:`_load_registry` (what the running daemon has
+loaded, else a local scan of the home's agents folder), the rest is printing.
 """
 
 from __future__ import annotations
@@ -12,18 +12,26 @@ from typing import Any
 
 import click
 
-from covenant.cli._common import CliContext, fail, pass_cli, print_json, reports_errors
+from covenant.cli._common import CliContext, ask_daemon, fail, pass_cli, print_json, reports_errors
 from covenant.errors import ExitCode
 from covenant.home import Home
 from covenant.manifest.model import AgentSpec
+from covenant.manifest.problems import Problem
 from covenant.manifest.registry import Registry, check_paths, scan_agents
 
 __all__ = ["agents"]
 
 
 def _load_registry(home: Home) -> Registry:
-    """The registry the commands show: a scan of the home's agents folder."""
-    return scan_agents(home.agents_dir)
+    """What the running daemon has loaded; without a daemon, a scan of the home's agents folder."""
+    loaded = ask_daemon(home, "/v1/agents")
+    if loaded is None:
+        return scan_agents(home.agents_dir)
+    agents = [AgentSpec.model_validate(doc, strict=False) for doc in loaded["agents"]]
+    problems = [
+        Problem(Path(p["path"]), p.get("line"), p.get("field"), p["message"]) for p in loaded["problems"]
+    ]
+    return Registry(agents={a.id: a for a in agents}, problems=problems)
 
 
 def _agent_json(spec: AgentSpec) -> dict[str, Any]:

@@ -1,15 +1,17 @@
 """``covenant history`` and ``covenant show``: read dispatch records.
 
-Until the daemon serves them these read the home's DispatchStore directly;
-the fetch is kept in :func:`fetch_recent` / :func:`fetch_one` so it can be
-switched to the control API in one place.
+They ask the running daemon (a user may not read the daemon's state folder)
+and read the home's DispatchStore directly when no daemon runs.
 """
 
 from __future__ import annotations
 
+from urllib.parse import quote, urlencode
+
 import click
 
-from covenant.cli._common import CliContext, fail, pass_cli, print_json, reports_errors
+from covenant.cli._common import CliContext, ask_daemon, fail, pass_cli, print_json, reports_errors
+from covenant.client import RemoteError
 from covenant.home import Home
 from covenant.runtime.outcome import DispatchRecord
 from covenant.runtime.records import DispatchStore
@@ -19,11 +21,23 @@ __all__ = ["history", "show", "fetch_recent", "fetch_one"]
 
 def fetch_recent(home: Home, limit: int, agent: str | None) -> tuple[list[DispatchRecord], list[str]]:
     """Newest-first records and any unreadable-line problems met on the way."""
+    query = urlencode({"limit": limit, **({"agent": agent} if agent else {})})
+    answer = ask_daemon(home, f"/v1/dispatches?{query}")
+    if answer is not None:
+        return [DispatchRecord.model_validate(doc) for doc in answer["dispatches"]], []
     store = DispatchStore(home.dispatches_dir)
     return store.recent(limit, agent=agent), store.problems
 
 
 def fetch_one(home: Home, intent_id: str) -> tuple[DispatchRecord | None, list[str]]:
+    try:
+        answer = ask_daemon(home, f"/v1/dispatches/{quote(intent_id, safe='')}")
+    except RemoteError as exc:
+        if exc.code != "not_found":
+            raise
+        return None, []
+    if answer is not None:
+        return DispatchRecord.model_validate(answer), []
     store = DispatchStore(home.dispatches_dir)
     return store.get(intent_id), store.problems
 

@@ -52,6 +52,12 @@ def test_denied_until_granted_then_audited(daemon: DaemonProcess) -> None:
     assert as_json["outcome"] == "ok" and as_json["agent"] == "echo@local"
     assert as_json["record"]["intent_id"] == as_json["intent_id"]
 
+    os.chmod(daemon.home / "state", 0o700)
+    history = daemon.cli("history", "--json", check=True)
+    assert as_json["intent_id"] in history.stdout
+    shown = json.loads(daemon.cli("show", as_json["intent_id"], "--json", check=True).stdout)
+    assert shown["outcome"] == "ok" and shown["agent_id"] == "echo@local"
+
     assert daemon.stop() == 0
     verify = daemon.cli("audit", "verify")
     assert verify.returncode == 0, verify.stdout + verify.stderr
@@ -155,6 +161,9 @@ def test_sighup_adds_new_manifest_and_keeps_old_version_of_broken_one(daemon: Da
     assert any("first" in p["path"] for p in status(daemon)["rejected"])
     kept = daemon.cli("dispatch", "first still works")
     assert kept.returncode == 0 and kept.stdout.strip() == "first still works"
+    # `agents list` shows what the daemon has loaded (a local scan would reject the broken file).
+    listed = json.loads(daemon.cli("agents", "list", "--json", check=True).stdout)
+    assert {"first@local", "second@local"} <= {a["id"] for a in listed["agents"]}
     reloads = [r["data"] for r in audit_records(daemon) if r["type"] == "registry.loaded"]
     assert reloads[-1]["kept_previous"] == ["first@local"]
 
