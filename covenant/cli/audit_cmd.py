@@ -43,9 +43,12 @@ def _human(record: dict[str, Any]) -> str:
             value = value.get("id")
         return "-" if value is None else str(value)
 
+    outcome = field("outcome")
+    if outcome == "-" and isinstance(data.get("allowed"), bool):  # policy.decision
+        outcome = "allowed" if data["allowed"] else f"denied({data.get('reason') or '-'})"
     return (
         f"{record['ts']}  #{record['seq']:<7} {record['type']:<18} "
-        f"agent={field('agent')}  intent={field('intent')}  outcome={field('outcome')}"
+        f"agent={field('agent')}  intent={field('intent')}  outcome={outcome}"
     )
 
 
