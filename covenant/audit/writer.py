@@ -36,6 +36,8 @@ log = logging.getLogger("covenant.audit")
 
 # How long closing waits for queued records before giving up on them.
 _CLOSE_TIMEOUT_S = 30.0
+# Longest head.json may lag behind the newest checkpoint while the log is open.
+_HEAD_INTERVAL_S = 0.5
 
 
 class _Pending:
@@ -219,7 +221,12 @@ class AuditLog:
                     return
 
     async def _run_head(self) -> None:
-        """Keep head.json current without putting its two fsyncs on the ack path."""
+        """Keep head.json current without putting its two fsyncs on the ack path.
+
+        At most one update per _HEAD_INTERVAL_S: under a steady trickle of
+        single events, updating after every batch would triple the syncs per
+        event. head.json is rewritten on close as well.
+        """
         while True:
             await self._head_dirty.wait()
             self._head_dirty = trio.Event()
@@ -228,6 +235,7 @@ class AuditLog:
             except OSError as exc:
                 self._fail(exc, [])
                 return
+            await trio.sleep(_HEAD_INTERVAL_S)
 
     async def _drain(self) -> None:
         self._closing = True
