@@ -43,7 +43,7 @@ run "$covenant" grants
 step "dispatch to each runtime (routed by keywords)"
 run "$covenant" dispatch "count the words in this sentence please"
 if command -v node >/dev/null; then run "$covenant" dispatch "calculate (2 + 3) * 7"; else echo "node not installed: skipping calc@local"; fi
-if [ -x agents.d/search-rs/target/release/search-rs ]; then run "$covenant" dispatch "search the docs for supervisor"; else echo "search-rs not built (needs cargo): skipping search@local"; fi
+if [ -x agents.d/search-rs/target/release/search-rs ]; then run "$covenant" dispatch "search for signed checkpoints"; else echo "search-rs not built (needs cargo): skipping search@local"; fi
 run "$covenant" history --limit 5
 
 step "stop the daemon (SIGTERM drains in-flight dispatches)"
