@@ -114,7 +114,7 @@ class Daemon:
             await self._audit_rejection(body, exc)
             raise
         dry_run = bool(body.get("dry_run", False))
-        await self.audit.record("intent.received", self._intent_event(intent, dry_run))
+        received = ("intent.received", self._intent_event(intent, dry_run))
         try:
             agent, routed_by = route(
                 intent.text,
@@ -123,9 +123,16 @@ class Daemon:
                 default_agent=self.config.default_agent,
             )
         except CovenantError as exc:
-            await self._audit_decision(intent, None, {"allowed": False, "reason": exc.code, "message": exc.message})
+            self.metrics.policy_denied(exc.code)
+            unrouted = {"allowed": False, "decision": "deny", "reason": exc.code, "message": exc.message}
+            await self.audit.record_many([received, self._decision_event(intent, None, unrouted)])
             raise
-        decision = await self._decide(intent, agent, routed_by)
+        await self.refresh_grants()
+        decision, denial = self._decide(intent, agent, routed_by)
+        # One group commit for both: the decision is durable before anything acts on it.
+        await self.audit.record_many([received, self._decision_event(intent, agent, decision)])
+        if denial is not None:
+            raise denial
         if dry_run:
             return {
                 "dry_run": True,
@@ -137,8 +144,8 @@ class Daemon:
             }
         return await self._run(intent, agent, routed_by, decision)
 
-    async def _decide(self, intent: Intent, agent: AgentSpec, routed_by: str) -> dict[str, Any]:
-        await self.refresh_grants()
+    def _decide(self, intent: Intent, agent: AgentSpec, routed_by: str) -> tuple[dict[str, Any], CovenantError | None]:
+        """The capability and budget decision (no I/O) and, when denied, the error to answer with."""
         now = _now_ms()
         decision = check_capabilities(
             intent.issuer.pubkey, agent, self.grants.current, now,
@@ -147,16 +154,16 @@ class Daemon:
         audit = {"routed_by": routed_by, **decision.to_audit()}
         if not decision.allowed:
             self.metrics.policy_denied("capability_denied")
-            await self._audit_decision(intent, agent, audit)
-            decision.raise_if_denied()
+            try:
+                decision.raise_if_denied()
+            except CovenantError as exc:
+                return audit, exc
         try:
             self.budget.check(agent, now)
         except CovenantError as exc:
             self.metrics.policy_denied(exc.code)
-            await self._audit_decision(intent, agent, {**audit, "allowed": False, "reason": exc.code})
-            raise
-        await self._audit_decision(intent, agent, audit)
-        return audit
+            return {**audit, "allowed": False, "decision": "deny", "reason": exc.code}, exc
+        return audit, None
 
     async def _run(self, intent: Intent, agent: AgentSpec, routed_by: str, decision: dict[str, Any]) -> dict[str, Any]:
         payload = {
@@ -206,15 +213,15 @@ class Daemon:
 
     async def _finish(self, intent: Intent, agent: AgentSpec, record: DispatchRecord) -> None:
         """Persist the record, charge the budget, audit the spawn, exit and completion."""
-        await trio.to_thread.run_sync(self.store.append, record)
         self.budget.charge(agent.id, record.cpu_ms, _now_ms())
         self.metrics.observe_dispatch(agent.id, record.outcome, record.duration_ms / 1000)
+        events: list[tuple[str, dict[str, Any]]] = []
         if record.pid is not None:
-            await self.audit.record(
+            events.append((
                 "agent.spawned",
                 {"intent": intent.id, "agent": agent.id, "pid": record.pid, "argv": record.argv, "limits": record.limits},
-            )
-        await self.audit.record(
+            ))
+        events.append((
             "agent.exited",
             {
                 "intent": intent.id,
@@ -228,9 +235,9 @@ class Daemon:
                 "peak_rss_kib": record.peak_rss_kib,
                 "stdout_bytes": record.stdout_bytes,
             },
-        )
+        ))
         result_text = (record.result or {}).get("text")
-        await self.audit.record(
+        events.append((
             "intent.completed",
             {
                 "intent": intent.id,
@@ -239,7 +246,11 @@ class Daemon:
                 "status": (record.result or {}).get("status"),
                 "result": text_digest(result_text, self.config.audit.store_text) if result_text is not None else None,
             },
-        )
+        ))
+        # The dispatch record and the audit events are made durable side by side.
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(trio.to_thread.run_sync, self.store.append, record)
+            await self.audit.record_many(events)
 
     def _intent_event(self, intent: Intent, dry_run: bool) -> dict[str, Any]:
         return {
@@ -254,8 +265,9 @@ class Daemon:
             "text": text_digest(intent.text, self.config.audit.store_text),
         }
 
-    async def _audit_decision(self, intent: Intent, agent: AgentSpec | None, data: dict[str, Any]) -> None:
-        await self.audit.record("policy.decision", {"intent": intent.id, "agent": agent.id if agent else None, **data})
+    @staticmethod
+    def _decision_event(intent: Intent, agent: AgentSpec | None, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
+        return ("policy.decision", {"intent": intent.id, "agent": agent.id if agent else None, **data})
 
     async def _audit_rejection(self, body: dict[str, Any], exc: CovenantError) -> None:
         """A rejected intent is audited too, with what it claimed (nothing is trusted)."""
