@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import os
 import shutil
+import subprocess
 from pathlib import Path
 
 import pytest
@@ -39,3 +40,17 @@ def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
     monkeypatch.delenv("COVENANT_SOCKET", raising=False)
     return Home(root)
+
+
+@pytest.fixture(scope="session")
+def built_examples() -> Path:
+    """agents.d with the rust example built (cargo build once per session when the binary is missing)."""
+    binary = EXAMPLES_DIR / "search-rs" / "target" / "release" / "search-rs"
+    if not binary.exists():
+        cargo = require_tool("cargo")
+        subprocess.run(
+            [cargo, "build", "--quiet", "--release", "--manifest-path", str(EXAMPLES_DIR / "search-rs" / "Cargo.toml")],
+            check=True,
+            timeout=600,
+        )
+    return EXAMPLES_DIR

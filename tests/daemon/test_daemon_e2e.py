@@ -293,3 +293,27 @@ def test_many_dispatches_from_one_async_client(daemon: DaemonProcess, count: int
     assert daemon.stop() == 0
     completed = [r["data"]["intent"] for r in audit_records(daemon) if r["type"] == "intent.completed"]
     assert sorted(completed) == sorted(ids)
+
+
+def test_dispatch_to_each_example_agent(daemon: DaemonProcess, built_examples: Path) -> None:
+    from tests.conftest import require_tool
+
+    require_tool("node")
+    daemon.write_config(f'agents_dir = "{built_examples}"\n')
+    daemon.start()
+    loaded = status(daemon)["agents"]["loaded"]
+    assert {"wordcount@local", "calc@local", "search@local"} <= set(loaded), status(daemon)["rejected"]
+    daemon.cli("grant", "tester@test", "tool.text_stats", "tool.calculate", "tool.search_files", check=True)
+    cases = {
+        "wordcount@local": ("count the words in this short sentence", "words: 7"),
+        "calc@local": ("calculate (2 + 3) * 7", "35"),
+        "search@local": ("search for signed checkpoints", "audit.md"),
+    }
+    for agent, (text, expected) in cases.items():
+        doc = json.loads(daemon.cli("dispatch", text, "--json", check=True).stdout)
+        assert doc["agent"] == agent and doc["outcome"] == "ok", doc
+        assert expected in doc["text"] + " ".join(doc["sources"]), doc
+    error = daemon.cli("dispatch", "calculate 1 / 0")
+    assert error.returncode == 1  # the agent answered status: error
+    assert daemon.stop() == 0
+    assert daemon.cli("audit", "verify").returncode == 0

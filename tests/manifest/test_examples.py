@@ -14,20 +14,6 @@ from tests.conftest import EXAMPLES_DIR, require_tool
 
 SEARCH_BIN = EXAMPLES_DIR / "search-rs" / "target" / "release" / "search-rs"
 
-
-@pytest.fixture(scope="session")
-def built_examples() -> Path:
-    """agents.d with the rust example built (cargo build once per session when the binary is missing)."""
-    if not SEARCH_BIN.exists():
-        cargo = require_tool("cargo")
-        subprocess.run(
-            [cargo, "build", "--quiet", "--release", "--manifest-path", str(EXAMPLES_DIR / "search-rs" / "Cargo.toml")],
-            check=True,
-            timeout=600,
-        )
-    return EXAMPLES_DIR
-
-
 def _intent(text: str) -> str:
     return json.dumps(
         {
