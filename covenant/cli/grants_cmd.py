@@ -11,7 +11,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from covenant.cli._common import CliContext, pass_cli, print_json, reports_errors
 from covenant.errors import CovenantError
 from covenant.keys import load_private_key
-from covenant.policy._time import iso_ms, now_ms
+from covenant.clock import iso_ms, now_ms
 from covenant.policy.errors import UnknownIdentity
 from covenant.policy.grants import GrantSet, GrantStore, parse_duration_ms
 from covenant.policy.identities import KnownIdentities, load_user_identity

@@ -12,14 +12,13 @@ import logging
 import os
 import signal
 import socket
-import time
 from dataclasses import dataclass
-from datetime import datetime
 from pathlib import Path
 
 import trio
 
 from covenant import __version__
+from covenant.clock import ms_from_iso, now_ms
 from covenant.audit.writer import AuditLog
 from covenant.config import Config
 from covenant.daemon import systemd
@@ -56,15 +55,11 @@ class DaemonOptions:
     drain_timeout_s: float
 
 
-def _ended_at_ms(iso: str) -> int:
-    return int(datetime.fromisoformat(iso.replace("Z", "+00:00")).timestamp() * 1000)
-
-
 def _budget_from_history(store: DispatchStore, now_ms: int) -> BudgetLedger:
     """Rebuild the rolling budgets from the last hour of records, so a restart does not reset them."""
     charges = []
     for record in store.recent(100_000):
-        ended = _ended_at_ms(record.ended_at)
+        ended = ms_from_iso(record.ended_at)
         if now_ms - ended > HOUR_MS:
             break  # newest first: everything after this is older
         charges.append((record.agent_id, record.cpu_ms, ended))
@@ -148,7 +143,7 @@ async def serve_daemon(
         metrics = Metrics()
         registry = await trio.to_thread.run_sync(scan_agents, home.agents_dir)
         store = DispatchStore(home.dispatches_dir)
-        budget = await trio.to_thread.run_sync(_budget_from_history, store, time.time_ns() // 1_000_000)
+        budget = await trio.to_thread.run_sync(_budget_from_history, store, now_ms())
         grants = await trio.to_thread.run_sync(GrantsWatch, GrantStore(home.grants_path, key.public_key()))
         names = IdentityNames(KnownIdentities(home), home.known_identities_path)
         sockets, socket_names, activated = _open_sockets(options)

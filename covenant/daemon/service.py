@@ -17,6 +17,7 @@ from typing import Any
 import trio
 
 from covenant import __version__
+from covenant.clock import ms_from_iso, now_ms
 from covenant.audit.events import text_digest
 from covenant.audit.writer import AuditLog
 from covenant.config import Config
@@ -40,10 +41,6 @@ from covenant.runtime.runner import Runner
 __all__ = ["Daemon", "agent_json"]
 
 log = logging.getLogger("covenant.daemon")
-
-
-def _now_ms() -> int:
-    return time.time_ns() // 1_000_000
 
 
 def agent_json(agent: AgentSpec) -> dict[str, Any]:
@@ -94,7 +91,7 @@ class Daemon:
             queue_max=config.daemon.queue_max,
         )
         self.started_monotonic = time.monotonic()
-        self.started_at_ms = _now_ms()
+        self.started_at_ms = now_ms()
         self.shutting_down = False
         self.inflight: dict[str, _Inflight] = {}
         self.idle = trio.Event()
@@ -109,7 +106,7 @@ class Daemon:
         if self.shutting_down:
             raise ShuttingDown("the daemon is shutting down and accepts no new dispatches")
         try:
-            intent = self.verifier.verify(body, _now_ms())
+            intent = self.verifier.verify(body, now_ms())
         except CovenantError as exc:
             await self._audit_rejection(body, exc)
             raise
@@ -146,7 +143,7 @@ class Daemon:
 
     def _decide(self, intent: Intent, agent: AgentSpec, routed_by: str) -> tuple[dict[str, Any], CovenantError | None]:
         """The capability and budget decision (no I/O) and, when denied, the error to answer with."""
-        now = _now_ms()
+        now = now_ms()
         decision = check_capabilities(
             intent.issuer.pubkey, agent, self.grants.current, now,
             issuer_display=self.names.display_for(intent.issuer.pubkey),
@@ -213,7 +210,7 @@ class Daemon:
 
     async def _finish(self, intent: Intent, agent: AgentSpec, record: DispatchRecord) -> None:
         """Persist the record, charge the budget, audit the spawn, exit and completion."""
-        self.budget.charge(agent.id, record.cpu_ms, _now_ms())
+        self.budget.charge(agent.id, record.cpu_ms, now_ms())
         self.metrics.observe_dispatch(agent.id, record.outcome, record.duration_ms / 1000)
         events: list[tuple[str, dict[str, Any]]] = []
         if record.pid is not None:
@@ -346,7 +343,7 @@ class Daemon:
 
     def status(self) -> dict[str, Any]:
         head = self.audit.head or {}
-        now_ms = _now_ms()
+        now = now_ms()
         return {
             "version": __version__,
             "pid": os.getpid(),
@@ -372,7 +369,7 @@ class Daemon:
                 "healthy": self.audit.healthy,
                 "failure": self.audit.failure,
                 "head_seq": head.get("seq"),
-                "checkpoint_age_ms": (now_ms - head["ts_ms"]) if "ts_ms" in head else None,
+                "checkpoint_age_ms": (now - ms_from_iso(head["ts"])) if "ts" in head else None,
                 "head": head or None,
             },
             "grants": {

@@ -17,7 +17,7 @@ import bisect
 from collections.abc import Iterable
 
 from covenant.manifest.model import AgentSpec
-from covenant.policy._time import iso_ms
+from covenant.clock import iso_ms
 from covenant.policy.errors import BudgetExhausted
 
 __all__ = ["BudgetLedger", "WINDOW_MS"]

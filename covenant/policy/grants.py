@@ -33,7 +33,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey,
 from covenant.canonical import canonical_bytes
 from covenant.keys import public_key_hex, verify_signature
 from covenant.policy._files import atomic_write_text, locked
-from covenant.policy._time import iso_ms, now_ms as _wall_ms
+from covenant.clock import iso_ms, now_ms as _wall_ms
 from covenant.policy.capabilities import action_problem, grant_covers
 from covenant.policy.errors import GrantError
 from covenant.policy.signing import display_problem

@@ -270,7 +270,11 @@ def test_status_exit_codes(daemon: DaemonProcess) -> None:
     daemon.start()
     up = daemon.cli("status", "--json")
     assert up.returncode == 0
-    assert json.loads(up.stdout)["audit"]["healthy"] is True
+    doc = json.loads(up.stdout)
+    assert doc["audit"]["healthy"] is True
+    assert doc["audit"]["head_seq"] >= 2 and doc["audit"]["checkpoint_age_ms"] >= 0
+    assert doc["network_isolation"] is True  # root on Linux: unshare -n works
+    assert doc["sockets"] == [str(daemon.socket)]
     dispatch_down = DaemonProcess(home=daemon.home, socket=Path("/nonexistent/x.sock"),
                                   env={**daemon.env, "COVENANT_SOCKET": "/nonexistent/x.sock"})
     assert dispatch_down.cli("dispatch", "hello").returncode == 5
