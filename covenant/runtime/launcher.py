@@ -82,15 +82,30 @@ class Launched:
         self.stdout = trio.lowlevel.FdStream(fds[1])
         self.stderr = trio.lowlevel.FdStream(fds[2])
         self.status: ExitStatus | None = None
+        self._exited = trio.Event()
+        self._pidfd_waiter = False
 
     async def wait_exit(self) -> None:
         """Wait until the root process has exited, without reaping it.
 
         While it is an unreaped zombie its pid (and so its process group id)
-        cannot be reused, which makes a last ``killpg`` safe.
+        cannot be reused, which makes a last ``killpg`` safe. Several tasks
+        may wait: one waits on the pidfd, the others on its event (and poll,
+        in case that one is cancelled first).
         """
-        if self.status is None:
+        if self.status is not None or self._exited.is_set():
+            return
+        if self._pidfd_waiter:
+            while not self.exited_now():
+                with trio.move_on_after(0.01):
+                    await self._exited.wait()
+            return
+        self._pidfd_waiter = True
+        try:
             await trio.lowlevel.wait_readable(self._pidfd)
+            self._exited.set()
+        finally:
+            self._pidfd_waiter = False
 
     def exited_now(self) -> bool:
         """Has the root process exited (reaped or not)? Never blocks."""

@@ -15,9 +15,8 @@ import os
 import resource
 import shutil
 import signal
-import tempfile
 import time
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from datetime import datetime, timezone
 from pathlib import Path
@@ -33,8 +32,9 @@ from covenant.runtime.environment import agent_environment
 from covenant.runtime.launcher import Launched, Launcher, LaunchError, LaunchPlan, ProcessGroupLauncher
 from covenant.runtime.outcome import DispatchRecord, Outcome
 from covenant.runtime.sampler import ProcessTree, Sampler, adopted_orphans
+from covenant.runtime.scratch import ScratchDirs
 
-__all__ = ["Runner", "PRIORITY_NICE"]
+__all__ = ["Runner", "SpawnHook", "PRIORITY_NICE"]
 
 log = logging.getLogger("covenant.runtime")
 agent_log = logging.getLogger("covenant.agent")
@@ -64,26 +64,26 @@ def _resolve_program(name: str, path: str) -> str | None:
     return os.path.abspath(found) if found else None
 
 
-def _measure_and_remove(path: str) -> int:
-    """Total apparent size of the files under ``path``, then delete it (blocking)."""
-    total = 0
-    for dirpath, dirnames, filenames in os.walk(path):
-        for name in filenames:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                continue
-    shutil.rmtree(path, ignore_errors=True)
-    return total
+SpawnHook = Callable[[dict[str, Any]], Awaitable[None]]
+"""``on_spawned`` of :meth:`Runner.run`: gets ``{"pid", "argv", "limits"}`` once the agent exists."""
 
 
 class _Dispatch:
     """The state of one in-flight run, shared by its tasks and the sampler."""
 
-    def __init__(self, agent: AgentSpec, intent_id: str, launched: Launched, wall_s: float, cpu_ms: int) -> None:
+    def __init__(
+        self,
+        agent: AgentSpec,
+        intent_id: str,
+        launched: Launched,
+        limits: dict[str, Any],
+        wall_s: float,
+        cpu_ms: int,
+    ) -> None:
         self.agent = agent
         self.intent_id = intent_id
         self.launched = launched
+        self.limits = limits
         self.tree = ProcessTree(launched.pid, intent_id)
         self.deadline = trio.current_time() + wall_s
         self.cpu_budget_ms = cpu_ms
@@ -97,6 +97,9 @@ class _Dispatch:
         self.stdout = bytearray()
         self.stdout_bytes = 0
         self.stderr_tail = bytearray()
+        self.swept = False
+        """The kill ladder finished and found no survivor."""
+        self.hook_error: Exception | None = None
 
     def decide(self, outcome: Outcome, error: str) -> None:
         """Record the first limit crossed (later ones do not change the outcome) and wake the run."""
@@ -147,6 +150,7 @@ class Runner:
     ) -> None:
         self.config = config
         self.scratch_root = scratch_root
+        self.scratch = ScratchDirs(scratch_root)
         self.launcher = launcher
         self.sampler = sampler
         self._interpreters = {
@@ -161,27 +165,35 @@ class Runner:
     async def open(
         cls, config: RuntimeConfig, *, scratch_root: Path, launcher: Launcher | None = None
     ) -> AsyncIterator["Runner"]:
-        """Start the shared sampler; on exit stop every run still in flight, then the sampler.
+        """Start the shared sampler and scratch keeper; on exit stop every run still in flight.
 
-        Interpreters are resolved to absolute paths here, once, not per dispatch.
+        Interpreters are resolved to absolute paths here, once, not per
+        dispatch, and so is the PDEATHSIG wrapper (a one-time test exec).
         """
         scratch_root = Path(scratch_root)
         await trio.to_thread.run_sync(lambda: scratch_root.mkdir(parents=True, exist_ok=True, mode=0o700))
+        if config.pdeathsig:
+            await trio.to_thread.run_sync(host.pdeathsig_wrapper)
         sampler = Sampler(config.sample_interval_ms)
         runner = cls(config, scratch_root, launcher or ProcessGroupLauncher(), sampler)
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(sampler.run)
-            try:
-                yield runner
-            finally:
-                with trio.CancelScope(shield=True):
-                    if runner._dispatches:
-                        runner.cancel_all()
-                        bound = config.kill_grace_ms / 1000 + _KILL_WAIT_S + _PIPE_DRAIN_S
-                        with trio.move_on_after(bound):
-                            while runner._dispatches:
-                                await trio.sleep(0.01)
-                nursery.cancel_scope.cancel()
+        try:
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(sampler.run)
+                nursery.start_soon(runner.scratch.run)
+                try:
+                    yield runner
+                finally:
+                    with trio.CancelScope(shield=True):
+                        if runner._dispatches:
+                            runner.cancel_all()
+                            bound = config.kill_grace_ms / 1000 + _KILL_WAIT_S + _PIPE_DRAIN_S
+                            with trio.move_on_after(bound):
+                                while runner._dispatches:
+                                    await trio.sleep(0.01)
+                    nursery.cancel_scope.cancel()
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(runner.scratch.close)
 
     @property
     def in_flight(self) -> int:
@@ -252,12 +264,21 @@ class Runner:
             resource.RLIMIT_CORE: (0, 0),
         }
 
-    async def run(self, agent: AgentSpec, payload: dict[str, Any]) -> DispatchRecord:
+    async def run(
+        self, agent: AgentSpec, payload: dict[str, Any], *, on_spawned: SpawnHook | None = None
+    ) -> DispatchRecord:
         """Run ``agent`` once with ``payload`` on stdin; return how it went.
 
         Never raises for a fault of the agent. If the calling task is
         cancelled, the process tree is torn down (shielded) and Cancelled
         propagates.
+
+        ``on_spawned`` is awaited once, as soon as the agent process exists,
+        with ``{"pid": int, "argv": [str], "limits": {str: int | str}}``,
+        concurrently with the supervision (the agent does not wait for it).
+        ``run`` returns only after it completed. If it raises, the agent's
+        tree goes down through the kill ladder and ``run`` re-raises that
+        exception instead of returning a record (fail closed).
         """
         intent_id = str(payload.get("id", ""))
         started_at = _iso_now()
@@ -275,7 +296,7 @@ class Runner:
         argv: list[str] = []
         try:
             argv = self._argv(agent)
-            scratch = tempfile.mkdtemp(prefix="dispatch-", dir=self.scratch_root)
+            scratch = self.scratch.take()
             env = agent_environment(
                 self.config, agent_id=agent.id, intent_id=intent_id, scratch=scratch, parent_env=os.environ
             )
@@ -292,7 +313,7 @@ class Runner:
             launched = self.launcher.launch(plan)
         except (LaunchError, OSError) as exc:
             if scratch is not None:
-                shutil.rmtree(scratch, ignore_errors=True)
+                await self.scratch.give_back(scratch)
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare agent {agent.id}: {exc}"
             log.warning("spawn failed", extra={"agent": agent.id, "intent": intent_id, "detail": message})
             return DispatchRecord(
@@ -315,38 +336,64 @@ class Runner:
             )
 
         wall_ms, cpu_ms = self._budgets(agent)
-        dispatch = _Dispatch(agent, intent_id, launched, wall_ms / 1000, cpu_ms)
+        dispatch = _Dispatch(agent, intent_id, launched, limits, wall_ms / 1000, cpu_ms)
         self._dispatches.add(dispatch)
         self.sampler.register(dispatch.tree, dispatch.check_limits)
         scratch_bytes = 0
         try:
             try:
-                await self._supervise(dispatch, intent_line(payload))
+                await self._supervise(dispatch, intent_line(payload), on_spawned)
             except BaseException:
                 dispatch.decide("cancelled", "the run was cancelled by its caller")
                 raise
             finally:
                 with trio.CancelScope(shield=True):
                     await self._finish(dispatch)
-                    scratch_bytes = await self._remove_scratch(scratch)
+                    scratch_bytes = await self.scratch.give_back(scratch)
         finally:
             self.sampler.unregister(dispatch.tree)
             self._dispatches.discard(dispatch)
+        if dispatch.hook_error is not None:
+            raise dispatch.hook_error
         return self._record(dispatch, base, t0, scratch_bytes)
 
-    @staticmethod
-    async def _remove_scratch(scratch: str) -> int:
-        """Measure and delete the scratch dir; most agents leave it empty, which costs one rmdir."""
-        try:
-            os.rmdir(scratch)
-            return 0
-        except OSError:
-            return await trio.to_thread.run_sync(_measure_and_remove, scratch)
+    async def _supervise(self, d: _Dispatch, line: bytes, on_spawned: SpawnHook | None) -> None:
+        """Feed, read and watch until the root exits or a limit is crossed; then stop everything.
 
-    async def _supervise(self, d: _Dispatch, line: bytes) -> None:
-        """Feed, read and watch until the root exits or a limit is crossed; then stop everything."""
+        The spawn hook runs beside the supervision, outside the scope that is
+        cancelled once the tree is gone, so a slow hook is never cut short.
+        """
+        async with trio.open_nursery() as outer:
+            if on_spawned is not None:
+                outer.start_soon(self._call_hook, d, on_spawned)
+            rest = self._write_stdin_now(d, line)
+            if not rest:
+                await d.launched.stdin.aclose()
+            await self._watch(d, rest)
+
+    async def _call_hook(self, d: _Dispatch, on_spawned: SpawnHook) -> None:
+        info = {"pid": d.launched.pid, "argv": list(d.launched.argv), "limits": dict(d.limits)}
+        try:
+            await on_spawned(info)
+        except Exception as exc:
+            d.hook_error = exc
+            d.decide("cancelled", f"the spawn hook failed, so the run was stopped: {exc!r}")
+
+    @staticmethod
+    def _write_stdin_now(d: _Dispatch, line: bytes) -> bytes:
+        """Write what fits in the pipe without waiting (all of a normal intent); return the rest."""
+        try:
+            written = os.write(d.launched.stdin.fileno(), line)
+        except BlockingIOError:
+            written = 0
+        except OSError:
+            return b""  # the agent exited or closed stdin without reading: its output decides
+        return line[written:]
+
+    async def _watch(self, d: _Dispatch, rest: bytes) -> None:
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._feed_stdin, d, line)
+            if rest:
+                nursery.start_soon(self._feed_stdin, d, rest)
             nursery.start_soon(self._read_stdout, d)
             nursery.start_soon(self._drain_stderr, d)
             nursery.start_soon(self._watch_exit, d)
@@ -375,9 +422,8 @@ class Runner:
         try:
             while data := await stream.receive_some(65536):
                 if not d.stdout_bytes:
-                    # The agent is answering and still alive: sample it now, so a run
-                    # shorter than one tick still records its memory high-water mark.
-                    d.tree.refresh()
+                    # The agent is answering and still alive: read its memory
+                    # high-water mark now, so a run shorter than one tick has a peak.
                     d.tree.note_root_hwm()
                 d.stdout_bytes += len(data)
                 if len(d.stdout) + len(data) > cap:
@@ -440,13 +486,14 @@ class Runner:
         its pid — the group id — cannot have been reused.
         """
         teardown.signal_group(d.launched.pid, signal.SIGKILL)
-        d.tree.refresh()
+        if d.tree.has_descendants():
+            d.tree.refresh()  # last figures of the other members (the root's come from wait4)
         d.launched.reap()
 
-    async def _await_root(self, d: _Dispatch, timeout: float) -> bool:
+    @staticmethod
+    async def _await_root(d: _Dispatch, timeout: float) -> bool:
         with trio.move_on_after(timeout):
-            while not d.launched.exited_now():
-                await trio.sleep(0.01)
+            await d.launched.wait_exit()
             return True
         return False
 
@@ -481,25 +528,29 @@ class Runner:
     async def _sweep(self, d: _Dispatch) -> None:
         """SIGKILL every process of the dispatch still alive after its root is gone, and reap them."""
         tree = d.tree
-        adopted = adopted_orphans([tree]).get(tree, [])
-        tree.refresh(adopted)
+        # Attributing against every in-flight tree spares reading the environment
+        # of the other dispatches' roots and known members.
+        adopted = adopted_orphans([tree, *(o.tree for o in self._dispatches if o is not d)]).get(tree, [])
+        if adopted or tree.has_descendants():
+            tree.refresh(adopted)
         victims = {pid: start for pid, start in tree.members.items() if pid != tree.root}
         if not self._subreaper:
             exclude = {os.getpid(), tree.root, *victims}
             victims.update(await trio.to_thread.run_sync(teardown.marked_processes, tree.marker, exclude))
-        if not victims:
-            return
-        teardown.signal_processes(victims, signal.SIGKILL)
-        left = await teardown.await_gone(victims, _KILL_WAIT_S)
-        if left:
-            log.error(
-                "agent processes survived SIGKILL",
-                extra={"agent": d.agent.id, "intent": d.intent_id, "pids": sorted(left)},
-            )
+        if victims:
+            teardown.signal_processes(victims, signal.SIGKILL)
+            left = await teardown.await_gone(victims, _KILL_WAIT_S)
+            if left:
+                log.error(
+                    "agent processes survived SIGKILL",
+                    extra={"agent": d.agent.id, "intent": d.intent_id, "pids": sorted(left)},
+                )
+                return
+        d.swept = True
 
     async def _finish(self, d: _Dispatch) -> None:
         """Make sure the tree is gone and our ends are closed (also on cancellation)."""
-        if d.launched.status is None or d.tree.living():
+        if d.launched.status is None or not d.swept:
             await self._terminate(d)
         await d.launched.aclose()
 

@@ -63,18 +63,13 @@ class ProcessTree:
         """Fold the root's own RSS high-water mark (VmHWM) into the peak."""
         self.peak_rss_kib = max(self.peak_rss_kib, _procfs.read_hwm_kib(self.root))
 
+    def has_descendants(self) -> bool:
+        """Has a sample seen any process of the dispatch besides the root?"""
+        return any(pid != self.root for pid in self.members)
+
     def owns(self, pid: int) -> bool:
         """Is ``pid`` (not yet a member) marked as ours through its environment?"""
         return _procfs.environ_has(pid, self.marker)
-
-    def living(self) -> list[int]:
-        """Members still alive and not zombies, after a refresh."""
-        alive = []
-        for pid, start in self.members.items():
-            stat = _procfs.read_stat(pid)
-            if stat is not None and stat.starttime == start and stat.state != "Z":
-                alive.append(pid)
-        return alive
 
 
 class Sampler:
