@@ -31,6 +31,7 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import resource
 import shutil
 import statistics
 import subprocess
@@ -91,6 +92,8 @@ class Agent:
     raw_env: dict[str, str]
     seq: dict[str, list[float]] = field(default_factory=dict)
     durations_ms: list[int] = field(default_factory=list)
+    cli_cpu: list[float] = field(default_factory=list)
+    daemon_cpu_per_dispatch: float = 0.0
     throughput: dict[str, dict[int, float]] = field(default_factory=dict)
 
 
@@ -201,17 +204,30 @@ def daemon_once(agent: Agent, identity: UserIdentity, socket_path: Path) -> tupl
     return elapsed, int(outcome["record"]["duration_ms"])
 
 
-def timed_process(argv: list[str], env: dict[str, str]) -> float:
+def children_cpu() -> float:
+    usage = resource.getrusage(resource.RUSAGE_CHILDREN)
+    return usage.ru_utime + usage.ru_stime
+
+
+def timed_process(argv: list[str], env: dict[str, str], cpu: list[float] | None = None) -> float:
+    """Wall time of one child process; its CPU time (user+sys) goes to ``cpu``.
+
+    Children run one at a time here, so the RUSAGE_CHILDREN delta is this child's.
+    CPU time barely moves with the load other users put on the box; wall time does.
+    """
+    before = children_cpu()
     start = time.perf_counter()
     done = subprocess.run(argv, env=env, capture_output=True)
     elapsed = time.perf_counter() - start
+    if cpu is not None:
+        cpu.append(children_cpu() - before)
     if done.returncode != 0:
         raise SystemExit(f"{' '.join(argv)} exited {done.returncode}: {done.stderr.decode(errors='replace')}")
     return elapsed
 
 
-def cli_once(agent: Agent, env: dict[str, str]) -> float:
-    return timed_process([str(COVENANT), "dispatch", "--agent", agent.agent_id, TEXT], env)
+def cli_once(agent: Agent, env: dict[str, str], cpu: list[float] | None = None) -> float:
+    return timed_process([str(COVENANT), "dispatch", "--agent", agent.agent_id, TEXT], env, cpu)
 
 
 def throughput(fn: Callable[[], object], concurrency: int, count: int) -> float:
@@ -307,6 +323,7 @@ def main() -> int:
                 raw_once(agent, identity)
                 daemon_once(agent, identity, socket_path)
                 cli_once(agent, env)
+            daemon_cpu = psutil.Process(daemon.pid).cpu_times()
             for _ in range(args.runs):
                 series["raw"].append(raw_once(agent, identity))
                 if wrapper:
@@ -314,17 +331,23 @@ def main() -> int:
                 elapsed, duration_ms = daemon_once(agent, identity, socket_path)
                 series["daemon"].append(elapsed)
                 agent.durations_ms.append(duration_ms)
-                series["cli"].append(cli_once(agent, env))
+                series["cli"].append(cli_once(agent, env, agent.cli_cpu))
+            after = psutil.Process(daemon.pid).cpu_times()
+            # Two dispatches per round (in-process and CLI); the daemon's own CPU, not its agents'.
+            agent.daemon_cpu_per_dispatch = (after.user + after.system - daemon_cpu.user - daemon_cpu.system) / (2 * args.runs)
             agent.seq = series
             raw, dmn, cli = (statistics.median(series[k]) for k in ("raw", "daemon", "cli"))
             print(f"{agent.runtime:<9} raw p50 {ms(raw)} ms  daemon p50 {ms(dmn)} ms (+{ms(dmn - raw)} ms, "
                   f"{dmn / raw:.3f}x)  CLI p50 {ms(cli)} ms (+{ms(cli - dmn)} ms over in-process)")
 
         context_runs = max(10, args.runs // 2)
-        py_pass = statistics.median(timed_process([str(VENV_BIN / "python"), "-c", "pass"], env) for _ in range(context_runs))
-        py_s_pass = statistics.median(timed_process([str(VENV_BIN / "python"), "-S", "-c", "pass"], env)
-                                      for _ in range(context_runs))
-        version = statistics.median(timed_process([str(COVENANT), "--version"], env) for _ in range(context_runs))
+        context: dict[str, tuple[float, float]] = {}
+        for label, argv in (("`.venv/bin/python -c pass`", [str(VENV_BIN / "python"), "-c", "pass"]),
+                            ("`.venv/bin/python -S -c pass`", [str(VENV_BIN / "python"), "-S", "-c", "pass"]),
+                            ("`covenant --version`", [str(COVENANT), "--version"])):
+            cpu: list[float] = []
+            wall = statistics.median(timed_process(argv, env, cpu) for _ in range(context_runs))
+            context[label] = (wall, statistics.median(cpu))
         forbidden, watched, import_ms, module_count = import_check(env, agents[0])
 
         # 4: throughput.
@@ -344,7 +367,7 @@ def main() -> int:
         rss_after = rss_mib(daemon.pid)
         load_end = os.getloadavg()
 
-        report(agents, wrapper != (), py_pass, py_s_pass, version, forbidden, watched, import_ms, module_count,
+        report(agents, wrapper != (), context, forbidden, watched, import_ms, module_count,
                rss_start, rss_after, load_end)
         return 0
     finally:
@@ -361,7 +384,7 @@ def main() -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def report(agents: list[Agent], with_setpriv: bool, py_pass: float, py_s_pass: float, version: float,
+def report(agents: list[Agent], with_setpriv: bool, context: dict[str, tuple[float, float]],
            forbidden: list[str], watched: list[str], import_ms: float, module_count: int,
            rss_start: float, rss_after: float, load_end: tuple[float, float, float]) -> None:
     """The summary as a markdown table, ready to paste into docs/performance.md."""
@@ -400,8 +423,10 @@ def report(agents: list[Agent], with_setpriv: bool, py_pass: float, py_s_pass: f
     row("  of which: runner `record.duration_ms` p50 (ms, truncated to whole ms)",
         lambda a: f"{statistics.median(a.durations_ms):.1f}")
     row("  of which: outside the runner, p50 round trip − p50 duration_ms (ms)", outside_runner)
+    row("daemon process CPU per dispatch, mean (ms; its agents' CPU excluded)", lambda a: ms(a.daemon_cpu_per_dispatch))
     row("`covenant dispatch` CLI p50 / p95 (ms)", lambda a: f"{ms(pct(a.seq['cli'], 50))} / {ms(pct(a.seq['cli'], 95))}")
     row("**CLI adds over in-process client, p50** (ms)", cli_adds, "< 80 ms")
+    row("CLI process CPU (user+sys, its agent excluded) p50 (ms)", lambda a: ms(statistics.median(a.cli_cpu)))
     for c in CONCURRENCY:
         row(f"throughput c={c}: raw / daemon (/s, ratio)",
             lambda a, c=c: f"{a.throughput['raw'][c]:.1f} / {a.throughput['daemon'][c]:.1f} "
@@ -411,15 +436,14 @@ def report(agents: list[Agent], with_setpriv: bool, py_pass: float, py_s_pass: f
     print()
     print("| context | value | target |")
     print("|---|---:|---|")
-    print(f"| `.venv/bin/python -c pass` p50 | {ms(py_pass)} ms | |")
-    print(f"| `.venv/bin/python -S -c pass` p50 | {ms(py_s_pass)} ms | |")
-    print(f"| `covenant --version` p50 | {ms(version)} ms | |")
+    for label, (wall, cpu) in context.items():
+        print(f"| {label} p50 wall / CPU | {ms(wall)} / {ms(cpu)} ms | |")
     print(f"| `covenant dispatch` imports (-X importtime) | {module_count} modules, {import_ms:.1f} ms | |")
     verdict = "none (OK)" if not forbidden else "IMPORTED: " + ", ".join(forbidden)
     print(f"| dispatch path imports trio/pydantic/psutil/yaml | {verdict} | none |")
     print(f"| dispatch path imports httpx/tomlkit/rich/hypercorn/h11 | {', '.join(watched) or 'none'} | |")
-    print(f"| daemon RSS after start-up | {rss_start:.1f} MiB | < 60 MB |")
-    print(f"| daemon RSS idle after the bench | {rss_after:.1f} MiB | < 60 MB |")
+    print(f"| daemon RSS after start-up | {rss_start * 1.048576:.1f} MB ({rss_start:.1f} MiB) | < 60 MB |")
+    print(f"| daemon RSS idle after the bench | {rss_after * 1.048576:.1f} MB ({rss_after:.1f} MiB) | < 60 MB |")
     print()
     print("verdicts: "
           f"daemon-side overhead < 1 ms p50: {'met' if overhead_met and all(overhead_met) else 'NOT met'}; "
