@@ -12,6 +12,7 @@ import logging
 import os
 import signal
 import socket
+from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -75,6 +76,8 @@ def _open_sockets(options: DaemonOptions) -> tuple[list[socket.socket], list[str
 
 
 class _Lifecycle:
+    """Signals, reload and the drain of one daemon run."""
+
     def __init__(
         self, daemon: Daemon, api: ControlAPI, runner: Runner, notifier: systemd.Notifier, drain_timeout_s: float
     ) -> None:
@@ -86,21 +89,32 @@ class _Lifecycle:
         self.exit_code = ExitCode.OK
         self.cancelled = 0
 
-    async def handle_signals(self, receiver: trio.abc.ReceiveChannel[int] | object) -> None:
-        """SIGHUP reloads; the first SIGTERM/SIGINT drains, a second one cancels at once."""
-        async for signum in receiver:  # type: ignore[attr-defined]
-            if signum == signal.SIGHUP:
-                self.notifier.reloading()
-                await self.daemon.reload(reason="sighup")
-                self.notifier.ready(self.status_text())
-            else:
+    async def serve_until_stop_signal(self, signals: AsyncIterator[int]) -> None:
+        """SIGHUP reloads; return at the first SIGTERM or SIGINT."""
+        async for signum in signals:
+            if signum != signal.SIGHUP:
+                return
+            self.notifier.reloading()
+            await self.daemon.reload(reason="sighup")
+            self.notifier.ready(self.status_text())
+
+    @staticmethod
+    async def _cancel_on_stop_signal(signals: AsyncIterator[int], scope: trio.CancelScope) -> None:
+        async for signum in signals:
+            if signum != signal.SIGHUP:
+                log.warning("second stop signal: cancelling in-flight dispatches now")
+                scope.cancel()
                 return
 
     def status_text(self) -> str:
         loaded = self.daemon.loaded
         return f"serving {len(loaded.agents)} agents ({len(loaded.problems)} rejected)"
 
-    async def drain(self, second_signal: trio.Event) -> None:
+    async def drain(self, signals: AsyncIterator[int]) -> None:
+        """Refuse new work, wait for in-flight dispatches, cancel them past the timeout.
+
+        A second SIGTERM/SIGINT during the wait ends it at once; SIGHUP is ignored.
+        """
         daemon = self.daemon
         daemon.shutting_down = True
         daemon.scheduler.close(ShuttingDown("the daemon is shutting down; the dispatch was not started"))
@@ -109,11 +123,7 @@ class _Lifecycle:
         log.info("draining", extra={"in_flight": in_flight, "timeout_s": self.drain_timeout_s})
         with trio.move_on_after(self.drain_timeout_s):
             async with trio.open_nursery() as nursery:
-                async def stop_on_second_signal() -> None:
-                    await second_signal.wait()
-                    nursery.cancel_scope.cancel()
-
-                nursery.start_soon(stop_on_second_signal)
+                nursery.start_soon(self._cancel_on_stop_signal, signals, nursery.cancel_scope)
                 await daemon.idle.wait()
                 nursery.cancel_scope.cancel()
         if daemon.inflight:
@@ -177,16 +187,8 @@ async def serve_daemon(
                     notifier.ready(lifecycle.status_text())
                     log.info("ready", extra={"sockets": ",".join(socket_names), "agents": len(daemon.loaded.agents)})
                     task_status.started(socket_names)
-                    await lifecycle.handle_signals(signals)
-                    second_signal = trio.Event()
-
-                    async def watch_second_signal() -> None:
-                        async for _ in signals:
-                            second_signal.set()
-                            return
-
-                    nursery.start_soon(watch_second_signal)
-                    await lifecycle.drain(second_signal)
+                    await lifecycle.serve_until_stop_signal(signals)
+                    await lifecycle.drain(signals)
                     nursery.cancel_scope.cancel()
                 await audit.record(
                     "daemon.stop",

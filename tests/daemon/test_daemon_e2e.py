@@ -321,3 +321,27 @@ def test_dispatch_to_each_example_agent(daemon: DaemonProcess, built_examples: P
     assert error.returncode == 1  # the agent answered status: error
     assert daemon.stop() == 0
     assert daemon.cli("audit", "verify").returncode == 0
+
+
+def test_second_sigterm_cancels_at_once_and_sighup_during_drain_is_ignored(daemon: DaemonProcess) -> None:
+    daemon.add_agent("slow", "slow.py", keywords=("sleep",))
+    daemon.start("--drain-timeout", "600")
+    clients = [
+        subprocess.Popen([sys.executable, "-m", "covenant", "dispatch", "sleep 600", "--json"], env=daemon.env,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        for _ in range(2)
+    ]
+    wait_for(lambda: len(status(daemon)["in_flight"]) == 2, what="2 in flight")
+    assert daemon.process is not None
+    daemon.process.send_signal(signal.SIGTERM)
+    wait_for(lambda: status(daemon)["shutting_down"], what="draining")
+    daemon.process.send_signal(signal.SIGHUP)  # must not end the drain
+    time.sleep(0.5)
+    assert daemon.process.poll() is None and len(status(daemon)["in_flight"]) == 2
+    refused = daemon.cli("dispatch", "sleep 1")
+    assert refused.returncode == 5 and "shutting down" in refused.stderr
+    assert daemon.stop(signal.SIGTERM, timeout=60) == 5  # far inside the 600 s drain timeout
+    for proc in clients:
+        out, _ = proc.communicate(timeout=60)
+        assert json.loads(out)["outcome"] == "cancelled"
+    assert not agent_processes(daemon.home)
