@@ -11,7 +11,17 @@ from __future__ import annotations
 import os
 from dataclasses import dataclass
 
-__all__ = ["ProcStat", "read_stat", "read_hwm_kib", "children", "environ_has", "all_pids", "CLK_TCK", "PAGE_KIB"]
+__all__ = [
+    "ProcStat",
+    "read_stat",
+    "read_hwm_kib",
+    "children",
+    "thread_children",
+    "environ_has",
+    "all_pids",
+    "CLK_TCK",
+    "PAGE_KIB",
+]
 
 CLK_TCK = os.sysconf("SC_CLK_TCK")
 PAGE_KIB = os.sysconf("SC_PAGE_SIZE") // 1024
@@ -58,12 +68,13 @@ def read_hwm_kib(pid: int) -> int:
     """``VmHWM`` (peak resident set) of a live process in KiB; 0 when unknown."""
     try:
         with open(f"/proc/{pid}/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"VmHWM:"):
-                    return int(line.split()[1])
+            data = f.read()
     except (FileNotFoundError, ProcessLookupError, PermissionError):
-        pass
-    return 0
+        return 0
+    at = data.find(b"\nVmHWM:")
+    if at < 0:
+        return 0
+    return int(data[at + 7 : data.index(b"\n", at + 7)].split()[0])
 
 
 def children(pid: int) -> list[int]:
@@ -80,6 +91,20 @@ def children(pid: int) -> list[int]:
         except (FileNotFoundError, ProcessLookupError, PermissionError):
             continue
     return out
+
+
+def thread_children(pid: int) -> list[int]:
+    """Children of the thread ``pid`` of process ``pid`` (the main thread), empty when gone.
+
+    The kernel hands orphans to the first live thread of a subreaper, which
+    is its main thread while that runs: one read instead of :func:`children`'s
+    directory listing plus one read per thread.
+    """
+    try:
+        with open(f"/proc/{pid}/task/{pid}/children", "rb") as f:
+            return [int(x) for x in f.read().split()]
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return []
 
 
 def environ_has(pid: int, entry: bytes) -> bool:

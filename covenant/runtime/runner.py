@@ -33,6 +33,7 @@ from covenant.runtime.launcher import Launched, Launcher, LaunchError, LaunchPla
 from covenant.runtime.outcome import DispatchRecord, Outcome
 from covenant.runtime.sampler import ProcessTree, Sampler, adopted_orphans
 from covenant.runtime.scratch import ScratchDirs
+from covenant.runtime.spawnthreads import SpawnThreads
 
 __all__ = ["Runner", "SpawnHook", "PRIORITY_NICE"]
 
@@ -49,6 +50,8 @@ _PIPE_DRAIN_S = 5.0
 """After every process is dead, how long buffered output may take to arrive."""
 _KILL_WAIT_S = 10.0
 """How long SIGKILL may take (a process in uninterruptible sleep dies late)."""
+_SPAWN_THREADS = 4
+"""Threads that spawn agents while other dispatches are in flight."""
 
 
 def _iso_now() -> str:
@@ -151,6 +154,7 @@ class Runner:
         self.config = config
         self.scratch_root = scratch_root
         self.scratch = ScratchDirs(scratch_root)
+        self._spawner = SpawnThreads(_SPAWN_THREADS)
         self.launcher = launcher
         self.sampler = sampler
         self._interpreters = {
@@ -194,6 +198,7 @@ class Runner:
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(runner.scratch.close)
+                await trio.to_thread.run_sync(runner._spawner.close)
 
     @property
     def in_flight(self) -> int:
@@ -252,6 +257,34 @@ class Runner:
             )
         return [resolved, str(entry)]
 
+    def _launch(
+        self, agent: AgentSpec, intent_id: str, argv: list[str], scratch: str | None
+    ) -> tuple[str | None, Launched | LaunchError | OSError]:
+        """Make the scratch dir if none was ready, build the plan, spawn (blocking; any thread).
+
+        Returns the scratch dir with the process, or with the error, so the
+        caller can give the dir back either way.
+        """
+        try:
+            if scratch is None:
+                scratch = self.scratch.make()
+            env = agent_environment(
+                self.config, agent_id=agent.id, intent_id=intent_id, scratch=scratch, parent_env=os.environ
+            )
+            plan = LaunchPlan(
+                argv=tuple(argv),
+                env=env,
+                cwd=str(agent.root),
+                nice=PRIORITY_NICE[agent.settlement.priority],
+                rlimits=self._rlimits(agent),
+                isolate_network=agent.resources.network == "off",
+                network_required=self.config.network_enforcement == "strict",
+                pdeathsig=self.config.pdeathsig,
+            )
+            return scratch, self.launcher.launch(plan)
+        except (LaunchError, OSError) as exc:
+            return scratch, exc
+
     def _rlimits(self, agent: AgentSpec) -> dict[int, tuple[int, int]]:
         wall_ms, cpu_ms = self._budgets(agent)
         # A per-process backstop a little above the tree budget the sampler enforces:
@@ -297,20 +330,13 @@ class Runner:
         try:
             argv = self._argv(agent)
             scratch = self.scratch.take()
-            env = agent_environment(
-                self.config, agent_id=agent.id, intent_id=intent_id, scratch=scratch, parent_env=os.environ
-            )
-            plan = LaunchPlan(
-                argv=tuple(argv),
-                env=env,
-                cwd=str(agent.root),
-                nice=PRIORITY_NICE[agent.settlement.priority],
-                rlimits=self._rlimits(agent),
-                isolate_network=agent.resources.network == "off",
-                network_required=self.config.network_enforcement == "strict",
-                pdeathsig=self.config.pdeathsig,
-            )
-            launched = self.launcher.launch(plan)
+            if self._dispatches:
+                # Others are in flight: spawn off the loop so they are served meanwhile.
+                scratch, launched = await self._spawner.run(self._launch, agent, intent_id, argv, scratch)
+            else:
+                scratch, launched = self._launch(agent, intent_id, argv, scratch)
+            if isinstance(launched, Exception):
+                raise launched
         except (LaunchError, OSError) as exc:
             if scratch is not None:
                 await self.scratch.give_back(scratch)

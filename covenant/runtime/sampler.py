@@ -112,13 +112,17 @@ def adopted_orphans(
 ) -> dict[ProcessTree, list[int]]:
     """covenant's own children that belong to a dispatch but are not its root.
 
+    Orphans are adopted by covenant's main thread (see
+    :func:`~covenant.runtime._procfs.thread_children`); the runner spawns
+    from the main thread too, so its roots are found there as well.
+
     An orphan already known as a member is attributed directly; an unknown one
     by its environment marker. Children that belong to no dispatch are
     remembered in ``foreign`` (pid, starttime) so their environment is read once.
     """
     roots = {tree.root for tree in trees}
     out: dict[ProcessTree, list[int]] = {}
-    for pid in _procfs.children(os.getpid()):
+    for pid in _procfs.thread_children(os.getpid()):
         if pid in roots:
             continue
         owner = next((tree for tree in trees if pid in tree.members), None)

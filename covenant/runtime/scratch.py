@@ -5,7 +5,7 @@ Every dispatch gets a fresh, empty, 0700 dir (its HOME and TMPDIR). On ext4
 several ms when another process is syncing the journal; done inline they
 block the event loop for every other dispatch. So a background task keeps a
 few fresh dirs ready and removes the empty dirs dispatches leave behind, in
-one worker-thread hop per batch. A dir an agent left files in is measured
+one worker-thread hop per batch of four (or after a second). A dir an agent left files in is measured
 and removed by the dispatch itself before its record is made (its size is
 part of the record); an empty one is measured with one ``listdir`` and
 removed right after. :meth:`ScratchDirs.close` removes everything left.
@@ -13,6 +13,7 @@ removed right after. :meth:`ScratchDirs.close` removes everything left.
 
 from __future__ import annotations
 
+import math
 import os
 import shutil
 import tempfile
@@ -24,6 +25,8 @@ __all__ = ["ScratchDirs", "measure_and_remove"]
 
 _SPARE = 8
 """Fresh dirs kept ready: enough for a burst of concurrent dispatches."""
+_LINGER_S = 1.0
+"""Longest an empty given-back dir waits for its batch (batches form at spare/2)."""
 
 
 def measure_and_remove(path: str) -> int:
@@ -49,15 +52,15 @@ class ScratchDirs:
         self._doomed: list[str] = []
         self._work = trio.Event()
 
-    def _make(self) -> str:
+    def make(self) -> str:
+        """A new dir made now (blocking; safe on any thread)."""
         return tempfile.mkdtemp(prefix="dispatch-", dir=self.root)
 
-    def take(self) -> str:
-        """A fresh empty dir for one dispatch (made inline only when none is ready)."""
-        self._work.set()
-        if self._ready:
-            return self._ready.pop()
-        return self._make()
+    def take(self) -> str | None:
+        """A fresh empty dir made ahead, or None when none is ready (then :meth:`make` one)."""
+        if len(self._ready) <= self.spare // 2:
+            self._work.set()
+        return self._ready.pop() if self._ready else None
 
     async def give_back(self, path: str) -> int:
         """Bytes the dispatch left in ``path``; the dir is gone or queued for removal."""
@@ -69,7 +72,8 @@ class ScratchDirs:
             empty = False
         if empty:
             self._doomed.append(path)
-            self._work.set()
+            if len(self._doomed) >= self.spare // 2:
+                self._work.set()
             return 0
         return await trio.to_thread.run_sync(measure_and_remove, path)
 
@@ -79,12 +83,13 @@ class ScratchDirs:
                 os.rmdir(path)
             except OSError:
                 measure_and_remove(path)  # something appeared after the check
-        return [self._make() for _ in range(make)]
+        return [self.make() for _ in range(make)]
 
     async def run(self) -> None:
         """Keep ``spare`` dirs ready and remove given-back ones; runs until cancelled."""
         while True:
-            await self._work.wait()
+            with trio.move_on_after(_LINGER_S if self._doomed else math.inf):
+                await self._work.wait()
             self._work = trio.Event()
             doomed, self._doomed = self._doomed, []
             make = max(0, self.spare - len(self._ready))

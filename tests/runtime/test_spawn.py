@@ -79,6 +79,7 @@ def test_runner_uses_the_cheap_wrapper() -> None:
 SUPERVISOR = textwrap.dedent(
     """
     import sys, trio
+    from functools import partial
     from pathlib import Path
     from covenant.config import RuntimeConfig
     from covenant.runtime.runner import Runner
@@ -88,8 +89,15 @@ SUPERVISOR = textwrap.dedent(
         async def spawned(info):
             print(info["pid"], flush=True)
         config = RuntimeConfig(pdeathsig=sys.argv[2] == "on")
+        agent = make_agent("fault.py", cpu_ms_per_task=60000)
         async with Runner.open(config, scratch_root=Path(sys.argv[1])) as runner:
-            await runner.run(make_agent("fault.py", cpu_ms_per_task=60000), make_payload("sleep"), on_spawned=spawned)
+            # The first agent is spawned from the loop thread, the second (with one
+            # in flight) from a spawn thread: PDEATHSIG must hold for both.
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(partial(runner.run, on_spawned=spawned), agent, make_payload("sleep"))
+                while runner.in_flight < 1:
+                    await trio.sleep(0.01)
+                nursery.start_soon(partial(runner.run, on_spawned=spawned), agent, make_payload("sleep"))
 
     trio.run(main)
     """
@@ -104,23 +112,24 @@ def test_agent_dies_with_its_supervisor(tmp_path: Path, pdeathsig: str) -> None:
         cwd=REPO,
         stdout=subprocess.PIPE,
     )
-    agent_pid = 0
+    pids: list[int] = []
     try:
         assert supervisor.stdout is not None
-        agent_pid = int(supervisor.stdout.readline())
-        assert alive(agent_pid)
+        pids = [int(supervisor.stdout.readline()) for _ in range(2)]
+        assert all(alive(pid) for pid in pids)
         supervisor.kill()
         supervisor.wait()
         if pdeathsig == "on":
-            assert wait_gone(agent_pid, 10), "the agent outlived its supervisor"
+            assert all(wait_gone(pid, 10) for pid in pids), "an agent outlived its supervisor"
         else:
             time.sleep(0.3)
-            assert alive(agent_pid), "control: without PDEATHSIG the orphan keeps running"
+            assert all(alive(pid) for pid in pids), "control: without PDEATHSIG the orphans keep running"
     finally:
         supervisor.kill()
         supervisor.wait()
-        if agent_pid and alive(agent_pid):
-            os.kill(agent_pid, signal.SIGKILL)
+        for pid in pids:
+            if alive(pid):
+                os.kill(pid, signal.SIGKILL)
 
 
 async def test_spawn_hook_sees_the_live_process(runner: Runner) -> None:
