@@ -5,7 +5,7 @@ echo agent that each require ``tool.echo``, and a grant of it to the bench
 identity), with a real `covenant daemon` process, measures in one run:
 
 1. raw baseline: ``subprocess.run`` of the agent with the same one-line stdin
-   (and the same argv behind ``setpriv --pdeathsig KILL``, the daemon's wrapper);
+   (and behind the same pdeathsig wrapper the daemon's record shows in its argv);
 2. daemon-side latency: a signed intent POSTed from this process over the unix
    socket (covenant.client.DaemonClient), split into the runner's
    ``record.duration_ms`` and the rest (verify, route, policy, 5 durable audit
@@ -17,7 +17,7 @@ identity), with a real `covenant daemon` process, measures in one run:
 4. throughput at concurrency 1, 8 and 64 (threads), daemon vs raw;
 5. the daemon's RSS after start-up and after the benchmark.
 
-The sequential measurements are interleaved (raw, setpriv, daemon, CLI in each
+The sequential measurements are interleaved (raw, raw behind the wrapper, daemon, CLI in each
 round) so that load drift on a shared box hits all four alike.
 
 Targets (issue 6): daemon-side overhead < 1 ms p50 over the raw spawn; the
@@ -192,8 +192,8 @@ def signed_body(agent: Agent, identity: UserIdentity) -> dict[str, object]:
     return {"intent": intent, "signature": sign_intent(identity.key, intent)}
 
 
-def daemon_once(agent: Agent, identity: UserIdentity, socket_path: Path) -> tuple[float, int]:
-    """(HTTP round trip in s, the runner's record.duration_ms); signing is outside the timing."""
+def daemon_once(agent: Agent, identity: UserIdentity, socket_path: Path) -> tuple[float, int, list[str]]:
+    """(HTTP round trip in s, the runner's record.duration_ms, its argv); signing is outside the timing."""
     body = signed_body(agent, identity)
     start = time.perf_counter()
     with DaemonClient(socket_path, timeout=600) as client:
@@ -201,7 +201,7 @@ def daemon_once(agent: Agent, identity: UserIdentity, socket_path: Path) -> tupl
     elapsed = time.perf_counter() - start
     if outcome["outcome"] != "ok" or outcome["text"] != TEXT or outcome["intent_id"] != body["intent"]["id"]:  # type: ignore[index]
         raise SystemExit(f"daemon dispatch to {agent.agent_id} failed: {outcome}")
-    return elapsed, int(outcome["record"]["duration_ms"])
+    return elapsed, int(outcome["record"]["duration_ms"]), list(outcome["record"]["argv"])
 
 
 def children_cpu() -> float:
@@ -313,22 +313,28 @@ def main() -> int:
         print(f"agents: {', '.join(a.runtime for a in agents)}  (python3 = {default_python3()})")
         print(f"daemon pid {daemon.pid}, RSS after start-up {rss_start:.1f} MiB")
 
-        setpriv = shutil.which("setpriv", path=runtime_config.path)
-        wrapper = (setpriv, "--pdeathsig", "KILL", "--") if setpriv else ()
-
         # 1-3: sequential, interleaved.
         for agent in agents:
-            series: dict[str, list[float]] = {"raw": [], "setpriv": [], "daemon": [], "cli": []}
+            series: dict[str, list[float]] = {"raw": [], "wrapped": [], "daemon": [], "cli": []}
             for _ in range(3):  # warm-up: page cache, the daemon's first-dispatch paths
                 raw_once(agent, identity)
-                daemon_once(agent, identity, socket_path)
+                argv = daemon_once(agent, identity, socket_path)[2]
                 cli_once(agent, env)
+            # The same wrapper the daemon puts before the agent's argv (a pdeathsig helper), if any.
+            wrapper = tuple(argv[: len(argv) - len(agent.argv)]) if argv[-len(agent.argv):] == agent.argv else ()
+            print(f"{agent.runtime:<9} daemon argv: {' '.join(argv)}")
+            if wrapper:
+                try:
+                    raw_once(agent, identity, wrapper)
+                except SystemExit:  # e.g. a helper only the daemon may run (an fd of its own)
+                    print(f"{agent.runtime:<9} the daemon's wrapper cannot run from here; no wrapped baseline")
+                    wrapper = ()
             daemon_cpu = psutil.Process(daemon.pid).cpu_times()
             for _ in range(args.runs):
                 series["raw"].append(raw_once(agent, identity))
                 if wrapper:
-                    series["setpriv"].append(raw_once(agent, identity, wrapper))
-                elapsed, duration_ms = daemon_once(agent, identity, socket_path)
+                    series["wrapped"].append(raw_once(agent, identity, wrapper))
+                elapsed, duration_ms, _ = daemon_once(agent, identity, socket_path)
                 series["daemon"].append(elapsed)
                 agent.durations_ms.append(duration_ms)
                 series["cli"].append(cli_once(agent, env, agent.cli_cpu))
@@ -367,7 +373,7 @@ def main() -> int:
         rss_after = rss_mib(daemon.pid)
         load_end = os.getloadavg()
 
-        report(agents, wrapper != (), context, forbidden, watched, import_ms, module_count,
+        report(agents, context, forbidden, watched, import_ms, module_count,
                rss_start, rss_after, load_end)
         return 0
     finally:
@@ -384,7 +390,7 @@ def main() -> int:
             shutil.rmtree(tmp, ignore_errors=True)
 
 
-def report(agents: list[Agent], with_setpriv: bool, context: dict[str, tuple[float, float]],
+def report(agents: list[Agent], context: dict[str, tuple[float, float]],
            forbidden: list[str], watched: list[str], import_ms: float, module_count: int,
            rss_start: float, rss_after: float, load_end: tuple[float, float, float]) -> None:
     """The summary as a markdown table, ready to paste into docs/performance.md."""
@@ -415,8 +421,8 @@ def report(agents: list[Agent], with_setpriv: bool, context: dict[str, tuple[flo
         return ms(delta)
 
     row("raw spawn p50 / p95 (ms)", lambda a: f"{ms(pct(a.seq['raw'], 50))} / {ms(pct(a.seq['raw'], 95))}")
-    if with_setpriv:
-        row("raw spawn behind setpriv --pdeathsig, p50 (ms)", p("setpriv", 50))
+    if all(a.seq["wrapped"] for a in agents):
+        row("raw spawn behind the daemon's wrapper (see argv above), p50 (ms)", p("wrapped", 50))
     row("daemon round trip, in-process client, p50 / p95 (ms)",
         lambda a: f"{ms(pct(a.seq['daemon'], 50))} / {ms(pct(a.seq['daemon'], 95))}")
     row("**daemon-side overhead p50** (ms, ratio)", overhead, "< 1 ms")
