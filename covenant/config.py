@@ -57,7 +57,9 @@ class RuntimeConfig(_Section):
     wall_grace_ms: int = Field(
         500, ge=0, le=3_600_000, description="wall-clock budget = cpu_ms_per_task + this (docs/runtime.md)"
     )
-    pdeathsig: bool = Field(True, description="wrap agents in `setpriv --pdeathsig KILL` (docs/runtime.md)")
+    pdeathsig: bool = Field(
+        True, description="start agents through a PR_SET_PDEATHSIG=SIGKILL wrapper (docs/runtime.md)"
+    )
 
 
 class AuditConfig(_Section):

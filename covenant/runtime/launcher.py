@@ -160,9 +160,11 @@ class ProcessGroupLauncher(Launcher):
     Spawn cost matters (every dispatch pays it), so nothing runs between
     fork and exec: ``start_new_session`` keeps CPython on its vfork path,
     rlimits and nice are applied from the parent with ``prlimit(2)`` and
-    ``setpriority(2)`` right after the spawn returns, and util-linux wrappers
-    are added only for what cannot be done from outside: ``setpriv
-    --pdeathsig KILL`` and, for ``network = "off"``, ``unshare -n``.
+    ``setpriority(2)`` right after the spawn returns, and exec wrappers are
+    added only for what cannot be done from outside: the PDEATHSIG wrapper
+    (:func:`~covenant.runtime.host.pdeathsig_wrapper`) and, for
+    ``network = "off"``, ``unshare -n``. Safe to call from any thread that
+    outlives the agent (PDEATHSIG is tied to the spawning thread).
     """
 
     def launch(self, plan: LaunchPlan) -> Launched:
