@@ -43,7 +43,11 @@ __all__ = [
     "checkpoint_message",
     "sign_checkpoint",
     "checkpoint_signature_ok",
+    "LINE_RE",
+    "CHECKPOINT_DATA_RE",
+    "canonical_object",
     "parse_record",
+    "parse_record_full",
     "timestamp",
 ]
 
@@ -65,6 +69,24 @@ TS_RE = re.compile(r"[0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9
 RECORD_KEYS = ("data", "prev", "seq", "ts", "type", "v")
 
 _SEGMENT_RE = re.compile(r"audit-([0-9]{6})\.jsonl")
+
+# The exact layout build_line produces, as bytes: groups data, prev, seq, ts,
+# type. Every part but ``data`` is ASCII that canonical JSON never escapes and
+# ``seq`` is written without sign or leading zeros, so a line that matches and
+# whose data group is canonical JSON of an object IS the canonical encoding of
+# the record those groups describe (see parse_record). Use with
+# ``fullmatch(buf, start, end)`` to check one line inside a bigger buffer.
+LINE_RE = re.compile(
+    rb'\{"data":(\{.*\}),"prev":"([0-9a-f]{64})","seq":(0|[1-9][0-9]*),'
+    rb'"ts":"([0-9]{4}-[0-9]{2}-[0-9]{2}T[0-9]{2}:[0-9]{2}:[0-9]{2}\.[0-9]{3}Z)",'
+    rb'"type":"([a-z][a-z0-9_]*(?:\.[a-z][a-z0-9_]*)+)","v":1\}'
+)
+# Checkpoint data exactly as sign_checkpoint writes it: groups hash, log, seq, sig.
+# Hex and digits need no escaping and the keys are in sorted order, so a match
+# is canonical JSON of an object with exactly those four keys.
+CHECKPOINT_DATA_RE = re.compile(
+    rb'\{"hash":"([0-9a-f]{64})","log":"([0-9a-f]{32})","seq":(0|[1-9][0-9]*),"sig":"([0-9a-f]{128})"\}'
+)
 
 
 def segment_name(index: int) -> str:
@@ -169,8 +191,48 @@ def _decode(text: str) -> Any:
     return obj
 
 
+def canonical_object(raw: bytes) -> dict[str, Any] | None:
+    """The object ``raw`` encodes when it is canonical JSON of an object, else None.
+
+    Same acceptance as decoding strictly and re-encoding: invalid UTF-8,
+    floats, NaN, duplicate keys, whitespace and any other spelling give None.
+    """
+    try:
+        text = raw.decode("utf-8")
+        obj, end = _scan_once(text, 0)
+        if end != len(text) or type(obj) is not dict or _encode(obj) != text:
+            return None
+    except (ValueError, RecursionError, StopIteration):
+        return None
+    return obj
+
+
 def parse_record(line: bytes) -> tuple[dict[str, Any] | None, str]:
-    """Parse a record line; returns (record, "") or (None, why it is not a valid record line)."""
+    """Parse a record line; returns (record, "") or (None, why it is not a valid record line).
+
+    Lines in the writer's layout take a fast path: LINE_RE proves the
+    envelope canonical, so only ``data`` is decoded and re-encoded. Anything
+    else (and every invalid line) goes through the full decode and
+    re-encode, which also says what is wrong. tests/audit/test_tamper.py
+    checks that both paths agree.
+    """
+    match = LINE_RE.fullmatch(line)
+    if match is not None:
+        data = canonical_object(match.group(1))
+        if data is not None:
+            return {
+                "data": data,
+                "prev": match.group(2).decode("ascii"),
+                "seq": int(match.group(3)),
+                "ts": match.group(4).decode("ascii"),
+                "type": match.group(5).decode("ascii"),
+                "v": 1,
+            }, ""
+    return parse_record_full(line)
+
+
+def parse_record_full(line: bytes) -> tuple[dict[str, Any] | None, str]:
+    """parse_record without the fast path: decode the whole line, re-encode, compare."""
     try:
         text = line.decode("utf-8")
     except UnicodeDecodeError as exc:

@@ -11,8 +11,10 @@ from __future__ import annotations
 
 import hashlib
 import re
+from binascii import hexlify
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -20,12 +22,15 @@ from covenant.audit.format import (
     CHECKPOINT,
     FORMAT,
     GENESIS,
+    CHECKPOINT_DATA_RE,
     HEARTBEAT,
     HEX64_RE,
+    LINE_RE,
     RECOVER,
     SEGMENT,
     WRITER_TYPES,
     ZERO_HASH,
+    canonical_object,
     checkpoint_signature_ok,
     line_hash,
     parse_record,
@@ -33,7 +38,7 @@ from covenant.audit.format import (
 )
 from covenant.keys import public_key_hex
 
-__all__ = ["Problem", "Committed", "SegmentResult", "Walker"]
+__all__ = ["Problem", "Committed", "SegmentResult", "Run", "scan_runs", "Walker"]
 
 _LOG_ID_RE = re.compile(r"[0-9a-f]{32}")
 
@@ -82,6 +87,151 @@ class _Last:
     type: str
 
 
+class Run(NamedTuple):
+    """Consecutive lines that ``scan_runs`` proved valid among themselves.
+
+    Valid among themselves means: each line is in the writer's canonical
+    layout, is an ordinary event, a checkpoint or a heartbeat, is not the
+    first line of a segment nor seq 0, chains to the line before it in the run
+    (seq + 1, prev = its hash), and each checkpoint covers the line before it,
+    names the log ``log_id``, carries that line's ts and its signature
+    verifies. What depends on the lines before the run (the first line's seq,
+    prev and, for a checkpoint, ts) is left to ``Walker._apply_run``.
+    """
+
+    start: int  # offset of the first line in the segment
+    end: int  # offset just past the last line's newline
+    log_id: str | None  # the log id checkpoints were checked against
+    first_seq: int
+    first_prev: str
+    first_checkpoint_ts: str | None  # ts of the first line when it is a checkpoint
+    lines: int
+    last_seq: int
+    last_hash: str
+    last_offset: int
+    last_ts: str
+    last_type: str
+    checkpoint_lines: int  # lines up to and including the last checkpoint; 0 when none
+    checkpoint_start: int
+    checkpoint_end: int
+    checkpoint_hash: str
+    witnesses: tuple[tuple[int, str, int], ...]  # (seq, line hash, 1-based line number in the run)
+
+
+_CHECKPOINT_B = CHECKPOINT.encode()
+_HEARTBEAT_B = HEARTBEAT.encode()
+
+
+def scan_runs(
+    data: bytes,
+    start: int,
+    stop: int,
+    log_id: str | None,
+    public_key: Ed25519PublicKey | None,
+    witness_seqs: frozenset[int] = frozenset(),
+) -> list[Run]:
+    """The runs among the lines of ``data[start:stop]`` (``start`` at a line start).
+
+    This is the expensive, independent part of walking (canonical form,
+    hashes, signatures), so verify runs it on chunks in parallel. A line that
+    cannot be proven here (any audit record but checkpoints and heartbeats,
+    the first line of a segment, seq 0, a line in another layout, anything
+    invalid, a torn last line) ends the run before it and is left to the
+    walker, which decides about it exactly as it decides about any line.
+    ``public_key`` None skips signatures, as in ``Walker``.
+    """
+    runs: list[Run] = []
+    fullmatch = LINE_RE.fullmatch
+    checkpoint_match = CHECKPOINT_DATA_RE.fullmatch
+    find = data.find
+    sha256 = hashlib.sha256
+    log_b = log_id.encode("ascii") if log_id is not None else None
+    count = 0  # lines in the open run; 0 when none is open
+    run_start = first_seq = cp_lines = cp_start = cp_end = last_seq = last_offset = last_end = 0
+    first_prev = last_hash = cp_hash = last_ts = last_type = b""
+    first_cp_ts: bytes | None = None
+    witnesses: list[tuple[int, str, int]] = []
+
+    def close() -> None:
+        runs.append(
+            Run(
+                run_start,
+                last_end,
+                log_id,
+                first_seq,
+                first_prev.decode("ascii"),
+                None if first_cp_ts is None else first_cp_ts.decode("ascii"),
+                count,
+                last_seq,
+                last_hash.decode("ascii"),
+                last_offset,
+                last_ts.decode("ascii"),
+                last_type.decode("ascii"),
+                cp_lines,
+                cp_start,
+                cp_end,
+                cp_hash.decode("ascii"),
+                tuple(witnesses),
+            )
+        )
+
+    pos = start
+    while pos < stop:
+        nl = find(b"\n", pos, stop)
+        if nl < 0:
+            break  # an unterminated last line
+        m = fullmatch(data, pos, nl) if pos else None
+        good = False
+        if m is not None:
+            raw, prev_b, seq_b, ts_b, type_b = m.groups()
+            seq = int(seq_b)
+            if count and (seq != last_seq + 1 or prev_b != last_hash):
+                good = False
+            elif seq == 0:
+                good = False
+            elif type_b == _CHECKPOINT_B:
+                cm = checkpoint_match(raw)
+                good = (
+                    cm is not None
+                    and log_b is not None
+                    and cm.group(2) == log_b
+                    and cm.group(1) == prev_b
+                    and int(cm.group(3)) == seq - 1
+                    and (not count or ts_b == last_ts)
+                    and (
+                        public_key is None
+                        or checkpoint_signature_ok(
+                            public_key, log_id, seq - 1, prev_b.decode("ascii"), cm.group(4).decode("ascii")
+                        )
+                    )
+                )
+            elif type_b.startswith(b"audit."):
+                good = type_b == _HEARTBEAT_B and raw == b"{}"
+            else:
+                good = canonical_object(raw) is not None
+        if not good:
+            if count:
+                close()
+                count = 0
+            pos = nl + 1
+            continue
+        h = hexlify(sha256(data[pos:nl]).digest())
+        if not count:
+            run_start, first_seq, first_prev, cp_lines = pos, seq, prev_b, 0
+            first_cp_ts = ts_b if type_b == _CHECKPOINT_B else None
+            witnesses = []
+        count += 1
+        if type_b == _CHECKPOINT_B:
+            cp_lines, cp_start, cp_end, cp_hash = count, pos, nl + 1, h
+        if seq in witness_seqs:
+            witnesses.append((seq, h.decode("ascii"), count))
+        last_seq, last_hash, last_ts, last_type, last_offset = seq, h, ts_b, type_b, pos
+        pos = last_end = nl + 1
+    if count:
+        close()
+    return runs
+
+
 @dataclass
 class Walker:
     """Walks segments in order. ``public_key`` None skips signature checks (recovery scans)."""
@@ -121,8 +271,17 @@ class Walker:
 
     # -- walking ---------------------------------------------------------------
 
-    def walk_segment(self, index: int, data: bytes, previous_size: int | None) -> SegmentResult:
-        """Walk one segment's bytes. ``previous_size``: size of segment index-1 (None for index 0)."""
+    def walk_segment(
+        self, index: int, data: bytes, previous_size: int | None, runs: Iterable[Run] = ()
+    ) -> SegmentResult:
+        """Walk one segment's bytes. ``previous_size``: size of segment index-1 (None for index 0).
+
+        ``runs``: what ``scan_runs`` found in ``data``, in order (with this
+        walker's public key and log id). A run that starts where the walk
+        stands and continues its chain is taken whole; every other line is
+        checked here one by one, so the outcome and the first problem are the
+        same with or without runs.
+        """
         name = segment_name(index)
         result = SegmentResult()
         # Recover records name offsets inside their own segment: a new segment
@@ -133,7 +292,15 @@ class Walker:
         pos = 0
         last_recover_at = -1
         size = len(data)
+        upcoming = iter(runs)
+        run = next(upcoming, None)
         while pos < size:
+            while run is not None and run.start < pos:
+                run = next(upcoming, None)
+            if run is not None and run.start == pos and self._apply_run(run, name, data):
+                pos = run.end
+                run = next(upcoming, None)
+                continue
             nl = data.find(b"\n", pos)
             if nl < 0:
                 problem = Problem(
@@ -160,6 +327,38 @@ class Walker:
                 continue
             pos = nl + 1
         return result
+
+    def _apply_run(self, run: Run, name: str, data: bytes) -> bool:
+        """Accept ``run`` when it continues the chain: the same state changes as accepting its lines one by one."""
+        if run.first_seq != self.next_seq or run.first_prev != self.prev:
+            return False
+        if run.first_checkpoint_ts is not None and (self.last is None or self.last.ts != run.first_checkpoint_ts):
+            return False
+        if run.checkpoint_lines and (run.log_id is None or run.log_id != self.log_id):
+            return False
+        records_before = self.records
+        self.records += run.lines
+        self.next_seq = run.last_seq + 1
+        self.prev = run.last_hash
+        self.last = _Last(run.last_seq, name, run.last_offset, run.last_ts, run.last_type)
+        if run.checkpoint_lines:
+            checkpoint, _ = parse_record(data[run.checkpoint_start : run.checkpoint_end - 1])
+            self.committed = Committed(
+                run.first_seq + run.checkpoint_lines,
+                run.checkpoint_hash,
+                records_before + run.checkpoint_lines,
+                name,
+                run.checkpoint_end,
+                checkpoint,
+            )
+            self.witness_seen.update(self._witness_pending)
+            self._witness_pending.clear()
+        for seq, h, line_number in run.witnesses:
+            if line_number <= run.checkpoint_lines:
+                self.witness_seen[seq] = h
+            else:
+                self._witness_pending[seq] = h
+        return True
 
     def _find_recover(self, name: str, data: bytes, start: int, after: int) -> int | None:
         """Offset of an audit.recover line that names the bytes from the committed end to itself."""
