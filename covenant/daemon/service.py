@@ -178,8 +178,12 @@ class Daemon:
                 if not self.inflight:
                     self.idle = trio.Event()
                 self.inflight[intent.id] = _Inflight(intent.id, agent.id, time.monotonic())
+                async def audit_spawn(spawned: dict[str, Any]) -> None:
+                    # Durable while the agent runs; if it cannot be written the runner kills the agent.
+                    await self.audit.record("agent.spawned", {"intent": intent.id, "agent": agent.id, **spawned})
+
                 try:
-                    record = await self.runner.run(agent, payload)
+                    record = await self.runner.run(agent, payload, on_spawned=audit_spawn)
                     await self._finish(intent, agent, record)
                 finally:
                     del self.inflight[intent.id]
@@ -209,15 +213,10 @@ class Daemon:
         }
 
     async def _finish(self, intent: Intent, agent: AgentSpec, record: DispatchRecord) -> None:
-        """Persist the record, charge the budget, audit the spawn, exit and completion."""
+        """Persist the record, charge the budget, audit the exit and the completion."""
         self.budget.charge(agent.id, record.cpu_ms, now_ms())
         self.metrics.observe_dispatch(agent.id, record.outcome, record.duration_ms / 1000)
         events: list[tuple[str, dict[str, Any]]] = []
-        if record.pid is not None:
-            events.append((
-                "agent.spawned",
-                {"intent": intent.id, "agent": agent.id, "pid": record.pid, "argv": record.argv, "limits": record.limits},
-            ))
         events.append((
             "agent.exited",
             {
