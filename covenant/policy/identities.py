@@ -12,7 +12,6 @@ level (tomlkit only when a file is written).
 
 from __future__ import annotations
 
-import getpass
 import json
 import os
 import re
@@ -24,7 +23,6 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant.home import Home, user_identity_path
 from covenant.keys import create_key_file, load_private_key, public_key_from_hex, public_key_hex
-from covenant.policy._files import atomic_write_text, locked
 from covenant.policy.errors import IdentityError, UnknownIdentity
 from covenant.policy.signing import display_problem
 
@@ -59,6 +57,8 @@ class UserIdentity:
 def default_display() -> str:
     """``$USER@<hostname>`` (getpass falls back to the password database)."""
     try:
+        import getpass  # only when creating an identity: keeps `covenant dispatch` fast
+
         user = getpass.getuser()
     except (OSError, KeyError):
         user = str(os.getuid())
@@ -99,6 +99,8 @@ def _write_display(path: Path, display: str) -> None:
         "# The display name sent with your signed intents (a label; your public key is the identity).\n"
         f"display = {json.dumps(display, ensure_ascii=False)}\n"
     )
+    from covenant.policy._files import atomic_write_text  # writers only (tempfile is slow to import)
+
     atomic_write_text(path, text, mode=0o644)
 
 
@@ -244,6 +246,8 @@ class KnownIdentities:
         a name would re-target every later `covenant grant NAME …`.
         """
         import tomlkit  # only writers pay for tomlkit
+
+        from covenant.policy._files import atomic_write_text, locked
 
         _check_display(display)
         pubkey = normalize_pubkey(pubkey)
