@@ -81,7 +81,11 @@ class DaemonClient:
 
     def _send(self, method: str, path: str, body: Any = None) -> http.client.HTTPResponse:
         payload = None if body is None else json.dumps(body, ensure_ascii=False).encode()
-        headers = {"content-type": "application/json"} if payload is not None else {}
+        # One request per connection: saying so lets the server close its side at once
+        # instead of holding the socket until its keep-alive timer fires.
+        headers = {"connection": "close"}
+        if payload is not None:
+            headers["content-type"] = "application/json"
         try:
             self._connection.request(method, path, body=payload, headers=headers)
             return self._connection.getresponse()

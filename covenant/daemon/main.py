@@ -35,7 +35,7 @@ from covenant.errors import ExitCode
 from covenant.home import Home
 from covenant.homeinit import init_home
 from covenant.keys import load_private_key, public_key_hex
-from covenant.manifest.registry import scan_agents
+from covenant.manifest.registry import Registry, scan_agents
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.grants import GrantStore
 from covenant.policy.identities import KnownIdentities
@@ -56,14 +56,21 @@ class DaemonOptions:
     drain_timeout_s: float
 
 
-def _budget_from_history(store: DispatchStore, now_ms: int) -> BudgetLedger:
-    """Rebuild the rolling budgets from the last hour of records, so a restart does not reset them."""
+def _budget_from_history(store: DispatchStore, agents: Registry, now_ms: int) -> BudgetLedger:
+    """Rebuild the rolling budgets from the last hour of records, so a restart does not reset them.
+
+    Only agents with a budget are charged, so a busy hour of unbudgeted
+    dispatches costs nothing at start-up.
+    """
+    budgeted = {a.id for a in agents.agents.values() if a.settlement.budget_credits_per_hour > 0}
     charges = []
-    for record in store.recent(100_000):
-        ended = ms_from_iso(record.ended_at)
-        if now_ms - ended > HOUR_MS:
-            break  # newest first: everything after this is older
-        charges.append((record.agent_id, record.cpu_ms, ended))
+    if budgeted:
+        for record in store.newest_first():
+            ended = ms_from_iso(record.ended_at)
+            if now_ms - ended > HOUR_MS:
+                break  # newest first: everything after this is older
+            if record.agent_id in budgeted:
+                charges.append((record.agent_id, record.cpu_ms, ended))
     return BudgetLedger.from_records(charges, now_ms)
 
 
@@ -153,7 +160,7 @@ async def serve_daemon(
         metrics = Metrics()
         registry = await trio.to_thread.run_sync(scan_agents, home.agents_dir)
         store = DispatchStore(home.dispatches_dir)
-        budget = await trio.to_thread.run_sync(_budget_from_history, store, now_ms())
+        budget = await trio.to_thread.run_sync(_budget_from_history, store, registry, now_ms())
         grants = await trio.to_thread.run_sync(GrantsWatch, GrantStore(home.grants_path, key.public_key()))
         names = IdentityNames(KnownIdentities(home), home.known_identities_path)
         sockets, socket_names, activated = _open_sockets(options)

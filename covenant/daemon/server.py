@@ -97,7 +97,10 @@ class _PeerApp:
 
 def _hypercorn_config() -> HypercornConfig:
     config = HypercornConfig()
-    config.keep_alive_timeout = 75
+    # hypercorn's trio server holds a connection the client already closed
+    # until its keep-alive timer fires, so this bounds how many such sockets
+    # linger (dispatch rate x timeout); clients reconnect cheaply on a unix socket.
+    config.keep_alive_timeout = 2
     config.graceful_timeout = 5
     config.accesslog = None
     config.errorlog = None

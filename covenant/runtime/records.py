@@ -18,6 +18,7 @@ first for the id's exact byte pattern and parses only the matching line.
 
 from __future__ import annotations
 
+import itertools
 import json
 import logging
 import os
@@ -120,18 +121,15 @@ class DispatchStore:
 
     def recent(self, limit: int, agent: str | None = None) -> list[DispatchRecord]:
         """Up to ``limit`` records, newest first, optionally only those of agent ``agent``."""
-        out: list[DispatchRecord] = []
-        if limit <= 0:
-            return out
+        return list(itertools.islice(self.newest_first(agent), max(limit, 0)))
+
+    def newest_first(self, agent: str | None = None) -> Iterator[DispatchRecord]:
+        """Every record, newest first, read lazily (optionally only agent ``agent``'s)."""
         for path in reversed(self.segments()):
             for offset, line in _reverse_lines(path):
                 record = self._parse(path, offset, line)
-                if record is None or (agent is not None and record.agent_id != agent):
-                    continue
-                out.append(record)
-                if len(out) >= limit:
-                    return out
-        return out
+                if record is not None and (agent is None or record.agent_id == agent):
+                    yield record
 
     def get(self, intent_id: str) -> DispatchRecord | None:
         """The newest record for ``intent_id``, or None."""

@@ -345,3 +345,20 @@ def test_second_sigterm_cancels_at_once_and_sighup_during_drain_is_ignored(daemo
         out, _ = proc.communicate(timeout=60)
         assert json.loads(out)["outcome"] == "cancelled"
     assert not agent_processes(daemon.home)
+
+
+def test_budget_exhausted_survives_a_restart(daemon: DaemonProcess) -> None:
+    daemon.add_agent("metered", "echo.py", keywords=("metered",),
+                     extra="\n[settlement]\nbudget_credits_per_hour = 1\n")
+    daemon.start()
+    first = json.loads(daemon.cli("dispatch", "metered one", "--json", check=True).stdout)
+    assert first["record"]["cpu_ms"] >= 1  # a python3 start costs well over 1 ms of CPU
+    denied = daemon.cli("dispatch", "metered two")
+    assert denied.returncode == 3 and "budget" in denied.stderr
+    assert daemon.stop() == 0
+    daemon.start()  # the ledger is rebuilt from the dispatch records of the last hour
+    again = daemon.cli("dispatch", "metered three", "--json")
+    assert again.returncode == 3
+    assert "budget" in again.stderr
+    decisions = [r["data"] for r in audit_records(daemon) if r["type"] == "policy.decision"]
+    assert decisions[-1]["reason"] == "budget_exhausted"
