@@ -12,14 +12,15 @@ from __future__ import annotations
 import errno
 import fcntl
 import json
-import multiprocessing
 import os
+import pickle
+import signal
 import threading
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
@@ -42,7 +43,7 @@ __all__ = [
 ]
 
 # Segments are scanned (canonical form, hashes, signatures) in chunks of about
-# this size; from PARALLEL_MIN_BYTES on, by forked worker processes, one per
+# this size; from PARALLEL_MIN_BYTES on, by forked child processes, one per
 # CPU, while this process walks the chain over their results.
 CHUNK_BYTES = 1 << 20
 PARALLEL_MIN_BYTES = 4 << 20
@@ -116,8 +117,9 @@ def _witness_problem(witness: dict[str, Any], public_key: Ed25519PublicKey, log_
     return None
 
 
-def _chunks(size: int, data: bytes, chunk_bytes: int) -> list[tuple[int, int]]:
+def _chunks(data: bytes, chunk_bytes: int) -> list[tuple[int, int]]:
     """(start, stop) pairs of about ``chunk_bytes`` each, cut just after a newline."""
+    size = len(data)
     bounds = [0]
     while True:
         nl = data.find(b"\n", bounds[-1] + chunk_bytes - 1)
@@ -128,40 +130,82 @@ def _chunks(size: int, data: bytes, chunk_bytes: int) -> list[tuple[int, int]]:
     return list(zip(bounds, bounds[1:]))
 
 
-# What forked scan workers read: set just before the pool forks, so the
-# segment's bytes reach them without pickling.
-_job: tuple[bytes, str | None, Ed25519PublicKey | None, frozenset[int]] | None = None
+def _read_exact(f: BinaryIO, n: int) -> bytes | None:
+    data = f.read(n)
+    return data if len(data) == n else None
 
 
-def _scan_chunk(bounds: tuple[int, int]) -> list[Run]:
-    assert _job is not None
-    data, log_id, public_key, witness_seqs = _job
-    return scan_runs(data, bounds[0], bounds[1], log_id, public_key, witness_seqs)
+@contextmanager
+def _forked_runs(
+    chunks: list[tuple[int, int]], scan: Callable[[int, int], list[Run]], jobs: int
+) -> Iterator[Iterator[Run]]:
+    """Scan ``chunks`` in ``jobs`` forked children (chunk i in child i % jobs); yields the runs in order.
+
+    Plain fork and one pipe per child: the children get the segment's bytes
+    without copying or pickling, and send back small pickled runs. A child
+    that dies only costs speed: its chunks are scanned here instead.
+    """
+    children: list[tuple[int, BinaryIO]] = []
+    try:
+        for worker in range(jobs):
+            read_fd, write_fd = os.pipe()
+            pid = os.fork()
+            if pid == 0:  # pragma: no cover - runs in the child, which never returns
+                status = 1
+                try:
+                    os.close(read_fd)
+                    with open(write_fd, "wb") as out:
+                        for start, stop in chunks[worker::jobs]:
+                            blob = pickle.dumps(scan(start, stop), protocol=pickle.HIGHEST_PROTOCOL)
+                            out.write(len(blob).to_bytes(8, "little") + blob)
+                    status = 0
+                finally:
+                    os._exit(status)
+            os.close(write_fd)
+            children.append((pid, open(read_fd, "rb")))
+
+        def in_order() -> Iterator[Run]:
+            alive = [True] * jobs
+            for i, (start, stop) in enumerate(chunks):
+                worker = i % jobs
+                if alive[worker]:
+                    f = children[worker][1]
+                    head = _read_exact(f, 8)
+                    blob = None if head is None else _read_exact(f, int.from_bytes(head, "little"))
+                    if blob is not None:
+                        yield from pickle.loads(blob)
+                        continue
+                    alive[worker] = False
+                yield from scan(start, stop)
+
+        yield in_order()
+    finally:
+        for pid, f in children:
+            f.close()
+            try:
+                os.kill(pid, signal.SIGKILL)  # a no-op for a child that already exited
+            except ProcessLookupError:
+                pass
+            os.waitpid(pid, 0)
 
 
 @contextmanager
 def _segment_runs(
     data: bytes, walker: Walker, log_id: str | None, jobs: int, chunk_bytes: int
 ) -> Iterator[Iterator[Run]]:
-    """The runs of one segment, in order: scanned in worker processes when that pays."""
-    global _job
-    chunks = _chunks(len(data), data, chunk_bytes)
+    """The runs of one segment, in order: scanned in forked children when that pays."""
+    chunks = _chunks(data, chunk_bytes)
+
+    def scan(start: int, stop: int) -> list[Run]:
+        return scan_runs(data, start, stop, log_id, walker.public_key, walker.witness_seqs)
+
+    # Fork only from a single-threaded process (the CLI): a fork taken while
+    # another thread holds a lock can leave the child stuck on it.
     if jobs > 1 and len(chunks) > 1 and threading.active_count() == 1:
-        # fork only from a single-threaded process (the CLI): a fork taken
-        # while other threads hold locks can deadlock the child.
-        _job = (data, log_id, walker.public_key, walker.witness_seqs)
-        try:
-            with multiprocessing.get_context("fork").Pool(jobs) as pool:
-                _job = None  # the workers have their copy
-                yield (run for runs in pool.imap(_scan_chunk, chunks) for run in runs)
-        finally:
-            _job = None
+        with _forked_runs(chunks, scan, min(jobs, len(chunks))) as runs:
+            yield runs
         return
-    yield (
-        run
-        for start, stop in chunks
-        for run in scan_runs(data, start, stop, log_id, walker.public_key, walker.witness_seqs)
-    )
+    yield (run for start, stop in chunks for run in scan(start, stop))
 
 
 def _claimed_log_id(directory: Path) -> str | None:

@@ -157,11 +157,12 @@ def test_witness_handling_matches(base_log: Path, module_key: Ed25519PrivateKey,
 
 
 _CHILD = """
-import json, sys
+import json, sys, threading
 from pathlib import Path
 import covenant.audit.verify as v
 from covenant.keys import public_key_from_hex
 v.PARALLEL_MIN_BYTES = 0  # these logs are small: use the workers anyway
+assert threading.active_count() == 1  # so verify forks its workers
 key = public_key_from_hex(sys.argv[1])
 out = []
 for d in sys.argv[2:]:
@@ -220,3 +221,22 @@ def test_runs_cover_every_ordinary_line(base_log: Path, module_key: Ed25519Priva
             b'"type":"audit.recover"' in line or not line.endswith(b'"v":1}') for line in left
         ), path.name
         assert all(a.end <= b.start for a, b in zip(runs, runs[1:]))
+
+
+def test_a_dying_scan_child_only_costs_speed(base_log: Path, module_key: Ed25519PrivateKey) -> None:
+    """A forked scanner that dies (OOM killer, a signal) leaves its chunks to the parent, which scans them."""
+    import os
+
+    data = sorted(base_log.glob("audit-*.jsonl"))[-1].read_bytes()
+    log_id = json.loads((base_log / "head.json").read_text())["log"]
+    chunks = verify._chunks(data, 300)
+    parent = os.getpid()
+
+    def scan(start: int, stop: int) -> list[Any]:
+        if os.getpid() != parent and start > chunks[len(chunks) // 2][0]:
+            os._exit(9)  # this child dies half way through its share
+        return scan_runs(data, start, stop, log_id, module_key.public_key())
+
+    with verify._forked_runs(chunks, scan, 2) as runs:
+        got = list(runs)
+    assert got == [run for start, stop in chunks for run in scan_runs(data, start, stop, log_id, module_key.public_key())]
