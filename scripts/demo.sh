@@ -19,6 +19,13 @@ run() { printf '$ %s\n' "$*"; "$@"; }
 step "a fresh home, with the repository's agents.d/ as its agents folder"
 run "$covenant" init --display demo@local
 printf 'agents_dir = "%s"\n' "$PWD/agents.d" > "$COVENANT_HOME/covenant.toml"
+# The examples declare network = "off". covenant refuses to run them where it cannot make a
+# network namespace (fail closed); for this demo only, say so and run them without one.
+if ! unshare -n true 2>/dev/null && ! unshare -U -n true 2>/dev/null; then
+  echo "NOTE: this host cannot create network namespaces for this user; the demo sets"
+  echo "      [runtime] network_enforcement = \"advisory\" so network = \"off\" is recorded, not enforced."
+  printf '\n[runtime]\nnetwork_enforcement = "advisory"\n' >> "$COVENANT_HOME/covenant.toml"
+fi
 if ! "$covenant" agents check >/dev/null 2>&1; then
   echo "(some example agents are not usable here; covenant says why:)"
   "$covenant" agents check || true
