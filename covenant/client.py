@@ -81,8 +81,7 @@ class DaemonClient:
 
     def _send(self, method: str, path: str, body: Any = None) -> http.client.HTTPResponse:
         payload = None if body is None else json.dumps(body, ensure_ascii=False).encode()
-        # One request per connection: saying so lets the server close its side at once
-        # instead of holding the socket until its keep-alive timer fires.
+        # One request per connection: say so, so the server closes its side right after answering.
         headers = {"connection": "close"}
         if payload is not None:
             headers["content-type"] = "application/json"

@@ -46,6 +46,11 @@ class DaemonProcess:
             raise AssertionError(f"covenant {' '.join(args)} exited {result.returncode}:\n{result.stdout}\n{result.stderr}")
         return result
 
+    def cli_background(self, *args: str) -> subprocess.Popen[str]:
+        """Start `covenant ARGS…` without waiting; the caller communicates with it."""
+        return subprocess.Popen([sys.executable, "-m", "covenant", *args], env=self.env,
+                                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
     def start(self, *extra: str) -> None:
         assert self.process is None or self.process.poll() is not None
         self.log_path = self.home.parent / f"daemon-{time.monotonic_ns()}.log"

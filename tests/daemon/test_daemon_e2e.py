@@ -106,8 +106,7 @@ def test_fifty_concurrent_cli_dispatches(daemon: DaemonProcess) -> None:
     daemon.add_agent("echo", "echo.py", keywords=("echo",))
     daemon.start()
     procs = [
-        subprocess.Popen([sys.executable, "-m", "covenant", "dispatch", f"echo number {i}", "--json"],
-                         env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        daemon.cli_background("dispatch", f"echo number {i}", "--json")
         for i in range(50)
     ]
     intent_ids = set()
@@ -133,8 +132,7 @@ def test_full_queue_answers_overloaded(daemon: DaemonProcess) -> None:
     daemon.add_agent("slow", "slow.py", keywords=("sleep",))
     daemon.start()
     background = [
-        subprocess.Popen([sys.executable, "-m", "covenant", "dispatch", "sleep 3"], env=daemon.env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        daemon.cli_background("dispatch", "sleep 3")
         for _ in range(2)
     ]
     wait_for(lambda: len(status(daemon)["in_flight"]) == 1 and status(daemon)["queued"] == 1, what="1 running + 1 queued")
@@ -183,8 +181,7 @@ def test_sigterm_drains_slow_dispatches(daemon: DaemonProcess) -> None:
     daemon.add_agent("slow", "slow.py", keywords=("sleep",))
     daemon.start()
     clients = [
-        subprocess.Popen([sys.executable, "-m", "covenant", "dispatch", "sleep 2"], env=daemon.env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        daemon.cli_background("dispatch", "sleep 2")
         for _ in range(10)
     ]
     wait_for(lambda: len(status(daemon)["in_flight"]) == 10, what="10 in flight")
@@ -201,8 +198,7 @@ def test_sigterm_with_short_drain_cancels(daemon: DaemonProcess) -> None:
     daemon.add_agent("slow", "slow.py", keywords=("sleep",))
     daemon.start("--drain-timeout", "0.5")
     clients = [
-        subprocess.Popen([sys.executable, "-m", "covenant", "dispatch", "sleep 600", "--json"], env=daemon.env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        daemon.cli_background("dispatch", "sleep 600", "--json")
         for _ in range(3)
     ]
     wait_for(lambda: len(status(daemon)["in_flight"]) == 3, what="3 in flight")
@@ -219,8 +215,7 @@ def test_sigkill_during_burst_then_restart_and_verify(daemon: DaemonProcess) -> 
     daemon.add_agent("echo", "echo.py", keywords=("echo",))
     daemon.start()
     clients = [
-        subprocess.Popen([sys.executable, "-m", "covenant", "dispatch", f"echo {i}", "--json"], env=daemon.env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        daemon.cli_background("dispatch", f"echo {i}", "--json")
         for i in range(30)
     ]
     wait_for(lambda: any(p.poll() == 0 for p in clients), what="a first acknowledged dispatch")
@@ -327,8 +322,7 @@ def test_second_sigterm_cancels_at_once_and_sighup_during_drain_is_ignored(daemo
     daemon.add_agent("slow", "slow.py", keywords=("sleep",))
     daemon.start("--drain-timeout", "600")
     clients = [
-        subprocess.Popen([sys.executable, "-m", "covenant", "dispatch", "sleep 600", "--json"], env=daemon.env,
-                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+        daemon.cli_background("dispatch", "sleep 600", "--json")
         for _ in range(2)
     ]
     wait_for(lambda: len(status(daemon)["in_flight"]) == 2, what="2 in flight")

@@ -176,3 +176,26 @@ def test_logs_follow_streams_live_lines_across_a_reload(daemon: DaemonProcess) -
     finally:
         follower.kill()
         follower.wait()
+
+
+def test_closed_connections_do_not_linger(daemon: DaemonProcess) -> None:
+    """Clients that hang up without `Connection: close` must not leave sockets behind."""
+    import psutil
+
+    daemon.start()
+    assert daemon.process is not None
+    proc = psutil.Process(daemon.process.pid)
+    baseline = proc.num_fds()
+    for _ in range(100):
+        client = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        client.connect(str(daemon.socket))
+        client.sendall(b"GET /v1/status HTTP/1.1\r\nhost: x\r\n\r\n")
+        response = b""
+        while b"\r\n\r\n" not in response:
+            response += client.recv(65536)
+        assert response.startswith(b"HTTP/1.1 200")
+        client.close()
+    deadline = time.monotonic() + 10  # far below hypercorn's 30 s keep-alive timer
+    while proc.num_fds() > baseline + 5 and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert proc.num_fds() <= baseline + 5
