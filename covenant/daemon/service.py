@@ -154,7 +154,7 @@ class Daemon:
             try:
                 decision.raise_if_denied()
             except CovenantError as exc:
-                return audit, exc
+                return {**audit, "reason": exc.code}, exc
         try:
             self.budget.check(agent, now)
         except CovenantError as exc:

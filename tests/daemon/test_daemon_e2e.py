@@ -68,6 +68,7 @@ def test_denied_until_granted_then_audited(daemon: DaemonProcess) -> None:
         assert expected in types, expected
     decisions = [r["data"] for r in records if r["type"] == "policy.decision"]
     assert decisions[0]["allowed"] is False and decisions[0]["missing"] == ["tool.echo"]
+    assert decisions[0]["reason"] == "capability_denied"
     assert decisions[-1]["allowed"] is True
     completed = [r["data"] for r in records if r["type"] == "intent.completed"]
     assert {c["intent"] for c in completed} >= {as_json["intent_id"]}
