@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import logging
 import os
+import resource
 import signal
 import socket
 from collections.abc import AsyncIterator
@@ -72,6 +73,22 @@ def _budget_from_history(store: DispatchStore, agents: Registry, now_ms: int) ->
             if record.agent_id in budgeted:
                 charges.append((record.agent_id, record.cpu_ms, ended))
     return BudgetLedger.from_records(charges, now_ms)
+
+
+NOFILE_TARGET = 65536
+
+
+def _raise_open_files_limit() -> None:
+    """Lift the soft RLIMIT_NOFILE towards the hard limit.
+
+    Every queued dispatch holds a client connection (queue_max defaults to
+    1000) and every running agent three pipes and a pidfd; the usual soft
+    limit of 1024 would make accept() fail under a full queue.
+    """
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    wanted = NOFILE_TARGET if hard == resource.RLIM_INFINITY else min(hard, NOFILE_TARGET)
+    if soft != resource.RLIM_INFINITY and soft < wanted:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
 def _open_sockets(options: DaemonOptions) -> tuple[list[socket.socket], list[str], bool]:
@@ -157,6 +174,7 @@ async def serve_daemon(
         await trio.to_thread.run_sync(init_home, home)
         key = await trio.to_thread.run_sync(load_private_key, home.daemon_key_path)
         set_child_subreaper()
+        _raise_open_files_limit()
         metrics = Metrics()
         registry = await trio.to_thread.run_sync(scan_agents, home.agents_dir)
         store = DispatchStore(home.dispatches_dir)

@@ -199,3 +199,19 @@ def test_closed_connections_do_not_linger(daemon: DaemonProcess) -> None:
     while proc.num_fds() > baseline + 5 and time.monotonic() < deadline:
         time.sleep(0.05)
     assert proc.num_fds() <= baseline + 5
+
+
+def test_daemon_lifts_its_open_files_limit(daemon: DaemonProcess) -> None:
+    import resource
+
+    import psutil
+
+    soft, hard = resource.getrlimit(resource.RLIMIT_NOFILE)
+    resource.setrlimit(resource.RLIMIT_NOFILE, (256, hard))  # the daemon inherits a low soft limit
+    try:
+        daemon.start()
+    finally:
+        resource.setrlimit(resource.RLIMIT_NOFILE, (soft, hard))
+    assert daemon.process is not None
+    daemon_soft, _ = psutil.Process(daemon.process.pid).rlimit(psutil.RLIMIT_NOFILE)
+    assert daemon_soft == (65536 if hard == resource.RLIM_INFINITY else min(hard, 65536))
