@@ -55,10 +55,10 @@ from covenant.config import RuntimeConfig, default_python3  # noqa: E402
 from covenant.policy.identities import UserIdentity, load_user_identity  # noqa: E402
 from covenant.policy.signing import new_intent, sign_intent  # noqa: E402
 from covenant.runtime.contract import intent_line  # noqa: E402
+from echo_agents import AGENTS, build_rust  # noqa: E402
 
 VENV_BIN = REPO / ".venv" / "bin"
 COVENANT = VENV_BIN / "covenant"
-AGENTS = REPO / "tests" / "runtime" / "agents"
 CONCURRENCY = (1, 8, 64)
 FORBIDDEN = ("trio", "pydantic", "psutil", "yaml")
 ALSO_WATCHED = ("httpx", "tomlkit", "rich", "hypercorn", "h11")
@@ -110,14 +110,6 @@ def manifest(agent_id: str, runtime: str, entry: str) -> str:
         required = ["{ACTION}"]
         """)
 
-
-def build_rust(target: Path) -> Path | None:
-    cargo = shutil.which("cargo")
-    if cargo is None:
-        return None
-    subprocess.run([cargo, "build", "--quiet", "--release", "--offline", "--manifest-path",
-                    str(AGENTS / "echo-rs" / "Cargo.toml"), "--target-dir", str(target)], check=True)
-    return target / "release" / "echo-rs"
 
 
 def install_agents(home: Path, tmp: Path, config: RuntimeConfig) -> list[Agent]:

@@ -38,8 +38,8 @@ from covenant.manifest.model import AgentSpec  # noqa: E402
 from covenant.runtime.contract import intent_line  # noqa: E402
 from covenant.runtime.host import pdeathsig_wrapper, set_child_subreaper  # noqa: E402
 from covenant.runtime.runner import Runner  # noqa: E402
+from echo_agents import AGENTS, build_rust  # noqa: E402
 
-AGENTS = REPO / "tests" / "runtime" / "agents"
 CONCURRENCY = 8
 
 
@@ -47,14 +47,6 @@ def payload() -> dict:
     return {"id": str(uuid.uuid4()), "text": "hello", "issuer": {"display": "bench@host", "pubkey": ""},
             "issued_at": 0, "priority": "normal", "parent": None}
 
-
-def build_rust(tmp: Path) -> Path | None:
-    cargo = shutil.which("cargo")
-    if cargo is None:
-        return None
-    subprocess.run([cargo, "build", "--quiet", "--release", "--offline", "--manifest-path",
-                    str(AGENTS / "echo-rs" / "Cargo.toml"), "--target-dir", str(tmp)], check=True)
-    return tmp / "release" / "echo-rs"
 
 
 def agent(runtime: str, entry: Path) -> AgentSpec:

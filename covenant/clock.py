@@ -3,9 +3,9 @@
 from __future__ import annotations
 
 import time
-from datetime import datetime, timezone
+from datetime import datetime
 
-__all__ = ["now_ms", "iso_ms", "ms_from_iso"]
+__all__ = ["now_ms", "iso_ms", "iso_now", "ms_from_iso"]
 
 
 def now_ms() -> int:
@@ -14,8 +14,17 @@ def now_ms() -> int:
 
 
 def iso_ms(ms: int) -> str:
-    """``ms`` as ISO 8601 UTC with milliseconds, e.g. ``2025-01-31T12:00:00.000Z``."""
-    return datetime.fromtimestamp(ms // 1000, tz=timezone.utc).strftime("%Y-%m-%dT%H:%M:%S") + f".{ms % 1000:03d}Z"
+    """``ms`` as ISO 8601 UTC with milliseconds, e.g. ``2025-01-31T12:00:00.000Z``.
+
+    The one timestamp format of covenant: audit records, dispatch records, logs.
+    """
+    seconds, millis = divmod(ms, 1000)
+    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{millis:03d}Z"
+
+
+def iso_now() -> str:
+    """The current time as :func:`iso_ms` formats it."""
+    return iso_ms(now_ms())
 
 
 def ms_from_iso(text: str) -> int:

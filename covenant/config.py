@@ -105,8 +105,10 @@ class LogConfig(_Section):
 class Config(_Section):
     """Top level of covenant.toml."""
 
-    agents_dir: str = "agents"
-    socket: str = "covenant.sock"
+    # Validated here so a wrong type is reported with the rest; resolved to paths by
+    # covenant.home.Home (which the pydantic-free `covenant dispatch` path also uses).
+    agents_dir: str = Field("agents", min_length=1)
+    socket: str = Field("covenant.sock", min_length=1)
     default_agent: str | None = None
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)

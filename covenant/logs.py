@@ -10,7 +10,6 @@ at the right level. Settings come from CLI > env > covenant.toml > default.
 
 from __future__ import annotations
 
-import datetime as _dt
 import json
 import logging
 import logging.handlers
@@ -22,6 +21,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import IO, Any, Literal
 
+from covenant.clock import iso_ms
 from covenant.config import LogConfig
 from covenant.errors import ConfigError
 
@@ -143,8 +143,7 @@ def resolve_log_settings(
 
 def iso_timestamp(created: float) -> str:
     """UTC with milliseconds, e.g. ``2026-05-02T10:15:03.412Z`` (the ``ts`` field)."""
-    stamp = _dt.datetime.fromtimestamp(created, tz=_dt.timezone.utc)
-    return stamp.strftime("%Y-%m-%dT%H:%M:%S.") + f"{stamp.microsecond // 1000:03d}Z"
+    return iso_ms(int(created * 1000))
 
 
 def _plain(value: Any) -> Any:

@@ -20,6 +20,7 @@ from typing import Any
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from covenant.canonical import canonical_bytes
+from covenant.clock import iso_ms
 from covenant.keys import verify_signature
 
 __all__ = [
@@ -108,8 +109,7 @@ def line_hash(line: bytes) -> str:
 def timestamp(now_ns: int | None = None) -> str:
     """UTC time with milliseconds, e.g. ``2026-11-21T23:59:00.123Z``."""
     ns = time.time_ns() if now_ns is None else now_ns
-    seconds, rest = divmod(ns, 1_000_000_000)
-    return time.strftime("%Y-%m-%dT%H:%M:%S", time.gmtime(seconds)) + f".{rest // 1_000_000:03d}Z"
+    return iso_ms(ns // 1_000_000)
 
 
 def build_line(type_: str, data_bytes: bytes, prev: str, seq: int, ts: str) -> bytes:

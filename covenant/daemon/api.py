@@ -19,7 +19,7 @@ import trio
 
 from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.server import Peer
-from covenant.daemon.service import Daemon, agent_json
+from covenant.daemon.service import Daemon
 from covenant.errors import CovenantError
 
 __all__ = ["ControlAPI"]
@@ -174,7 +174,7 @@ class ControlAPI:
     async def _agents(self, *, scope: dict, receive: Receive) -> Any:
         loaded = self.daemon.loaded
         return {
-            "agents": [agent_json(a) for _, a in sorted(loaded.agents.items())],
+            "agents": [a.model_dump(mode="json") for _, a in sorted(loaded.agents.items())],
             "problems": [p.to_json() for p in loaded.problems],
             "kept_previous": sorted(loaded.kept_previous),
         }
@@ -183,7 +183,7 @@ class ControlAPI:
         agent = self.daemon.loaded.agents.get(agent_id)
         if agent is None:
             raise ApiError("no_agent", f"no agent with id {agent_id!r} is loaded", 404)
-        return agent_json(agent)
+        return agent.model_dump(mode="json")
 
     async def _status(self, *, scope: dict, receive: Receive) -> Any:
         return self.daemon.status()

@@ -40,7 +40,7 @@ from covenant.manifest.registry import Registry, scan_agents
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.grants import GrantStore
 from covenant.policy.identities import KnownIdentities
-from covenant.runtime.host import set_child_subreaper
+from covenant.runtime.host import network_isolation_available, set_child_subreaper
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
 
@@ -181,6 +181,8 @@ async def serve_daemon(
         budget = await trio.to_thread.run_sync(_budget_from_history, store, registry, now_ms())
         grants = await trio.to_thread.run_sync(GrantsWatch, GrantStore(home.grants_path, key.public_key()))
         names = IdentityNames(KnownIdentities(home), home.known_identities_path)
+        # Probing runs `unshare` once (cached): do it here, never on the loop in a status call.
+        network_isolation = await trio.to_thread.run_sync(network_isolation_available)
         sockets, socket_names, activated = _open_sockets(options)
         async with AuditLog.open(home.audit_dir, key, config.audit, on_batch=metrics.observe_audit_batch) as audit:
             async with Runner.open(config.runtime, scratch_root=home.state_dir / "scratch") as runner:
@@ -196,6 +198,7 @@ async def serve_daemon(
                     budget=budget,
                     metrics=metrics,
                     socket_paths=socket_names,
+                    network_isolation=network_isolation,
                 )
                 await audit.record(
                     "daemon.start",

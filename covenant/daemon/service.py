@@ -34,18 +34,12 @@ from covenant.policy.budget import BudgetLedger
 from covenant.policy.check import check_capabilities
 from covenant.policy.intents import Intent, IntentVerifier
 from covenant.runtime.outcome import DispatchRecord, outcome_exit_code
-from covenant.runtime.host import network_isolation_available
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
 
-__all__ = ["Daemon", "agent_json"]
+__all__ = ["Daemon"]
 
 log = logging.getLogger("covenant.daemon")
-
-
-def agent_json(agent: AgentSpec) -> dict[str, Any]:
-    """The API's view of one agent."""
-    return agent.model_dump(mode="json")
 
 
 @dataclass
@@ -72,6 +66,7 @@ class Daemon:
         budget: BudgetLedger,
         metrics: Metrics,
         socket_paths: list[str],
+        network_isolation: bool,
     ) -> None:
         self.home = home
         self.config = config
@@ -84,6 +79,7 @@ class Daemon:
         self.budget = budget
         self.metrics = metrics
         self.socket_paths = socket_paths
+        self.network_isolation = network_isolation
         self.verifier = IntentVerifier(config.policy.skew_s, config.policy.replay_cache)
         self.scheduler = Scheduler(
             max_concurrent=config.daemon.max_concurrent,
@@ -351,7 +347,7 @@ class Daemon:
             "home": str(self.home.root),
             "sockets": self.socket_paths,
             "shutting_down": self.shutting_down,
-            "network_isolation": network_isolation_available(),
+            "network_isolation": self.network_isolation,
             "agents": {"loaded": sorted(self.loaded.agents), "kept_previous": sorted(self.loaded.kept_previous)},
             "rejected": [p.to_json() for p in self.loaded.problems],
             "in_flight": [

@@ -18,12 +18,12 @@ import signal
 import time
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
-from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
 import trio
 
+from covenant.clock import iso_now
 from covenant.config import RuntimeConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime import host, teardown
@@ -52,11 +52,6 @@ _KILL_WAIT_S = 10.0
 """How long SIGKILL may take (a process in uninterruptible sleep dies late)."""
 _SPAWN_THREADS = 4
 """Threads that spawn agents while other dispatches are in flight."""
-
-
-def _iso_now() -> str:
-    now = datetime.now(timezone.utc)
-    return now.strftime("%Y-%m-%dT%H:%M:%S.") + f"{now.microsecond // 1000:03d}Z"
 
 
 def _resolve_program(name: str, path: str) -> str | None:
@@ -314,7 +309,7 @@ class Runner:
         exception instead of returning a record (fail closed).
         """
         intent_id = str(payload.get("id", ""))
-        started_at = _iso_now()
+        started_at = iso_now()
         t0 = time.monotonic()
         limits = self._limits(agent)
         base = {
@@ -346,7 +341,7 @@ class Runner:
                 **base,
                 argv=argv,
                 pid=None,
-                ended_at=_iso_now(),
+                ended_at=iso_now(),
                 exit_code=None,
                 signal=None,
                 outcome="spawn_failed",
@@ -598,7 +593,7 @@ class Runner:
             **base,
             argv=d.launched.argv,
             pid=d.launched.pid,
-            ended_at=_iso_now(),
+            ended_at=iso_now(),
             exit_code=exit_code,
             signal=sig,
             outcome=outcome,

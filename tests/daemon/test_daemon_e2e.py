@@ -33,6 +33,20 @@ def status(d: DaemonProcess) -> dict:
     return d.api("GET", "/v1/status")  # type: ignore[return-value]
 
 
+def slow_dispatches_in_flight(d: DaemonProcess, count: int, seconds: int) -> list[subprocess.Popen[str]]:
+    """Start ``count`` CLI dispatches of the slow agent and wait until all of them run."""
+    clients = [d.cli_background("dispatch", f"sleep {seconds}", "--json") for _ in range(count)]
+    wait_for(lambda: len(status(d)["in_flight"]) == count, what=f"{count} in flight")
+    return clients
+
+
+def assert_cancelled(clients: list[subprocess.Popen[str]]) -> None:
+    for proc in clients:
+        out, _ = proc.communicate(timeout=60)
+        assert proc.returncode == 5
+        assert json.loads(out)["outcome"] == "cancelled"
+
+
 def test_denied_until_granted_then_audited(daemon: DaemonProcess) -> None:
     daemon.add_agent("echo", "echo.py", keywords=("echo",), required=("tool.echo",))
     daemon.start()
@@ -181,16 +195,12 @@ def test_sigterm_drains_slow_dispatches(daemon: DaemonProcess) -> None:
     """)
     daemon.add_agent("slow", "slow.py", keywords=("sleep",))
     daemon.start()
-    clients = [
-        daemon.cli_background("dispatch", "sleep 2")
-        for _ in range(10)
-    ]
-    wait_for(lambda: len(status(daemon)["in_flight"]) == 10, what="10 in flight")
+    clients = slow_dispatches_in_flight(daemon, 10, 2)
     assert daemon.stop(signal.SIGTERM) == 0
     for proc in clients:
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 0, err
-        assert out.strip() == "slept 2.0"
+        assert json.loads(out)["text"] == "slept 2.0"
     assert not agent_processes(daemon.home)
     assert not daemon.socket.exists()
 
@@ -198,16 +208,9 @@ def test_sigterm_drains_slow_dispatches(daemon: DaemonProcess) -> None:
 def test_sigterm_with_short_drain_cancels(daemon: DaemonProcess) -> None:
     daemon.add_agent("slow", "slow.py", keywords=("sleep",))
     daemon.start("--drain-timeout", "0.5")
-    clients = [
-        daemon.cli_background("dispatch", "sleep 600", "--json")
-        for _ in range(3)
-    ]
-    wait_for(lambda: len(status(daemon)["in_flight"]) == 3, what="3 in flight")
+    clients = slow_dispatches_in_flight(daemon, 3, 600)
     assert daemon.stop(signal.SIGTERM) == 5
-    for proc in clients:
-        out, _ = proc.communicate(timeout=60)
-        assert proc.returncode == 5
-        assert json.loads(out)["outcome"] == "cancelled"
+    assert_cancelled(clients)
     assert not agent_processes(daemon.home)
     assert daemon.cli("audit", "verify").returncode == 0
 
@@ -322,11 +325,7 @@ def test_dispatch_to_each_example_agent(daemon: DaemonProcess, built_examples: P
 def test_second_sigterm_cancels_at_once_and_sighup_during_drain_is_ignored(daemon: DaemonProcess) -> None:
     daemon.add_agent("slow", "slow.py", keywords=("sleep",))
     daemon.start("--drain-timeout", "600")
-    clients = [
-        daemon.cli_background("dispatch", "sleep 600", "--json")
-        for _ in range(2)
-    ]
-    wait_for(lambda: len(status(daemon)["in_flight"]) == 2, what="2 in flight")
+    clients = slow_dispatches_in_flight(daemon, 2, 600)
     assert daemon.process is not None
     daemon.process.send_signal(signal.SIGTERM)
     wait_for(lambda: status(daemon)["shutting_down"], what="draining")
@@ -336,9 +335,7 @@ def test_second_sigterm_cancels_at_once_and_sighup_during_drain_is_ignored(daemo
     refused = daemon.cli("dispatch", "sleep 1")
     assert refused.returncode == 5 and "shutting down" in refused.stderr
     assert daemon.stop(signal.SIGTERM, timeout=60) == 5  # far inside the 600 s drain timeout
-    for proc in clients:
-        out, _ = proc.communicate(timeout=60)
-        assert json.loads(out)["outcome"] == "cancelled"
+    assert_cancelled(clients)
     assert not agent_processes(daemon.home)
 
 
