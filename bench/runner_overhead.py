@@ -137,7 +137,7 @@ def main() -> None:
     set_child_subreaper()
     config = RuntimeConfig()
     wrapper = pdeathsig_wrapper() if config.pdeathsig else None
-    mechanism = "none" if wrapper is None else ("setpriv" if "setpriv" in wrapper[0] else "static helper")
+    mechanism = "none" if wrapper is None else ("static helper, gated" if wrapper.gated else "setpriv")
     load = os.getloadavg()
     print(f"python3 = {default_python3()}  node = {shutil.which('node', path=config.path)}")
     print(f"{platform.machine()}, {os.cpu_count()} CPUs, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "

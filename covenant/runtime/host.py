@@ -12,6 +12,7 @@ import functools
 import os
 import shutil
 import subprocess
+from typing import NamedTuple
 
 from covenant.runtime import pdeathsig
 
@@ -21,6 +22,7 @@ __all__ = [
     "network_isolation_available",
     "netns_wrapper",
     "pdeathsig_wrapper",
+    "ExecWrapper",
 ]
 
 _PR_SET_CHILD_SUBREAPER = 36
@@ -47,9 +49,9 @@ def is_child_subreaper() -> bool:
     return bool(value.value)
 
 
-def _works(argv: list[str]) -> bool:
+def _works(argv: list[str], stdin: bytes = b"") -> bool:
     try:
-        done = subprocess.run(argv, stdin=subprocess.DEVNULL, capture_output=True, timeout=10, env={})
+        done = subprocess.run(argv, input=stdin, capture_output=True, timeout=10, env={})
     except (OSError, subprocess.TimeoutExpired):
         return False
     return done.returncode == 0
@@ -78,11 +80,20 @@ def network_isolation_available() -> bool:
     return netns_wrapper() is not None
 
 
-def pdeathsig_wrapper() -> tuple[str, ...] | None:
-    """argv prefix setting PR_SET_PDEATHSIG=SIGKILL before exec, or None (cached per process).
+class ExecWrapper(NamedTuple):
+    """An argv prefix that execs the agent in place after preparing it."""
+
+    argv: tuple[str, ...]
+    gated: bool
+    """It waits for :data:`~covenant.runtime.pdeathsig.GATE_BYTE` on stdin before exec."""
+
+
+def pdeathsig_wrapper() -> ExecWrapper | None:
+    """A wrapper setting PR_SET_PDEATHSIG=SIGKILL before exec, or None (cached per process).
 
     Preferred: covenant's own static helper (:mod:`covenant.runtime.pdeathsig`,
-    ~0.1 ms per spawn); else ``setpriv --pdeathsig KILL`` (util-linux, ~1.2 ms).
+    ~0.1 ms per spawn, gated); else ``setpriv --pdeathsig KILL`` (util-linux,
+    ~1.2 ms, not gated).
     Both exec the agent in place, so the agent keeps the pid covenant spawned.
     The helper is bound to the pid of the process that built it, hence the
     cache key (a forked child builds its own).
@@ -91,15 +102,15 @@ def pdeathsig_wrapper() -> tuple[str, ...] | None:
 
 
 @functools.cache
-def _pdeathsig_wrapper(pid: int) -> tuple[str, ...] | None:
+def _pdeathsig_wrapper(pid: int) -> ExecWrapper | None:
     true = shutil.which("true", path="/usr/bin:/bin")
     if true is None:
         return None
     helper = pdeathsig.install_helper()
-    if helper is not None and _works([helper, true]):
-        return (helper,)
+    if helper is not None and _works([helper, true], stdin=pdeathsig.GATE_BYTE):
+        return ExecWrapper((helper,), gated=True)
     setpriv = shutil.which("setpriv", path="/usr/bin:/bin:/usr/sbin:/sbin")
     if setpriv is None:
         return None
     prefix = (setpriv, "--pdeathsig", "KILL", "--")
-    return prefix if _works([*prefix, true]) else None
+    return ExecWrapper(prefix, gated=False) if _works([*prefix, true]) else None

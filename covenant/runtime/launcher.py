@@ -72,10 +72,13 @@ class Launched:
         fds: tuple[int, int, int],
         argv: list[str],
         network_enforced: bool,
+        gated: bool = False,
     ) -> None:
         self.pid = popen.pid
         self.argv = argv
         self.network_enforced = network_enforced
+        self.gated = gated
+        """The process waits for :data:`~covenant.runtime.pdeathsig.GATE_BYTE` on stdin before exec."""
         self._popen = popen  # kept so subprocess's own cleanup never reaps behind our back
         self._pidfd = os.pidfd_open(popen.pid)
         self.stdin = trio.lowlevel.FdStream(fds[0])
@@ -160,7 +163,8 @@ class ProcessGroupLauncher(Launcher):
     Spawn cost matters (every dispatch pays it), so nothing runs between
     fork and exec: ``start_new_session`` keeps CPython on its vfork path,
     rlimits and nice are applied from the parent with ``prlimit(2)`` and
-    ``setpriority(2)`` right after the spawn returns, and exec wrappers are
+    ``setpriority(2)`` right after the spawn returns (before the agent's own
+    code runs when the PDEATHSIG helper holds it at its gate), and exec wrappers are
     added only for what cannot be done from outside: the PDEATHSIG wrapper
     (:func:`~covenant.runtime.host.pdeathsig_wrapper`) and, for
     ``network = "off"``, ``unshare -n``. Safe to call from any thread that
@@ -170,6 +174,7 @@ class ProcessGroupLauncher(Launcher):
     def launch(self, plan: LaunchPlan) -> Launched:
         prefix: list[str] = []
         network_enforced = False
+        gated = False
         if plan.isolate_network:
             netns = host.netns_wrapper()
             if netns is not None:
@@ -185,7 +190,8 @@ class ProcessGroupLauncher(Launcher):
         if plan.pdeathsig:
             wrapper = host.pdeathsig_wrapper()
             if wrapper is not None:
-                prefix.extend(wrapper)
+                prefix.extend(wrapper.argv)
+                gated = wrapper.gated
         argv = [*prefix, *plan.argv]
         # Our own pipes (O_CLOEXEC): the parent ends go straight to trio streams.
         in_r, in_w = os.pipe2(os.O_CLOEXEC)
@@ -210,7 +216,7 @@ class ProcessGroupLauncher(Launcher):
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
         self._apply_limits(popen.pid, plan)
-        return Launched(popen, (in_w, out_r, err_r), argv, network_enforced)
+        return Launched(popen, (in_w, out_r, err_r), argv, network_enforced, gated)
 
     @staticmethod
     def _apply_limits(pid: int, plan: LaunchPlan) -> None:

@@ -1,18 +1,26 @@
-"""A tiny static exec helper that sets PR_SET_PDEATHSIG=SIGKILL, then execs the agent.
+"""A tiny static exec helper: PR_SET_PDEATHSIG=SIGKILL, wait at a gate, exec the agent.
 
 The parent-death signal must be set by the child itself between fork and
 exec. CPython cannot run code there without ``preexec_fn`` (which forces a
 full fork and is unsafe with threads), so the agent is started through a
 wrapper. ``setpriv --pdeathsig KILL`` works but is a dynamically linked
-program: ~1.2 ms per spawn on the reference box. This helper is 88 bytes of
-x86-64 machine code in a hand-built 208-byte ELF, no loader and no libc:
-~0.1 ms.
+program: ~1.2 ms per spawn on the reference box. This helper is ~110 bytes of
+x86-64 machine code in a hand-built ELF, no loader and no libc: ~0.1 ms.
+
+The gate: before exec the helper reads exactly one byte from its stdin (the
+agent's stdin pipe). The supervisor writes that byte, followed by the
+intent line, only once the agent is allowed to start: its rlimits and nice
+value are set and ``agent.spawned`` is durable in the audit log. So the
+spawn (fork, exec of the helper) overlaps with that work and the agent still
+runs no instruction of its own before it. End of file instead of the byte
+means the start was withdrawn: the helper kills itself.
 
 It lives in a sealed memfd of the covenant process (nothing on disk, nobody
 can modify it) and is executed as ``/proc/<covenant pid>/fd/<n>``. The
 covenant pid is baked into the code: if the helper's parent is not covenant
 any more when the signal is armed (covenant died during the spawn), it kills
-itself instead of running the agent. Other architectures fall back to setpriv.
+itself instead of running the agent. Other architectures fall back to setpriv
+(no gate).
 
 The program (AT&T syntax)::
 
@@ -23,7 +31,14 @@ The program (AT&T syntax)::
     mov  $110, %eax           # getppid
     syscall
     cmp  $<covenant pid>, %eax
-    jne  orphaned
+    jne  abort
+    xor  %eax, %eax           # read
+    xor  %edi, %edi           # fd 0
+    lea  -8(%rsp), %rsi       # into a byte below the stack top (unused)
+    mov  $1, %edx             # one byte: the gate
+    syscall
+    cmp  $1, %eax
+    jne  abort                # end of file: the start was withdrawn
     mov  (%rsp), %rcx         # argc
     lea  16(%rsp), %rsi       # argv + 1
     mov  (%rsi), %rdi         # path = argv[1]
@@ -33,7 +48,7 @@ The program (AT&T syntax)::
     mov  $127, %edi           # exec failed: exit 127, like a shell
     mov  $231, %eax           # exit_group
     syscall
-  orphaned:
+  abort:
     mov  $39, %eax            # getpid
     syscall
     mov  %eax, %edi
@@ -49,7 +64,10 @@ import os
 import platform
 import struct
 
-__all__ = ["helper_elf", "install_helper"]
+__all__ = ["GATE_BYTE", "helper_elf", "install_helper"]
+
+GATE_BYTE = b"\x01"
+"""What the supervisor writes to let a gated helper exec the agent (any single byte would do)."""
 
 _BASE = 0x400000
 _HEADERS = 64 + 56
@@ -67,6 +85,14 @@ def _code(parent_pid: int) -> bytes:
         b"\x0f\x05"  # syscall
         b"\x3d" + struct.pack("<I", parent_pid)  # cmp $pid, %eax
     )
+    gate = (
+        b"\x31\xc0"  # xor %eax, %eax
+        b"\x31\xff"  # xor %edi, %edi
+        b"\x48\x8d\x74\x24\xf8"  # lea -8(%rsp), %rsi
+        b"\xba\x01\x00\x00\x00"  # mov $1, %edx
+        b"\x0f\x05"  # syscall
+        b"\x83\xf8\x01"  # cmp $1, %eax
+    )
     exec_part = (
         b"\x48\x8b\x0c\x24"  # mov (%rsp), %rcx
         b"\x48\x8d\x74\x24\x10"  # lea 16(%rsp), %rsi
@@ -78,7 +104,7 @@ def _code(parent_pid: int) -> bytes:
         b"\xb8\xe7\x00\x00\x00"  # mov $231, %eax
         b"\x0f\x05"  # syscall
     )
-    orphaned = (
+    abort = (
         b"\xb8\x27\x00\x00\x00"  # mov $39, %eax
         b"\x0f\x05"  # syscall
         b"\x89\xc7"  # mov %eax, %edi
@@ -86,8 +112,10 @@ def _code(parent_pid: int) -> bytes:
         b"\xb8\x3e\x00\x00\x00"  # mov $62, %eax
         b"\x0f\x05"  # syscall
     )
-    jne = b"\x75" + bytes([len(exec_part)])  # jne orphaned (rel8)
-    return prologue + jne + exec_part + orphaned
+    gate_closed = b"\x75" + bytes([len(exec_part)])  # jne abort (rel8)
+    gated = gate + gate_closed + exec_part
+    orphaned = b"\x75" + bytes([len(gated)])  # jne abort (rel8)
+    return prologue + orphaned + gated + abort
 
 
 def helper_elf(parent_pid: int) -> bytes | None:

@@ -31,6 +31,7 @@ from covenant.runtime.contract import intent_line, parse_output, preview
 from covenant.runtime.environment import agent_environment
 from covenant.runtime.launcher import Launched, Launcher, LaunchError, LaunchPlan, ProcessGroupLauncher
 from covenant.runtime.outcome import DispatchRecord, Outcome
+from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.sampler import ProcessTree, Sampler, adopted_orphans
 from covenant.runtime.scratch import ScratchDirs
 from covenant.runtime.spawnthreads import SpawnThreads
@@ -83,6 +84,7 @@ class _Dispatch:
         self.launched = launched
         self.limits = limits
         self.tree = ProcessTree(launched.pid, intent_id)
+        self.wall_s = wall_s
         self.deadline = trio.current_time() + wall_s
         self.cpu_budget_ms = cpu_ms
         self.memory_kib = agent.resources.memory_mb * 1024
@@ -302,11 +304,13 @@ class Runner:
         propagates.
 
         ``on_spawned`` is awaited once, as soon as the agent process exists,
-        with ``{"pid": int, "argv": [str], "limits": {str: int | str}}``,
-        concurrently with the supervision (the agent does not wait for it).
-        ``run`` returns only after it completed. If it raises, the agent's
-        tree goes down through the kill ladder and ``run`` re-raises that
-        exception instead of returning a record (fail closed).
+        with ``{"pid": int, "argv": [str], "limits": {str: int | str}}``, and
+        before the agent gets its intent line. Behind the gated PDEATHSIG
+        helper (the default on x86-64) the agent has not even been exec'd
+        then: it runs only after the hook returned. If the hook raises, the
+        agent never starts (or, ungated, is torn down through the kill
+        ladder) and ``run`` re-raises that exception instead of returning a
+        record (fail closed).
         """
         intent_id = str(payload.get("id", ""))
         started_at = iso_now()
@@ -379,18 +383,20 @@ class Runner:
         return self._record(dispatch, base, t0, scratch_bytes)
 
     async def _supervise(self, d: _Dispatch, line: bytes, on_spawned: SpawnHook | None) -> None:
-        """Feed, read and watch until the root exits or a limit is crossed; then stop everything.
+        """Release the agent, then feed, read and watch until the root exits or a limit is crossed.
 
-        The spawn hook runs beside the supervision, outside the scope that is
-        cancelled once the tree is gone, so a slow hook is never cut short.
+        The wall-clock budget starts when the agent is released, not while
+        the spawn hook runs.
         """
-        async with trio.open_nursery() as outer:
-            if on_spawned is not None:
-                outer.start_soon(self._call_hook, d, on_spawned)
-            rest = self._write_stdin_now(d, line)
-            if not rest:
-                await d.launched.stdin.aclose()
-            await self._watch(d, rest)
+        if on_spawned is not None:
+            await self._call_hook(d, on_spawned)
+        rest = b""
+        if d.hook_error is None:
+            d.deadline = trio.current_time() + d.wall_s
+            rest = self._write_stdin_now(d, GATE_BYTE + line if d.launched.gated else line)
+        if not rest:
+            await d.launched.stdin.aclose()  # without the gate byte, a gated helper kills itself
+        await self._watch(d, rest)
 
     async def _call_hook(self, d: _Dispatch, on_spawned: SpawnHook) -> None:
         info = {"pid": d.launched.pid, "argv": list(d.launched.argv), "limits": dict(d.limits)}
@@ -398,7 +404,7 @@ class Runner:
             await on_spawned(info)
         except Exception as exc:
             d.hook_error = exc
-            d.decide("cancelled", f"the spawn hook failed, so the run was stopped: {exc!r}")
+            d.decide("cancelled", f"the spawn hook failed, so the agent was stopped before it got its intent: {exc!r}")
 
     @staticmethod
     def _write_stdin_now(d: _Dispatch, line: bytes) -> bytes:

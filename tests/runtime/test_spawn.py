@@ -17,7 +17,7 @@ import trio
 
 from covenant.config import RuntimeConfig
 from covenant.runtime import host
-from covenant.runtime.pdeathsig import helper_elf
+from covenant.runtime.pdeathsig import GATE_BYTE, helper_elf
 from covenant.runtime.runner import Runner
 from tests.runtime.conftest import leftovers, make_agent, make_payload
 
@@ -56,24 +56,56 @@ def test_helper_execs_with_argv_and_environment(tmp_path: Path) -> None:
     done = subprocess.run(
         [helper, "/bin/sh", "-c", 'echo "$0 $1 $SEEN"; exit 3', "zero", "one"],
         env={"SEEN": "yes"},
+        input=GATE_BYTE,
         capture_output=True,
     )
     assert done.returncode == 3 and done.stdout == b"zero one yes\n"
-    assert subprocess.run([helper, str(tmp_path / "missing")]).returncode == 127
+    assert subprocess.run([helper, str(tmp_path / "missing")], input=GATE_BYTE).returncode == 127
+
+
+def test_helper_consumes_exactly_the_gate_byte(tmp_path: Path) -> None:
+    helper = write_helper(tmp_path, os.getpid())
+    done = subprocess.run([helper, "/bin/cat"], input=GATE_BYTE + b"the intent line\n", capture_output=True)
+    assert done.returncode == 0 and done.stdout == b"the intent line\n"
+
+
+def test_helper_waits_at_the_gate_and_runs_nothing_until_released(tmp_path: Path) -> None:
+    helper = write_helper(tmp_path, os.getpid())
+    marker = tmp_path / "ran"
+    process = subprocess.Popen([helper, "/bin/sh", "-c", f"touch {marker}"], stdin=subprocess.PIPE)
+    assert process.stdin is not None
+    # Blocked in read(2) on its stdin: still the helper, and the agent has not run.
+    deadline = time.monotonic() + 30
+    while psutil.Process(process.pid).status() != psutil.STATUS_SLEEPING and time.monotonic() < deadline:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    assert process.poll() is None and not marker.exists()
+    assert psutil.Process(process.pid).exe().startswith(str(helper))
+    process.stdin.write(GATE_BYTE)
+    process.stdin.close()
+    assert process.wait(timeout=30) == 0 and marker.exists()
+
+
+def test_helper_withdrawn_at_the_gate_kills_itself_without_exec(tmp_path: Path) -> None:
+    helper = write_helper(tmp_path, os.getpid())
+    marker = tmp_path / "ran"
+    done = subprocess.run([helper, "/bin/sh", "-c", f"touch {marker}"], stdin=subprocess.DEVNULL)
+    assert done.returncode == -signal.SIGKILL and not marker.exists()
 
 
 def test_helper_refuses_when_its_parent_is_not_the_supervisor(tmp_path: Path) -> None:
     # Built for another pid: as if covenant had died between spawn and prctl.
     helper = write_helper(tmp_path, os.getpid() + 1)
-    done = subprocess.run([helper, "/bin/echo", "ran"], capture_output=True)
+    done = subprocess.run([helper, "/bin/echo", "ran"], input=GATE_BYTE, capture_output=True)
     assert done.returncode == -signal.SIGKILL and done.stdout == b""
 
 
 def test_runner_uses_the_cheap_wrapper() -> None:
-    prefix = host.pdeathsig_wrapper()
-    assert prefix is not None
+    wrapper = host.pdeathsig_wrapper()
+    assert wrapper is not None
     if helper_elf(os.getpid()) is not None:
-        assert prefix == (f"/proc/{os.getpid()}/fd/{prefix[0].rsplit('/', 1)[1]}",)
+        assert wrapper.argv == (f"/proc/{os.getpid()}/fd/{wrapper.argv[0].rsplit('/', 1)[1]}",)
+        assert wrapper.gated
 
 
 SUPERVISOR = textwrap.dedent(
@@ -153,42 +185,60 @@ async def test_spawn_hook_sees_the_live_process(runner: Runner) -> None:
     assert all(isinstance(a, str) for a in seen[0]["argv"])
 
 
-async def test_agent_does_not_wait_for_the_hook(runner: Runner) -> None:
-    """The hook runs beside the agent, and run() returns only after the hook finished."""
-    finished: list[bool] = []
+async def test_agent_waits_at_its_gate_until_the_hook_returns(runner: Runner) -> None:
+    """Behind the gated helper the agent is not even exec'd while the hook runs (it audits the spawn)."""
+    seen: list[list[str]] = []
 
     async def slow(info: dict[str, Any]) -> None:
-        with trio.fail_after(20):
-            while alive(info["pid"]):
-                await trio.sleep(0.02)  # the agent answers and exits while the hook is still busy
-        finished.append(True)
+        for _ in range(3):
+            seen.append(psutil.Process(info["pid"]).cmdline())
+            await trio.sleep(0.25)
 
-    record = await runner.run(make_agent("fault.py"), make_payload("echo fast"), on_spawned=slow)
+    record = await runner.run(make_agent("fault.py", cpu_ms_per_task=50), make_payload("echo fast"), on_spawned=slow)
     assert record.outcome == "ok" and record.result and record.result["text"] == "fast"
-    assert finished == [True]
+    # Still the helper (its argv is the whole wrapped command line) 0.5 s in, and the hook took
+    # longer than the agent's whole wall-clock budget (50 + 500 ms): that budget starts at release.
+    assert seen == [record.argv] * 3 and len(record.argv) == 3
+
+
+async def test_ungated_agent_gets_its_intent_only_after_the_hook(tmp_path: Path) -> None:
+    """Without the helper (pdeathsig off) the process runs, but its intent line waits for the hook."""
+    stdout_during_hook: list[str] = []
+
+    async def slow(info: dict[str, Any]) -> None:
+        await trio.sleep(0.3)
+        stdout_during_hook.append(psutil.Process(info["pid"]).status())
+
+    async with Runner.open(RuntimeConfig(pdeathsig=False), scratch_root=tmp_path) as runner:
+        record = await runner.run(make_agent("fault.py"), make_payload("echo fast"), on_spawned=slow)
+    assert record.outcome == "ok" and record.result and record.result["text"] == "fast"
+    assert len(record.argv) == 2  # no wrapper
+    assert stdout_during_hook == [psutil.STATUS_SLEEPING]  # blocked reading its stdin
 
 
 class AuditUnwritable(Exception):
     pass
 
 
+@pytest.mark.parametrize("pdeathsig", [True, False], ids=["gated", "ungated"])
 @pytest.mark.parametrize("text", ["sleep", "stubborn", "escape stay"])
-async def test_failing_hook_tears_down_and_raises(runner: Runner, text: str) -> None:
+async def test_failing_hook_stops_the_agent_and_raises(tmp_path: Path, text: str, pdeathsig: bool) -> None:
     payload = make_payload(text)
     pids: list[int] = []
 
     async def spawned(info: dict[str, Any]) -> None:
         pids.append(info["pid"])
-        await trio.sleep(0.2)  # the agent is up and running (or forking) by now
+        await trio.sleep(0.2)  # ungated: the interpreter is up by now, waiting for its intent
         raise AuditUnwritable("audit log: EIO on fdatasync")
 
     started = time.monotonic()
-    with pytest.raises(AuditUnwritable, match="EIO"):
-        await runner.run(make_agent("fault.py", cpu_ms_per_task=30000), payload, on_spawned=spawned)
+    async with Runner.open(RuntimeConfig(kill_grace_ms=500, pdeathsig=pdeathsig), scratch_root=tmp_path) as runner:
+        with pytest.raises(AuditUnwritable, match="EIO"):
+            await runner.run(make_agent("fault.py", cpu_ms_per_task=30000), payload, on_spawned=spawned)
+        assert runner.in_flight == 0
     assert time.monotonic() - started < 10
     assert pids and not alive(pids[0])
     assert leftovers(payload["id"]) == []
-    assert runner.in_flight == 0
 
 
 async def test_cancelled_caller_cancels_the_hook(tmp_path: Path) -> None:
