@@ -94,12 +94,16 @@ class Scheduler:
             else:
                 index += 1
 
+    def can_start_now(self, agent_id: str) -> bool:
+        """Would :meth:`slot` grant a slot for ``agent_id`` without queueing?"""
+        return self._has_room(agent_id) and not any(self._has_room(w.agent_id) for w in self._waiting)
+
     @asynccontextmanager
     async def slot(self, agent_id: str, priority: str) -> AsyncIterator[None]:
         """Hold one run slot for ``agent_id`` for the duration of the block."""
         if self._closed is not None:
             raise self._closed
-        if self._has_room(agent_id) and not any(self._has_room(w.agent_id) for w in self._waiting):
+        if self.can_start_now(agent_id):
             self._take(agent_id)
         else:
             if len(self._waiting) >= self.queue_max:

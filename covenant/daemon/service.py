@@ -2,8 +2,11 @@
 
 Order of a dispatch, each step audited before the next one acts:
 verify the signed intent -> route -> capability check and budget (fail
-closed) -> wait for a run slot -> spawn and supervise -> record the outcome.
-A denied or unroutable intent spawns nothing.
+closed) -> wait for a run slot -> spawn the agent's process, held at its
+exec gate -> one group commit of ``intent.received``, ``policy.decision``
+and ``agent.spawned`` -> release the agent and supervise it -> the outcome,
+durable before the caller is answered. A denied or unroutable intent spawns
+nothing; its received and decision events are committed before the answer.
 """
 
 from __future__ import annotations
@@ -122,11 +125,11 @@ class Daemon:
             raise
         await self.refresh_grants()
         decision, denial = self._decide(intent, agent, routed_by)
-        # One group commit for both: the decision is durable before anything acts on it.
-        await self.audit.record_many([received, self._decision_event(intent, agent, decision)])
-        if denial is not None:
-            raise denial
-        if dry_run:
+        pending = [received, self._decision_event(intent, agent, decision)]
+        if denial is not None or dry_run:
+            await self.audit.record_many(pending)
+            if denial is not None:
+                raise denial
             return {
                 "dry_run": True,
                 "intent_id": intent.id,
@@ -135,7 +138,7 @@ class Daemon:
                 "decision": decision,
                 "message": f"would dispatch to {agent.id} (routed by {routed_by}); nothing was spawned",
             }
-        return await self._run(intent, agent, routed_by, decision)
+        return await self._run(intent, agent, routed_by, decision, pending)
 
     def _decide(self, intent: Intent, agent: AgentSpec, routed_by: str) -> tuple[dict[str, Any], CovenantError | None]:
         """The capability and budget decision (no I/O) and, when denied, the error to answer with."""
@@ -158,7 +161,16 @@ class Daemon:
             return {**audit, "allowed": False, "decision": "deny", "reason": exc.code}, exc
         return audit, None
 
-    async def _run(self, intent: Intent, agent: AgentSpec, routed_by: str, decision: dict[str, Any]) -> dict[str, Any]:
+    async def _run(
+        self,
+        intent: Intent,
+        agent: AgentSpec,
+        routed_by: str,
+        decision: dict[str, Any],
+        pending: list[tuple[str, dict[str, Any]]],
+    ) -> dict[str, Any]:
+        """Run an allowed intent. ``pending`` (its received and decision events) is written at the latest
+        together with ``agent.spawned``, in one group commit, while the agent waits at its exec gate."""
         payload = {
             "id": intent.id,
             "text": intent.text,
@@ -167,28 +179,34 @@ class Daemon:
             "priority": intent.priority,
             "parent": intent.parent,
         }
-        priority = intent.priority
+
+        async def write_pending(*more: tuple[str, dict[str, Any]]) -> None:
+            events = [*pending, *more]
+            pending.clear()
+            await self.audit.record_many(events)
+
+        async def audit_spawn(spawned: dict[str, Any]) -> None:
+            # The agent runs only after this returns; if it cannot be written, it never runs.
+            await write_pending(("agent.spawned", {"intent": intent.id, "agent": agent.id, **spawned}))
+
         try:
-            async with self.scheduler.slot(agent.id, priority):
+            if not self.scheduler.can_start_now(agent.id):
+                await write_pending()  # it will queue: the decision is durable before the wait
+            async with self.scheduler.slot(agent.id, intent.priority):
                 self._update_queue_metrics()
                 if not self.inflight:
                     self.idle = trio.Event()
                 self.inflight[intent.id] = _Inflight(intent.id, agent.id, time.monotonic())
-                async def audit_spawn(spawned: dict[str, Any]) -> None:
-                    # Durable while the agent runs; if it cannot be written the runner kills the agent.
-                    await self.audit.record("agent.spawned", {"intent": intent.id, "agent": agent.id, **spawned})
-
                 try:
                     record = await self.runner.run(agent, payload, on_spawned=audit_spawn)
-                    await self._finish(intent, agent, record)
+                    await self._finish(intent, agent, record, pending)
                 finally:
                     del self.inflight[intent.id]
                     if not self.inflight:
                         self.idle.set()
         except CovenantError as exc:
-            await self.audit.record(
-                "intent.completed",
-                {"intent": intent.id, "agent": agent.id, "outcome": exc.code, "status": None},
+            await write_pending(
+                ("intent.completed", {"intent": intent.id, "agent": agent.id, "outcome": exc.code, "status": None})
             )
             raise
         finally:
@@ -208,11 +226,18 @@ class Daemon:
             "record": record.model_dump(mode="json"),
         }
 
-    async def _finish(self, intent: Intent, agent: AgentSpec, record: DispatchRecord) -> None:
-        """Persist the record, charge the budget, audit the exit and the completion."""
+    async def _finish(
+        self, intent: Intent, agent: AgentSpec, record: DispatchRecord, pending: list[tuple[str, dict[str, Any]]]
+    ) -> None:
+        """Persist the record, charge the budget, audit the exit and the completion.
+
+        ``pending`` still holds the intent's received and decision events when
+        the agent could not be spawned (the spawn hook never ran).
+        """
         self.budget.charge(agent.id, record.cpu_ms, now_ms())
         self.metrics.observe_dispatch(agent.id, record.outcome, record.duration_ms / 1000)
-        events: list[tuple[str, dict[str, Any]]] = []
+        events: list[tuple[str, dict[str, Any]]] = [*pending]
+        pending.clear()
         events.append((
             "agent.exited",
             {
