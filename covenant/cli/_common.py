@@ -1,15 +1,18 @@
-"""Helpers every CLI command shares: the context object and error reporting."""
+"""Helpers every CLI command shares: the context object and error reporting.
+
+``fail`` and ``print_json`` live in the click-free :mod:`covenant.cli._output`
+(re-exported here) so the fast ``covenant dispatch`` path renders the same way.
+"""
 
 from __future__ import annotations
 
 import functools
-import json
-import sys
 from dataclasses import dataclass
-from typing import Any, Callable, NoReturn, TypeVar
+from typing import Any, Callable, TypeVar
 
 import click
 
+from covenant.cli._output import fail, print_json
 from covenant.errors import CovenantError
 from covenant.home import Home
 
@@ -30,12 +33,6 @@ class CliContext:
 pass_cli = click.make_pass_decorator(CliContext)
 
 
-def fail(message: str, exit_code: int) -> NoReturn:
-    """Print ``covenant: error: message`` to stderr and exit."""
-    click.echo(f"covenant: error: {message}", err=True)
-    sys.exit(exit_code)
-
-
 def reports_errors(func: F) -> F:
     """Turn a CovenantError raised by library code into a message and its exit code."""
 
@@ -47,11 +44,6 @@ def reports_errors(func: F) -> F:
             fail(exc.message, exc.exit_code)
 
     return wrapper  # type: ignore[return-value]
-
-
-def print_json(obj: Any) -> None:
-    """Stable JSON for --json output: sorted keys, one document, trailing newline."""
-    click.echo(json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, default=str))
 
 
 def ask_daemon(home: Home, path: str) -> Any | None:

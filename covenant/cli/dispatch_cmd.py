@@ -1,67 +1,42 @@
 """``covenant dispatch``: sign an intent with your identity and send it to the daemon.
 
-Kept light on purpose: no trio, pydantic, psutil or yaml on this path.
+The click command, for help, usage errors and anything the fast path of
+:func:`covenant.cli.main.main` hands over. Its options are built from
+:data:`covenant.cli.dispatch_args.DISPATCH_OPTIONS` and the work is
+:func:`covenant.cli.dispatch_run.dispatch_and_exit`, both shared with that path.
 """
 
 from __future__ import annotations
 
-import json
-import sys
-import threading
-import time
+from collections.abc import Callable
+from typing import Any
 
 import click
 
-from covenant.cli._common import CliContext, fail, pass_cli, print_json, reports_errors
-from covenant.client import DaemonClient
-from covenant.errors import ExitCode
-from covenant.policy.identities import ensure_user_identity
-from covenant.policy.signing import new_intent, sign_intent
+from covenant.cli._common import CliContext, pass_cli
+from covenant.cli.dispatch_args import DISPATCH_OPTIONS, TEXT_ARGUMENT
+from covenant.cli.dispatch_run import dispatch_and_exit
 
 __all__ = ["dispatch"]
 
 
-class _Spinner:
-    """Elapsed time on stderr while waiting, only when stderr is a terminal."""
-
-    FRAMES = "|/-\\"
-
-    def __init__(self, label: str) -> None:
-        self._label = label
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
-
-    def __enter__(self) -> "_Spinner":
-        if sys.stderr.isatty():
-            self._thread.start()
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        if self._thread.is_alive():
-            self._stop.set()
-            self._thread.join()
-            sys.stderr.write("\r\033[K")
-            sys.stderr.flush()
-
-    def _spin(self) -> None:
-        start = time.monotonic()
-        frame = 0
-        while not self._stop.wait(0.1):
-            sys.stderr.write(f"\r{self.FRAMES[frame % 4]} {self._label} {time.monotonic() - start:5.1f}s")
-            sys.stderr.flush()
-            frame += 1
+def _with_dispatch_options(func: Callable[..., Any]) -> Callable[..., Any]:
+    """Apply the shared option table as click decorators, in table order."""
+    for option in reversed(DISPATCH_OPTIONS):
+        if option.is_flag:
+            func = click.option(option.flag, option.dest, is_flag=True, help=option.help)(func)
+        elif option.choices is not None:
+            func = click.option(option.flag, option.dest, type=click.Choice(list(option.choices)),
+                                default=option.default, show_default=True, help=option.help)(func)
+        else:
+            func = click.option(option.flag, option.dest, metavar=option.metavar, default=option.default,
+                                help=option.help)(func)
+    return click.argument(TEXT_ARGUMENT)(func)
 
 
 @click.command()
-@click.argument("text")
-@click.option("--agent", "agent_id", metavar="ID", help="Send to this agent instead of routing by keywords.")
-@click.option("--priority", type=click.Choice(["low", "normal", "high"]), default="normal", show_default=True,
-              help="Queue order when the daemon is saturated, and the agent's nice value.")
-@click.option("--parent", metavar="ID", help="Intent id this one follows from (recorded, passed to the agent).")
-@click.option("--json", "as_json", is_flag=True, help="Print the full outcome as JSON.")
-@click.option("--dry-run", is_flag=True, help="Route and check policy, explain the decision, spawn nothing.")
+@_with_dispatch_options
 @pass_cli
-@reports_errors
 def dispatch(cli: CliContext, text: str, agent_id: str | None, priority: str, parent: str | None,
              as_json: bool, dry_run: bool) -> None:
     """Sign TEXT with your identity and have the daemon run it.
@@ -72,26 +47,4 @@ def dispatch(cli: CliContext, text: str, agent_id: str | None, priority: str, pa
     5 the daemon is unreachable, overloaded or shutting down, 6 no agent
     matched or the match is ambiguous.
     """
-    identity, created = ensure_user_identity()
-    if created:
-        click.echo(f"covenant: created your identity {identity.display} ({identity.pubkey})", err=True)
-    intent = new_intent(text, issuer_display=identity.display, issuer_pubkey=identity.pubkey,
-                        agent=agent_id, priority=priority, parent=parent)
-    body = {"intent": intent, "signature": sign_intent(identity.key, intent), "dry_run": dry_run}
-    with DaemonClient(cli.home.socket_path) as client, _Spinner(agent_id or "dispatching"):
-        outcome = client.request("POST", "/v1/dispatch", body)
-    if as_json:
-        print_json(outcome)
-    if dry_run:
-        if not as_json:
-            click.echo(outcome["message"])
-            click.echo(json.dumps(outcome["decision"], indent=2, sort_keys=True))
-        sys.exit(ExitCode.OK)
-    exit_code = int(outcome["exit_code"])
-    if not as_json:
-        if outcome["outcome"] in ("ok", "agent_error"):
-            click.echo(outcome.get("text") or "")
-        if exit_code != ExitCode.OK:
-            detail = outcome.get("error") or outcome.get("text") or ""
-            fail(f"{outcome['agent']}: {outcome['outcome']}: {detail}".rstrip(": "), exit_code)
-    sys.exit(exit_code)
+    dispatch_and_exit(cli.home, text, agent_id, priority, parent, as_json, dry_run)

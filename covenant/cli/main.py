@@ -1,17 +1,18 @@
-"""The ``covenant`` command: a lazy click group.
+"""The ``covenant`` command: a click-free fast path for ``dispatch``, else a lazy click group.
 
 Subcommands are imported only when invoked, so ``covenant dispatch`` never
-pays for trio, pydantic, psutil or yaml (issue 6's latency budget).
+pays for trio, pydantic, psutil or yaml (issue 6's latency budget). A plain
+``covenant [--home DIR] dispatch TEXT [options]`` does not even import click
+(~30 ms): :func:`main` recognises it with :func:`covenant.cli.dispatch_args.parse_fast`
+and runs it directly; everything else (help, usage errors, other commands) goes
+through the click group in :mod:`covenant.cli.group`, which ``cli`` names here.
 """
 
 from __future__ import annotations
 
-import importlib
-
-import click
-
-from covenant import __version__
-from covenant.cli._common import CliContext
+import os
+import sys
+from typing import Any
 
 __all__ = ["main", "cli"]
 
@@ -36,40 +37,23 @@ _COMMANDS: dict[str, tuple[str, str]] = {
 }
 
 
-class LazyGroup(click.Group):
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return list(_COMMANDS)
+def __getattr__(name: str) -> Any:
+    # `from covenant.cli.main import cli` keeps working; click is imported only then.
+    if name == "cli":
+        from covenant.cli.group import cli
 
-    def get_command(self, ctx: click.Context, cmd_name: str) -> click.Command | None:
-        target = _COMMANDS.get(cmd_name)
-        if target is None:
-            return None
-        module_name, attr = target[0].split(":")
-        return getattr(importlib.import_module(module_name), attr)
-
-    def format_commands(self, ctx: click.Context, formatter: click.HelpFormatter) -> None:
-        with formatter.section("Commands"):
-            formatter.write_dl([(name, short) for name, (_, short) in _COMMANDS.items()])
-
-
-@click.group(cls=LazyGroup)
-@click.option(
-    "--home",
-    type=click.Path(file_okay=False),
-    envvar="COVENANT_HOME",
-    help="The covenant home (default: $COVENANT_HOME, else ~/.covenant).",
-)
-@click.version_option(__version__, prog_name="covenant")
-@click.pass_context
-def cli(ctx: click.Context, home: str | None) -> None:
-    """covenant: supervise agents under hard limits, with a signed audit trail.
-
-    Exit codes of dispatch and run: 0 ok, 1 agent answered status error,
-    2 usage or configuration error, 3 denied, 4 agent failed,
-    5 daemon unreachable or shutting down, 6 no agent matched or ambiguous.
-    """
-    ctx.obj = CliContext.from_option(home)
+        return cli
+    raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
 
 
 def main() -> None:
+    from covenant.cli.dispatch_args import parse_fast
+
+    fast = parse_fast(sys.argv[1:], os.environ)
+    if fast is not None:
+        from covenant.cli.dispatch_run import run_fast
+
+        run_fast(fast)
+    from covenant.cli.group import cli
+
     cli(prog_name="covenant")

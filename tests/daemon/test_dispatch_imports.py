@@ -2,18 +2,23 @@
 
 Each check runs in a fresh interpreter (the test process itself has them all
 loaded) and looks at ``sys.modules`` after importing exactly what the CLI
-imports for the command.
+imports for the command, or at ``-X importtime`` of a real `covenant dispatch`.
 """
 
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
+from pathlib import Path
 
 import pytest
 
 HEAVY = ("trio", "pydantic", "psutil", "yaml", "httpx", "tomlkit", "rich")
+# Not heavy for every command, but each costs the click-free dispatch path 5-30 ms of start-up.
+FAST_PATH_FORBIDDEN = (*HEAVY, "click", "http", "ssl", "email")
+COVENANT = Path(sys.executable).parent / "covenant"
 
 _PROBE = """
 import json, sys
@@ -23,8 +28,8 @@ print(json.dumps(sorted({{name.split(".")[0] for name in sys.modules}} & set(hea
 """
 
 
-def heavy_modules_after(imports: str) -> list[str]:
-    code = _PROBE.format(imports=imports, heavy=HEAVY)
+def heavy_modules_after(imports: str, heavy: tuple[str, ...] = HEAVY) -> list[str]:
+    code = _PROBE.format(imports=imports, heavy=heavy)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     return json.loads(done.stdout)
@@ -40,6 +45,38 @@ def test_dispatch_dependencies_import_no_heavy_library(module: str) -> None:
     assert heavy_modules_after(f"import {module}") == []
 
 
+@pytest.mark.parametrize("module", ["covenant.cli.main", "covenant.cli.dispatch_args", "covenant.cli.dispatch_run",
+                                    "covenant.client"])
+def test_fast_path_modules_import_no_click_http_client_or_ssl(module: str) -> None:
+    assert heavy_modules_after(f"import {module}", FAST_PATH_FORBIDDEN) == []
+
+
+def _env(tmp_path: Path) -> dict[str, str]:
+    return {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp_path),
+            "COVENANT_HOME": str(tmp_path / "home"), "COVENANT_SOCKET": str(tmp_path / "absent.sock"),
+            "XDG_CONFIG_HOME": str(tmp_path / "xdg"), "LANG": "C.UTF-8"}
+
+
+def test_a_real_dispatch_imports_none_of_them(tmp_path: Path) -> None:
+    """The whole `covenant dispatch` process (no daemon: it signs, connects, fails with exit 5)."""
+    done = subprocess.run([sys.executable, "-X", "importtime", str(COVENANT), "dispatch", "--agent", "x", "hi"],
+                          env=_env(tmp_path), capture_output=True, text=True, timeout=120)
+    assert done.returncode == 5, done.stderr
+    imported = {line.rsplit("|", 1)[1].strip().split(".")[0]
+                for line in done.stderr.splitlines() if line.startswith("import time:")}
+    assert "cryptography" in imported and "h11" in imported  # the probe sees the whole path
+    assert sorted(imported & set(FAST_PATH_FORBIDDEN)) == []
+
+
+def test_dispatch_help_still_comes_from_click(tmp_path: Path) -> None:
+    done = subprocess.run([str(COVENANT), "dispatch", "--help"], env=_env(tmp_path), capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.startswith("Usage: covenant dispatch [OPTIONS] TEXT")
+    assert "--priority [low|normal|high]" in done.stdout
+
+
 def test_probe_detects_a_heavy_import() -> None:
     """The check itself works: a module that does pull one in is caught."""
     assert "pydantic" in heavy_modules_after("import covenant.config")
+    assert "click" in heavy_modules_after("import covenant.cli.dispatch_cmd", FAST_PATH_FORBIDDEN)

@@ -1,0 +1,104 @@
+"""Click-free output for the CLI: the one renderer both the click commands and
+the fast ``covenant dispatch`` path use, so their text and exit codes match.
+
+``echo`` writes like ``click.echo`` does for text: a trailing newline, ANSI
+escape sequences stripped when the stream is not a terminal, UTF-8 (with
+``replace``) when the stream's encoding is ASCII, and a flush after each write.
+``run_standalone`` mirrors what click's standalone mode does with Ctrl-C and a
+closed pipe. Importing click costs ~30 ms, which the dispatch path cannot pay.
+"""
+
+from __future__ import annotations
+
+import codecs
+import json
+import re
+import sys
+from typing import Any, Callable, NoReturn, TextIO
+
+__all__ = ["echo", "fail", "print_json", "run_standalone"]
+
+# click._compat._ansi_re: the sequences click.echo removes from non-terminal output.
+_ANSI = re.compile(r"\033\[[0-?]*[ -/]*[@-~]")
+
+
+def _isatty(stream: TextIO) -> bool:
+    try:
+        return stream.isatty()
+    except Exception:  # a replaced stream without a usable isatty, as click treats it
+        return False
+
+
+def _is_ascii(encoding: str | None) -> bool:
+    try:
+        return codecs.lookup(encoding or "ascii").name == "ascii"
+    except LookupError:
+        return False
+
+
+def echo(message: str = "", *, err: bool = False) -> None:
+    """Write ``message`` and a newline to stdout (stderr with ``err``), then flush."""
+    stream = sys.stderr if err else sys.stdout
+    if stream is None:
+        return
+    text = message + "\n"
+    if not _isatty(stream):
+        text = _ANSI.sub("", text)
+    buffer = getattr(stream, "buffer", None)
+    if buffer is not None and _is_ascii(getattr(stream, "encoding", None)):
+        stream.flush()
+        buffer.write(text.encode("utf-8", "replace"))
+        buffer.flush()
+        return
+    stream.write(text)
+    stream.flush()
+
+
+def fail(message: str, exit_code: int) -> NoReturn:
+    """Print ``covenant: error: message`` to stderr and exit."""
+    echo(f"covenant: error: {message}", err=True)
+    sys.exit(exit_code)
+
+
+def print_json(obj: Any) -> None:
+    """Stable JSON for --json output: sorted keys, one document, trailing newline."""
+    echo(json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, default=str))
+
+
+class _QuietFlush:
+    """Wraps a standard stream so the interpreter's final flush ignores a closed pipe."""
+
+    def __init__(self, wrapped: TextIO) -> None:
+        self.wrapped = wrapped
+
+    def flush(self) -> None:
+        try:
+            self.wrapped.flush()
+        except BrokenPipeError:
+            pass
+
+    def __getattr__(self, attr: str) -> Any:
+        return getattr(self.wrapped, attr)
+
+
+def run_standalone(command: Callable[[], None]) -> NoReturn:
+    """Run ``command`` and exit as a click command in standalone mode would.
+
+    Ctrl-C (or EOF on stdin) prints a blank line and ``Aborted!`` and exits 1;
+    a closed stdout or stderr pipe exits 1 quietly; a normal return exits 0;
+    ``sys.exit`` inside ``command`` passes through.
+    """
+    try:
+        try:
+            command()
+        except (EOFError, KeyboardInterrupt):
+            echo(err=True)
+            echo("Aborted!", err=True)
+        except BrokenPipeError:
+            sys.stdout = _QuietFlush(sys.stdout)  # type: ignore[assignment]
+            sys.stderr = _QuietFlush(sys.stderr)  # type: ignore[assignment]
+        else:
+            sys.exit(0)
+        sys.exit(1)
+    except (EOFError, KeyboardInterrupt):
+        sys.exit(1)

@@ -1,0 +1,109 @@
+"""The one definition of ``covenant dispatch``'s arguments, and a click-free parser for them.
+
+The click command in :mod:`covenant.cli.dispatch_cmd` builds its decorators from
+:data:`DISPATCH_OPTIONS`; :func:`parse_fast` reads the same table to recognise a
+plain ``covenant [--home DIR] dispatch TEXT [options]`` without importing click
+(~30 ms of a dispatch's start-up). Anything it does not fully understand — help,
+unknown or repeated-dash forms, a bad choice, a missing or extra argument, ``--``
+— returns None, so click stays the single source of usage errors and help text.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+
+__all__ = ["DispatchOption", "DISPATCH_OPTIONS", "PRIORITIES", "TEXT_ARGUMENT", "DispatchArgs", "parse_fast"]
+
+TEXT_ARGUMENT = "text"
+# covenant.policy.signing.PRIORITIES (a test keeps them equal): not imported from there, because
+# main() imports this module for every command and signing pulls in cryptography (~15 ms).
+PRIORITIES: tuple[str, ...] = ("low", "normal", "high")
+
+
+@dataclass(frozen=True)
+class DispatchOption:
+    """One ``--flag`` of ``covenant dispatch``: how click declares it and how the fast parser reads it."""
+
+    flag: str
+    dest: str
+    help: str
+    metavar: str | None = None
+    is_flag: bool = False
+    choices: tuple[str, ...] | None = None
+    default: str | None = None
+
+
+DISPATCH_OPTIONS: tuple[DispatchOption, ...] = (
+    DispatchOption("--agent", "agent_id", "Send to this agent instead of routing by keywords.", metavar="ID"),
+    DispatchOption("--priority", "priority", "Queue order when the daemon is saturated, and the agent's nice value.",
+                   choices=PRIORITIES, default="normal"),
+    DispatchOption("--parent", "parent", "Intent id this one follows from (recorded, passed to the agent).",
+                   metavar="ID"),
+    DispatchOption("--json", "as_json", "Print the full outcome as JSON.", is_flag=True),
+    DispatchOption("--dry-run", "dry_run", "Route and check policy, explain the decision, spawn nothing.",
+                   is_flag=True),
+)
+
+_BY_FLAG = {option.flag: option for option in DISPATCH_OPTIONS}
+
+
+@dataclass(frozen=True)
+class DispatchArgs:
+    """A parsed ``covenant dispatch`` invocation (``home`` is the group's ``--home``, if given)."""
+
+    home: str | None
+    text: str
+    agent_id: str | None
+    priority: str
+    parent: str | None
+    as_json: bool
+    dry_run: bool
+
+
+def _plain_value(value: str) -> bool:
+    # A value that looks like an option (click would take it as the value) or is empty: let click decide.
+    return bool(value) and not value.startswith("-")
+
+
+def parse_fast(argv: Sequence[str], environ: Mapping[str, str]) -> DispatchArgs | None:
+    """``argv`` (without the program name) as a dispatch, or None to hand it to click."""
+    if "_COVENANT_COMPLETE" in environ:  # click's shell completion
+        return None
+    args = list(argv)
+    home: str | None = None
+    if args[:1] == ["--home"] and len(args) >= 2 and _plain_value(args[1]):
+        home, args = args[1], args[2:]
+    if args[:1] != ["dispatch"]:
+        return None
+    # click's Path(file_okay=False) rejects a home that is an existing file (from --home or COVENANT_HOME).
+    chosen_home = home if home is not None else environ.get("COVENANT_HOME")
+    if chosen_home and os.path.exists(chosen_home) and not os.path.isdir(chosen_home):
+        return None
+    values: dict[str, str | bool | None] = {o.dest: (False if o.is_flag else o.default) for o in DISPATCH_OPTIONS}
+    texts: list[str] = []
+    rest = args[1:]
+    i = 0
+    while i < len(rest):
+        token = rest[i]
+        i += 1
+        if not token.startswith("-"):
+            texts.append(token)
+            continue
+        option = _BY_FLAG.get(token)
+        if option is None:  # --help, -h, --opt=value, --, -, unknown options
+            return None
+        if option.is_flag:
+            values[option.dest] = True
+            continue
+        if i >= len(rest) or not _plain_value(rest[i]):
+            return None
+        value = rest[i]
+        i += 1
+        if option.choices is not None and value not in option.choices:
+            return None
+        values[option.dest] = value
+    if len(texts) != 1 or not texts[0]:
+        return None
+    return DispatchArgs(home=home, text=texts[0], **values)  # type: ignore[arg-type]
