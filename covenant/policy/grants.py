@@ -25,9 +25,8 @@ import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import tomlkit
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from covenant.canonical import canonical_bytes
@@ -37,6 +36,9 @@ from covenant.clock import iso_ms, now_ms as _wall_ms
 from covenant.policy.capabilities import action_problem, grant_covers
 from covenant.policy.errors import GrantError
 from covenant.policy.signing import display_problem
+
+if TYPE_CHECKING:
+    import tomlkit  # imported where a file is edited: the daemon only reads grants
 
 __all__ = [
     "GRANT_TAG",
@@ -396,6 +398,7 @@ class GrantStore:
         return daemon_key
 
     def _document(self) -> tomlkit.TOMLDocument:
+        import tomlkit
         try:
             text = self.path.read_text(encoding="utf-8")
         except FileNotFoundError:
@@ -411,6 +414,7 @@ class GrantStore:
                              path=str(self.path)) from None
 
     def _array(self, doc: tomlkit.TOMLDocument, name: str) -> Any:
+        import tomlkit
         if name not in doc:
             doc.append(name, tomlkit.aot())
         array = doc[name]
@@ -436,6 +440,7 @@ class GrantStore:
         A new grant is dated after any revocation of an overlapping action, so
         granting again after ``revoke`` always takes effect.
         """
+        import tomlkit
         key = self._signer(daemon_key)
         actions = _checked_actions(actions)
         issuer = _checked_issuer(issuer_pubkey)
@@ -477,6 +482,7 @@ class GrantStore:
         signed revocation is recorded (or moved forward) either way, so copies of
         the removed grants stay masked.
         """
+        import tomlkit
         key = self._signer(daemon_key)
         actions = _checked_actions(actions)
         issuer = _checked_issuer(issuer_pubkey)
@@ -530,6 +536,7 @@ def _checked_issuer(pubkey: str) -> str:
 
 
 def _stamp(ms: int) -> Any:
+    import tomlkit
     item = tomlkit.integer(ms)
     item.comment(iso_ms(ms))
     return item
@@ -561,6 +568,7 @@ def _upsert(array: Any, issuer: str, action: str, fields: dict[str, Any]) -> Non
     Updating field by field keeps the operator's comments inside the entry
     and its position in the file; duplicates of the entry are dropped.
     """
+    import tomlkit
     same = [i for i, t in enumerate(array) if t.get("issuer") == issuer and t.get("action") == action]
     if not same:
         table = tomlkit.table()

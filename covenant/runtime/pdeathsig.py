@@ -4,7 +4,7 @@ The parent-death signal must be set by the child itself between fork and
 exec. CPython cannot run code there without ``preexec_fn`` (which forces a
 full fork and is unsafe with threads), so the agent is started through a
 wrapper. ``setpriv --pdeathsig KILL`` works but is a dynamically linked
-program: ~1.2 ms per spawn on the reference box. This helper is ~110 bytes of
+program: ~1.2 ms per spawn on the reference box. This helper is 109 bytes of
 x86-64 machine code in a hand-built ELF, no loader and no libc: ~0.1 ms.
 
 The gate: before exec the helper reads exactly one byte from its stdin (the
