@@ -18,8 +18,9 @@ from typing import Any, Callable, NoReturn, TextIO
 
 __all__ = ["echo", "fail", "print_json", "run_standalone"]
 
-# click._compat._ansi_re: the sequences click.echo removes from non-terminal output.
-_ANSI = re.compile(r"\033\[[0-?]*[ -/]*[@-~]")
+# click._compat._ansi_re: the sequences click.echo removes from non-terminal output
+# (compiled on first use, by re's cache: most output has no escape character at all).
+_ANSI = r"\033\[[0-?]*[ -/]*[@-~]"
 
 
 def _isatty(stream: TextIO) -> bool:
@@ -42,8 +43,8 @@ def echo(message: str = "", *, err: bool = False) -> None:
     if stream is None:
         return
     text = message + "\n"
-    if not _isatty(stream):
-        text = _ANSI.sub("", text)
+    if "\033" in text and not _isatty(stream):
+        text = re.sub(_ANSI, "", text)
     buffer = getattr(stream, "buffer", None)
     if buffer is not None and _is_ascii(getattr(stream, "encoding", None)):
         stream.flush()

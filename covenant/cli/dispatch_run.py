@@ -9,9 +9,8 @@ from __future__ import annotations
 
 import json
 import sys
-import threading
 import time
-from typing import NoReturn
+from typing import TYPE_CHECKING, NoReturn
 
 from covenant.cli._output import echo, fail, print_json, run_standalone
 from covenant.cli.dispatch_args import DispatchArgs
@@ -21,26 +20,32 @@ from covenant.home import Home
 from covenant.policy.identities import ensure_user_identity
 from covenant.policy.signing import new_intent, sign_intent
 
+if TYPE_CHECKING:
+    import threading
+
 __all__ = ["dispatch_and_exit", "run_fast"]
 
 
 class _Spinner:
-    """Elapsed time on stderr while waiting, only when stderr is a terminal."""
+    """Elapsed time on stderr while waiting, only when stderr is a terminal (threading only then)."""
 
     FRAMES = "|/-\\"
 
     def __init__(self, label: str) -> None:
         self._label = label
-        self._stop = threading.Event()
-        self._thread = threading.Thread(target=self._spin, daemon=True)
+        self._thread: threading.Thread | None = None
 
     def __enter__(self) -> "_Spinner":
         if sys.stderr.isatty():
+            import threading
+
+            self._stop = threading.Event()
+            self._thread = threading.Thread(target=self._spin, daemon=True)
             self._thread.start()
         return self
 
     def __exit__(self, *exc: object) -> None:
-        if self._thread.is_alive():
+        if self._thread is not None and self._thread.is_alive():
             self._stop.set()
             self._thread.join()
             sys.stderr.write("\r\033[K")
