@@ -145,11 +145,15 @@ class AuditLog:
         together this way, paying for one fsync instead of three before the
         agent may start.
         """
+        self.check_writable()
+        return await self._enqueue([_Pending(type_, encode_event_data(type_, data)) for type_, data in events])
+
+    def check_writable(self) -> None:
+        """Raise AuditUnavailable if records would be refused (a failed write, or closing)."""
         if self._failure is not None:
             raise AuditUnavailable(self._failure, path=str(self._files.directory))
         if self._closing:
             raise AuditUnavailable("the audit log is closed", path=str(self._files.directory))
-        return await self._enqueue([_Pending(type_, encode_event_data(type_, data)) for type_, data in events])
 
     @property
     def healthy(self) -> bool:

@@ -104,6 +104,7 @@ class Daemon:
         """Run one signed intent; returns the outcome document or raises CovenantError."""
         if self.shutting_down:
             raise ShuttingDown("the daemon is shutting down and accepts no new dispatches")
+        self.audit.check_writable()  # fail closed before anything is verified, decided or spawned
         try:
             intent = self.verifier.verify(body, now_ms())
         except CovenantError as exc:
@@ -265,9 +266,15 @@ class Daemon:
             },
         ))
         # The dispatch record and the audit events are made durable side by side.
+        refused: CovenantError | None = None
         async with trio.open_nursery() as nursery:
             nursery.start_soon(trio.to_thread.run_sync, self.store.append, record)
-            await self.audit.record_many(events)
+            try:
+                await self.audit.record_many(events)
+            except CovenantError as exc:  # raised bare below, not wrapped in the nursery's ExceptionGroup
+                refused = exc
+        if refused is not None:
+            raise refused
 
     def _intent_event(self, intent: Intent, dry_run: bool) -> dict[str, Any]:
         return {
