@@ -8,7 +8,6 @@ in :mod:`covenant.config`.
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -22,6 +21,8 @@ CONFIG_NAME = "covenant.toml"
 
 def read_raw_config(path: Path) -> dict[str, Any]:
     """Read covenant.toml as a plain dict; a missing file is an empty config."""
+    import tomllib  # here, not at the top: `covenant dispatch` with COVENANT_SOCKET set never reads it
+
     try:
         with open(path, "rb") as f:
             return tomllib.load(f)

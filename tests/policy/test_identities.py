@@ -163,3 +163,13 @@ def test_light_modules_do_not_import_heavy_dependencies() -> None:
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stdout + result.stderr
+
+
+def test_pem_loader_is_the_public_serialization_function() -> None:
+    """covenant.keys takes load_pem_private_key from the Rust binding to skip importing the
+    serialization package; it must be the very function that package exports."""
+    from cryptography.hazmat.primitives import serialization
+
+    from covenant.keys import _pem_private_key_loader
+
+    assert _pem_private_key_loader() is serialization.load_pem_private_key
