@@ -190,3 +190,15 @@ def test_body_not_an_object_is_bad_intent() -> None:
 def test_bad_priority_in_new_intent() -> None:
     with pytest.raises(BadIntent):
         new_intent("x", issuer_display="a@b", issuer_pubkey="00" * 32, priority="urgent")
+
+
+def test_intent_ids_are_random_version_4_uuids() -> None:
+    import uuid
+
+    from covenant.policy.signing import random_uuid4
+
+    ids = [random_uuid4() for _ in range(2000)]
+    assert len(set(ids)) == len(ids)
+    for text in ids:
+        parsed = uuid.UUID(text)
+        assert str(parsed) == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122
