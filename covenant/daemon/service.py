@@ -15,6 +15,7 @@ import logging
 import os
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
@@ -96,6 +97,9 @@ class Daemon:
         self.idle = trio.Event()
         self.idle.set()
         self._reload_lock = trio.Lock()
+        # DispatchStore.append writes and fsyncs under its own lock: one thread is all it can use,
+        # and without a limit a burst parks up to 40 of trio's threads on that lock (each leaves RSS).
+        self._store_writer = trio.CapacityLimiter(1)
         metrics.set_registry(len(agents.agents), len(agents.problems))
 
     # -- dispatch -----------------------------------------------------------------
@@ -268,7 +272,7 @@ class Daemon:
         # The dispatch record and the audit events are made durable side by side.
         refused: CovenantError | None = None
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(trio.to_thread.run_sync, self.store.append, record)
+            nursery.start_soon(partial(trio.to_thread.run_sync, self.store.append, record, limiter=self._store_writer))
             try:
                 await self.audit.record_many(events)
             except CovenantError as exc:  # raised bare below, not wrapped in the nursery's ExceptionGroup
