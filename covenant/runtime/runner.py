@@ -391,7 +391,7 @@ class Runner:
         if on_spawned is not None:
             await self._call_hook(d, on_spawned)
         rest = b""
-        if d.hook_error is None:
+        if d.verdict is None:  # not if the hook failed or the run was cancelled meanwhile (cancel_all)
             d.deadline = trio.current_time() + d.wall_s
             rest = self._write_stdin_now(d, GATE_BYTE + line if d.launched.gated else line)
         if not rest:

@@ -252,3 +252,28 @@ async def test_cancelled_caller_cancels_the_hook(tmp_path: Path) -> None:
             await runner.run(make_agent("fault.py"), payload, on_spawned=forever)
         assert scope.cancelled_caught and runner.in_flight == 0
     assert leftovers(payload["id"]) == []
+
+
+async def test_run_cancelled_while_the_hook_runs_never_releases_the_agent(tmp_path: Path) -> None:
+    """cancel_all (daemon drain timeout) during the spawn hook: the agent is never exec'd."""
+    marker = tmp_path / "started"
+    entry = tmp_path / "agent.sh"  # started as a binary: it marks as soon as it runs
+    entry.write_text(f"#!/bin/sh\ntouch {marker}\nsleep 5\n")
+    entry.chmod(0o755)
+    payload = make_payload("anything")
+
+    # An ignored SIGTERM is inherited across exec: a released agent would outlive the ladder's
+    # SIGTERM and have the whole grace period to mark; a withdrawn helper kills itself at once.
+    previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
+    try:
+        async with Runner.open(RuntimeConfig(kill_grace_ms=1000), scratch_root=tmp_path / "scratch") as runner:
+            async def spawned(info: dict[str, Any]) -> None:
+                runner.cancel_all()
+
+            record = await runner.run(make_agent(entry, runtime="rust-bin"), payload, on_spawned=spawned)
+    finally:
+        signal.signal(signal.SIGTERM, previous)
+    assert record.outcome == "cancelled"
+    assert len(record.argv) == 2  # behind the gated helper
+    assert not marker.exists()
+    assert leftovers(payload["id"]) == []
