@@ -41,6 +41,20 @@ def wait_gone(pid: int, timeout: float) -> bool:
     return False
 
 
+def wait_in_sleep(pid: int, timeout: float) -> bool:
+    """Wait until ``pid`` sleeps in nanosleep (its kernel wait channel), i.e. runs its own code."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        try:
+            with open(f"/proc/{pid}/wchan") as f:
+                if "nanosleep" in f.read():
+                    return True
+        except OSError:
+            return False
+        time.sleep(0.01)
+    return False
+
+
 def write_helper(tmp_path: Path, parent_pid: int) -> str:
     image = helper_elf(parent_pid)
     if image is None:
@@ -148,7 +162,8 @@ def test_agent_dies_with_its_supervisor(tmp_path: Path, pdeathsig: str) -> None:
     try:
         assert supervisor.stdout is not None
         pids = [int(supervisor.stdout.readline()) for _ in range(2)]
-        assert all(alive(pid) for pid in pids)
+        for pid in pids:  # released and running: past reading its intent, in time.sleep
+            assert wait_in_sleep(pid, 30), f"agent {pid} never got to its sleep"
         supervisor.kill()
         supervisor.wait()
         if pdeathsig == "on":
@@ -190,8 +205,12 @@ async def test_agent_waits_at_its_gate_until_the_hook_returns(runner: Runner) ->
     seen: list[list[str]] = []
 
     async def slow(info: dict[str, Any]) -> None:
+        process = psutil.Process(info["pid"])
+        with trio.fail_after(10):
+            while not process.cmdline():  # empty for an instant right after exec on a loaded box
+                await trio.sleep(0.01)
         for _ in range(3):
-            seen.append(psutil.Process(info["pid"]).cmdline())
+            seen.append(process.cmdline())
             await trio.sleep(0.25)
 
     record = await runner.run(make_agent("fault.py", cpu_ms_per_task=50), make_payload("echo fast"), on_spawned=slow)
