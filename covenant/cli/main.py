@@ -47,13 +47,14 @@ def __getattr__(name: str) -> Any:
 
 
 def main() -> None:
-    from covenant.cli.dispatch_args import parse_fast
+    if "dispatch" in sys.argv[1:4]:  # `[--home DIR] dispatch ...`: other commands skip the fast parser
+        from covenant.cli.dispatch_args import parse_fast
 
-    fast = parse_fast(sys.argv[1:], os.environ)
-    if fast is not None:
-        from covenant.cli.dispatch_run import run_fast
+        fast = parse_fast(sys.argv[1:], os.environ)
+        if fast is not None:
+            from covenant.cli.dispatch_run import run_fast
 
-        run_fast(fast)
+            run_fast(fast)
     from covenant.cli.group import cli
 
     cli(prog_name="covenant")
