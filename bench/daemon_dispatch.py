@@ -61,7 +61,7 @@ VENV_BIN = REPO / ".venv" / "bin"
 COVENANT = VENV_BIN / "covenant"
 CONCURRENCY = (1, 8, 64)
 FORBIDDEN = ("trio", "pydantic", "psutil", "yaml")
-ALSO_WATCHED = ("httpx", "tomlkit", "rich", "hypercorn", "h11")
+ALSO_WATCHED = ("httpx", "tomlkit", "rich", "hypercorn", "h11", "dataclasses")
 ACTION = "tool.echo"
 TEXT = "hello from the bench"
 
@@ -439,7 +439,7 @@ def report(agents: list[Agent], context: dict[str, tuple[float, float]],
     print(f"| `covenant dispatch` imports (-X importtime) | {module_count} modules, {import_ms:.1f} ms | |")
     verdict = "none (OK)" if not forbidden else "IMPORTED: " + ", ".join(forbidden)
     print(f"| dispatch path imports trio/pydantic/psutil/yaml | {verdict} | none |")
-    print(f"| dispatch path imports httpx/tomlkit/rich/hypercorn/h11 | {', '.join(watched) or 'none'} | |")
+    print(f"| dispatch path imports httpx/tomlkit/rich/hypercorn/h11/dataclasses | {', '.join(watched) or 'none'} | |")
     print(f"| daemon RSS after start-up | {rss_start * 1.048576:.1f} MB ({rss_start:.1f} MiB) | < 60 MB |")
     print(f"| daemon RSS idle after the bench | {rss_after * 1.048576:.1f} MB ({rss_after:.1f} MiB) | < 60 MB |")
     print()

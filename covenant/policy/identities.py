@@ -16,8 +16,8 @@ import json
 import os
 import re
 import tomllib
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -40,9 +40,8 @@ __all__ = [
 _HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
 
 
-@dataclass(frozen=True)
-class UserIdentity:
-    """The user's signing key and the display name sent with each intent."""
+class UserIdentity(NamedTuple):
+    """The user's signing key and the display name sent with each intent (a NamedTuple: see Home)."""
 
     key: Ed25519PrivateKey
     display: str
