@@ -94,6 +94,16 @@ class DaemonProcess:
     def write_config(self, text: str) -> None:
         (self.home / "covenant.toml").write_text(textwrap.dedent(text))
 
+    def start_with_one_slot(self, *extra: str) -> None:
+        """Start with one run slot and a one-place queue, and the slow agent (keyword ``sleep``)."""
+        self.write_config("""
+            [daemon]
+            max_concurrent = 1
+            queue_max = 1
+        """)
+        self.add_agent("slow", "slow.py", keywords=("sleep",))
+        self.start(*extra)
+
     def add_agent(self, name: str, script: str, *, keywords: tuple[str, ...] = (), required: tuple[str, ...] = (),
                   cpu_ms: int = 30_000, extra: str = "") -> Path:
         """Install a python3 test agent from tests/daemon/agents as <home>/agents/<name>/."""

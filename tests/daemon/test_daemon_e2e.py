@@ -139,13 +139,7 @@ def test_fifty_concurrent_cli_dispatches(daemon: DaemonProcess) -> None:
 
 
 def test_full_queue_answers_overloaded(daemon: DaemonProcess) -> None:
-    daemon.write_config("""
-        [daemon]
-        max_concurrent = 1
-        queue_max = 1
-    """)
-    daemon.add_agent("slow", "slow.py", keywords=("sleep",))
-    daemon.start()
+    daemon.start_with_one_slot()
     background = [
         daemon.cli_background("dispatch", "sleep 3")
         for _ in range(2)

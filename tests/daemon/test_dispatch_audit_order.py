@@ -53,13 +53,7 @@ def test_allowed_dispatch_is_two_group_commits(daemon: DaemonProcess) -> None:
 
 
 def test_queued_dispatch_is_audited_before_it_waits(daemon: DaemonProcess) -> None:
-    daemon.write_config("""
-        [daemon]
-        max_concurrent = 1
-        queue_max = 1
-    """)
-    daemon.add_agent("slow", "slow.py", keywords=("sleep",))
-    daemon.start("--drain-timeout", "1")
+    daemon.start_with_one_slot("--drain-timeout", "1")
     first = daemon.cli_background("dispatch", "sleep 600", "--json")
     wait_for(lambda: len(status(daemon)["in_flight"]) == 1, what="the first dispatch running")
     second = daemon.cli_background("dispatch", "sleep 0", "--json")
