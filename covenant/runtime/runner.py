@@ -5,6 +5,10 @@
 :data:`~covenant.runtime.outcome.Outcome` in the returned
 :class:`~covenant.runtime.outcome.DispatchRecord`. Only trio cancellation of
 the caller propagates, after the agent's whole process tree is gone.
+
+Here: spawning, releasing, feeding and reading the agent, and the kill ladder.
+The shared state of one run is :class:`~covenant.runtime.run_state.RunState`;
+how a finished run is classified and recorded is :mod:`covenant.runtime.verdict`.
 """
 
 from __future__ import annotations
@@ -27,14 +31,16 @@ from covenant.clock import iso_now
 from covenant.config import RuntimeConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime import host, teardown
-from covenant.runtime.contract import intent_line, parse_output, preview
+from covenant.runtime.contract import intent_line, preview
 from covenant.runtime.environment import agent_environment
 from covenant.runtime.launcher import Launched, Launcher, LaunchError, LaunchPlan, ProcessGroupLauncher
-from covenant.runtime.outcome import DispatchRecord, Outcome
+from covenant.runtime.outcome import DispatchRecord
 from covenant.runtime.pdeathsig import GATE_BYTE
-from covenant.runtime.sampler import ProcessTree, Sampler, adopted_orphans
+from covenant.runtime.run_state import RunState
+from covenant.runtime.sampler import Sampler, adopted_orphans
 from covenant.runtime.scratch import ScratchDirs
 from covenant.runtime.spawnthreads import SpawnThreads
+from covenant.runtime.verdict import build_record
 
 __all__ = ["Runner", "SpawnHook", "PRIORITY_NICE"]
 
@@ -67,71 +73,6 @@ SpawnHook = Callable[[dict[str, Any]], Awaitable[None]]
 """``on_spawned`` of :meth:`Runner.run`: gets ``{"pid", "argv", "limits"}`` once the agent exists."""
 
 
-class _Dispatch:
-    """The state of one in-flight run, shared by its tasks and the sampler."""
-
-    def __init__(
-        self,
-        agent: AgentSpec,
-        intent_id: str,
-        launched: Launched,
-        limits: dict[str, Any],
-        wall_s: float,
-        cpu_ms: int,
-    ) -> None:
-        self.agent = agent
-        self.intent_id = intent_id
-        self.launched = launched
-        self.limits = limits
-        self.tree = ProcessTree(launched.pid, intent_id)
-        self.wall_s = wall_s
-        self.deadline = trio.current_time() + wall_s
-        self.cpu_budget_ms = cpu_ms
-        self.memory_kib = agent.resources.memory_mb * 1024
-        self.verdict: Outcome | None = None
-        self.error: str | None = None
-        self.notes: list[str] = []
-        self.wake = trio.Event()
-        self.streams_open = 2
-        self.streams_done = trio.Event()
-        self.stdout = bytearray()
-        self.stdout_bytes = 0
-        self.stderr_tail = bytearray()
-        self.swept = False
-        """The kill ladder finished and found no survivor."""
-        self.hook_error: Exception | None = None
-
-    def decide(self, outcome: Outcome, error: str) -> None:
-        """Record the first limit crossed (later ones do not change the outcome) and wake the run."""
-        if self.verdict is None:
-            self.verdict = outcome
-            self.error = error
-        self.wake.set()
-
-    def stream_closed(self) -> None:
-        self.streams_open -= 1
-        if self.streams_open == 0:
-            self.streams_done.set()
-
-    def check_limits(self) -> None:
-        """Called by the sampler after each tick."""
-        if self.verdict is not None:
-            return
-        tree = self.tree
-        if tree.cpu_ms > self.cpu_budget_ms:
-            self.decide(
-                "cpu_exceeded",
-                f"the agent's process tree used {tree.cpu_ms} ms of CPU time, "
-                f"over cpu_ms_per_task = {self.cpu_budget_ms} ms",
-            )
-        elif tree.rss_kib > self.memory_kib:
-            self.decide(
-                "memory_exceeded",
-                f"the agent's process tree reached {tree.rss_kib // 1024} MiB resident memory, "
-                f"over memory_mb = {self.memory_kib // 1024}",
-            )
-
-
 class Runner:
     """Spawns and supervises agent processes; one per daemon (or ``covenant run``).
 
@@ -159,7 +100,7 @@ class Runner:
             "node": (config.node, _resolve_program(config.node, config.path)),
         }
         self._subreaper = host.is_child_subreaper()
-        self._dispatches: set[_Dispatch] = set()
+        self._dispatches: set[RunState] = set()
 
     @classmethod
     @asynccontextmanager
@@ -361,7 +302,7 @@ class Runner:
             )
 
         wall_ms, cpu_ms = self._budgets(agent)
-        dispatch = _Dispatch(agent, intent_id, launched, limits, wall_ms / 1000, cpu_ms)
+        dispatch = RunState(agent, intent_id, launched, limits, wall_ms / 1000, cpu_ms)
         self._dispatches.add(dispatch)
         self.sampler.register(dispatch.tree, dispatch.check_limits)
         scratch_bytes = 0
@@ -380,9 +321,9 @@ class Runner:
             self._dispatches.discard(dispatch)
         if dispatch.hook_error is not None:
             raise dispatch.hook_error
-        return self._record(dispatch, base, t0, scratch_bytes)
+        return build_record(dispatch, base, t0, scratch_bytes, self.config.stderr_tail_bytes)
 
-    async def _supervise(self, d: _Dispatch, line: bytes, on_spawned: SpawnHook | None) -> None:
+    async def _supervise(self, d: RunState, line: bytes, on_spawned: SpawnHook | None) -> None:
         """Release the agent, then feed, read and watch until the root exits or a limit is crossed.
 
         The wall-clock budget starts when the agent is released, not while
@@ -398,7 +339,7 @@ class Runner:
             await d.launched.stdin.aclose()  # without the gate byte, a gated helper kills itself
         await self._watch(d, rest)
 
-    async def _call_hook(self, d: _Dispatch, on_spawned: SpawnHook) -> None:
+    async def _call_hook(self, d: RunState, on_spawned: SpawnHook) -> None:
         info = {"pid": d.launched.pid, "argv": list(d.launched.argv), "limits": dict(d.limits)}
         try:
             await on_spawned(info)
@@ -407,7 +348,7 @@ class Runner:
             d.decide("cancelled", f"the spawn hook failed, so the agent was stopped before it got its intent: {exc!r}")
 
     @staticmethod
-    def _write_stdin_now(d: _Dispatch, line: bytes) -> bytes:
+    def _write_stdin_now(d: RunState, line: bytes) -> bytes:
         """Write what fits in the pipe without waiting (all of a normal intent); return the rest."""
         try:
             written = os.write(d.launched.stdin.fileno(), line)
@@ -417,7 +358,7 @@ class Runner:
             return b""  # the agent exited or closed stdin without reading: its output decides
         return line[written:]
 
-    async def _watch(self, d: _Dispatch, rest: bytes) -> None:
+    async def _watch(self, d: RunState, rest: bytes) -> None:
         async with trio.open_nursery() as nursery:
             if rest:
                 nursery.start_soon(self._feed_stdin, d, rest)
@@ -434,7 +375,7 @@ class Runner:
                 await d.streams_done.wait()
             nursery.cancel_scope.cancel()
 
-    async def _feed_stdin(self, d: _Dispatch, line: bytes) -> None:
+    async def _feed_stdin(self, d: RunState, line: bytes) -> None:
         stream = d.launched.stdin
         try:
             await stream.send_all(line)
@@ -443,7 +384,7 @@ class Runner:
         finally:
             await stream.aclose()
 
-    async def _read_stdout(self, d: _Dispatch) -> None:
+    async def _read_stdout(self, d: RunState) -> None:
         cap = self.config.stdout_cap_bytes
         stream = d.launched.stdout
         try:
@@ -468,7 +409,7 @@ class Runner:
             await stream.aclose()
             d.stream_closed()
 
-    async def _drain_stderr(self, d: _Dispatch) -> None:
+    async def _drain_stderr(self, d: RunState) -> None:
         """Read stderr as it comes (a full pipe must never block the agent); log each line."""
         keep = self.config.stderr_tail_bytes
         stream = d.launched.stderr
@@ -496,17 +437,17 @@ class Runner:
             d.stream_closed()
 
     @staticmethod
-    def _log_line(d: _Dispatch, raw: bytes) -> None:
+    def _log_line(d: RunState, raw: bytes) -> None:
         text = raw[:_LOG_LINE_MAX].decode("utf-8", "replace").rstrip("\r")
         agent_log.info("agent stderr", extra={"agent": d.agent.id, "intent": d.intent_id, "line": text})
 
-    async def _watch_exit(self, d: _Dispatch) -> None:
+    async def _watch_exit(self, d: RunState) -> None:
         await d.launched.wait_exit()
         if d.launched.status is None:
             self._collect_root(d)
         d.wake.set()
 
-    def _collect_root(self, d: _Dispatch) -> None:
+    def _collect_root(self, d: RunState) -> None:
         """The root has exited: kill what is left of its group, take the last sample, reap it.
 
         The group is signalled while the root is still an unreaped zombie, so
@@ -518,13 +459,13 @@ class Runner:
         d.launched.reap()
 
     @staticmethod
-    async def _await_root(d: _Dispatch, timeout: float) -> bool:
+    async def _await_root(d: RunState, timeout: float) -> bool:
         with trio.move_on_after(timeout):
             await d.launched.wait_exit()
             return True
         return False
 
-    async def _terminate(self, d: _Dispatch) -> None:
+    async def _terminate(self, d: RunState) -> None:
         """The kill ladder: SIGTERM to the group, grace, SIGKILL to the group and every survivor.
 
         Survivors are found by the tree walk, covenant's adopted orphans and,
@@ -552,7 +493,7 @@ class Runner:
             self._collect_root(d)
         await self._sweep(d)
 
-    async def _sweep(self, d: _Dispatch) -> None:
+    async def _sweep(self, d: RunState) -> None:
         """SIGKILL every process of the dispatch still alive after its root is gone, and reap them."""
         tree = d.tree
         # Attributing against every in-flight tree spares reading the environment
@@ -575,68 +516,8 @@ class Runner:
                 return
         d.swept = True
 
-    async def _finish(self, d: _Dispatch) -> None:
+    async def _finish(self, d: RunState) -> None:
         """Make sure the tree is gone and our ends are closed (also on cancellation)."""
         if d.launched.status is None or not d.swept:
             await self._terminate(d)
         await d.launched.aclose()
-
-    # -- the record ----------------------------------------------------------------------
-
-    def _record(self, d: _Dispatch, base: dict[str, Any], t0: float, scratch_bytes: int) -> DispatchRecord:
-        status = d.launched.status
-        exit_code = status.exit_code if status else None
-        sig = status.signal if status else None
-        outcome, error, result = self._classify(d, exit_code, sig)
-        notes = list(d.notes)
-        disk_bytes = d.agent.resources.disk_mb * _MIB
-        if scratch_bytes > disk_bytes:
-            notes.append(f"the scratch dir held {scratch_bytes} bytes, over disk_mb = {d.agent.resources.disk_mb}")
-        if notes:
-            error = "; ".join([error, *notes] if error else notes)
-        tail = bytes(d.stderr_tail[-self.config.stderr_tail_bytes :])
-        return DispatchRecord(
-            **base,
-            argv=d.launched.argv,
-            pid=d.launched.pid,
-            ended_at=iso_now(),
-            exit_code=exit_code,
-            signal=sig,
-            outcome=outcome,
-            error=error,
-            duration_ms=int((time.monotonic() - t0) * 1000),
-            cpu_ms=max(d.tree.cpu_ms, status.cpu_ms if status else 0),
-            peak_rss_kib=d.tree.peak_rss_kib,
-            stdout_bytes=d.stdout_bytes,
-            scratch_peak_bytes=scratch_bytes,
-            stderr_tail=tail.decode("utf-8", "replace"),
-            result=None if d.verdict is not None else result,
-            network_enforced=d.launched.network_enforced,
-        )
-
-    @staticmethod
-    def _classify(
-        d: _Dispatch, exit_code: int | None, sig: int | None
-    ) -> tuple[Outcome, str | None, dict[str, Any] | None]:
-        """The outcome from what happened; a limit crossed first always wins."""
-        if d.verdict is not None:
-            return d.verdict, d.error, None
-        if sig == signal.SIGXCPU:
-            return "cpu_exceeded", "the agent hit the RLIMIT_CPU backstop (SIGXCPU)", None
-        parsed = parse_output(bytes(d.stdout), d.intent_id)
-        if sig is not None:
-            name = signal.Signals(sig).name if sig in signal.Signals._value2member_map_ else str(sig)
-            why = " (a file outgrew disk_mb: RLIMIT_FSIZE)" if sig == signal.SIGXFSZ else ""
-            return "crashed", f"the agent was killed by signal {name}{why}", parsed.result
-        if parsed.result is not None:
-            if parsed.result["status"] == "error":
-                return "agent_error", None, parsed.result
-            if exit_code == 0:
-                return "ok", None, parsed.result
-            return "crashed", f"the agent answered ok but exited with code {exit_code}", parsed.result
-        if exit_code not in (0, None):
-            detail = f"; stdout: {parsed.problem}" if parsed.problem else ""
-            return "crashed", f"the agent exited with code {exit_code} without a valid result{detail}", None
-        if parsed.empty:
-            return "no_result", "the agent exited with code 0 without writing a result line on stdout", None
-        return "protocol_error", parsed.problem, None

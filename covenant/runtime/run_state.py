@@ -1,0 +1,83 @@
+"""The state of one in-flight run: shared by the runner's tasks and the sampler.
+
+The first limit crossed decides the outcome (:meth:`RunState.decide`);
+later ones only wake the run again.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import trio
+
+from covenant.manifest.model import AgentSpec
+from covenant.runtime.launcher import Launched
+from covenant.runtime.outcome import Outcome
+from covenant.runtime.sampler import ProcessTree
+
+__all__ = ["RunState"]
+
+
+class RunState:
+    """The state of one in-flight run, shared by its tasks and the sampler."""
+
+    def __init__(
+        self,
+        agent: AgentSpec,
+        intent_id: str,
+        launched: Launched,
+        limits: dict[str, Any],
+        wall_s: float,
+        cpu_ms: int,
+    ) -> None:
+        self.agent = agent
+        self.intent_id = intent_id
+        self.launched = launched
+        self.limits = limits
+        self.tree = ProcessTree(launched.pid, intent_id)
+        self.wall_s = wall_s
+        self.deadline = trio.current_time() + wall_s
+        self.cpu_budget_ms = cpu_ms
+        self.memory_kib = agent.resources.memory_mb * 1024
+        self.verdict: Outcome | None = None
+        self.error: str | None = None
+        self.notes: list[str] = []
+        self.wake = trio.Event()
+        self.streams_open = 2
+        self.streams_done = trio.Event()
+        self.stdout = bytearray()
+        self.stdout_bytes = 0
+        self.stderr_tail = bytearray()
+        self.swept = False
+        """The kill ladder finished and found no survivor."""
+        self.hook_error: Exception | None = None
+
+    def decide(self, outcome: Outcome, error: str) -> None:
+        """Record the first limit crossed (later ones do not change the outcome) and wake the run."""
+        if self.verdict is None:
+            self.verdict = outcome
+            self.error = error
+        self.wake.set()
+
+    def stream_closed(self) -> None:
+        self.streams_open -= 1
+        if self.streams_open == 0:
+            self.streams_done.set()
+
+    def check_limits(self) -> None:
+        """Called by the sampler after each tick."""
+        if self.verdict is not None:
+            return
+        tree = self.tree
+        if tree.cpu_ms > self.cpu_budget_ms:
+            self.decide(
+                "cpu_exceeded",
+                f"the agent's process tree used {tree.cpu_ms} ms of CPU time, "
+                f"over cpu_ms_per_task = {self.cpu_budget_ms} ms",
+            )
+        elif tree.rss_kib > self.memory_kib:
+            self.decide(
+                "memory_exceeded",
+                f"the agent's process tree reached {tree.rss_kib // 1024} MiB resident memory, "
+                f"over memory_mb = {self.memory_kib // 1024}",
+            )
