@@ -8,7 +8,6 @@ from __future__ import annotations
 
 import os
 import sys
-from pathlib import Path
 from typing import Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError

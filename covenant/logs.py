@@ -17,9 +17,9 @@ import os
 import re
 import sys
 import traceback
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
-from typing import IO, Any, Literal
+from typing import IO, Any, Literal, TypeVar
 
 from covenant.clock import iso_ms
 from covenant.config import LogConfig
@@ -108,6 +108,26 @@ def parse_target(value: str, source: str = "log target") -> str:
     )
 
 
+_Setting = TypeVar("_Setting", bound=str)
+
+
+def _first_set(
+    key: str,
+    cli_value: str | None,
+    cli_flag: str,
+    env: Mapping[str, str],
+    config_value: str,
+    check: Callable[[str, str], _Setting],
+) -> _Setting:
+    """``cli_value``, else env ``COVENANT_LOG_<KEY>``, else covenant.toml's; ``check`` names the source."""
+    env_name = f"COVENANT_LOG_{key.upper()}"
+    if cli_value:
+        return check(cli_value, cli_flag)
+    if env.get(env_name):
+        return check(env[env_name], f"env {env_name}")
+    return check(config_value, f"covenant.toml [log] {key}")
+
+
 def resolve_log_settings(
     cli_level: str | None,
     cli_target: str | None,
@@ -120,24 +140,9 @@ def resolve_log_settings(
     (empty counts as unset). The format has no CLI flag. Bad values raise a
     ConfigError that names where the value came from.
     """
-    if cli_level:
-        level = _check_level(cli_level, "--log-level")
-    elif env.get("COVENANT_LOG_LEVEL"):
-        level = _check_level(env["COVENANT_LOG_LEVEL"], "env COVENANT_LOG_LEVEL")
-    else:
-        level = _check_level(config.level, "covenant.toml [log] level")
-
-    if cli_target:
-        target = parse_target(cli_target, "--log-target")
-    elif env.get("COVENANT_LOG_TARGET"):
-        target = parse_target(env["COVENANT_LOG_TARGET"], "env COVENANT_LOG_TARGET")
-    else:
-        target = parse_target(config.target, "covenant.toml [log] target")
-
-    if env.get("COVENANT_LOG_FORMAT"):
-        fmt = _check_format(env["COVENANT_LOG_FORMAT"], "env COVENANT_LOG_FORMAT")
-    else:
-        fmt = _check_format(config.format, "covenant.toml [log] format")
+    level = _first_set("level", cli_level, "--log-level", env, config.level, _check_level)
+    target = _first_set("target", cli_target, "--log-target", env, config.target, parse_target)
+    fmt = _first_set("format", None, "", env, config.format, _check_format)
     return LogSettings(level=level, format=fmt, target=target)
 
 

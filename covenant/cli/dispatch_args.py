@@ -14,12 +14,11 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
-__all__ = ["DispatchOption", "DISPATCH_OPTIONS", "PRIORITIES", "TEXT_ARGUMENT", "DispatchArgs", "parse_fast"]
+from covenant.priorities import PRIORITIES
+
+__all__ = ["DispatchOption", "DISPATCH_OPTIONS", "TEXT_ARGUMENT", "DispatchArgs", "parse_fast"]
 
 TEXT_ARGUMENT = "text"
-# covenant.policy.signing.PRIORITIES (a test keeps them equal): not imported from there, because
-# main() imports this module for every command and signing pulls in cryptography (~15 ms).
-PRIORITIES: tuple[str, ...] = ("low", "normal", "high")
 
 
 class DispatchOption(NamedTuple):

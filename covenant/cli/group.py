@@ -1,7 +1,4 @@
-"""The click group behind ``covenant``: loads each subcommand's module only when it runs.
-
-The command -> module table is :data:`covenant.cli.main._COMMANDS`.
-"""
+"""The click group behind ``covenant``: loads each subcommand's module only when it runs."""
 
 from __future__ import annotations
 
@@ -11,9 +8,29 @@ import click
 
 from covenant import __version__
 from covenant.cli._common import CliContext
-from covenant.cli.main import _COMMANDS
 
 __all__ = ["LazyGroup", "cli"]
+
+# name -> ("module:attribute", short help). Short help lives here so that
+# `covenant --help` does not import every command module.
+_COMMANDS: dict[str, tuple[str, str]] = {
+    "init": ("covenant.cli.init_cmd:init", "Create the home: layout, daemon key, user identity."),
+    "daemon": ("covenant.cli.daemon_cmd:daemon", "Run the supervisor daemon in the foreground."),
+    "dispatch": ("covenant.cli.dispatch_cmd:dispatch", "Sign an intent and send it to the daemon."),
+    "run": ("covenant.cli.run_cmd:run", "Run one manifest or Rune package once, without a daemon."),
+    "agents": ("covenant.cli.agents_cmd:agents", "List, show and check agent manifests."),
+    "grant": ("covenant.cli.grants_cmd:grant", "Grant capability actions to an issuer."),
+    "revoke": ("covenant.cli.grants_cmd:revoke", "Revoke capability actions from an issuer."),
+    "grants": ("covenant.cli.grants_cmd:grants", "List grants and report any that do not verify."),
+    "identity": ("covenant.cli.identity_cmd:identity", "Manage your signing identity and known issuers."),
+    "audit": ("covenant.cli.audit_cmd:audit", "Tail, verify and witness the signed audit log."),
+    "status": ("covenant.cli.status_cmd:status", "Show the daemon's status (exit 5 when unreachable)."),
+    "reload": ("covenant.cli.status_cmd:reload", "Ask the daemon to reload manifests and grants."),
+    "logs": ("covenant.cli.logs_cmd:logs", "Show or follow the daemon's log."),
+    "history": ("covenant.cli.history_cmd:history", "List recent dispatch records."),
+    "show": ("covenant.cli.history_cmd:show", "Show one dispatch record by intent id."),
+}
+
 
 
 class LazyGroup(click.Group):

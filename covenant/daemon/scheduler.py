@@ -17,7 +17,7 @@ from dataclasses import dataclass, field
 import trio
 
 from covenant.errors import CovenantError, ExitCode
-from covenant.manifest.model import PRIORITY_ORDER
+from covenant.priorities import PRIORITY_ORDER
 
 __all__ = ["Scheduler", "Overloaded", "ShuttingDown"]
 

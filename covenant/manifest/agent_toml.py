@@ -28,6 +28,7 @@ from covenant.manifest.model import (
 )
 from covenant.manifest.problems import ManifestError, Problem
 from covenant.policy.capabilities import action_problem
+from covenant.priorities import PRIORITIES
 
 __all__ = ["load_agent_toml", "parse_agent_toml", "normalize_agent_id", "ID_PATTERN", "key_line"]
 
@@ -36,7 +37,6 @@ ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}@[A-Za-z0-9][A-Za-z0-9
 
 _RUNTIMES = ("rust-bin", "python3", "node")
 _NETWORKS = ("off", "outbound-https-only", "full")
-_PRIORITIES = ("low", "normal", "high")
 _AGENT_KEYS = ("id", "name", "version", "runtime", "entry")
 _KNOWN_KEYS: dict[str, tuple[str, ...]] = {
     "agent": _AGENT_KEYS,
@@ -239,7 +239,7 @@ def parse_agent_toml(raw: dict[str, Any], path: Path, text: str) -> AgentSpec:
 
     settlement = checker.section(raw, "settlement")
     checker.integer(settlement, "settlement", "budget_credits_per_hour")
-    checker.choice(settlement, "settlement", "priority", _PRIORITIES)
+    checker.choice(settlement, "settlement", "priority", PRIORITIES)
 
     keywords = checker.string_list(checker.section(raw, "routing"), "routing", "keywords")
 

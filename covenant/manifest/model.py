@@ -20,7 +20,6 @@ __all__ = [
     "Runtime",
     "Network",
     "Priority",
-    "PRIORITY_ORDER",
 ]
 
 Runtime = Literal["rust-bin", "python3", "node", "rune"]
@@ -28,9 +27,6 @@ Runtime = Literal["rust-bin", "python3", "node", "rune"]
 
 Network = Literal["off", "outbound-https-only", "full"]
 Priority = Literal["low", "normal", "high"]
-
-PRIORITY_ORDER: dict[str, int] = {"high": 0, "normal": 1, "low": 2}
-"""Queue order: lower runs first."""
 
 MAX_CPU_MS = 24 * 3600 * 1000
 MAX_MEMORY_MB = 1024 * 1024

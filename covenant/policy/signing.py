@@ -22,11 +22,11 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from covenant.canonical import canonical_bytes
 from covenant.keys import public_key_from_hex, verify_signature
 from covenant.policy.errors import BadIntent
+from covenant.priorities import PRIORITIES
 
 __all__ = [
     "random_uuid4",
     "INTENT_FIELDS",
-    "PRIORITIES",
     "MAX_ID_CHARS",
     "MAX_TEXT_CHARS",
     "MAX_DISPLAY_CHARS",
@@ -42,7 +42,6 @@ __all__ = [
 ]
 
 INTENT_FIELDS: tuple[str, ...] = ("id", "text", "agent", "issuer", "issued_at", "priority", "parent")
-PRIORITIES: tuple[str, ...] = ("low", "normal", "high")
 
 MAX_ID_CHARS = 128
 MAX_TEXT_CHARS = 256 * 1024

@@ -14,7 +14,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from covenant.audit.format import line_hash
 from covenant.audit.writer import AuditLog
 from covenant.canonical import canonical_bytes
-from covenant.cli.main import cli
+from covenant.cli.group import cli
 from covenant.config import AuditConfig
 from covenant.home import Home
 from covenant.keys import create_key_file, public_key_hex

@@ -223,7 +223,7 @@ def test_cut_exactly_at_a_checkpoint(home_with_key: tuple[Home, Ed25519PrivateKe
     witness = tmp_path / "witness.json"
     from click.testing import CliRunner
 
-    from covenant.cli.main import cli
+    from covenant.cli.group import cli
 
     result = CliRunner().invoke(cli, ["--home", str(home.root), "audit", "head"])
     assert result.exit_code == 0

@@ -8,8 +8,7 @@ import click
 import pytest
 
 from covenant.cli.dispatch_args import DISPATCH_OPTIONS, DispatchArgs, parse_fast
-from covenant.cli.main import cli
-from covenant.policy.signing import PRIORITIES
+from covenant.cli.group import cli
 
 
 def test_click_command_is_built_from_the_table() -> None:
@@ -27,11 +26,6 @@ def test_click_command_is_built_from_the_table() -> None:
             assert isinstance(param.type, click.Choice) and tuple(param.type.choices) == option.choices
         if not option.is_flag:
             assert param.default == option.default
-
-
-def test_priority_choices_are_the_wire_formats() -> None:
-    (priority,) = [o for o in DISPATCH_OPTIONS if o.dest == "priority"]
-    assert priority.choices == PRIORITIES
 
 
 def args(**overrides: object) -> DispatchArgs:

@@ -36,7 +36,7 @@ def heavy_modules_after(imports: str, heavy: tuple[str, ...] = HEAVY) -> list[st
 
 
 def test_dispatch_command_path_imports_no_heavy_library() -> None:
-    imports = 'from covenant.cli.main import cli\ncommand = cli.get_command(None, "dispatch")\nassert command.name == "dispatch"'
+    imports = 'from covenant.cli.group import cli\ncommand = cli.get_command(None, "dispatch")\nassert command.name == "dispatch"'
     assert heavy_modules_after(imports) == []
 
 

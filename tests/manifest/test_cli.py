@@ -9,7 +9,7 @@ from pathlib import Path
 
 from click.testing import CliRunner
 
-from covenant.cli.main import cli
+from covenant.cli.group import cli
 from covenant.home import Home
 from tests.conftest import REPO_ROOT
 from tests.manifest.helpers import VALID_TOML, write_agent, write_rune

@@ -7,8 +7,6 @@ import subprocess
 import sys
 from pathlib import Path
 
-import pytest
-
 from covenant.manifest.registry import scan_agents
 from tests.conftest import EXAMPLES_DIR, require_tool
 

@@ -200,7 +200,7 @@ async def test_spawn_hook_sees_the_live_process(runner: Runner) -> None:
     assert all(isinstance(a, str) for a in seen[0]["argv"])
 
 
-async def test_agent_waits_at_its_gate_until_the_hook_returns(runner: Runner) -> None:
+async def test_agent_waits_at_its_gate_until_the_hook_returns(tmp_path: Path) -> None:
     """Behind the gated helper the agent is not even exec'd while the hook runs (it audits the spawn)."""
     seen: list[list[str]] = []
 
@@ -211,12 +211,15 @@ async def test_agent_waits_at_its_gate_until_the_hook_returns(runner: Runner) ->
                 await trio.sleep(0.01)
         for _ in range(3):
             seen.append(process.cmdline())
-            await trio.sleep(0.25)
+            await trio.sleep(0.4)
 
-    record = await runner.run(make_agent("fault.py", cpu_ms_per_task=50), make_payload("echo fast"), on_spawned=slow)
+    # Wall-clock budget = 1,000 ms of CPU budget + no grace; the hook takes 1.2 s.
+    async with Runner.open(RuntimeConfig(wall_grace_ms=0), scratch_root=tmp_path) as runner:
+        record = await runner.run(make_agent("fault.py", cpu_ms_per_task=1000), make_payload("echo fast"),
+                                  on_spawned=slow)
     assert record.outcome == "ok" and record.result and record.result["text"] == "fast"
-    # Still the helper (its argv is the whole wrapped command line) 0.5 s in, and the hook took
-    # longer than the agent's whole wall-clock budget (50 + 500 ms): that budget starts at release.
+    # Still the helper (its argv is the whole wrapped command line) 0.8 s in, and the hook took
+    # longer than the agent's whole wall-clock budget: that budget starts at release.
     assert seen == [record.argv] * 3 and len(record.argv) == 3
 
 
