@@ -10,7 +10,7 @@ import os
 import sys
 from typing import Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from covenant.errors import ConfigError
 from covenant.home import Home
@@ -22,6 +22,7 @@ __all__ = [
     "PolicyConfig",
     "DaemonConfig",
     "LogConfig",
+    "IsolationConfig",
     "load_config",
     "default_python3",
 ]
@@ -93,6 +94,26 @@ class DaemonConfig(_Section):
     drain_timeout_s: float = Field(30, ge=0, le=86_400)
 
 
+class IsolationConfig(_Section):
+    """Which uid agents run as when the daemon is root (docs/security.md)."""
+
+    uid_range: tuple[int, int] = Field(
+        (61184, 65519), description="per-agent uids are allocated from this inclusive range"
+    )
+    user: str | None = Field(None, min_length=1, description="one fixed account for every agent instead of the range")
+    require: bool = Field(False, description="refuse to start unless agents really run as other uids")
+    max_processes: int = Field(256, gt=0, le=1_000_000, description="RLIMIT_NPROC of each agent uid")
+
+    @model_validator(mode="after")
+    def _range_is_unprivileged(self) -> "IsolationConfig":
+        low, high = self.uid_range
+        if not 1000 <= low <= high <= 2**31 - 2:
+            raise ValueError(
+                f"uid_range = [{low}, {high}]: must be [low, high] with 1000 <= low <= high < 2147483647"
+            )
+        return self
+
+
 class LogConfig(_Section):
     """Daemon log output."""
 
@@ -107,13 +128,14 @@ class Config(_Section):
     # Validated here so a wrong type is reported with the rest; resolved to paths by
     # covenant.home.Home (which the pydantic-free `covenant dispatch` path also uses).
     agents_dir: str = Field("agents", min_length=1)
-    socket: str = Field("covenant.sock", min_length=1)
+    socket: str = Field("run/covenant.sock", min_length=1)
     default_agent: str | None = None
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    isolation: IsolationConfig = Field(default_factory=IsolationConfig)
 
 
 def load_config(home: Home) -> Config:

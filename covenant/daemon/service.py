@@ -37,6 +37,7 @@ from covenant.manifest.registry import scan_agents
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.check import check_capabilities
 from covenant.policy.intents import Intent, IntentVerifier
+from covenant.runtime.isolation import Isolation
 from covenant.runtime.outcome import DispatchRecord, outcome_exit_code
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
@@ -71,6 +72,7 @@ class Daemon:
         metrics: Metrics,
         socket_paths: list[str],
         network_isolation: bool,
+        isolation: Isolation | None = None,
     ) -> None:
         self.home = home
         self.config = config
@@ -84,6 +86,7 @@ class Daemon:
         self.metrics = metrics
         self.socket_paths = socket_paths
         self.network_isolation = network_isolation
+        self.isolation = isolation or Isolation.same_uid()
         self.verifier = IntentVerifier(config.policy.skew_s, config.policy.replay_cache)
         self.scheduler = Scheduler(
             max_concurrent=config.daemon.max_concurrent,
@@ -384,6 +387,8 @@ class Daemon:
             "sockets": self.socket_paths,
             "shutting_down": self.shutting_down,
             "network_isolation": self.network_isolation,
+            "isolation": self.isolation.mode,
+            "isolation_detail": self.isolation.to_json(),
             "agents": {"loaded": sorted(self.loaded.agents), "kept_previous": sorted(self.loaded.kept_previous)},
             "rejected": [p.to_json() for p in self.loaded.problems],
             "in_flight": [

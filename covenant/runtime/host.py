@@ -11,6 +11,7 @@ import ctypes
 import functools
 import os
 import shutil
+import struct
 import subprocess
 from typing import NamedTuple
 
@@ -86,9 +87,15 @@ class ExecWrapper(NamedTuple):
     argv: tuple[str, ...]
     gated: bool
     """It waits for :data:`~covenant.runtime.pdeathsig.GATE_BYTE` on stdin before exec."""
+    switches_credentials: bool = False
+    """It first reads uid and gid (8 bytes) from stdin and becomes them (a root supervisor)."""
 
 
-def pdeathsig_wrapper() -> ExecWrapper | None:
+_PROBE_UID = 65534
+"""``nobody``: the uid a credentialed helper is tried with (the uid need not exist)."""
+
+
+def pdeathsig_wrapper(*, credentials: bool = False) -> ExecWrapper | None:
     """A wrapper setting PR_SET_PDEATHSIG=SIGKILL before exec, or None (cached per process).
 
     Preferred: covenant's own static helper (:mod:`covenant.runtime.pdeathsig`,
@@ -97,8 +104,24 @@ def pdeathsig_wrapper() -> ExecWrapper | None:
     Both exec the agent in place, so the agent keeps the pid covenant spawned.
     The helper is bound to the pid of the process that built it, hence the
     cache key (a forked child builds its own).
+
+    ``credentials=True`` asks for the helper that also switches uid and gid
+    (only covenant's own helper does; None elsewhere, and the launcher then
+    switches through ``Popen(user=...)``).
     """
+    if credentials:
+        return _credentialed_wrapper(os.getpid())
     return _pdeathsig_wrapper(os.getpid())
+
+
+@functools.cache
+def _credentialed_wrapper(pid: int) -> ExecWrapper | None:
+    true = shutil.which("true", path="/usr/bin:/bin")
+    helper = pdeathsig.install_helper(credentials=True)
+    if true is None or helper is None or os.geteuid() != 0:
+        return None
+    probe = struct.pack("<II", _PROBE_UID, _PROBE_UID) + pdeathsig.GATE_BYTE
+    return ExecWrapper((helper,), gated=True, switches_credentials=True) if _works([helper, true], probe) else None
 
 
 @functools.cache

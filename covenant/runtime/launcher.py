@@ -14,20 +14,37 @@ import errno
 import logging
 import os
 import resource
+import struct
 import subprocess
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import trio
 
 from covenant.runtime import host
 
-__all__ = ["LaunchPlan", "Launched", "LaunchError", "Launcher", "ProcessGroupLauncher", "ExitStatus"]
+__all__ = [
+    "AgentCredentials",
+    "LaunchPlan",
+    "Launched",
+    "LaunchError",
+    "Launcher",
+    "ProcessGroupLauncher",
+    "ExitStatus",
+]
 
 log = logging.getLogger("covenant.runtime")
 
 
 class LaunchError(Exception):
     """The agent could not be started; the message is for the operator."""
+
+
+class AgentCredentials(NamedTuple):
+    """The unprivileged uid and gid an agent process runs as (no supplementary groups)."""
+
+    uid: int
+    gid: int
 
 
 @dataclass(frozen=True)
@@ -46,6 +63,9 @@ class LaunchPlan:
     """When isolation is asked for but impossible: refuse (True) or run unenforced."""
     pdeathsig: bool = True
     """Have the kernel SIGKILL the agent when covenant dies."""
+    credentials: AgentCredentials | None = None
+    """Run as this uid/gid, with no supplementary groups and no new privileges; None = covenant's own
+    uid (``isolation: same-uid``). Decided by :mod:`covenant.runtime.isolation`; never uid or gid 0."""
 
 
 @dataclass(frozen=True)
@@ -73,8 +93,11 @@ class Launched:
         argv: list[str],
         network_enforced: bool,
         gated: bool = False,
+        credentials: AgentCredentials | None = None,
     ) -> None:
         self.pid = popen.pid
+        self.credentials = credentials
+        """The uid/gid the agent runs as; None when it runs as covenant's own uid."""
         self.argv = argv
         self.network_enforced = network_enforced
         self.gated = gated
@@ -166,15 +189,22 @@ class ProcessGroupLauncher(Launcher):
     ``setpriority(2)`` right after the spawn returns (before the agent's own
     code runs when the PDEATHSIG helper holds it at its gate), and exec wrappers are
     added only for what cannot be done from outside: the PDEATHSIG wrapper
-    (:func:`~covenant.runtime.host.pdeathsig_wrapper`) and, for
-    ``network = "off"``, ``unshare -n``. Safe to call from any thread that
+    (:func:`~covenant.runtime.host.pdeathsig_wrapper`, which also switches to
+    the plan's credentials) and, for ``network = "off"``, ``unshare -n``
+    (run before the switch, as root). Safe to call from any thread that
     outlives the agent (PDEATHSIG is tied to the spawning thread).
     """
 
     def launch(self, plan: LaunchPlan) -> Launched:
+        creds = plan.credentials
+        if creds is not None and (creds.uid <= 0 or creds.gid <= 0):
+            raise LaunchError(f"refusing to run an agent as uid {creds.uid} / gid {creds.gid}: never root")
         prefix: list[str] = []
         network_enforced = False
         gated = False
+        # Who switches uid/gid: covenant's credentialed helper (no fork cost) or,
+        # without it, CPython in the child (Popen user=..., a full fork).
+        switch_in_helper = False
         if plan.isolate_network:
             netns = host.netns_wrapper()
             if netns is not None:
@@ -188,15 +218,24 @@ class ProcessGroupLauncher(Launcher):
                     '"advisory" in covenant.toml to accept an unenforced network limit.'
                 )
         if plan.pdeathsig:
-            wrapper = host.pdeathsig_wrapper()
+            wrapper = host.pdeathsig_wrapper(credentials=True) if creds is not None else None
+            if wrapper is None:
+                wrapper = host.pdeathsig_wrapper()
             if wrapper is not None:
                 prefix.extend(wrapper.argv)
                 gated = wrapper.gated
+                switch_in_helper = wrapper.switches_credentials
         argv = [*prefix, *plan.argv]
         # Our own pipes (O_CLOEXEC): the parent ends go straight to trio streams.
         in_r, in_w = os.pipe2(os.O_CLOEXEC)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        switch_in_popen: dict[str, object] = {}
+        if creds is not None:
+            if switch_in_helper:
+                os.write(in_w, struct.pack("<II", creds.uid, creds.gid))  # read by the helper before anything
+            else:
+                switch_in_popen = {"user": creds.uid, "group": creds.gid, "extra_groups": []}
         try:
             popen = subprocess.Popen(
                 argv,
@@ -207,6 +246,7 @@ class ProcessGroupLauncher(Launcher):
                 env=plan.env,
                 close_fds=True,
                 start_new_session=True,
+                **switch_in_popen,  # type: ignore[arg-type]
             )
         except OSError as exc:
             for fd in (in_w, out_r, err_r):
@@ -216,7 +256,7 @@ class ProcessGroupLauncher(Launcher):
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
         self._apply_limits(popen.pid, plan)
-        return Launched(popen, (in_w, out_r, err_r), argv, network_enforced, gated)
+        return Launched(popen, (in_w, out_r, err_r), argv, network_enforced, gated, creds)
 
     @staticmethod
     def _apply_limits(pid: int, plan: LaunchPlan) -> None:

@@ -80,3 +80,7 @@ class DispatchRecord(BaseModel):
     stderr_tail: str
     result: dict[str, Any] | None
     network_enforced: bool
+    isolation: Literal["uid", "same-uid"] = "same-uid"
+    """``uid``: the agent ran as an unprivileged uid of its own; ``same-uid``: as covenant's (docs/security.md)."""
+    uid: int | None = None
+    """The uid the agent ran as when ``isolation`` is ``uid``."""
