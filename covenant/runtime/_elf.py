@@ -16,13 +16,18 @@ import os
 import platform
 import struct
 from collections.abc import Sequence
+from typing import NamedTuple
 
 __all__ = [
     "ABORT",
     "JNE",
     "JE",
+    "Label",
+    "Jump",
     "CREDENTIALS_LEN",
+    "CLONE_NEWNS",
     "assemble",
+    "credentials_block",
     "switch_credentials",
     "elf_image",
     "supported",
@@ -34,82 +39,140 @@ _HEADERS = 64 + 56
 _MFD_EXEC = 0x0010
 """Linux >= 6.3: ask for an executable memfd explicitly (older kernels reject the flag)."""
 
-ABORT = b"<abort>"
-"""Marks where the abort code starts in :func:`assemble`'s pieces (exactly once)."""
-JNE = (0x85,)
-"""A piece: ``jne abort`` (rel32)."""
-JE = (0x84,)
-"""A piece: ``je abort`` (rel32)."""
+class Label(NamedTuple):
+    """A position in :func:`assemble`'s pieces that jumps can target."""
+
+    name: str
+
+
+class Jump(NamedTuple):
+    """A rel32 conditional jump (``0f <opcode> rel32``) to a :class:`Label`."""
+
+    opcode: int
+    target: str
+
+
+ABORT = Label("abort")
+"""Where the abort code starts (exactly once in a program)."""
+JNE = Jump(0x85, "abort")
+"""``jne abort``."""
+JE = Jump(0x84, "abort")
+"""``je abort``."""
 
 _JUMP_LEN = 6
 
+Piece = bytes | Label | Jump
 
-def assemble(pieces: Sequence[bytes | tuple[int]]) -> bytes:
-    """Concatenate machine code; each :data:`JNE`/:data:`JE` becomes a rel32 jump to :data:`ABORT`."""
+
+def assemble(pieces: Sequence[Piece]) -> bytes:
+    """Concatenate machine code, resolving each :class:`Jump` to its :class:`Label`."""
     at = 0
-    abort_at = None
+    labels: dict[str, int] = {}
     for piece in pieces:
-        if piece is ABORT or piece == ABORT:
-            abort_at = at
+        if isinstance(piece, Label):
+            labels[piece.name] = at
         else:
-            at += _JUMP_LEN if isinstance(piece, tuple) else len(piece)
-    if abort_at is None:
-        raise ValueError("assemble: no ABORT label among the pieces")
+            at += _JUMP_LEN if isinstance(piece, Jump) else len(piece)
     out = bytearray()
     for piece in pieces:
-        if piece == ABORT:
+        if isinstance(piece, Label):
             continue
-        if isinstance(piece, tuple):
-            rel = abort_at - (len(out) + _JUMP_LEN)
-            out += bytes([0x0F, piece[0]]) + struct.pack("<i", rel)
+        if isinstance(piece, Jump):
+            if piece.target not in labels:
+                raise ValueError(f"assemble: no label {piece.target!r}")
+            rel = labels[piece.target] - (len(out) + _JUMP_LEN)
+            out += bytes([0x0F, piece.opcode]) + struct.pack("<i", rel)
         else:
             out += piece
     return bytes(out)
 
 
-CREDENTIALS_LEN = 8
-"""Bytes :func:`switch_credentials` reads from stdin: uid then gid, each a little-endian u32."""
+CREDENTIALS_LEN = 16
+"""Bytes :func:`switch_credentials` reads from stdin first: uid, gid (u32), the mount namespace fd
+(i32, -1 = none) and the length of the cwd path that follows (u32, NUL included), little endian."""
+CLONE_NEWNS = 0x00020000
 
 
-def switch_credentials() -> list[bytes | tuple[int]]:
+def credentials_block(uid: int, gid: int, mount_ns_fd: int = -1, cwd: str | None = None) -> bytes:
+    """What the launcher writes into the helper's stdin pipe before the spawn."""
+    path = b""
+    if mount_ns_fd >= 0:
+        if cwd is None:
+            raise ValueError("a mount namespace needs the cwd to enter in it")
+        path = os.fsencode(cwd) + b"\0"
+        if len(path) > 4096:
+            raise ValueError(f"cwd too long for the helper: {cwd!r}")
+    return struct.pack("<IIiI", uid, gid, mount_ns_fd, len(path)) + path
+
+
+def switch_credentials() -> list[Piece]:
     """Code that takes the credentials from stdin and becomes them, for good.
 
-    Reads exactly :data:`CREDENTIALS_LEN` bytes from fd 0 (the supervisor
-    wrote them into the pipe before the spawn); a short read, uid 0 or gid
-    0 aborts. Then ``setgroups(0, NULL)`` (no supplementary groups),
-    ``setgid``, ``setuid`` (as root these set real, effective and saved ids,
-    and the capabilities go), and ``PR_SET_NO_NEW_PRIVS`` so no set-uid
-    program can give them back. Any failing call aborts: fail closed. The
-    two ids are kept just below the stack pointer (nothing else uses it).
+    Reads the :data:`CREDENTIALS_LEN` bytes of :func:`credentials_block`
+    (the supervisor wrote them into the pipe before the spawn); a short
+    read, uid 0 or gid 0 aborts. With a mount namespace fd it then reads the
+    cwd path, ``setns(fd, CLONE_NEWNS)`` (the agent's private /tmp and
+    /dev/shm, see :mod:`covenant.runtime.mountns`), closes the fd and
+    ``chdir``s (setns moved it to the namespace's root). Then
+    ``setgroups(0, NULL)`` (no supplementary groups), ``setgid``, ``setuid``
+    (as root these set real, effective and saved ids, and the capabilities
+    go), and ``PR_SET_NO_NEW_PRIVS`` so no set-uid program can give them
+    back. Any failing call aborts: fail closed. The block sits just below
+    the stack pointer, the path 4 KiB further down (nothing else uses them).
     """
     check = b"\x85\xc0"  # test %eax, %eax
     syscall = b"\x0f\x05"
     return [
         b"\x31\xc0",  # xor %eax, %eax            read
         b"\x31\xff",  # xor %edi, %edi            fd 0
-        b"\x48\x8d\x74\x24\xf0",  # lea -16(%rsp), %rsi
-        b"\xba\x08\x00\x00\x00",  # mov $8, %edx
+        b"\x48\x8d\x74\x24\xe0",  # lea -32(%rsp), %rsi
+        b"\xba\x10\x00\x00\x00",  # mov $16, %edx
         syscall,
-        b"\x83\xf8\x08",  # cmp $8, %eax
+        b"\x83\xf8\x10",  # cmp $16, %eax
         JNE,
-        b"\x8b\x7c\x24\xf4",  # mov -12(%rsp), %edi    gid
+        b"\x8b\x7c\x24\xe4",  # mov -28(%rsp), %edi    gid
         b"\x85\xff",  # test %edi, %edi
         JE,
-        b"\x8b\x7c\x24\xf0",  # mov -16(%rsp), %edi    uid
+        b"\x8b\x7c\x24\xe0",  # mov -32(%rsp), %edi    uid
         b"\x85\xff",  # test %edi, %edi
         JE,
+        b"\x8b\x7c\x24\xe8",  # mov -24(%rsp), %edi    mount namespace fd
+        b"\x83\xff\xff",  # cmp $-1, %edi
+        Jump(0x84, "no_mount_ns"),
+        b"\x31\xc0",  # xor %eax, %eax            read the cwd
+        b"\x31\xff",  # xor %edi, %edi
+        b"\x48\x8d\xb4\x24\xc0\xef\xff\xff",  # lea -4160(%rsp), %rsi
+        b"\x8b\x54\x24\xec",  # mov -20(%rsp), %edx    its length
+        syscall,
+        b"\x3b\x44\x24\xec",  # cmp -20(%rsp), %eax
+        JNE,
+        b"\x8b\x7c\x24\xe8",  # mov -24(%rsp), %edi
+        b"\xbe\x00\x00\x02\x00",  # mov $CLONE_NEWNS, %esi
+        b"\xb8\x34\x01\x00\x00",  # mov $308, %eax        setns
+        syscall,
+        check,
+        JNE,
+        b"\x8b\x7c\x24\xe8",  # mov -24(%rsp), %edi
+        b"\xb8\x03\x00\x00\x00",  # mov $3, %eax          close
+        syscall,
+        b"\x48\x8d\xbc\x24\xc0\xef\xff\xff",  # lea -4160(%rsp), %rdi
+        b"\xb8\x50\x00\x00\x00",  # mov $80, %eax         chdir
+        syscall,
+        check,
+        JNE,
+        Label("no_mount_ns"),
         b"\x31\xff",  # xor %edi, %edi
         b"\x31\xf6",  # xor %esi, %esi
         b"\xb8\x74\x00\x00\x00",  # mov $116, %eax        setgroups(0, NULL)
         syscall,
         check,
         JNE,
-        b"\x8b\x7c\x24\xf4",  # mov -12(%rsp), %edi
+        b"\x8b\x7c\x24\xe4",  # mov -28(%rsp), %edi
         b"\xb8\x6a\x00\x00\x00",  # mov $106, %eax        setgid
         syscall,
         check,
         JNE,
-        b"\x8b\x7c\x24\xf0",  # mov -16(%rsp), %edi
+        b"\x8b\x7c\x24\xe0",  # mov -32(%rsp), %edi
         b"\xb8\x69\x00\x00\x00",  # mov $105, %eax        setuid
         syscall,
         check,

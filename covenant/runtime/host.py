@@ -11,11 +11,10 @@ import ctypes
 import functools
 import os
 import shutil
-import struct
 import subprocess
 from typing import NamedTuple
 
-from covenant.runtime import pdeathsig
+from covenant.runtime import _elf, pdeathsig
 
 __all__ = [
     "set_child_subreaper",
@@ -120,7 +119,7 @@ def _credentialed_wrapper(pid: int) -> ExecWrapper | None:
     helper = pdeathsig.install_helper(credentials=True)
     if true is None or helper is None or os.geteuid() != 0:
         return None
-    probe = struct.pack("<II", _PROBE_UID, _PROBE_UID) + pdeathsig.GATE_BYTE
+    probe = _elf.credentials_block(_PROBE_UID, _PROBE_UID) + pdeathsig.GATE_BYTE
     return ExecWrapper((helper,), gated=True, switches_credentials=True) if _works([helper, true], probe) else None
 
 

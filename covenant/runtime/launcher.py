@@ -14,14 +14,13 @@ import errno
 import logging
 import os
 import resource
-import struct
 import subprocess
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
 import trio
 
-from covenant.runtime import host
+from covenant.runtime import _elf, host
 
 __all__ = [
     "AgentCredentials",
@@ -66,6 +65,9 @@ class LaunchPlan:
     credentials: AgentCredentials | None = None
     """Run as this uid/gid, with no supplementary groups and no new privileges; None = covenant's own
     uid (``isolation: same-uid``). Decided by :mod:`covenant.runtime.isolation`; never uid or gid 0."""
+    mount_namespace: str | None = None
+    """A mount namespace file (``/proc/<pid>/ns/mnt``) to run in: the agent uid's private /tmp and
+    /dev/shm (:mod:`covenant.runtime.mountns`). Needs ``credentials`` and covenant's exec helper."""
 
 
 @dataclass(frozen=True)
@@ -231,11 +233,28 @@ class ProcessGroupLauncher(Launcher):
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
         switch_in_popen: dict[str, object] = {}
-        if creds is not None:
-            if switch_in_helper:
-                os.write(in_w, struct.pack("<II", creds.uid, creds.gid))  # read by the helper before anything
-            else:
-                switch_in_popen = {"user": creds.uid, "group": creds.gid, "extra_groups": []}
+        ns_fd = -1
+        try:
+            if plan.mount_namespace is not None:
+                if not switch_in_helper:
+                    raise LaunchError(
+                        "a private /tmp needs covenant's exec helper (x86-64, runtime.pdeathsig = true); "
+                        "refusing to run the agent without it"
+                    )
+                ns_fd = os.open(plan.mount_namespace, os.O_RDONLY | os.O_CLOEXEC)
+            if creds is not None:
+                if switch_in_helper:
+                    # Read by the helper before anything else; pipe capacity is far above its 4 KiB.
+                    os.write(in_w, _elf.credentials_block(creds.uid, creds.gid, ns_fd, plan.cwd))
+                else:
+                    switch_in_popen = {"user": creds.uid, "group": creds.gid, "extra_groups": []}
+        except (LaunchError, OSError) as exc:
+            for fd in (in_r, in_w, out_r, out_w, err_r, err_w, ns_fd):
+                if fd >= 0:
+                    os.close(fd)
+            if isinstance(exc, LaunchError):
+                raise
+            raise LaunchError(f"cannot enter the agent's mount namespace {plan.mount_namespace}: {exc}") from None
         try:
             popen = subprocess.Popen(
                 argv,
@@ -246,6 +265,7 @@ class ProcessGroupLauncher(Launcher):
                 env=plan.env,
                 close_fds=True,
                 start_new_session=True,
+                pass_fds=(ns_fd,) if ns_fd >= 0 else (),
                 **switch_in_popen,  # type: ignore[arg-type]
             )
         except OSError as exc:
@@ -255,6 +275,8 @@ class ProcessGroupLauncher(Launcher):
         finally:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
+            if ns_fd >= 0:
+                os.close(ns_fd)
         self._apply_limits(popen.pid, plan)
         return Launched(popen, (in_w, out_r, err_r), argv, network_enforced, gated, creds)
 

@@ -83,7 +83,7 @@ GATE_BYTE = b"\x01"
 
 def _code(parent_pid: int, credentials: bool) -> bytes:
     syscall = b"\x0f\x05"
-    pieces: list[bytes | tuple[int]] = _elf.switch_credentials() if credentials else []
+    pieces: list[_elf.Piece] = _elf.switch_credentials() if credentials else []
     pieces += [
         b"\xbf\x01\x00\x00\x00",  # mov $1, %edi            PR_SET_PDEATHSIG
         b"\xbe\x09\x00\x00\x00",  # mov $9, %esi            SIGKILL

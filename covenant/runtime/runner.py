@@ -19,6 +19,7 @@ import os
 import resource
 import shutil
 import signal
+import sys
 import time
 from functools import partial
 from collections.abc import AsyncIterator, Awaitable, Callable
@@ -44,6 +45,7 @@ from covenant.runtime.launcher import (
     ProcessGroupLauncher,
 )
 from covenant.runtime.liveroots import LiveRoots
+from covenant.runtime.mountns import MountNamespaces
 from covenant.runtime.outcome import DispatchRecord
 from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.run_state import RunState
@@ -70,7 +72,8 @@ _KILL_WAIT_S = 10.0
 _SPAWN_THREADS = 4
 """Threads that spawn agents while other dispatches are in flight."""
 SHARED_TMP_DIRS = ("/dev/shm", "/tmp")
-"""World-writable dirs an agent uid can write to: what it left there is removed and counted."""
+"""World-writable host dirs: without private ones (:mod:`~covenant.runtime.mountns`), what an agent
+uid left there is removed and counted after its last run."""
 
 
 SpawnHook = Callable[[dict[str, Any]], Awaitable[None]]
@@ -94,8 +97,11 @@ class Runner:
         sampler: Sampler,
         isolation: Isolation | None = None,
         live_roots: LiveRoots | None = None,
+        mount_namespaces: MountNamespaces | None = None,
     ) -> None:
         self.config = config
+        self.mount_namespaces = mount_namespaces
+        """Each agent uid's private /tmp and /dev/shm; None: the host's (swept per uid instead)."""
         self.isolation = isolation or Isolation.same_uid()
         self.live_roots = live_roots or LiveRoots()
         """Shared with a replica supervisor: a uid is swept only when its last live root ends."""
@@ -145,8 +151,13 @@ class Runner:
             await trio.to_thread.run_sync(host.pdeathsig_wrapper)
             if enforced:
                 await trio.to_thread.run_sync(partial(host.pdeathsig_wrapper, credentials=True))
+        mount_namespaces = None
+        if enforced:
+            mount_namespaces = await trio.to_thread.run_sync(cls._private_tmp, config, scratch_root, isolation)
         sampler = Sampler(config.sample_interval_ms)
-        runner = cls(config, scratch_root, launcher or ProcessGroupLauncher(), sampler, isolation, live_roots)
+        runner = cls(
+            config, scratch_root, launcher or ProcessGroupLauncher(), sampler, isolation, live_roots, mount_namespaces
+        )
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sampler.run)
@@ -166,6 +177,34 @@ class Runner:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(runner.scratch.close)
                 await trio.to_thread.run_sync(runner._spawner.close)
+                if mount_namespaces is not None:
+                    await trio.to_thread.run_sync(mount_namespaces.close)
+
+    @classmethod
+    def _private_tmp(cls, config: RuntimeConfig, scratch_root: Path, isolation: Isolation | None) -> MountNamespaces | None:
+        """Private /tmp and /dev/shm per agent uid when this host allows them (one probe namespace)."""
+        import covenant
+
+        needed = [str(scratch_root), sys.executable, os.path.dirname(covenant.__file__)]
+        needed += [p for p in (cls.resolve_program(config.python3, config.path),
+                               cls.resolve_program(config.node, config.path)) if p]
+        spaces = MountNamespaces(scratch_root.parent / "isolation" / "stage", needed)
+        problem = None
+        if not spaces.available():
+            problem = "covenant's credentialed exec helper is not available here (x86-64 only)"
+        else:
+            try:
+                spaces.namespace_for(0, 1, [])  # uid 0 is never an agent's: a probe, closed at once
+            except OSError as exc:
+                problem = str(exc)
+            spaces.close()
+        if problem is None:
+            return spaces
+        message = f"no private /tmp and /dev/shm for agents ({problem}); what agent uids leave there is removed after their runs"
+        log.warning("agents share the host's /tmp and /dev/shm", extra={"detail": message})
+        if isolation is not None:
+            isolation.problems.append(message)
+        return None
 
     @staticmethod
     def resolve_program(name: str, path: str) -> str | None:
@@ -248,8 +287,12 @@ class Runner:
         try:
             if scratch is None:
                 scratch = self.scratch.make()
+            mount_namespace = None
             if creds is not None:
                 os.chown(scratch, creds.uid, creds.gid)  # its HOME and TMPDIR: 0700, the agent's own
+                if self.mount_namespaces is not None:
+                    needed = [str(agent.root), *([str(agent.entry)] if agent.entry else [])]
+                    mount_namespace = self.mount_namespaces.namespace_for(creds.uid, agent.resources.disk_mb, needed)
             env = agent_environment(
                 self.config, agent_id=agent.id, intent_id=intent_id, scratch=scratch, parent_env=os.environ
             )
@@ -263,6 +306,7 @@ class Runner:
                 network_required=self.config.network_enforcement == "strict",
                 pdeathsig=self.config.pdeathsig,
                 credentials=creds,
+                mount_namespace=mount_namespace,
             )
             return scratch, self.launcher.launch(plan)
         except (LaunchError, OSError) as exc:
@@ -609,6 +653,8 @@ class Runner:
             if not killed:
                 log.error("cannot sweep agent uid", extra={"agent": agent_id, "intent": intent_id, "uid": creds.uid})
             self._reap_adopted()
+            if self.mount_namespaces is not None:
+                return await trio.to_thread.run_sync(self.mount_namespaces.collect, creds.uid)
             return await trio.to_thread.run_sync(remove_owned_entries, SHARED_TMP_DIRS, creds.uid)
         finally:
             del self._sweeping[creds.uid]

@@ -23,7 +23,6 @@ from __future__ import annotations
 import functools
 import os
 import shutil
-import struct
 import subprocess
 import threading
 
@@ -42,7 +41,7 @@ def _code() -> bytes:
         b"\xb8\x3e\x00\x00\x00",  # mov $62, %eax   kill(-1, SIGKILL)
         syscall,
     ]
-    pieces: list[bytes | tuple[int]] = [
+    pieces: list[_elf.Piece] = [
         *_elf.switch_credentials(),
         *kill_all,
         *kill_all,
@@ -96,7 +95,7 @@ def kill_uid(uid: int, gid: int) -> bool:
     if helper is not None:
         read_end, write_end = os.pipe2(os.O_CLOEXEC)
         try:
-            os.write(write_end, struct.pack("<II", uid, gid))
+            os.write(write_end, _elf.credentials_block(uid, gid))
             os.close(write_end)
             write_end = -1
             done = subprocess.run([helper], stdin=read_end, env={}, close_fds=True, check=False)
