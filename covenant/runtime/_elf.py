@@ -28,7 +28,8 @@ __all__ = [
     "CLONE_NEWNS",
     "assemble",
     "credentials_block",
-    "switch_credentials",
+    "read_credentials",
+    "become_credentials",
     "elf_image",
     "supported",
     "install_sealed",
@@ -105,20 +106,20 @@ def credentials_block(uid: int, gid: int, mount_ns_fd: int = -1, cwd: str | None
     return struct.pack("<IIiI", uid, gid, mount_ns_fd, len(path)) + path
 
 
-def switch_credentials() -> list[Piece]:
-    """Code that takes the credentials from stdin and becomes them, for good.
+def read_credentials() -> list[Piece]:
+    """Code that reads the credentials from stdin and enters the mount namespace (still as root).
 
     Reads the :data:`CREDENTIALS_LEN` bytes of :func:`credentials_block`
     (the supervisor wrote them into the pipe before the spawn); a short
     read, uid 0 or gid 0 aborts. With a mount namespace fd it then reads the
     cwd path, ``setns(fd, CLONE_NEWNS)`` (the agent's private /tmp and
     /dev/shm, see :mod:`covenant.runtime.mountns`), closes the fd and
-    ``chdir``s (setns moved it to the namespace's root). Then
-    ``setgroups(0, NULL)`` (no supplementary groups), ``setgid``, ``setuid``
-    (as root these set real, effective and saved ids, and the capabilities
-    go), and ``PR_SET_NO_NEW_PRIVS`` so no set-uid program can give them
-    back. Any failing call aborts: fail closed. The block sits just below
-    the stack pointer, the path 4 KiB further down (nothing else uses them).
+    ``chdir``s (setns moved it to the namespace's root). Any failing call
+    aborts: fail closed. The block sits just below the stack pointer, the
+    path 4 KiB further down (nothing else uses them). :func:`become_credentials`
+    comes later: between the two the supervisor sets the rlimits and nice
+    value from outside, which needs the process to still be root when
+    covenant lacks CAP_SYS_RESOURCE (the systemd unit).
     """
     check = b"\x85\xc0"  # test %eax, %eax
     syscall = b"\x0f\x05"
@@ -161,6 +162,21 @@ def switch_credentials() -> list[Piece]:
         check,
         JNE,
         Label("no_mount_ns"),
+    ]
+
+
+def become_credentials() -> list[Piece]:
+    """Code that becomes the uid/gid :func:`read_credentials` read, for good.
+
+    ``setgroups(0, NULL)`` (no supplementary groups), ``setgid``, ``setuid``
+    (as root these set real, effective and saved ids, and the capabilities
+    go), and ``PR_SET_NO_NEW_PRIVS`` so no set-uid program can give them
+    back. Any failing call aborts. The kernel clears PR_SET_PDEATHSIG on a
+    credential change: arm it after this.
+    """
+    check = b"\x85\xc0"  # test %eax, %eax
+    syscall = b"\x0f\x05"
+    return [
         b"\x31\xff",  # xor %edi, %edi
         b"\x31\xf6",  # xor %esi, %esi
         b"\xb8\x74\x00\x00\x00",  # mov $116, %eax        setgroups(0, NULL)

@@ -215,6 +215,15 @@ class Isolation:
             os.close(fd)
         return path
 
+    def probe_credentials(self) -> AgentCredentials | None:
+        """Credentials that stand for every agent in access checks: the fixed user, or a range uid
+        that owns nothing; None in ``same-uid`` mode."""
+        if self._fixed is not None:
+            return self._fixed
+        if self._table is not None:
+            return AgentCredentials(self._table.low, self._table.low)
+        return None
+
     def owns_uid(self, uid: int) -> bool:
         """Is ``uid`` one covenant gives to agents (the range, the table, or the fixed user)?"""
         if self._fixed is not None:
@@ -317,7 +326,7 @@ def _may(st: os.stat_result, uid: int, gid: int, bits: int) -> bool:
 
 
 def reachability_problems(
-    needs: Iterable[tuple[str, str, str]], isolation: Isolation, probe_agent: str = "covenant-probe"
+    needs: Iterable[tuple[str, str, str]], isolation: Isolation
 ) -> list[str]:
     """What an agent uid cannot reach among ``needs``: (path, "file" | "read" | "dir", the setting to change).
 
@@ -325,10 +334,10 @@ def reachability_problems(
     ancestor directory searchable, for the uid agents run as (for a uid
     range: a uid that owns nothing). Symlinks are resolved first.
     """
-    if not isolation.enforced:
+    probe = isolation.probe_credentials()
+    if probe is None:
         return []
-    fixed = isolation._fixed
-    uid, gid = (fixed.uid, fixed.gid) if fixed is not None else (isolation._table.low, isolation._table.low)  # type: ignore[union-attr]
+    uid, gid = probe
     problems = []
     for path, kind, setting in needs:
         real = os.path.realpath(path)

@@ -190,7 +190,9 @@ class Runner:
                                cls.resolve_program(config.node, config.path)) if p]
         spaces = MountNamespaces(scratch_root.parent / "isolation" / "stage", needed)
         problem = None
-        if not spaces.available():
+        if not config.pdeathsig:
+            problem = "runtime.pdeathsig = false: agents start without covenant's exec helper, which enters it"
+        elif not spaces.available():
             problem = "covenant's credentialed exec helper is not available here (x86-64 only)"
         else:
             try:

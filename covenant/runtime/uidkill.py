@@ -42,7 +42,8 @@ def _code() -> bytes:
         syscall,
     ]
     pieces: list[_elf.Piece] = [
-        *_elf.switch_credentials(),
+        *_elf.read_credentials(),
+        *_elf.become_credentials(),
         *kill_all,
         *kill_all,
         b"\x31\xff",  # xor %edi, %edi
