@@ -169,10 +169,12 @@ def become_credentials() -> list[Piece]:
     """Code that becomes the uid/gid :func:`read_credentials` read, for good.
 
     ``setgroups(0, NULL)`` (no supplementary groups), ``setgid``, ``setuid``
-    (as root these set real, effective and saved ids, and the capabilities
-    go), and ``PR_SET_NO_NEW_PRIVS`` so no set-uid program can give them
-    back. Any failing call aborts. The kernel clears PR_SET_PDEATHSIG on a
-    credential change: arm it after this.
+    (as root these set real, effective and saved ids), every capability
+    dropped (ambient cleared, then ``capset`` to empty sets: a non-root
+    daemon holding CAP_SETUID would otherwise pass it on), and
+    ``PR_SET_NO_NEW_PRIVS`` so no set-uid program can give them back. Any
+    failing call aborts. The kernel clears PR_SET_PDEATHSIG on a credential
+    change: arm it after this.
     """
     check = b"\x85\xc0"  # test %eax, %eax
     syscall = b"\x0f\x05"
@@ -190,6 +192,29 @@ def become_credentials() -> list[Piece]:
         JNE,
         b"\x8b\x7c\x24\xe0",  # mov -32(%rsp), %edi
         b"\xb8\x69\x00\x00\x00",  # mov $105, %eax        setuid
+        syscall,
+        check,
+        JNE,
+        # A daemon that is not root but holds capabilities (the systemd unit) keeps them across a
+        # setuid between two non-zero uids: drop every one, ambient first, then capset(all zero).
+        b"\xbf\x2f\x00\x00\x00",  # mov $47, %edi         PR_CAP_AMBIENT
+        b"\xbe\x04\x00\x00\x00",  # mov $4, %esi          PR_CAP_AMBIENT_CLEAR_ALL
+        b"\x31\xd2",  # xor %edx, %edx
+        b"\x45\x31\xd2",  # xor %r10d, %r10d
+        b"\x45\x31\xc0",  # xor %r8d, %r8d
+        b"\xb8\x9d\x00\x00\x00",  # mov $157, %eax        prctl
+        syscall,
+        check,
+        JNE,
+        b"\xc7\x44\x24\xa0\x22\x05\x08\x20",  # movl $0x20080522, -96(%rsp)   header: version 3
+        b"\x31\xc0",  # xor %eax, %eax
+        b"\x89\x44\x24\xa4",  # mov %eax, -92(%rsp)                      header: pid 0 (self)
+        b"\x48\x89\x44\x24\xa8",  # mov %rax, -88(%rsp)                data: all zero
+        b"\x48\x89\x44\x24\xb0",  # mov %rax, -80(%rsp)
+        b"\x48\x89\x44\x24\xb8",  # mov %rax, -72(%rsp)
+        b"\x48\x8d\x7c\x24\xa0",  # lea -96(%rsp), %rdi
+        b"\x48\x8d\x74\x24\xa8",  # lea -88(%rsp), %rsi
+        b"\xb8\x7e\x00\x00\x00",  # mov $126, %eax        capset
         syscall,
         check,
         JNE,
