@@ -21,6 +21,7 @@ import trio
 
 from covenant import __version__
 from covenant.clock import ms_from_iso, now_ms
+from covenant.audit.errors import AuditUnavailable
 from covenant.audit.writer import AuditLog
 from covenant.config import Config
 from covenant.daemon import systemd
@@ -218,10 +219,13 @@ async def serve_daemon(
                     await lifecycle.serve_until_stop_signal(signals)
                     await lifecycle.drain(signals)
                     nursery.cancel_scope.cancel()
-                await audit.record(
-                    "daemon.stop",
-                    {"exit_code": lifecycle.exit_code, "cancelled": lifecycle.cancelled},
-                )
+                try:
+                    await audit.record(
+                        "daemon.stop",
+                        {"exit_code": lifecycle.exit_code, "cancelled": lifecycle.cancelled},
+                    )
+                except AuditUnavailable as exc:
+                    log.error("daemon.stop could not be recorded", extra={"error": exc.message})
         for sock in sockets:
             sock.close()
         if not activated and options.socket_path.exists():
