@@ -15,6 +15,7 @@ import click
 from covenant.cli._common import CliContext, ask_daemon, fail, pass_cli, print_json, reports_errors
 from covenant.errors import ExitCode
 from covenant.home import Home
+from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.problems import Problem
 from covenant.manifest.registry import Registry, check_paths, scan_agents
@@ -22,11 +23,18 @@ from covenant.manifest.registry import Registry, check_paths, scan_agents
 __all__ = ["agents"]
 
 
+def _limits(home: Home) -> ManifestLimits:
+    """The manifest limits of the home's covenant.toml (a bad covenant.toml is a usage error, exit 2)."""
+    from covenant.config import load_config
+
+    return ManifestLimits.from_config(load_config(home).runtime)
+
+
 def _load_registry(home: Home) -> Registry:
     """What the running daemon has loaded; without a daemon, a scan of the home's agents folder."""
     loaded = ask_daemon(home, "/v1/agents")
     if loaded is None:
-        return scan_agents(home.agents_dir)
+        return scan_agents(home.agents_dir, _limits(home))
     agents = [AgentSpec.model_validate(doc, strict=False) for doc in loaded["agents"]]
     problems = [_problem(p) for p in loaded["problems"]]
     notes = [_problem(n) for n in loaded.get("notes", [])]
@@ -144,7 +152,7 @@ def check(cli: CliContext, paths: tuple[Path, ...], as_json: bool) -> None:
     go to stderr and never count as problems. Exits 0 when everything is
     valid and 1 otherwise.
     """
-    registry = check_paths(list(paths)) if paths else _load_registry(cli.home)
+    registry = check_paths(list(paths), _limits(cli.home)) if paths else _load_registry(cli.home)
     warnings = [(s.manifest_path, w) for s in registry.agents.values() for w in s.warnings]
     if as_json:
         print_json(

@@ -27,6 +27,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from covenant.manifest.agent_toml import key_line, load_agent_toml, normalize_agent_id
+from covenant.manifest.limits import DEFAULT_LIMITS, ManifestLimits
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.problems import ManifestError, Problem
 from covenant.manifest.security import escape_problem, ownership_problems
@@ -82,7 +83,7 @@ def _package_folders(manifest: Path, real_root: str) -> list[Path]:
     return folders
 
 
-def _load_one(manifest: Path, real_root: str | None) -> _Loaded:
+def _load_one(manifest: Path, real_root: str | None, limits: ManifestLimits) -> _Loaded:
     """Load one manifest with its security checks; raises ManifestError with every problem."""
     problems: list[Problem] = []
     if real_root is not None:
@@ -100,17 +101,17 @@ def _load_one(manifest: Path, real_root: str | None) -> _Loaded:
         if manifest.name == RUNEFILE:
             from covenant.manifest.runefile import load_rune_package  # yaml and pydantic models only when needed
 
-            package = load_rune_package(manifest.parent)
+            package = load_rune_package(manifest.parent, limits)
             spec = package.to_agent_spec()
             for path in package.files[1:]:
                 problems.extend(ownership_problems(path, "the package file"))
         elif manifest.name == WORKFLOW_FILE:
             from covenant.manifest.workflow_agent import load_workflow_agent
 
-            workflow = load_workflow_agent(manifest)
+            workflow = load_workflow_agent(manifest, limits)
             spec = workflow.spec
         else:
-            spec = load_agent_toml(manifest)
+            spec = load_agent_toml(manifest, limits)
             if spec.entry is not None:
                 problems.extend(ownership_problems(spec.entry, "the entry"))
     except ManifestError as exc:
@@ -133,7 +134,10 @@ def _id_line(path: Path) -> int | None:
 
 
 def _assemble(
-    manifests: list[tuple[Path, str | None]], problems: list[Problem], notes: list[Problem] | None = None
+    manifests: list[tuple[Path, str | None]],
+    problems: list[Problem],
+    notes: list[Problem],
+    limits: ManifestLimits,
 ) -> Registry:
     """Load every manifest, then reject every id declared by more than one file."""
     sources: dict[Path, str | None] = {}
@@ -141,7 +145,7 @@ def _assemble(
     for manifest, real_root in manifests:
         sources[manifest] = None
         try:
-            loaded.append(_load_one(manifest, real_root))
+            loaded.append(_load_one(manifest, real_root, limits))
         except ManifestError as exc:
             problems.extend(exc.problems)
     by_id: dict[str, list[_Loaded]] = {}
@@ -178,7 +182,7 @@ def _assemble(
         sources=sources,
         rune_packages=packages,
         workflows=workflows,
-        notes=sorted(notes or [], key=lambda p: str(p.path)),
+        notes=sorted(notes, key=lambda p: str(p.path)),
     )
 
 
@@ -248,8 +252,10 @@ def _folder_problems(folder: Path) -> list[Problem]:
     return ownership_problems(folder, "the agents folder")
 
 
-def scan_agents(agents_dir: Path) -> Registry:
+def scan_agents(agents_dir: Path, limits: ManifestLimits = DEFAULT_LIMITS) -> Registry:
     """Scan ``agents_dir``: valid agents, every problem, and the fate of every manifest file.
+
+    ``limits`` bound every file read (``ManifestLimits.from_config(config.runtime)``).
 
     A missing folder is an empty registry with one problem. An agents folder
     writable by group or others is one problem and no agent is loaded from it.
@@ -272,10 +278,10 @@ def scan_agents(agents_dir: Path) -> Registry:
     real_root = os.path.realpath(agents_dir)
     notes: list[Problem] = []
     manifests = _manifests_in(agents_dir, notes)
-    return _assemble([(m, real_root) for m in manifests], [], notes)
+    return _assemble([(m, real_root) for m in manifests], [], notes, limits)
 
 
-def check_paths(paths: list[Path]) -> Registry:
+def check_paths(paths: list[Path], limits: ManifestLimits = DEFAULT_LIMITS) -> Registry:
     """``covenant agents check PATH…``: each PATH is a manifest, a package folder or an agents folder.
 
     Files and package folders named explicitly are not held to the
@@ -302,10 +308,10 @@ def check_paths(paths: list[Path]) -> Registry:
             manifests.extend((m, real_root) for m in _manifests_in(path, notes))
         else:
             manifests.append((path, None))
-    return _assemble(manifests, problems, notes)
+    return _assemble(manifests, problems, notes, limits)
 
 
-def load_path(path: Path) -> AgentSpec:
+def load_path(path: Path, limits: ManifestLimits = DEFAULT_LIMITS) -> AgentSpec:
     """One agent from a ``*.toml`` file, a folder with ``agent.toml``, a ``Runefile`` or a ``workflow.yaml``.
 
     Used by ``covenant run PATH``; the same ownership checks as the registry
@@ -322,4 +328,4 @@ def load_path(path: Path) -> AgentSpec:
         path = candidates[0]
     elif not os.path.lexists(path):
         raise ManifestError([Problem(path, None, None, "io error: does not exist")])
-    return _load_one(path, None).spec
+    return _load_one(path, None, limits).spec

@@ -19,6 +19,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictStr
 
 from covenant.manifest._yamlio import problem_at, read_yaml, validate_model
+from covenant.manifest.limits import DEFAULT_LIMITS, ManifestLimits
 from covenant.manifest.model import MAX_CPU_MS, AgentSpec, Capabilities, Resources
 from covenant.manifest.problems import ManifestError, Problem
 from covenant.manifest.tools import (
@@ -238,8 +239,9 @@ def _mcp_warnings(runefile: Runefile) -> tuple[str, ...]:
 class _Tools:
     """The package's tools: every built-in, then custom descriptors from the Runefile and ``tools/``."""
 
-    def __init__(self, root: Path, problems: list[Problem], files: list[Path]) -> None:
+    def __init__(self, root: Path, problems: list[Problem], files: list[Path], max_bytes: int) -> None:
         self.root = root
+        self.max_bytes = max_bytes
         self.real_root = os.path.realpath(root)
         self.problems = problems
         self.files = files
@@ -273,7 +275,7 @@ class _Tools:
             return
         for path in sorted(tools_dir.glob("*.yaml")):
             self.files.append(path)
-            loaded = read_yaml(path, self.problems)
+            loaded = read_yaml(path, self.problems, self.max_bytes)
             if loaded is None:
                 continue
             text, data = loaded
@@ -282,20 +284,24 @@ class _Tools:
                 self.add(tool, path, text, (), str(path))
 
 
-def load_rune_package(folder: Path) -> RunePackage:
-    """Read and validate a Rune package folder; raises ManifestError with every problem found."""
+def load_rune_package(folder: Path, limits: ManifestLimits = DEFAULT_LIMITS) -> RunePackage:
+    """Read and validate a Rune package folder; raises ManifestError with every problem found.
+
+    Every file is read under ``limits.max_bytes`` and the YAML bounds of
+    :mod:`covenant.manifest.limits`.
+    """
     root = Path(os.path.abspath(folder))
     problems: list[Problem] = []
     runefile_path = root / RUNEFILE
     files: list[Path] = [runefile_path]
 
     runefile: Runefile | None = None
-    loaded = read_yaml(runefile_path, problems)
+    loaded = read_yaml(runefile_path, problems, limits.max_bytes)
     if loaded is not None:
         rf_text, data = loaded
         runefile = validate_model(Runefile, data, runefile_path, rf_text, problems)
 
-    catalogue = _Tools(root, problems, files)
+    catalogue = _Tools(root, problems, files, limits.max_bytes)
     if runefile is not None:
         for index, tool in enumerate(runefile.tools):
             catalogue.add(tool, runefile_path, rf_text, ("tools", index), f"{runefile_path} tools[{index}]")
@@ -306,7 +312,7 @@ def load_rune_package(folder: Path) -> RunePackage:
     workflow_path: Path | None = root / WORKFLOW_FILE
     if workflow_path is not None and workflow_path.exists():
         files.append(workflow_path)
-        wf_loaded = read_yaml(workflow_path, problems)
+        wf_loaded = read_yaml(workflow_path, problems, limits.max_bytes)
         if wf_loaded is not None:
             wf_text, wf_data = wf_loaded
             workflow = validate_model(Workflow, wf_data, workflow_path, wf_text, problems)

@@ -15,6 +15,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from covenant.manifest._yamlio import problem_at, read_yaml, validate_model
+from covenant.manifest.limits import DEFAULT_LIMITS, ManifestLimits
 from covenant.manifest.model import AgentSpec, Resources
 from covenant.manifest.problems import ManifestError, Problem
 from covenant.manifest.workflow import Workflow, workflow_problems
@@ -33,11 +34,11 @@ class WorkflowAgent:
     spec: AgentSpec
 
 
-def load_workflow_agent(path: Path) -> WorkflowAgent:
+def load_workflow_agent(path: Path, limits: ManifestLimits = DEFAULT_LIMITS) -> WorkflowAgent:
     """Read ``path`` (a workflow.yaml) as a workflow agent; raises ManifestError with every problem."""
     path = Path(os.path.abspath(path))
     problems: list[Problem] = []
-    loaded = read_yaml(path, problems)
+    loaded = read_yaml(path, problems, limits.max_bytes)
     if loaded is None:
         raise ManifestError(problems)
     text, data = loaded
