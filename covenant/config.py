@@ -59,6 +59,12 @@ class RuntimeConfig(_Section):
     pdeathsig: bool = Field(
         True, description="start agents through a PR_SET_PDEATHSIG=SIGKILL wrapper (docs/runtime.md)"
     )
+    max_manifest_bytes: int = Field(
+        1024 * 1024, ge=1024, le=1 << 30, description="largest manifest or package file read; larger ones are refused unread"
+    )
+    allow_system_entries: bool = Field(
+        False, description="let agent.toml entry name a program outside its package folder (absolute, '..', symlink out)"
+    )
 
 
 class AuditConfig(_Section):

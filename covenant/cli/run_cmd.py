@@ -49,13 +49,14 @@ def run_once(cli: CliContext, path: Path, text: str) -> Any:
     import trio
 
     from covenant.config import load_config
+    from covenant.manifest.limits import ManifestLimits
     from covenant.manifest.registry import load_path
     from covenant.runtime.host import set_child_subreaper
     from covenant.runtime.records import DispatchStore
     from covenant.runtime.runner import Runner
 
-    agent = load_path(path)
     config = load_config(cli.home)
+    agent = load_path(path, ManifestLimits.from_config(config.runtime))
     payload = {
         "id": str(uuid.uuid4()),
         "text": text,

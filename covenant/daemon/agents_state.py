@@ -41,10 +41,12 @@ class LoadedAgents:
     problems: list[Problem]
     sources: dict[Path, str | None]
     kept_previous: frozenset[str] = frozenset()
+    notes: tuple[Problem, ...] = ()
+    """Info notes of the last scan (files ignored because they are not manifests)."""
 
     @classmethod
     def first(cls, registry: Registry) -> "LoadedAgents":
-        return cls(dict(registry.agents), list(registry.problems), dict(registry.sources))
+        return cls(dict(registry.agents), list(registry.problems), dict(registry.sources), notes=tuple(registry.notes))
 
 
 def merge_reload(previous: LoadedAgents, fresh: Registry) -> tuple[LoadedAgents, ReloadChanges]:
@@ -67,4 +69,4 @@ def merge_reload(previous: LoadedAgents, fresh: Registry) -> tuple[LoadedAgents,
         changed=sorted(i for i in old_ids & new_ids if agents[i] != previous.agents[i]),
         kept_previous=sorted(kept),
     )
-    return LoadedAgents(agents, list(fresh.problems), sources, frozenset(kept)), changes
+    return LoadedAgents(agents, list(fresh.problems), sources, frozenset(kept), tuple(fresh.notes)), changes

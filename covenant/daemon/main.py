@@ -37,6 +37,7 @@ from covenant.errors import ExitCode
 from covenant.home import Home
 from covenant.homeinit import init_home
 from covenant.keys import load_private_key, public_key_hex
+from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.registry import Registry, scan_agents
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.grants import GrantStore
@@ -177,7 +178,9 @@ async def serve_daemon(
         set_child_subreaper()
         _raise_open_files_limit()
         metrics = Metrics()
-        registry = await trio.to_thread.run_sync(scan_agents, home.agents_dir)
+        registry = await trio.to_thread.run_sync(
+            scan_agents, home.agents_dir, ManifestLimits.from_config(config.runtime)
+        )
         store = DispatchStore(home.dispatches_dir)
         budget = await trio.to_thread.run_sync(_budget_from_history, store, registry, now_ms())
         grants = await trio.to_thread.run_sync(GrantsWatch, GrantStore(home.grants_path, key.public_key()))

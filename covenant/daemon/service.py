@@ -32,6 +32,7 @@ from covenant.daemon.routing import route
 from covenant.daemon.scheduler import Scheduler, ShuttingDown
 from covenant.errors import CovenantError
 from covenant.home import Home
+from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.registry import scan_agents
 from covenant.policy.budget import BudgetLedger
@@ -340,7 +341,9 @@ class Daemon:
     async def reload(self, *, reason: str) -> dict[str, Any]:
         """Rescan manifests and grants; a file that became invalid keeps its previous version."""
         async with self._reload_lock:
-            fresh = await trio.to_thread.run_sync(scan_agents, self.home.agents_dir)
+            fresh = await trio.to_thread.run_sync(
+                scan_agents, self.home.agents_dir, ManifestLimits.from_config(self.config.runtime)
+            )
             self.loaded, changes = merge_reload(self.loaded, fresh)
             await self.refresh_grants(force=True)
             await self.record_registry(reason=reason, changes=changes.to_json())

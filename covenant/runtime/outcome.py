@@ -27,6 +27,7 @@ Outcome = Literal[
     "no_result",
     "crashed",
     "spawn_failed",
+    "workflow_not_supported",
     "cancelled",
 ]
 

@@ -42,7 +42,7 @@ from covenant.runtime.scratch import ScratchDirs
 from covenant.runtime.spawnthreads import SpawnThreads
 from covenant.runtime.verdict import build_record
 
-__all__ = ["Runner", "SpawnHook", "PRIORITY_NICE"]
+__all__ = ["Runner", "SpawnHook", "PRIORITY_NICE", "WorkflowNotSupported"]
 
 log = logging.getLogger("covenant.runtime")
 agent_log = logging.getLogger("covenant.agent")
@@ -71,6 +71,10 @@ def _resolve_program(name: str, path: str) -> str | None:
 
 SpawnHook = Callable[[dict[str, Any]], Awaitable[None]]
 """``on_spawned`` of :meth:`Runner.run`: gets ``{"pid", "argv", "limits"}`` once the agent exists."""
+
+
+class WorkflowNotSupported(LaunchError):
+    """A workflow agent was dispatched; there is no workflow engine yet (outcome ``workflow_not_supported``)."""
 
 
 class Runner:
@@ -172,6 +176,11 @@ class Runner:
 
     def _argv(self, agent: AgentSpec) -> list[str]:
         """The agent's command line by runtime; raise LaunchError naming what is missing."""
+        if agent.runtime == "workflow":
+            raise WorkflowNotSupported(
+                f"agent {agent.id} is a workflow agent ({agent.manifest_path}); workflows cannot run yet "
+                "(no workflow engine in this version): dispatch its steps' agents directly"
+            )
         if agent.runtime == "rune":
             raise LaunchError(
                 f"agent {agent.id} is a hosted Rune agent (runtime = \"rune\"); the process runner "
@@ -282,6 +291,7 @@ class Runner:
                 await self.scratch.give_back(scratch)
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare agent {agent.id}: {exc}"
             log.warning("spawn failed", extra={"agent": agent.id, "intent": intent_id, "detail": message})
+            outcome = "workflow_not_supported" if isinstance(exc, WorkflowNotSupported) else "spawn_failed"
             return DispatchRecord(
                 **base,
                 argv=argv,
@@ -289,7 +299,7 @@ class Runner:
                 ended_at=iso_now(),
                 exit_code=None,
                 signal=None,
-                outcome="spawn_failed",
+                outcome=outcome,
                 error=message,
                 duration_ms=int((time.monotonic() - t0) * 1000),
                 cpu_ms=0,
