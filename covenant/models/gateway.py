@@ -34,6 +34,7 @@ from typing import Any
 import httpx
 import trio
 
+from covenant.audit.events import MODEL_CALL
 from covenant.config import ProviderConfig
 from covenant.models.adapter import Adapter
 from covenant.models.anthropic import AnthropicAdapter
@@ -53,7 +54,6 @@ from covenant.models.types import (
 
 __all__ = ["ModelGateway", "MODEL_CALL", "RETRY_AFTER_MAX_S", "TokenCallback"]
 
-MODEL_CALL = "model.call"
 RETRY_AFTER_MAX_S = 2.0
 """A 429 is retried on the same provider only when its retry-after asks for at most this long."""
 
