@@ -355,3 +355,51 @@ async def test_events_encode_for_the_audit_log_and_feed_the_daemon_metrics(fake_
     body = metrics.render()[0].decode()
     assert 'covenant_model_calls_total{agent="triage@local",outcome="error",provider="a"} 1.0' in body
     assert 'covenant_model_tokens_total{agent="triage@local",direction="input",provider="a"} 7.0' in body
+
+
+@pytest.mark.parametrize(
+    ("messages", "tools", "where"),
+    [
+        ([], [], "messages: must be a non-empty list"),
+        ("hello", [], "messages: must be a non-empty list"),
+        ([{"role": "robot", "content": "x"}], [], "messages[0].role"),
+        ([USER, {"role": "tool", "content": "x"}], [], "messages[1].tool_call_id"),
+        ([USER, {"role": "assistant", "content": None, "tool_calls": [{"function": {"name": "f"}}]}], [],
+         "messages[1].tool_calls[0]: needs a non-empty string id"),
+        ([{"role": "user", "content": [{"type": "image_url", "image_url": "file:///etc/shadow"}]}], [], "messages[0].content[0]"),
+        ([USER], [{"type": "function", "function": {"name": "rm -rf", "parameters": {}}}], "tools[0].function.name"),
+        ([USER], [{"type": "code_interpreter"}], "tools[0]"),
+    ],
+)
+async def test_a_malformed_request_from_a_replica_is_refused_before_any_request(
+    fake_model: FakeModelServer, messages, tools, where
+) -> None:
+    recorder = Recorder()
+    gw = gateway({"a": provider(fake_model, "anthropic")}, recorder)
+    with pytest.raises(ModelError) as caught:
+        await gw.chat(model_call("a"), messages, tools)
+    await gw.aclose()
+    assert caught.value.code == "invalid_request"
+    assert caught.value.message.startswith(where)
+    assert fake_model.requests == [] and recorder.events == []
+
+
+async def test_an_interrupted_call_is_still_recorded(fake_model: FakeModelServer) -> None:
+    import trio
+
+    fake_model.script(Reply(text="slow", delay_s=60), Reply(text="a b c d e f"))
+    recorder = Recorder()
+    gw = gateway({"a": provider(fake_model)}, recorder)
+
+    async def reader_gone(text: str) -> None:
+        raise BrokenPipeError("the client went away")
+
+    try:
+        with trio.move_on_after(0.5) as scope:  # the intent's timeout, say
+            await gw.chat(model_call("a"), [USER], [])
+        assert scope.cancelled_caught
+        with pytest.raises(BrokenPipeError):
+            await gw.chat(model_call("a"), [USER], [], on_token=reader_gone)
+    finally:
+        await gw.aclose()
+    assert summary(recorder) == [("a", 1, None, "error"), ("a", 1, 200, "error")]
