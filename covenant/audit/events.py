@@ -24,6 +24,7 @@ __all__ = [
     "INTENT_COMPLETED",
     "GRANT_ADDED",
     "GRANT_REVOKED",
+    "MODEL_CALL",
     "EVENT_TYPES",
     "text_digest",
     "encode_event_data",
@@ -40,6 +41,7 @@ AGENT_EXITED = "agent.exited"
 INTENT_COMPLETED = "intent.completed"
 GRANT_ADDED = "grant.added"
 GRANT_REVOKED = "grant.revoked"
+MODEL_CALL = "model.call"
 
 EVENT_TYPES = frozenset(
     {
@@ -54,6 +56,7 @@ EVENT_TYPES = frozenset(
         INTENT_COMPLETED,
         GRANT_ADDED,
         GRANT_REVOKED,
+        MODEL_CALL,
     }
 )
 
