@@ -20,6 +20,7 @@ __all__ = [
     "BUILTIN_PREFIX",
     "ToolDescriptor",
     "RetryPolicy",
+    "RetryOn",
     "ToolRuntime",
     "tool_action",
     "builtin_descriptor",
@@ -66,8 +67,22 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+RetryOn = Literal["tool_failed", "tool_timeout", "tool_bad_output", "tool_unavailable"]
+"""Tool error codes a retry may follow (docs/tools.md); refusals are never retried."""
+
+
 class RetryPolicy(_Model):
+    """How often a failed tool call is tried again: ``max_attempts`` in all, waiting ``backoff`` between.
+
+    ``backoff``: ``exponential`` waits 200 ms before the second attempt and
+    doubles each time (at most 5 s), ``fixed`` waits 200 ms each time,
+    ``none`` not at all. ``on`` lists the error codes worth another attempt.
+    No attempt starts past the intent's deadline.
+    """
+
     max_attempts: Annotated[int, Strict(), Field(ge=1, le=100)] = 1
+    backoff: Literal["exponential", "fixed", "none"] = "exponential"
+    on: tuple[RetryOn, ...] = ("tool_failed", "tool_timeout")
 
 
 class ToolDescriptor(_Model):

@@ -138,6 +138,10 @@ class Runner:
                 await trio.to_thread.run_sync(runner.scratch.close)
                 await trio.to_thread.run_sync(runner._spawner.close)
 
+    def interpreter(self, runtime: str) -> str | None:
+        """The absolute path of ``[runtime] python3`` or ``node`` (resolved at start), or None when missing."""
+        return self._interpreters[runtime][1]
+
     @property
     def in_flight(self) -> int:
         """Runs started and not yet finished."""
