@@ -9,7 +9,7 @@ check sees.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictStr, field_validator, model_validator
 
@@ -83,6 +83,14 @@ class RetryPolicy(_Model):
     max_attempts: Annotated[int, Strict(), Field(ge=1, le=100)] = 1
     backoff: Literal["exponential", "fixed", "none"] = "exponential"
     on: tuple[RetryOn, ...] = ("tool_failed", "tool_timeout")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on_key(cls, data: Any) -> Any:
+        """YAML 1.1 reads a bare ``on:`` key as the boolean true; within retry_policy it can only mean ``on``."""
+        if isinstance(data, dict) and True in data and "on" not in data:
+            data = {("on" if key is True else key): value for key, value in data.items()}
+        return data
 
 
 class ToolDescriptor(_Model):
