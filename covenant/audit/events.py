@@ -24,6 +24,8 @@ __all__ = [
     "INTENT_COMPLETED",
     "GRANT_ADDED",
     "GRANT_REVOKED",
+    "TOOL_CALL",
+    "MEMORY_RECOVER",
     "EVENT_TYPES",
     "text_digest",
     "encode_event_data",
@@ -40,6 +42,8 @@ AGENT_EXITED = "agent.exited"
 INTENT_COMPLETED = "intent.completed"
 GRANT_ADDED = "grant.added"
 GRANT_REVOKED = "grant.revoked"
+TOOL_CALL = "tool.call"
+MEMORY_RECOVER = "memory.recover"
 
 EVENT_TYPES = frozenset(
     {
@@ -54,6 +58,8 @@ EVENT_TYPES = frozenset(
         INTENT_COMPLETED,
         GRANT_ADDED,
         GRANT_REVOKED,
+        TOOL_CALL,
+        MEMORY_RECOVER,
     }
 )
 
