@@ -20,7 +20,7 @@ import resource
 import shutil
 import signal
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -40,6 +40,7 @@ from covenant.runtime.run_state import RunState
 from covenant.runtime.sampler import Sampler, adopted_orphans
 from covenant.runtime.scratch import ScratchDirs
 from covenant.runtime.spawnthreads import SpawnThreads
+from covenant.runtime.toolrun import ToolRun, tool_run_record
 from covenant.runtime.verdict import build_record
 
 __all__ = ["Runner", "SpawnHook", "PRIORITY_NICE", "WorkflowNotSupported"]
@@ -142,6 +143,10 @@ class Runner:
                 await trio.to_thread.run_sync(runner.scratch.close)
                 await trio.to_thread.run_sync(runner._spawner.close)
 
+    def interpreter(self, runtime: str) -> str | None:
+        """The absolute path of ``[runtime] python3`` or ``node`` (resolved at start), or None when missing."""
+        return self._interpreters[runtime][1]
+
     @property
     def in_flight(self) -> int:
         """Runs started and not yet finished."""
@@ -205,12 +210,13 @@ class Runner:
         return [resolved, str(entry)]
 
     def _launch(
-        self, agent: AgentSpec, intent_id: str, argv: list[str], scratch: str | None
+        self, agent: AgentSpec, intent_id: str, argv: list[str], scratch: str | None, cpu_ms: int
     ) -> tuple[str | None, Launched | LaunchError | OSError]:
         """Make the scratch dir if none was ready, build the plan, spawn (blocking; any thread).
 
-        Returns the scratch dir with the process, or with the error, so the
-        caller can give the dir back either way.
+        ``intent_id`` is the run's marker (the intent's id for an agent, a
+        unique run id for a tool). Returns the scratch dir with the process,
+        or with the error, so the caller can give the dir back either way.
         """
         try:
             if scratch is None:
@@ -223,7 +229,7 @@ class Runner:
                 env=env,
                 cwd=str(agent.root),
                 nice=PRIORITY_NICE[agent.settlement.priority],
-                rlimits=self._rlimits(agent),
+                rlimits=self._rlimits(agent, cpu_ms),
                 isolate_network=agent.resources.network == "off",
                 network_required=self.config.network_enforcement == "strict",
                 pdeathsig=self.config.pdeathsig,
@@ -232,8 +238,7 @@ class Runner:
         except (LaunchError, OSError) as exc:
             return scratch, exc
 
-    def _rlimits(self, agent: AgentSpec) -> dict[int, tuple[int, int]]:
-        wall_ms, cpu_ms = self._budgets(agent)
+    def _rlimits(self, agent: AgentSpec, cpu_ms: int) -> dict[int, tuple[int, int]]:
         # A per-process backstop a little above the tree budget the sampler enforces:
         # SIGXCPU at the soft limit, SIGKILL from the kernel at the hard one.
         cpu_s = math.ceil(cpu_ms / 1000) + 1
@@ -274,21 +279,12 @@ class Runner:
             "limits": limits,
             "started_at": started_at,
         }
-        scratch: str | None = None
         argv: list[str] = []
+        wall_ms, cpu_ms = self._budgets(agent)
         try:
             argv = self._argv(agent)
-            scratch = self.scratch.take()
-            if self._dispatches:
-                # Others are in flight: spawn off the loop so they are served meanwhile.
-                scratch, launched = await self._spawner.run(self._launch, agent, intent_id, argv, scratch)
-            else:
-                scratch, launched = self._launch(agent, intent_id, argv, scratch)
-            if isinstance(launched, Exception):
-                raise launched
+            scratch, launched = await self._spawn(agent, intent_id, argv, cpu_ms)
         except (LaunchError, OSError) as exc:
-            if scratch is not None:
-                await self.scratch.give_back(scratch)
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare agent {agent.id}: {exc}"
             log.warning("spawn failed", extra={"agent": agent.id, "intent": intent_id, "detail": message})
             outcome = "workflow_not_supported" if isinstance(exc, WorkflowNotSupported) else "spawn_failed"
@@ -311,27 +307,74 @@ class Runner:
                 network_enforced=False,
             )
 
-        wall_ms, cpu_ms = self._budgets(agent)
         dispatch = RunState(agent, intent_id, launched, limits, wall_ms / 1000, cpu_ms)
-        self._dispatches.add(dispatch)
-        self.sampler.register(dispatch.tree, dispatch.check_limits)
-        scratch_bytes = 0
-        try:
-            try:
-                await self._supervise(dispatch, intent_line(payload), on_spawned)
-            except BaseException:
-                dispatch.decide("cancelled", "the run was cancelled by its caller")
-                raise
-            finally:
-                with trio.CancelScope(shield=True):
-                    await self._finish(dispatch)
-                    scratch_bytes = await self.scratch.give_back(scratch)
-        finally:
-            self.sampler.unregister(dispatch.tree)
-            self._dispatches.discard(dispatch)
+        scratch_bytes = await self._run_to_end(dispatch, scratch, intent_line(payload), on_spawned)
         if dispatch.hook_error is not None:
             raise dispatch.hook_error
         return build_record(dispatch, base, t0, scratch_bytes, self.config.stderr_tail_bytes)
+
+    async def run_tool(
+        self, agent: AgentSpec, argv: Sequence[str], document: bytes, *, run_id: str, wall_ms: int
+    ) -> ToolRun:
+        """Run a process tool of ``agent`` once: ``document`` on stdin, one JSON document expected on stdout.
+
+        The tool mode of the runner (docs/tools.md): the same launch plan as
+        the agent's own processes (its environment allowlist, memory and disk
+        limits, nice, network, PDEATHSIG, process group, scratch dir as
+        HOME/TMPDIR, cwd the package folder), the same sampler and kill
+        ladder; only the budgets differ: ``wall_ms`` of wall-clock time from
+        release, and as much CPU time. ``run_id`` marks every process of the
+        run (``COVENANT_INTENT_ID``) and must be unique among runs in flight.
+        Never raises for a fault of the tool; on cancellation the tree is torn
+        down (shielded) and Cancelled propagates.
+        """
+        t0 = time.monotonic()
+        cpu_ms = wall_ms
+        try:
+            scratch, launched = await self._spawn(agent, run_id, list(argv), cpu_ms)
+        except (LaunchError, OSError) as exc:
+            message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare the tool: {exc}"
+            log.warning("tool spawn failed", extra={"agent": agent.id, "intent": run_id, "detail": message})
+            return ToolRun.spawn_failed(list(argv), message, t0)
+        limits = {**self._limits(agent), "wall_ms": wall_ms, "cpu_ms": cpu_ms}
+        run = RunState(agent, run_id, launched, limits, wall_ms / 1000, cpu_ms)
+        scratch_bytes = await self._run_to_end(run, scratch, document, None)
+        return tool_run_record(run, t0, scratch_bytes, self.config.stderr_tail_bytes)
+
+    async def _spawn(self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int) -> tuple[str, Launched]:
+        """Take (or make) a scratch dir and start the process; on failure give the dir back and raise."""
+        scratch = self.scratch.take()
+        if self._dispatches:
+            # Others are in flight: spawn off the loop so they are served meanwhile.
+            made, launched = await self._spawner.run(self._launch, agent, marker, argv, scratch, cpu_ms)
+        else:
+            made, launched = self._launch(agent, marker, argv, scratch, cpu_ms)
+        if isinstance(launched, Exception):
+            if made is not None:
+                await self.scratch.give_back(made)
+            raise launched
+        assert made is not None
+        return made, launched
+
+    async def _run_to_end(self, d: RunState, scratch: str, stdin: bytes, on_spawned: SpawnHook | None) -> int:
+        """Supervise a started run until its whole tree is gone; return the bytes left in its scratch dir."""
+        self._dispatches.add(d)
+        self.sampler.register(d.tree, d.check_limits)
+        scratch_bytes = 0
+        try:
+            try:
+                await self._supervise(d, stdin, on_spawned)
+            except BaseException:
+                d.decide("cancelled", "the run was cancelled by its caller")
+                raise
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self._finish(d)
+                    scratch_bytes = await self.scratch.give_back(scratch)
+        finally:
+            self.sampler.unregister(d.tree)
+            self._dispatches.discard(d)
+        return scratch_bytes
 
     async def _supervise(self, d: RunState, line: bytes, on_spawned: SpawnHook | None) -> None:
         """Release the agent, then feed, read and watch until the root exits or a limit is crossed.
@@ -378,7 +421,7 @@ class Runner:
             with trio.move_on_at(d.deadline):
                 await d.wake.wait()
             if d.verdict is None and d.launched.status is None:
-                wall_ms = self._budgets(d.agent)[0]
+                wall_ms = round(d.wall_s * 1000)
                 d.decide("timeout", f"the agent did not finish within its wall-clock budget of {wall_ms} ms")
             await self._terminate(d)
             with trio.move_on_after(_PIPE_DRAIN_S):
