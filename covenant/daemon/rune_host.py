@@ -23,7 +23,7 @@ from covenant.config import Config
 from covenant.daemon.replica_gateway import GatewayRefused, IntentContext
 from covenant.daemon.replicas import ReplicaSupervisor
 from covenant.manifest.model import AgentSpec
-from covenant.models import ModelCall, ModelError, ModelGateway, TokenBudget, agent_models
+from covenant.models import AgentModels, ModelCall, ModelError, ModelGateway, TokenBudget
 from covenant.rune.safety import redact
 from covenant.runtime.launcher import Launcher
 from covenant.tools import ToolCallContext, ToolHost
@@ -59,7 +59,7 @@ class ModelAndToolCalls:
         budget = intent.state.get("budget")
         if budget is None:
             budget = intent.state["budget"] = TokenBudget(intent.package.runefile.models.token_budget)
-        call = ModelCall(intent.intent_id, intent.agent.id, agent_models(intent.package), budget, alias=alias)
+        call = ModelCall(intent.intent_id, intent.agent.id, AgentModels.from_runefile(intent.package.runefile), budget, alias=alias)
         try:
             result = await self.models.chat(call, messages, tools, on_token=on_token)
         except ModelError as exc:
@@ -74,8 +74,10 @@ class ModelAndToolCalls:
 
     async def tool(self, intent: IntentContext, body: dict[str, Any]) -> dict[str, Any]:
         name, arguments = body.get("name"), body.get("arguments")
-        if not isinstance(name, str) or not isinstance(arguments, dict):
-            return {"ok": False, "error": {"code": "invalid_arguments", "message": "name must be a string, arguments an object"}}
+        if not isinstance(name, str):
+            name = ""
+        if not isinstance(arguments, (str, dict)):
+            arguments = ""
         context = ToolCallContext(
             intent_id=intent.intent_id,
             agent=intent.agent,
@@ -101,7 +103,11 @@ def _redact_json(value: Any, secrets: list[str]) -> Any:
 
 
 class RuneHost:
-    """Replicas and their gateways for one daemon."""
+    """Replicas and their gateways for one daemon.
+
+    ``packages`` is the daemon's current agent id -> Rune package map (set at start and on
+    every reload); the tool host reads it too, so tools match what the registry validated.
+    """
 
     def __init__(
         self, *, state_dir: Path, skills_dir: Path, config: Config, launcher: Launcher,
@@ -110,6 +116,7 @@ class RuneHost:
         self.config = config
         self.models = models
         self.tools = tools
+        self.packages: dict[str, RunePackage] = {}
         self.calls = ModelAndToolCalls(models, tools, grants, self.secret_values)
         self.replicas = ReplicaSupervisor(
             state_dir=state_dir, config=config, skills_dir=skills_dir, launcher=launcher, calls=self.calls,
@@ -124,7 +131,7 @@ class RuneHost:
     def plan(self, agent: AgentSpec, package: RunePackage) -> dict[str, Any]:
         """What a dispatch would use: provider and model, and the tools not offered here."""
         return {
-            "model": self.models.plan(agent_models(package)),
+            "model": self.models.plan(AgentModels.from_runefile(package.runefile)).to_json(),
             "unavailable_tools": [{"tool": entry, "reason": reason} for entry, reason in self.tools.unavailable(agent)],
         }
 
