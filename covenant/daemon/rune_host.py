@@ -24,7 +24,7 @@ from covenant.daemon.replica_gateway import GatewayRefused, IntentContext
 from covenant.daemon.replicas import ReplicaSupervisor
 from covenant.manifest.model import AgentSpec
 from covenant.models import AgentModels, ModelCall, ModelError, ModelGateway, TokenBudget
-from covenant.rune.safety import redact
+from covenant.rune.safety import LineRedactor, redact
 from covenant.runtime.launcher import Launcher
 from covenant.tools import ToolCallContext, ToolHost
 
@@ -60,12 +60,24 @@ class ModelAndToolCalls:
         if budget is None:
             budget = intent.state["budget"] = TokenBudget(intent.package.runefile.models.token_budget)
         call = ModelCall(intent.intent_id, intent.agent.id, AgentModels.from_runefile(intent.package.runefile), budget, alias=alias)
+        # Whatever the model says, a key's value never reaches the replica (and so no session file).
+        secrets = self._secrets()
+        patterns = intent.package.runefile.models.safety_policy != "none"
+        redactor = LineRedactor(secrets, patterns=patterns)
+
+        async def redacted_token(text: str) -> None:
+            assert on_token is not None
+            if piece := redactor.feed(text):
+                await on_token(piece)
+
         try:
-            result = await self.models.chat(call, messages, tools, on_token=on_token)
+            result = await self.models.chat(call, messages, tools, on_token=redacted_token if on_token else None)
         except ModelError as exc:
             raise GatewayRefused(exc.code, exc.message) from None
+        if on_token is not None and (rest := redactor.flush()):
+            await on_token(rest)
         return {
-            "message": result.message,
+            "message": _redact_json(result.message, secrets, patterns),
             "input_tokens": result.input_tokens,
             "output_tokens": result.output_tokens,
             "provider": result.provider,
@@ -87,18 +99,18 @@ class ModelAndToolCalls:
             deadline=intent.deadline,
         )
         document = (await self.tools.call(context, name, arguments)).to_json()
-        if intent.package.runefile.models.safety_policy != "none" and document.get("ok"):
-            document["content"] = _redact_json(document.get("content"), self._secrets())
-        return document
+        patterns = intent.package.runefile.models.safety_policy != "none"
+        return _redact_json(document, self._secrets(), patterns)
 
 
-def _redact_json(value: Any, secrets: list[str]) -> Any:
+def _redact_json(value: Any, secrets: list[str], patterns: bool) -> Any:
+    """Every string inside ``value`` redacted (key values always; secret shapes with ``patterns``)."""
     if isinstance(value, str):
-        return redact(value, secrets)
+        return redact(value, secrets, patterns=patterns)
     if isinstance(value, list):
-        return [_redact_json(v, secrets) for v in value]
+        return [_redact_json(v, secrets, patterns) for v in value]
     if isinstance(value, dict):
-        return {k: _redact_json(v, secrets) for k, v in value.items()}
+        return {k: _redact_json(v, secrets, patterns) for k, v in value.items()}
     return value
 
 

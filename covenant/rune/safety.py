@@ -8,9 +8,12 @@
   prompt (:mod:`covenant.rune.loop`), and an answer that still matches a
   secret pattern after redaction is refused (outcome ``unsafe_output``).
 
-Redaction runs in the daemon, which alone knows the key values. A streamed
-answer is redacted line by line (:class:`LineRedactor`): at most the
-current line is held back, never the whole answer.
+Redaction runs in the daemon, which alone knows the key values: in the
+model gateway, on every answer before the replica sees it (so no replica,
+session file or log can hold a key, whatever the model says: key values are
+replaced even under ``none``), on tool results, and on the final output. A
+streamed answer is redacted line by line (:class:`LineRedactor`): at most
+the current line is held back, never the whole answer.
 """
 
 from __future__ import annotations
@@ -46,10 +49,12 @@ def _values(secrets: Iterable[str]) -> list[str]:
     return sorted({s for s in secrets if len(s) >= _MIN_SECRET}, key=len, reverse=True)
 
 
-def redact(text: str, secrets: Iterable[str]) -> str:
-    """``text`` with key values, PEM private keys and token shapes replaced by ``[REDACTED]``."""
+def redact(text: str, secrets: Iterable[str], *, patterns: bool = True) -> str:
+    """``text`` with key values and (with ``patterns``) PEM private keys and token shapes replaced by ``[REDACTED]``."""
     for value in _values(secrets):
         text = text.replace(value, REDACTED)
+    if not patterns:
+        return text
     text = _PEM_BLOCK.sub(REDACTED, text)
     return _TOKEN_PATTERNS.sub(REDACTED, text)
 
@@ -65,8 +70,9 @@ class LineRedactor:
     Inside a PEM private key block every line is withheld until its END line.
     """
 
-    def __init__(self, secrets: Iterable[str]) -> None:
+    def __init__(self, secrets: Iterable[str], *, patterns: bool = True) -> None:
         self._secrets = _values(secrets)
+        self._patterns = patterns
         self._line = ""
         self._in_pem = False
 
@@ -86,6 +92,8 @@ class LineRedactor:
         return self._one(rest)
 
     def _keep(self, line: str) -> bool:
+        if not self._patterns:
+            return True
         if self._in_pem:
             if _PEM_END.search(line):
                 self._in_pem = False
@@ -96,6 +104,6 @@ class LineRedactor:
         return True
 
     def _one(self, line: str) -> str:
-        if _PEM_BEGIN.search(line):
+        if self._patterns and _PEM_BEGIN.search(line):
             return REDACTED
-        return redact(line, self._secrets)
+        return redact(line, self._secrets, patterns=self._patterns)

@@ -3,8 +3,12 @@
 from __future__ import annotations
 
 import json
+import os
+import signal
 
-from tests.daemon.conftest import DaemonProcess
+import psutil
+
+from tests.daemon.conftest import DaemonProcess, agent_processes
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.rune.conftest import KEY_VALUE, add_rune_agent, configure, outcome_of
 
@@ -158,3 +162,61 @@ def test_a_streamed_answer_is_redacted_line_by_line(daemon: DaemonProcess, fake_
     assert result.returncode == 0, result.stderr
     assert KEY_VALUE not in result.stdout and "[REDACTED]" in result.stdout
     assert result.stdout.startswith("line one\nthe key is [REDACTED] ok\nend")
+
+
+def _replica(d: DaemonProcess) -> dict:
+    (replica,) = d.api("GET", "/v1/status")["replicas"]  # type: ignore[index]
+    return replica
+
+
+def test_kill_9_of_a_replica_mid_request_then_recovery(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    _started(daemon, [("fake", fake_model)], toolset=())
+    fake_model.script(Reply(text="warm"))
+    assert outcome_of(_dispatch(daemon, "warm up"))["outcome"] == "ok"
+    pid = _replica(daemon)["pid"]
+    fake_model.script(Reply(text="too late", delay_s=3))
+    pending = daemon.cli_background("dispatch", "slow one", "--agent", "chat@local", "--json")
+    fake_model.wait_for_requests(2)
+    os.kill(pid, signal.SIGKILL)
+    out, err = pending.communicate(timeout=120)
+    outcome = json.loads(out)
+    assert pending.returncode == 4 and outcome["outcome"] == "crashed", outcome
+    assert "went away during the request" in outcome["error"]
+    fake_model.script(Reply(text="back again"))
+    after = outcome_of(_dispatch(daemon, "are you back?"))
+    assert after["outcome"] == "ok" and after["text"] == "back again", after
+    replica = _replica(daemon)
+    assert replica["pid"] != pid and replica["restarts"] == 1 and "signal 9" in (replica["last_error"] or "")
+
+
+def _pids_holding(value: bytes, *, exclude: set[int]) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in exclude:
+            continue
+        for name in ("environ", "cmdline"):
+            try:
+                with open(f"/proc/{entry}/{name}", "rb") as f:
+                    if value in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_the_key_stays_in_the_daemon_and_no_replica_outlives_it(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    _started(daemon, [("fake", fake_model)])
+    fake_model.script(Reply.tools(ToolCall("system-time", {})), Reply(text=f"echo {KEY_VALUE}"))
+    outcome = outcome_of(_dispatch(daemon, "hello", "--session", "keyed"))
+    assert outcome["outcome"] == "ok" and KEY_VALUE not in outcome["text"]
+    replica_pid = _replica(daemon)["pid"]
+    assert daemon.process is not None
+    holders = _pids_holding(KEY_VALUE.encode(), exclude={daemon.process.pid, os.getpid()})
+    assert holders == [], f"processes other than the daemon hold the key: {holders}"
+    assert psutil.pid_exists(replica_pid)
+    assert daemon.stop() == 0
+    assert not agent_processes(daemon.home), "a replica outlived the daemon"
+    assert not psutil.pid_exists(replica_pid) or psutil.Process(replica_pid).status() == psutil.STATUS_ZOMBIE
+    for path in daemon.home.rglob("*"):
+        if path.is_file():
+            assert KEY_VALUE.encode() not in path.read_bytes(), f"{path} holds the key"
