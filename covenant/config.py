@@ -23,6 +23,7 @@ __all__ = [
     "PolicyConfig",
     "DaemonConfig",
     "LogConfig",
+    "RuneConfig",
     "ProviderConfig",
     "load_config",
     "default_python3",
@@ -109,6 +110,22 @@ class LogConfig(_Section):
     target: str = Field("stderr", description="stderr, stdout or file:PATH")
 
 
+class RuneConfig(_Section):
+    """Hosted Rune agents: replicas and sessions (docs/rune-packages.md)."""
+
+    start: Literal["lazy", "eager"] = Field("lazy", description="start replicas on first dispatch, or at daemon start")
+    idle_stop_s: int = Field(600, ge=0, le=7 * 86_400, description="stop a replica idle this long; 0 = never")
+    standard_turns: int = Field(20, ge=0, le=10_000, description="turns kept by memory_profile = standard")
+    skills_dir: str = Field("skills", min_length=1, description="where skills resolve (relative to the home)")
+    python: str | None = Field(None, description="interpreter for replicas (default: the daemon's own)")
+    memory_small_mb: int = Field(256, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile small")
+    memory_medium_mb: int = Field(1024, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile medium")
+    memory_large_mb: int = Field(4096, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile large")
+
+    def memory_mb(self, profile: str) -> int:
+        return {"small": self.memory_small_mb, "medium": self.memory_medium_mb, "large": self.memory_large_mb}[profile]
+
+
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -161,6 +178,7 @@ class Config(_Section):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    rune: RuneConfig = Field(default_factory=RuneConfig)
     providers: Annotated[dict[str, ProviderConfig], AfterValidator(_provider_names)] = Field(default_factory=dict)
 
 

@@ -7,7 +7,7 @@ import click
 from covenant.cli._common import CliContext, pass_cli, print_json, reports_errors
 from covenant.client import DaemonClient
 
-__all__ = ["status", "reload"]
+__all__ = ["status", "reload", "restart"]
 
 
 def _render_status(doc: dict) -> None:
@@ -31,6 +31,13 @@ def _render_status(doc: dict) -> None:
         click.echo(f"grants     ignored: {problem}")
     for running in doc["in_flight"]:
         click.echo(f"running    {running['intent']} on {running['agent']} for {running['elapsed_ms']} ms")
+    for replica in doc.get("replicas", []):
+        pid = replica["pid"] if replica["pid"] is not None else "-"
+        line = (f"replica    {replica['agent']}: {replica['state']}, pid {pid}, {replica['in_flight']} in flight, "
+                f"{replica['restarts']} restarts")
+        if replica["last_error"]:
+            line += f"; last error: {replica['last_error']}"
+        click.echo(line)
 
 
 @click.command()
@@ -63,3 +70,17 @@ def reload(cli: CliContext) -> None:
             click.echo(f"  {key.replace('_', ' ')}: {', '.join(doc[key])}")
     for problem in doc["problems"]:
         click.echo(f"  problem: {problem}")
+
+
+@click.command()
+@click.argument("agent")
+@pass_cli
+@reports_errors
+def restart(cli: CliContext, agent: str) -> None:
+    """Restart AGENT's replica (root or the daemon's uid only).
+
+    In-flight invokes finish first; new ones wait for the fresh replica.
+    """
+    with DaemonClient(cli.home.socket_path, timeout=600) as client:
+        doc = client.request("POST", f"/v1/replicas/{agent}/restart")
+    click.echo(f"restarted the replica of {doc['agent']} (state {doc['state']}, {doc['restarts']} restarts so far)")

@@ -32,6 +32,7 @@ from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.scheduler import ShuttingDown
 from covenant.daemon.server import bind_unix_socket, serve
+from covenant.daemon.rune_host import RuneHost
 from covenant.daemon.service import Daemon
 from covenant.errors import ExitCode
 from covenant.home import Home
@@ -39,12 +40,14 @@ from covenant.homeinit import init_home
 from covenant.keys import load_private_key, public_key_hex
 from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.registry import Registry, scan_agents
+from covenant.models import ModelGateway
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.grants import GrantStore
 from covenant.policy.identities import KnownIdentities
 from covenant.runtime.host import network_isolation_available, set_child_subreaper
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
+from covenant.tools import ToolHost
 
 __all__ = ["DaemonOptions", "run_daemon"]
 
@@ -99,6 +102,23 @@ def _open_sockets(options: DaemonOptions) -> tuple[list[socket.socket], list[str
     if activated:
         return activated, [str(s.getsockname()) for s in activated], True
     return [bind_unix_socket(options.socket_path)], [str(options.socket_path)], False
+
+
+def _rune_host(home: Home, config: Config, runner: Runner, audit: AuditLog, grants: GrantsWatch) -> RuneHost:
+    """Replicas, the model gateway (it alone reads the provider keys) and the tool host."""
+    models = ModelGateway(config.providers, environ=os.environ, audit=audit.record, store_text=config.audit.store_text)
+    tools = ToolHost(home, config, runner, audit.record, packages=lambda agent: rune.packages.get(agent.id))
+    skills = Path(config.rune.skills_dir)
+    rune = RuneHost(
+        state_dir=home.state_dir,
+        skills_dir=skills if skills.is_absolute() else home.root / skills,
+        config=config,
+        launcher=runner.launcher,
+        models=models,
+        tools=tools,
+        grants=lambda: grants.current,
+    )
+    return rune
 
 
 class _Lifecycle:
@@ -156,7 +176,7 @@ class _Lifecycle:
             self.cancelled = len(daemon.inflight)
             self.exit_code = ExitCode.UNREACHABLE
             log.warning("drain timed out; cancelling in-flight dispatches", extra={"in_flight": self.cancelled})
-            self.runner.cancel_all()
+            daemon.cancel_all()
             await daemon.idle.wait()
         # Let the last responses reach their clients before the server goes away.
         with trio.move_on_after(5):
@@ -190,6 +210,7 @@ async def serve_daemon(
         sockets, socket_names, activated = _open_sockets(options)
         async with AuditLog.open(home.audit_dir, key, config.audit, on_batch=metrics.observe_audit_batch) as audit:
             async with Runner.open(config.runtime, scratch_root=home.state_dir / "scratch") as runner:
+                rune = _rune_host(home, config, runner, audit, grants)
                 daemon = Daemon(
                     home=home,
                     config=config,
@@ -203,6 +224,7 @@ async def serve_daemon(
                     metrics=metrics,
                     socket_paths=socket_names,
                     network_isolation=network_isolation,
+                    rune=rune,
                 )
                 await audit.record(
                     "daemon.start",
@@ -212,6 +234,8 @@ async def serve_daemon(
                 api = ControlAPI(daemon, logs)
                 lifecycle = _Lifecycle(daemon, api, runner, notifier, options.drain_timeout_s)
                 async with trio.open_nursery() as nursery:
+                    await nursery.start(rune.replicas.run)
+                    await rune.start_eager(daemon.loaded.packages, daemon.loaded.agents)
                     await nursery.start(serve, api, sockets)
                     watchdog_period = systemd.watchdog_interval_s()
                     if watchdog_period is not None:
@@ -221,6 +245,7 @@ async def serve_daemon(
                     task_status.started(socket_names)
                     await lifecycle.serve_until_stop_signal(signals)
                     await lifecycle.drain(signals)
+                    await rune.replicas.stop_all()
                     nursery.cancel_scope.cancel()
                 try:
                     await audit.record(
