@@ -1,7 +1,8 @@
 """``covenant agents list | show | check``: inspect the registry.
 
-Thin: the data comes from :func:`_load_registry` (what the running daemon has
-loaded, else a local scan of the home's agents folder), the rest is printing.
+Thin: ``list`` and ``show`` take the data from :func:`_load_registry` (what the
+running daemon has loaded, else a local scan of the home's agents folder);
+``check`` always scans the files. The rest is printing.
 """
 
 from __future__ import annotations
@@ -139,7 +140,8 @@ def check(cli: CliContext, paths: tuple[Path, ...], as_json: bool) -> None:
     Prints one line per problem, `path:line: field: message`, on stdout;
     exits 0 when everything is valid and 1 otherwise.
     """
-    registry = check_paths(list(paths)) if paths else _load_registry(cli.home)
+    # Always the files, never the daemon: a check must see an edit the daemon has not reloaded yet.
+    registry = check_paths(list(paths)) if paths else scan_agents(cli.home.agents_dir)
     warnings = [(s.manifest_path, w) for s in registry.agents.values() for w in s.warnings]
     if as_json:
         print_json(
