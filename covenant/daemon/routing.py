@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from covenant.errors import CovenantError, ExitCode
 from covenant.manifest.model import AgentSpec
@@ -60,10 +61,21 @@ def route(
     *,
     requested: str | None = None,
     default_agent: str | None = None,
+    withdrawn: Mapping[str, Path] | None = None,
 ) -> tuple[AgentSpec, str]:
-    """The agent for ``text`` and how it was chosen (``explicit``, ``keywords``, ``default``)."""
+    """The agent for ``text`` and how it was chosen (``explicit``, ``keywords``, ``default``).
+
+    ``withdrawn`` (id -> manifest path) names agents a rejected edit took away,
+    so that asking for one says why it cannot run.
+    """
     if requested is not None:
         agent = agents.get(requested)
+        if agent is None and withdrawn and requested in withdrawn:
+            raise NoAgent(
+                f"agent {requested!r} is withdrawn: its manifest {withdrawn[requested]} was rejected at the "
+                "last reload; fix it (`covenant agents check` names the problem), then run `covenant reload`",
+                agent=requested,
+            )
         if agent is None:
             raise NoAgent(
                 f"no agent with id {requested!r} is loaded (see `covenant agents list`)",

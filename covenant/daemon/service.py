@@ -122,6 +122,7 @@ class Daemon:
                 self.loaded.agents,
                 requested=intent.agent,
                 default_agent=self.config.default_agent,
+                withdrawn=self.loaded.withdrawn,
             )
         except CovenantError as exc:
             self.metrics.policy_denied(exc.code)
@@ -338,17 +339,27 @@ class Daemon:
             await self.audit.record("grant.revoked", grant)
 
     async def reload(self, *, reason: str) -> dict[str, Any]:
-        """Rescan manifests and grants; a file that became invalid keeps its previous version."""
+        """Rescan manifests and grants; a manifest that became invalid withdraws its agent."""
         async with self._reload_lock:
             fresh = await trio.to_thread.run_sync(scan_agents, self.home.agents_dir)
             self.loaded, changes = merge_reload(self.loaded, fresh)
+            for agent_id in changes.withdrawn:
+                log.warning(
+                    "agent withdrawn: its manifest was rejected",
+                    extra={"agent": agent_id, "path": str(self.loaded.withdrawn[agent_id])},
+                )
             await self.refresh_grants(force=True)
             await self.record_registry(reason=reason, changes=changes.to_json())
             log.info(
                 "reloaded",
                 extra={"reason": reason, "agents": len(self.loaded.agents), "rejected": len(self.loaded.problems)},
             )
-            return {"agents": sorted(self.loaded.agents), "problems": [str(p) for p in self.loaded.problems], **changes.to_json()}
+            return {
+                "agents": sorted(self.loaded.agents),
+                "problems": [str(p) for p in self.loaded.problems],
+                "rejected": sorted({str(p.path) for p in self.loaded.problems}),
+                **changes.to_json(),
+            }
 
     async def record_registry(self, *, reason: str, changes: dict[str, Any] | None = None) -> None:
         """Audit the registry state and each rejected manifest; log the problems."""
@@ -365,8 +376,8 @@ class Daemon:
                 "reason": reason,
                 "agents": sorted(self.loaded.agents),
                 "rejected": len(rejected_by_file),
-                "kept_previous": sorted(self.loaded.kept_previous),
                 **(changes or {}),
+                "withdrawn": sorted(self.loaded.withdrawn),
             },
         )
 
@@ -384,7 +395,7 @@ class Daemon:
             "sockets": self.socket_paths,
             "shutting_down": self.shutting_down,
             "network_isolation": self.network_isolation,
-            "agents": {"loaded": sorted(self.loaded.agents), "kept_previous": sorted(self.loaded.kept_previous)},
+            "agents": {"loaded": sorted(self.loaded.agents), "withdrawn": sorted(self.loaded.withdrawn)},
             "rejected": [p.to_json() for p in self.loaded.problems],
             "in_flight": [
                 {"intent": d.intent_id, "agent": d.agent_id, "elapsed_ms": int((time.monotonic() - d.started) * 1000)}
