@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from covenant.cli._common import CliContext, ask_daemon, fail, pass_cli, print_json, reports_errors
+from covenant.cli._common import CliContext, ask_daemon, fail, pass_cli, print_json, reports_errors, table_lines
 from covenant.errors import ExitCode
 from covenant.home import Home
 from covenant.manifest.model import AgentSpec
@@ -94,9 +94,8 @@ def list_agents(cli: CliContext, as_json: bool) -> None:
             table.add_row(*row[:-1], _relative(Path(row[-1]), cli.home.agents_dir))
         Console().print(table)
     else:
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-        for row in (headers, *rows):
-            click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        for line in table_lines(headers, rows):
+            click.echo(line)
     _problems_note(registry)
 
 

@@ -46,6 +46,11 @@ __all__ = ["Daemon"]
 log = logging.getLogger("covenant.daemon")
 
 
+def _log_dispatch(message: str, intent: Intent, agent_id: str | None, **fields: Any) -> None:
+    """One log line per dispatch start, end or refusal: what `covenant logs` shows an operator."""
+    log.info(message, extra={"intent": intent.id, "agent": agent_id, "issuer": intent.issuer.display, **fields})
+
+
 @dataclass
 class _Inflight:
     intent_id: str
@@ -128,12 +133,15 @@ class Daemon:
             self.metrics.policy_denied(exc.code)
             unrouted = {"allowed": False, "decision": "deny", "reason": exc.code, "message": exc.message}
             await self.audit.record_many([received, self._decision_event(intent, None, unrouted)])
+            _log_dispatch("dispatch refused", intent, intent.agent, outcome=exc.code)
             raise
         await self.refresh_grants()
         decision, denial = self._decide(intent, agent, routed_by)
         pending = [received, self._decision_event(intent, agent, decision)]
         if denial is not None or dry_run:
             await self.audit.record_many(pending)
+            if denial is not None:
+                _log_dispatch("dispatch refused", intent, agent.id, outcome=denial.code)
             if denial is not None:
                 raise denial
             return {
@@ -195,6 +203,7 @@ class Daemon:
             # The agent runs only after this returns; if it cannot be written, it never runs.
             await write_pending(("agent.spawned", {"intent": intent.id, "agent": agent.id, **spawned}))
 
+        started = False
         try:
             if not self.scheduler.can_start_now(agent.id):
                 await write_pending()  # it will queue: the decision is durable before the wait
@@ -203,9 +212,12 @@ class Daemon:
                 if not self.inflight:
                     self.idle = trio.Event()
                 self.inflight[intent.id] = _Inflight(intent.id, agent.id, time.monotonic())
+                _log_dispatch("dispatch started", intent, agent.id)
+                started = True
                 try:
                     record = await self.runner.run(agent, payload, on_spawned=audit_spawn)
                     await self._finish(intent, agent, record, pending)
+                    _log_dispatch("dispatch finished", intent, agent.id, outcome=record.outcome, ms=record.duration_ms)
                 finally:
                     del self.inflight[intent.id]
                     if not self.inflight:
@@ -214,6 +226,8 @@ class Daemon:
             await write_pending(
                 ("intent.completed", {"intent": intent.id, "agent": agent.id, "outcome": exc.code, "status": None})
             )
+            ended = "dispatch finished" if started else "dispatch refused"
+            _log_dispatch(ended, intent, agent.id, outcome=exc.code)
             raise
         finally:
             self._update_queue_metrics()
