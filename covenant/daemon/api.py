@@ -227,7 +227,7 @@ class ControlAPI:
             "agents": [a.model_dump(mode="json") for _, a in sorted(loaded.agents.items())],
             "problems": [p.to_json() for p in loaded.problems],
             "notes": [n.to_json() for n in loaded.notes],
-            "kept_previous": sorted(loaded.kept_previous),
+            "withdrawn": sorted(loaded.withdrawn),
         }
 
     async def _agent(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
