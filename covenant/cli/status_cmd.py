@@ -29,6 +29,13 @@ def _render_status(doc: dict) -> None:
     age = f", last checkpoint {audit['checkpoint_age_ms'] // 1000} s ago" if audit.get("checkpoint_age_ms") is not None else ""
     click.echo(f"audit      {health}; head seq {audit['head_seq']}{age}")
     click.echo(f"network    isolation {'available' if doc.get('network_isolation') else 'NOT available'} on this host")
+    detail = doc.get("isolation_detail") or {}
+    if doc.get("isolation") == "uid":
+        click.echo("isolation  uid: every agent runs as an unprivileged uid of its own")
+    else:
+        click.echo(f"isolation  same-uid: agents run as the daemon's own uid (NOT isolated: {detail.get('reason', '?')})")
+    for problem in detail.get("problems", []):
+        click.echo(f"isolation  problem: {problem}")
     for problem in doc["grants"]["problems"]:
         click.echo(f"grants     ignored: {problem}")
     for running in doc["in_flight"]:

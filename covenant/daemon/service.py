@@ -38,6 +38,7 @@ from covenant.manifest.registry import scan_agents
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.check import check_capabilities
 from covenant.policy.intents import Intent, IntentVerifier
+from covenant.runtime.isolation import Isolation
 from covenant.runtime.outcome import DispatchRecord, outcome_exit_code
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
@@ -82,6 +83,7 @@ class Daemon:
         socket_paths: list[str],
         network_isolation: bool,
         rune: RuneHost,
+        isolation: Isolation | None = None,
     ) -> None:
         self.home = home
         self.config = config
@@ -98,6 +100,7 @@ class Daemon:
         self.rune = rune
         rune.packages = agents.packages
         self._rune_scopes: set[trio.CancelScope] = set()
+        self.isolation = isolation or Isolation.same_uid()
         self.verifier = IntentVerifier(config.policy.skew_s, config.policy.replay_cache)
         self.scheduler = Scheduler(
             max_concurrent=config.daemon.max_concurrent,
@@ -499,6 +502,8 @@ class Daemon:
             "sockets": self.socket_paths,
             "shutting_down": self.shutting_down,
             "network_isolation": self.network_isolation,
+            "isolation": self.isolation.mode,
+            "isolation_detail": self.isolation.to_json(),
             "agents": {"loaded": sorted(self.loaded.agents), "withdrawn": sorted(self.loaded.withdrawn)},
             "rejected": [p.to_json() for p in self.loaded.problems],
             "in_flight": [

@@ -52,10 +52,12 @@ def fill(path: Path) -> None:
 
 
 def test_full_audit_disk_refuses_dispatches_and_no_agent_runs_unaudited(
-    daemon: DaemonProcess, small_audit_disk: Path, tmp_path: Path
+    daemon: DaemonProcess, small_audit_disk: Path
 ) -> None:
-    marks = tmp_path / "marks"
+    # Beside the home (agent uids reach it), writable by the agent's uid.
+    marks = daemon.home.parent / "marks"
     marks.mkdir()
+    marks.chmod(0o777)
     daemon.add_agent("mark", "mark.py", keywords=("mark",))
     daemon.start()
     first = json.loads(daemon.cli("dispatch", f"mark {marks}", "--json", check=True).stdout)
