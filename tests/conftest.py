@@ -14,9 +14,12 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from collections.abc import Callable, Iterator
+
 import pytest
 
 from covenant.home import Home
+from tests.fakes import FakeModelServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = REPO_ROOT / "agents.d"
@@ -76,3 +79,30 @@ def built_examples() -> Path:
             timeout=600,
         )
     return EXAMPLES_DIR
+
+
+@pytest.fixture
+def fake_model_factory() -> Iterator[Callable[..., FakeModelServer]]:
+    """Start as many scripted fake model servers as a test needs (e.g. two providers for fallback).
+
+    Each is closed at teardown; a request that found no scripted reply and no default fails the test.
+    """
+    started: list[FakeModelServer] = []
+
+    def start(**kwargs: object) -> FakeModelServer:
+        fake = FakeModelServer(**kwargs).start()  # type: ignore[arg-type]
+        started.append(fake)
+        return fake
+
+    yield start
+    for fake in started:
+        fake.close()
+    unscripted = [f"{r.method} {r.path}" for fake in started for r in fake.unscripted]
+    if unscripted:
+        pytest.fail(f"the fake model server got requests it had no scripted reply for: {unscripted}")
+
+
+@pytest.fixture
+def fake_model(fake_model_factory: Callable[..., FakeModelServer]) -> FakeModelServer:
+    """One scripted fake OpenAI/Anthropic server on 127.0.0.1 (see tests/fakes/model_server.py)."""
+    return fake_model_factory()

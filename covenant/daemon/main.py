@@ -22,6 +22,7 @@ import trio
 
 from covenant import __version__
 from covenant.clock import ms_from_iso, now_ms
+from covenant.audit.errors import AuditUnavailable
 from covenant.audit.writer import AuditLog
 from covenant.config import Config
 from covenant.daemon import systemd
@@ -32,12 +33,15 @@ from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.scheduler import ShuttingDown
 from covenant.daemon.server import bind_unix_socket, serve
+from covenant.daemon.rune_host import RuneHost
 from covenant.daemon.service import Daemon
 from covenant.errors import ConfigError, ExitCode
 from covenant.home import Home
 from covenant.homeinit import check_home_modes, init_home
 from covenant.keys import load_private_key, public_key_hex
+from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.registry import Registry, scan_agents
+from covenant.models import ModelGateway
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.grants import GrantStore
 from covenant.policy.identities import KnownIdentities
@@ -46,6 +50,7 @@ from covenant.runtime.isolation import Isolation, open_isolation, reachability_p
 from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
+from covenant.tools import ToolHost
 
 __all__ = ["DaemonOptions", "run_daemon"]
 
@@ -140,6 +145,23 @@ def _open_sockets(options: DaemonOptions) -> tuple[list[socket.socket], list[str
     return [bind_unix_socket(options.socket_path)], [str(options.socket_path)], False
 
 
+def _rune_host(home: Home, config: Config, runner: Runner, audit: AuditLog, grants: GrantsWatch) -> RuneHost:
+    """Replicas, the model gateway (it alone reads the provider keys) and the tool host."""
+    models = ModelGateway(config.providers, environ=os.environ, audit=audit.record, store_text=config.audit.store_text)
+    tools = ToolHost(home, config, runner, audit.record, packages=lambda agent: rune.packages.get(agent.id))
+    skills = Path(config.rune.skills_dir)
+    rune = RuneHost(
+        state_dir=home.state_dir,
+        skills_dir=skills if skills.is_absolute() else home.root / skills,
+        config=config,
+        launcher=runner.launcher,
+        models=models,
+        tools=tools,
+        grants=lambda: grants.current,
+    )
+    return rune
+
+
 class _Lifecycle:
     """Signals, reload and the drain of one daemon run."""
 
@@ -195,7 +217,7 @@ class _Lifecycle:
             self.cancelled = len(daemon.inflight)
             self.exit_code = ExitCode.UNREACHABLE
             log.warning("drain timed out; cancelling in-flight dispatches", extra={"in_flight": self.cancelled})
-            self.runner.cancel_all()
+            daemon.cancel_all()
             await daemon.idle.wait()
         # Let the last responses reach their clients before the server goes away.
         with trio.move_on_after(5):
@@ -220,7 +242,9 @@ async def serve_daemon(
         set_child_subreaper()
         _raise_open_files_limit()
         metrics = Metrics()
-        registry = await trio.to_thread.run_sync(scan_agents, home.agents_dir)
+        registry = await trio.to_thread.run_sync(
+            scan_agents, home.agents_dir, ManifestLimits.from_config(config.runtime)
+        )
         store = DispatchStore(home.dispatches_dir)
         budget = await trio.to_thread.run_sync(_budget_from_history, store, registry, now_ms())
         grants = await trio.to_thread.run_sync(GrantsWatch, GrantStore(home.grants_path, key.public_key()))
@@ -244,6 +268,7 @@ async def serve_daemon(
                 isolation=isolation,
                 live_roots=LiveRoots(),
             ) as runner:
+                rune = _rune_host(home, config, runner, audit, grants)
                 daemon = Daemon(
                     home=home,
                     config=config,
@@ -257,6 +282,7 @@ async def serve_daemon(
                     metrics=metrics,
                     socket_paths=socket_names,
                     network_isolation=network_isolation,
+                    rune=rune,
                     isolation=isolation,
                 )
                 await audit.record(
@@ -273,6 +299,8 @@ async def serve_daemon(
                 api = ControlAPI(daemon, logs)
                 lifecycle = _Lifecycle(daemon, api, runner, notifier, options.drain_timeout_s)
                 async with trio.open_nursery() as nursery:
+                    await nursery.start(rune.replicas.run)
+                    await rune.start_eager(daemon.loaded.packages, daemon.loaded.agents)
                     await nursery.start(serve, api, sockets)
                     watchdog_period = systemd.watchdog_interval_s()
                     if watchdog_period is not None:
@@ -282,11 +310,15 @@ async def serve_daemon(
                     task_status.started(socket_names)
                     await lifecycle.serve_until_stop_signal(signals)
                     await lifecycle.drain(signals)
+                    await rune.replicas.stop_all()
                     nursery.cancel_scope.cancel()
-                await audit.record(
-                    "daemon.stop",
-                    {"exit_code": lifecycle.exit_code, "cancelled": lifecycle.cancelled},
-                )
+                try:
+                    await audit.record(
+                        "daemon.stop",
+                        {"exit_code": lifecycle.exit_code, "cancelled": lifecycle.cancelled},
+                    )
+                except AuditUnavailable as exc:
+                    log.error("daemon.stop could not be recorded", extra={"error": exc.message})
         for sock in sockets:
             sock.close()
         if not activated and options.socket_path.exists():

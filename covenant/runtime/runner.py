@@ -21,8 +21,8 @@ import shutil
 import signal
 import sys
 import time
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
 from functools import partial
-from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -52,9 +52,10 @@ from covenant.runtime.run_state import RunState
 from covenant.runtime.sampler import Sampler, adopted_orphans
 from covenant.runtime.scratch import ScratchDirs, remove_owned_entries
 from covenant.runtime.spawnthreads import SpawnThreads
+from covenant.runtime.toolrun import ToolRun, tool_run_record
 from covenant.runtime.verdict import build_record
 
-__all__ = ["Runner", "SpawnHook", "PRIORITY_NICE"]
+__all__ = ["Runner", "SpawnHook", "PRIORITY_NICE", "WorkflowNotSupported"]
 
 log = logging.getLogger("covenant.runtime")
 agent_log = logging.getLogger("covenant.agent")
@@ -78,6 +79,10 @@ uid left there is removed and counted after its last run."""
 
 SpawnHook = Callable[[dict[str, Any]], Awaitable[None]]
 """``on_spawned`` of :meth:`Runner.run`: gets ``{"pid", "argv", "limits"}`` once the agent exists."""
+
+
+class WorkflowNotSupported(LaunchError):
+    """A workflow agent was dispatched; there is no workflow engine yet (outcome ``workflow_not_supported``)."""
 
 
 class Runner:
@@ -216,6 +221,10 @@ class Runner:
         found = shutil.which(name, path=path)
         return os.path.abspath(found) if found else None
 
+    def interpreter(self, runtime: str) -> str | None:
+        """The absolute path of ``[runtime] python3`` or ``node`` (resolved at start), or None when missing."""
+        return self._interpreters[runtime][1]
+
     @property
     def in_flight(self) -> int:
         """Runs started and not yet finished."""
@@ -250,6 +259,11 @@ class Runner:
 
     def _argv(self, agent: AgentSpec) -> list[str]:
         """The agent's command line by runtime; raise LaunchError naming what is missing."""
+        if agent.runtime == "workflow":
+            raise WorkflowNotSupported(
+                f"agent {agent.id} is a workflow agent ({agent.manifest_path}); workflows cannot run yet "
+                "(no workflow engine in this version): dispatch its steps' agents directly"
+            )
         if agent.runtime == "rune":
             raise LaunchError(
                 f"agent {agent.id} is a hosted Rune agent (runtime = \"rune\"); the process runner "
@@ -279,12 +293,14 @@ class Runner:
         intent_id: str,
         argv: list[str],
         scratch: str | None,
+        cpu_ms: int,
         creds: AgentCredentials | None,
     ) -> tuple[str | None, Launched | LaunchError | OSError]:
         """Make the scratch dir if none was ready, build the plan, spawn (blocking; any thread).
 
-        Returns the scratch dir with the process, or with the error, so the
-        caller can give the dir back either way.
+        ``intent_id`` is the run's marker (the intent's id for an agent, a
+        unique run id for a tool). Returns the scratch dir with the process,
+        or with the error, so the caller can give the dir back either way.
         """
         try:
             if scratch is None:
@@ -303,7 +319,7 @@ class Runner:
                 env=env,
                 cwd=str(agent.root),
                 nice=PRIORITY_NICE[agent.settlement.priority],
-                rlimits=self._rlimits(agent, creds),
+                rlimits=self._rlimits(agent, cpu_ms, creds),
                 isolate_network=agent.resources.network == "off",
                 network_required=self.config.network_enforcement == "strict",
                 pdeathsig=self.config.pdeathsig,
@@ -314,8 +330,7 @@ class Runner:
         except (LaunchError, OSError) as exc:
             return scratch, exc
 
-    def _rlimits(self, agent: AgentSpec, creds: AgentCredentials | None) -> dict[int, tuple[int, int]]:
-        wall_ms, cpu_ms = self._budgets(agent)
+    def _rlimits(self, agent: AgentSpec, cpu_ms: int, creds: AgentCredentials | None) -> dict[int, tuple[int, int]]:
         # A per-process backstop a little above the tree budget the sampler enforces:
         # SIGXCPU at the soft limit, SIGKILL from the kernel at the hard one.
         cpu_s = math.ceil(cpu_ms / 1000) + 1
@@ -363,28 +378,15 @@ class Runner:
             "started_at": started_at,
             "isolation": self.isolation.mode,
         }
-        scratch: str | None = None
         argv: list[str] = []
-        creds: AgentCredentials | None = None
+        wall_ms, cpu_ms = self._budgets(agent)
         try:
             argv = self._argv(agent)
-            creds = await self._claim_uid(agent.id)
-            scratch = self.scratch.take()
-            if self._dispatches:
-                # Others are in flight: spawn off the loop so they are served meanwhile.
-                scratch, launched = await self._spawner.run(self._launch, agent, intent_id, argv, scratch, creds)
-            else:
-                scratch, launched = self._launch(agent, intent_id, argv, scratch, creds)
-            if isinstance(launched, Exception):
-                raise launched
+            scratch, launched, creds = await self._spawn(agent, intent_id, argv, cpu_ms)
         except (LaunchError, OSError) as exc:
-            with trio.CancelScope(shield=True):
-                if creds is not None:
-                    await self._release_uid(creds, agent.id, intent_id)
-                if scratch is not None:
-                    await self.scratch.give_back(scratch)
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare agent {agent.id}: {exc}"
             log.warning("spawn failed", extra={"agent": agent.id, "intent": intent_id, "detail": message})
+            outcome = "workflow_not_supported" if isinstance(exc, WorkflowNotSupported) else "spawn_failed"
             return DispatchRecord(
                 **base,
                 argv=argv,
@@ -392,7 +394,7 @@ class Runner:
                 ended_at=iso_now(),
                 exit_code=None,
                 signal=None,
-                outcome="spawn_failed",
+                outcome=outcome,
                 error=message,
                 duration_ms=int((time.monotonic() - t0) * 1000),
                 cpu_ms=0,
@@ -404,30 +406,92 @@ class Runner:
                 network_enforced=False,
             )
 
-        wall_ms, cpu_ms = self._budgets(agent)
         dispatch = RunState(agent, intent_id, launched, limits, wall_ms / 1000, cpu_ms)
         if creds is not None:
             base["uid"] = creds.uid
-        self._dispatches.add(dispatch)
-        self.sampler.register(dispatch.tree, dispatch.check_limits)
-        scratch_bytes = 0
-        try:
-            try:
-                await self._supervise(dispatch, intent_line(payload), on_spawned)
-            except BaseException:
-                dispatch.decide("cancelled", "the run was cancelled by its caller")
-                raise
-            finally:
-                with trio.CancelScope(shield=True):
-                    await self._finish(dispatch)
-                    left_bytes = await self._release_uid(creds, agent.id, intent_id) if creds is not None else 0
-                    scratch_bytes = await self.scratch.give_back(scratch) + left_bytes
-        finally:
-            self.sampler.unregister(dispatch.tree)
-            self._dispatches.discard(dispatch)
+        scratch_bytes = await self._run_to_end(dispatch, scratch, creds, intent_line(payload), on_spawned)
         if dispatch.hook_error is not None:
             raise dispatch.hook_error
         return build_record(dispatch, base, t0, scratch_bytes, self.config.stderr_tail_bytes)
+
+    async def run_tool(
+        self, agent: AgentSpec, argv: Sequence[str], document: bytes, *, run_id: str, wall_ms: int
+    ) -> ToolRun:
+        """Run a process tool of ``agent`` once: ``document`` on stdin, one JSON document expected on stdout.
+
+        The tool mode of the runner (docs/tools.md): the same launch plan as
+        the agent's own processes (its environment allowlist, memory and disk
+        limits, nice, network, PDEATHSIG, process group, scratch dir as
+        HOME/TMPDIR, cwd the package folder), the same sampler and kill
+        ladder; only the budgets differ: ``wall_ms`` of wall-clock time from
+        release, and as much CPU time. ``run_id`` marks every process of the
+        run (``COVENANT_INTENT_ID``) and must be unique among runs in flight.
+        Never raises for a fault of the tool; on cancellation the tree is torn
+        down (shielded) and Cancelled propagates.
+        """
+        t0 = time.monotonic()
+        cpu_ms = wall_ms
+        try:
+            scratch, launched, creds = await self._spawn(agent, run_id, list(argv), cpu_ms)
+        except (LaunchError, OSError) as exc:
+            message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare the tool: {exc}"
+            log.warning("tool spawn failed", extra={"agent": agent.id, "intent": run_id, "detail": message})
+            return ToolRun.spawn_failed(list(argv), message, t0)
+        limits = {**self._limits(agent), "wall_ms": wall_ms, "cpu_ms": cpu_ms}
+        run = RunState(agent, run_id, launched, limits, wall_ms / 1000, cpu_ms)
+        scratch_bytes = await self._run_to_end(run, scratch, creds, document, None)
+        return tool_run_record(run, t0, scratch_bytes, self.config.stderr_tail_bytes)
+
+    async def _spawn(
+        self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int
+    ) -> tuple[str, Launched, AgentCredentials | None]:
+        """Claim the agent's uid, take (or make) a scratch dir and start the process.
+
+        On failure the uid and the dir are given back and the error is raised.
+        """
+        creds = await self._claim_uid(agent.id)
+        scratch = self.scratch.take()
+        if self._dispatches:
+            # Others are in flight: spawn off the loop so they are served meanwhile.
+            made, launched = await self._spawner.run(self._launch, agent, marker, argv, scratch, cpu_ms, creds)
+        else:
+            made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds)
+        if isinstance(launched, Exception):
+            with trio.CancelScope(shield=True):
+                if creds is not None:
+                    await self._release_uid(creds, agent.id, marker)
+                if made is not None:
+                    await self.scratch.give_back(made)
+            raise launched
+        assert made is not None
+        return made, launched, creds
+
+    async def _run_to_end(
+        self, d: RunState, scratch: str, creds: AgentCredentials | None, stdin: bytes, on_spawned: SpawnHook | None
+    ) -> int:
+        """Supervise a started run until its whole tree is gone; return the bytes it left behind.
+
+        Those are what is left in its scratch dir, plus, when it was the last
+        live run of its uid, what the uid left in the shared temp dirs.
+        """
+        self._dispatches.add(d)
+        self.sampler.register(d.tree, d.check_limits)
+        scratch_bytes = 0
+        try:
+            try:
+                await self._supervise(d, stdin, on_spawned)
+            except BaseException:
+                d.decide("cancelled", "the run was cancelled by its caller")
+                raise
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self._finish(d)
+                    left_bytes = await self._release_uid(creds, d.agent.id, d.intent_id) if creds is not None else 0
+                    scratch_bytes = await self.scratch.give_back(scratch) + left_bytes
+        finally:
+            self.sampler.unregister(d.tree)
+            self._dispatches.discard(d)
+        return scratch_bytes
 
     async def _supervise(self, d: RunState, line: bytes, on_spawned: SpawnHook | None) -> None:
         """Release the agent, then feed, read and watch until the root exits or a limit is crossed.
@@ -474,7 +538,7 @@ class Runner:
             with trio.move_on_at(d.deadline):
                 await d.wake.wait()
             if d.verdict is None and d.launched.status is None:
-                wall_ms = self._budgets(d.agent)[0]
+                wall_ms = round(d.wall_s * 1000)
                 d.decide("timeout", f"the agent did not finish within its wall-clock budget of {wall_ms} ms")
             await self._terminate(d)
             with trio.move_on_after(_PIPE_DRAIN_S):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,8 +24,9 @@ def covenant(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def write_manifest(folder: Path, **resources: object) -> Path:
+    shutil.copy(AGENTS / "fault.py", folder / "fault.py")  # an entry lies inside its package folder
     lines = ["[agent]", 'id = "fault@local"', 'name = "fault"', 'version = "0.1.0"', 'runtime = "python3"',
-             f'entry = "{AGENTS / "fault.py"}"', "[resources]"]
+             'entry = "fault.py"', "[resources]"]
     lines += [f"{k} = {json.dumps(v)}" for k, v in resources.items()]
     path = folder / "fault.toml"
     path.write_text("\n".join(lines) + "\n")
