@@ -38,14 +38,21 @@ def mode(path: Path) -> int:
 
 @root_only
 def test_uids_are_deterministic_persistent_and_unique(agent_reachable_dir: Path) -> None:
-    a, b = agent_reachable_dir / "a", agent_reachable_dir / "b"
+    a = agent_reachable_dir / "a"
     first = open_isolation(IsolationConfig(), a).credentials_for("echo@local")
     assert first is not None and first.uid == first.gid and 61184 <= first.uid <= 65519
-    assert open_isolation(IsolationConfig(), b).credentials_for("echo@local") == first  # same hash, same uid
     reopened = open_isolation(IsolationConfig(), a)
     assert reopened.known_credentials("echo@local") == first  # kept in the table, no I/O needed
+    assert reopened.credentials_for("echo@local") == first
     table = a / "isolation" / "uids.json"
-    assert mode(table) == 0o600 and json.loads(table.read_text())["agents"] == {"echo@local": first.uid}
+    doc = json.loads(table.read_text())
+    assert mode(table) == 0o600 and doc["agents"] == {"echo@local": first.uid} and len(doc["salt"]) == 32
+    # Another home salts differently: the same agent id gets an unrelated uid (same one 1 time in 4336).
+    others = {open_isolation(IsolationConfig(), agent_reachable_dir / f"h{i}").credentials_for("echo@local")
+              for i in range(4)}
+    assert len(others | {first}) >= 3
+    # The start-up sweep covers this home's uids only, not the whole range.
+    assert reopened.owns_uid(first.uid) and not reopened.owns_uid(first.uid + 7)
     # A range of two: the second agent probes past the first one's uid, the third finds none.
     small = IsolationConfig(uid_range=(first.uid, first.uid + 1))
     iso = open_isolation(small, agent_reachable_dir / "c")
@@ -166,7 +173,8 @@ def test_live_roots_say_when_the_last_run_of_a_uid_ended() -> None:
 @root_only
 def test_concurrent_runs_of_one_agent_share_its_uid_and_the_sweep_waits_for_the_last(agent_reachable_dir: Path) -> None:
     """A run ending while another of the same uid lives must not kill the other one."""
-    iso = open_isolation(IsolationConfig(), agent_reachable_dir / "state")
+    # A range of its own: on a shared CI box, other homes' runs live in the default one.
+    iso = open_isolation(IsolationConfig(uid_range=(300000, 300999)), agent_reachable_dir / "state")
     slow = make_agent(Path(__file__).parents[1] / "daemon" / "agents" / "slow.py", cpu_ms_per_task=30_000)
     quick = make_agent("fault.py", cpu_ms_per_task=30_000)
     assert slow.id == quick.id  # one agent id: one uid
