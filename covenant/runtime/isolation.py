@@ -44,6 +44,7 @@ from covenant.config import IsolationConfig
 from covenant.errors import ConfigError
 from covenant.policy._files import atomic_write_text
 from covenant.runtime import _procfs, uidkill
+from covenant.runtime.host import can_switch_uid
 from covenant.runtime.launcher import AgentCredentials, LaunchError
 
 __all__ = [
@@ -58,23 +59,7 @@ __all__ = [
 
 IsolationMode = Literal["uid", "same-uid"]
 
-_CAP_KILL, _CAP_SETGID, _CAP_SETUID = 5, 6, 7
 _TABLE_NAME = "uids.json"
-
-
-def can_switch_uid() -> bool:
-    """Root, or holding CAP_SETUID, CAP_SETGID and CAP_KILL (a systemd unit with those capabilities)."""
-    if os.geteuid() == 0:
-        return True
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"CapEff:"):
-                    caps = int(line.split()[1], 16)
-                    return all(caps >> bit & 1 for bit in (_CAP_KILL, _CAP_SETGID, _CAP_SETUID))
-    except OSError:
-        pass
-    return False
 
 
 def _has_account(uid: int) -> bool:
