@@ -50,7 +50,9 @@ from covenant.runtime.runner import Runner  # noqa: E402
 from echo_agents import AGENTS  # noqa: E402
 
 BLOCK = 10
-UID = 65100
+RANGE = IsolationConfig(uid_range=(700000, 700999))
+"""Not the default range: other covenant homes on a shared box sweep theirs."""
+UID = 700500
 
 
 async def spawn_once(launcher: ProcessGroupLauncher, plan: LaunchPlan) -> float:
@@ -92,7 +94,7 @@ def bench_sweep(runs: int, scratch: Path) -> tuple[float, float]:
     collects: list[float] = []
 
     async def main() -> None:
-        iso = open_isolation(IsolationConfig(), scratch / "state")
+        iso = open_isolation(RANGE, scratch / "state")
         async with Runner.open(RuntimeConfig(), scratch_root=scratch / "scratch", isolation=iso) as runner:
             spaces = runner.mount_namespaces
             if spaces is None:
@@ -118,7 +120,7 @@ async def bench_dispatch(runs: int, scratch: Path) -> tuple[float, float]:
     spec = AgentSpec(id="echo@bench", name="echo", version="1", runtime="python3", kind="agent.toml",
                      manifest_path=scratch / "agent.toml", root=scratch, entry=entry)
     config = RuntimeConfig(python3="/usr/bin/python3")
-    iso = open_isolation(IsolationConfig(), scratch / "state")
+    iso = open_isolation(RANGE, scratch / "state")
     async with Runner.open(config, scratch_root=scratch / "s1", isolation=Isolation.same_uid()) as same, \
             Runner.open(config, scratch_root=scratch / "s2", isolation=iso) as isolated:
 

@@ -161,6 +161,21 @@ class MountNamespaces:
             raise OSError(f"cannot make a private /tmp and /dev/shm: {line or 'the setup process died'}")
         return _Holder(process, size_kib)
 
+    def used_bytes(self, uid: int) -> int:
+        """Bytes in ``uid``'s private dirs now (two ``statvfs`` on tmpfs: memory only, ~10 µs)."""
+        with self._lock:
+            holder = self._holders.get(uid)
+        if holder is None or not holder.alive():
+            return 0
+        total = 0
+        for target in PRIVATE_DIRS:
+            try:
+                st = os.statvfs(f"/proc/{holder.process.pid}/root{target}")
+            except OSError:
+                continue
+            total += (st.f_blocks - st.f_bfree) * st.f_frsize
+        return total
+
     def collect(self, uid: int) -> int:
         """Bytes ``uid`` left in its private dirs, which are then emptied (the bound-back entries stay)."""
         with self._lock:

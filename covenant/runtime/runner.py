@@ -723,6 +723,8 @@ class Runner:
                     log.error("cannot sweep agent uid", extra={"agent": agent_id, "intent": intent_id, "uid": creds.uid})
             self._reap_adopted()
             if self.mount_namespaces is not None:
+                if not self.mount_namespaces.used_bytes(creds.uid):
+                    return 0  # nothing left there (the usual case): no thread hop
                 return await trio.to_thread.run_sync(self.mount_namespaces.collect, creds.uid)
             return await trio.to_thread.run_sync(remove_owned_entries, SHARED_TMP_DIRS, creds.uid)
         finally:
