@@ -449,7 +449,7 @@ class Runner:
 
         On failure the uid and the dir are given back and the error is raised.
         """
-        creds = await self._claim_uid(agent.id)
+        creds = await self.claim_uid(agent.id)
         scratch = self.scratch.take()
         if self._dispatches:
             # Others are in flight: spawn off the loop so they are served meanwhile.
@@ -459,7 +459,7 @@ class Runner:
         if isinstance(launched, Exception):
             with trio.CancelScope(shield=True):
                 if creds is not None:
-                    await self._release_uid(creds, agent.id, marker)
+                    await self.release_uid(creds, agent.id, marker)
                 if made is not None:
                     await self.scratch.give_back(made)
             raise launched
@@ -486,7 +486,7 @@ class Runner:
             finally:
                 with trio.CancelScope(shield=True):
                     await self._finish(d)
-                    left_bytes = await self._release_uid(creds, d.agent.id, d.intent_id) if creds is not None else 0
+                    left_bytes = await self.release_uid(creds, d.agent.id, d.intent_id) if creds is not None else 0
                     scratch_bytes = await self.scratch.give_back(scratch) + left_bytes
         finally:
             self.sampler.unregister(d.tree)
@@ -686,10 +686,14 @@ class Runner:
                 return
         d.swept = True
 
-    async def _claim_uid(self, agent_id: str) -> AgentCredentials | None:
+    async def claim_uid(self, agent_id: str) -> AgentCredentials | None:
         """The agent's credentials, registered as a live root of its uid before anything runs as it.
 
         Waits while a sweep of that uid is under way (it would kill the new run).
+        None in ``same-uid`` mode. Every process covenant starts for an agent
+        (a one-shot run here; a Rune replica or a tool process elsewhere) is
+        claimed so, put in ``LaunchPlan.credentials``, and given back with
+        :meth:`release_uid` once its process tree is gone.
         """
         if not self.isolation.enforced:
             return None
@@ -702,7 +706,7 @@ class Runner:
         self.live_roots.add(creds.uid)
         return creds
 
-    async def _release_uid(self, creds: AgentCredentials, agent_id: str, intent_id: str) -> int:
+    async def release_uid(self, creds: AgentCredentials, agent_id: str, intent_id: str) -> int:
         """The run's tree is gone: if it was the last live root of its uid, sweep the uid.
 
         Kills every process still running as the uid (escapes that left the
