@@ -203,6 +203,7 @@ async def serve_daemon(
                     socket_paths=socket_names,
                     network_isolation=network_isolation,
                 )
+                await daemon.restore_replay_window()
                 await audit.record(
                     "daemon.start",
                     {"pid": os.getpid(), "version": __version__, "sockets": socket_names, "pubkey": public_key_hex(key)},

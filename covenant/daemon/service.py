@@ -23,6 +23,7 @@ import trio
 from covenant import __version__
 from covenant.clock import ms_from_iso, now_ms
 from covenant.audit.events import text_digest
+from covenant.audit.recent import records_since
 from covenant.audit.writer import AuditLog
 from covenant.config import Config
 from covenant.daemon.agents_state import LoadedAgents, merge_reload
@@ -45,6 +46,10 @@ from covenant.runtime.runner import Runner
 __all__ = ["Daemon"]
 
 log = logging.getLogger("covenant.daemon")
+
+_RECEIVED = frozenset({"intent.received"})
+_REPLAY_SLACK_MS = 60_000
+"""Read this much further back than two skew windows: audit timestamps and issued_at come from different clocks."""
 
 
 @dataclass
@@ -102,6 +107,27 @@ class Daemon:
         # and without a limit a burst parks up to 40 of trio's threads on that lock (each leaves RSS).
         self._store_writer = trio.CapacityLimiter(1)
         metrics.set_registry(len(agents.agents), len(agents.problems))
+
+    async def restore_replay_window(self) -> int:
+        """Reload the intent ids of the last skew window from the audit log; call before serving.
+
+        Every intent the daemon acted on has its ``intent.received`` event
+        (with ``intent`` and ``issued_at``) made durable before the agent
+        starts and before the caller is answered, so the audit log is the
+        durable replay store: a request captured before a restart is refused
+        after it (``replayed_intent``), at no cost to the dispatch path.
+        """
+        now = now_ms()
+        since = now - 2 * self.verifier.skew_ms - _REPLAY_SLACK_MS
+        records = await trio.to_thread.run_sync(records_since, self.home.audit_dir, since, _RECEIVED)
+        seen = [
+            (data["intent"], data["issued_at"])
+            for data in (r["data"] for r in records)
+            if isinstance(data.get("intent"), str) and type(data.get("issued_at")) is int
+        ]
+        kept = self.verifier.restore(seen, now)
+        log.info("replay window restored from the audit log", extra={"intents": kept, "read": len(records)})
+        return kept
 
     # -- dispatch -----------------------------------------------------------------
 
