@@ -22,6 +22,7 @@ __all__ = [
     "PolicyConfig",
     "DaemonConfig",
     "LogConfig",
+    "IsolationConfig",
     "load_config",
     "default_python3",
 ]
@@ -107,6 +108,17 @@ class LogConfig(_Section):
     target: str = Field("stderr", description="stderr, stdout or file:PATH")
 
 
+class IsolationConfig(_Section):
+    """Who is who on the host: agents' uids, and the operators who may see everything."""
+
+    operators_group: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="group whose members see every dispatch record (GET /v1/dispatches, history, show)",
+    )
+
+
 class Config(_Section):
     """Top level of covenant.toml."""
 
@@ -120,6 +132,7 @@ class Config(_Section):
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    isolation: IsolationConfig = Field(default_factory=IsolationConfig)
 
 
 def load_config(home: Home) -> Config:

@@ -60,7 +60,11 @@ def _warn(problems: list[str]) -> None:
 @pass_cli
 @reports_errors
 def history(cli: CliContext, agent_id: str | None, limit: int, as_json: bool) -> None:
-    """List recent dispatch records, newest first."""
+    """List recent dispatch records, newest first.
+
+    Through the daemon you see the dispatches you submitted; root, the
+    daemon's user and members of [isolation] operators_group see all.
+    """
     records, problems = fetch_recent(cli.home, limit, agent_id)
     _warn(problems)
     if as_json:
@@ -79,7 +83,7 @@ def history(cli: CliContext, agent_id: str | None, limit: int, as_json: bool) ->
 @pass_cli
 @reports_errors
 def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
-    """Show the dispatch record of INTENT_ID (exit 1 when there is none)."""
+    """Show the dispatch record of INTENT_ID (exit 1 when there is none, or it is not yours to read)."""
     record, problems = fetch_one(cli.home, intent_id)
     _warn(problems)
     if record is None:

@@ -2,7 +2,9 @@
 
 JSON in, JSON out; every error is ``{"error": {"code", "message", ...}}`` with
 a fitting HTTP status. Administrative calls (reload) are allowed only to a peer
-whose uid is root or the daemon's own (SO_PEERCRED, see server.py).
+whose uid is root or the daemon's own (SO_PEERCRED, see server.py). Dispatch
+records are read per user: a peer sees the dispatches it submitted; root, the
+daemon's uid and ``[isolation] operators_group`` see all (visibility.py).
 """
 
 from __future__ import annotations
@@ -68,6 +70,11 @@ async def _send_json(send: Send, status: int, document: Any) -> None:
         }
     )
     await send({"type": "http.response.body", "body": body})
+
+
+def _peer(scope: dict) -> Peer | None:
+    """The client's SO_PEERCRED credentials, set per connection by server.py."""
+    return (scope.get("extensions") or {}).get("covenant.peer")
 
 
 class ControlAPI:
@@ -152,7 +159,7 @@ class ControlAPI:
         return {key: values[-1] for key, values in parsed.items()}
 
     def _require_admin(self, scope: dict) -> None:
-        peer: Peer | None = (scope.get("extensions") or {}).get("covenant.peer")
+        peer = _peer(scope)
         if peer is None or peer.uid not in (0, os.getuid()):
             uid = "unknown" if peer is None else str(peer.uid)
             raise ApiError(
@@ -169,7 +176,8 @@ class ControlAPI:
             raise ApiError("bad_request", f"request body is not JSON: {exc}", 400) from None
         if not isinstance(body, dict):
             raise ApiError("bad_request", "request body must be a JSON object", 400)
-        return await self.daemon.dispatch(body)
+        peer = _peer(scope)
+        return await self.daemon.dispatch(body, peer_uid=None if peer is None else peer.uid)
 
     async def _agents(self, *, scope: dict, receive: Receive) -> Any:
         loaded = self.daemon.loaded
@@ -201,11 +209,11 @@ class ControlAPI:
             raise ApiError("bad_request", "limit must be an integer", 400) from None
         if not 0 < limit <= 10_000:
             raise ApiError("bad_request", "limit must be between 1 and 10000", 400)
-        records = await self.daemon.history(limit, query.get("agent"))
+        records = await self.daemon.history(limit, query.get("agent"), _peer(scope))
         return {"dispatches": [r.model_dump(mode="json") for r in records]}
 
     async def _dispatch_record(self, *, scope: dict, receive: Receive, intent_id: str) -> Any:
-        record = await self.daemon.record(intent_id)
+        record = await self.daemon.record(intent_id, _peer(scope))
         if record is None:
             raise ApiError("not_found", f"no dispatch record for intent {intent_id!r}", 404)
         return record.model_dump(mode="json")

@@ -31,6 +31,8 @@ from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.routing import route
 from covenant.daemon.scheduler import Scheduler, ShuttingDown
+from covenant.daemon.server import Peer
+from covenant.daemon.visibility import sees_every_record
 from covenant.errors import CovenantError
 from covenant.home import Home
 from covenant.manifest.limits import ManifestLimits
@@ -47,6 +49,8 @@ __all__ = ["Daemon"]
 
 log = logging.getLogger("covenant.daemon")
 
+_NO_UID = -1
+"""Matches no record's peer_uid: what a client with unknown credentials may read."""
 _RECEIVED = frozenset({"intent.received"})
 _REPLAY_SLACK_MS = 60_000
 """Read this much further back than two skew windows: audit timestamps and issued_at come from different clocks."""
@@ -131,8 +135,12 @@ class Daemon:
 
     # -- dispatch -----------------------------------------------------------------
 
-    async def dispatch(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Run one signed intent; returns the outcome document or raises CovenantError."""
+    async def dispatch(self, body: dict[str, Any], *, peer_uid: int | None = None) -> dict[str, Any]:
+        """Run one signed intent; returns the outcome document or raises CovenantError.
+
+        ``peer_uid`` (SO_PEERCRED of the submitting client) is kept in the
+        dispatch record: that uid may read the record back.
+        """
         if self.shutting_down:
             raise ShuttingDown("the daemon is shutting down and accepts no new dispatches")
         self.audit.check_writable()  # fail closed before anything is verified, decided or spawned
@@ -170,7 +178,7 @@ class Daemon:
                 "decision": decision,
                 "message": f"would dispatch to {agent.id} (routed by {routed_by}); nothing was spawned",
             }
-        return await self._run(intent, agent, routed_by, decision, pending)
+        return await self._run(intent, agent, routed_by, decision, pending, peer_uid)
 
     def _decide(self, intent: Intent, agent: AgentSpec, routed_by: str) -> tuple[dict[str, Any], CovenantError | None]:
         """The capability and budget decision (no I/O) and, when denied, the error to answer with."""
@@ -200,6 +208,7 @@ class Daemon:
         routed_by: str,
         decision: dict[str, Any],
         pending: list[tuple[str, dict[str, Any]]],
+        peer_uid: int | None,
     ) -> dict[str, Any]:
         """Run an allowed intent. ``pending`` (its received and decision events) is written at the latest
         together with ``agent.spawned``, in one group commit, while the agent waits at its exec gate."""
@@ -231,6 +240,7 @@ class Daemon:
                 self.inflight[intent.id] = _Inflight(intent.id, agent.id, time.monotonic())
                 try:
                     record = await self.runner.run(agent, payload, on_spawned=audit_spawn)
+                    record = record.model_copy(update={"peer_uid": peer_uid})
                     await self._finish(intent, agent, record, pending)
                 finally:
                     del self.inflight[intent.id]
@@ -438,8 +448,28 @@ class Daemon:
             },
         }
 
-    async def history(self, limit: int, agent: str | None) -> list[DispatchRecord]:
-        return await trio.to_thread.run_sync(self.store.recent, limit, agent)
+    def _reader_uid(self, viewer: Peer | None) -> int | None:
+        """None when ``viewer`` may read every record, else the uid whose records it may read (blocking)."""
+        if viewer is None:
+            return _NO_UID  # credentials unknown: no record is theirs
+        if sees_every_record(viewer, self.config.isolation.operators_group):
+            return None
+        return viewer.uid
 
-    async def record(self, intent_id: str) -> DispatchRecord | None:
-        return await trio.to_thread.run_sync(self.store.get, intent_id)
+    async def history(self, limit: int, agent: str | None, viewer: Peer | None) -> list[DispatchRecord]:
+        """The newest records ``viewer`` may read (its own; all for root, the daemon's uid, operators)."""
+
+        def read() -> list[DispatchRecord]:
+            return self.store.recent(limit, agent, peer_uid=self._reader_uid(viewer))
+
+        return await trio.to_thread.run_sync(read)
+
+    async def record(self, intent_id: str, viewer: Peer | None) -> DispatchRecord | None:
+        """The record of ``intent_id`` when ``viewer`` may read it; None otherwise (as if absent)."""
+
+        def read() -> DispatchRecord | None:
+            record = self.store.get(intent_id)
+            only = self._reader_uid(viewer)
+            return record if record is not None and (only is None or record.peer_uid == only) else None
+
+        return await trio.to_thread.run_sync(read)

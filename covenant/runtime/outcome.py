@@ -81,3 +81,6 @@ class DispatchRecord(BaseModel):
     stderr_tail: str
     result: dict[str, Any] | None
     network_enforced: bool
+    peer_uid: int | None = None
+    """uid of the local client (SO_PEERCRED) that submitted the dispatch; it may read this record.
+    None for `covenant run` and for records written before it was kept."""
