@@ -1,7 +1,8 @@
 """``covenant agents list | show | check``: inspect the registry.
 
-Thin: the data comes from :func:`_load_registry` (what the running daemon has
-loaded, else a local scan of the home's agents folder), the rest is printing.
+Thin: ``list`` and ``show`` take the data from :func:`_load_registry` (what the
+running daemon has loaded, else a local scan of the home's agents folder);
+``check`` always scans the files. The rest is printing.
 """
 
 from __future__ import annotations
@@ -12,7 +13,7 @@ from typing import Any
 
 import click
 
-from covenant.cli._common import CliContext, ask_daemon, fail, pass_cli, print_json, reports_errors
+from covenant.cli._common import CliContext, ask_daemon, fail, pass_cli, print_json, reports_errors, table_lines
 from covenant.errors import ExitCode
 from covenant.home import Home
 from covenant.manifest.limits import ManifestLimits
@@ -104,9 +105,8 @@ def list_agents(cli: CliContext, as_json: bool) -> None:
             table.add_row(*row[:-1], _relative(Path(row[-1]), cli.home.agents_dir))
         Console().print(table)
     else:
-        widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
-        for row in (headers, *rows):
-            click.echo("  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip())
+        for line in table_lines(headers, rows):
+            click.echo(line)
     _problems_note(registry)
 
 
@@ -152,7 +152,9 @@ def check(cli: CliContext, paths: tuple[Path, ...], as_json: bool) -> None:
     go to stderr and never count as problems. Exits 0 when everything is
     valid and 1 otherwise.
     """
-    registry = check_paths(list(paths), _limits(cli.home)) if paths else _load_registry(cli.home)
+    # Always the files, never the daemon: a check must see an edit the daemon has not reloaded yet.
+    limits = _limits(cli.home)
+    registry = check_paths(list(paths), limits) if paths else scan_agents(cli.home.agents_dir, limits)
     warnings = [(s.manifest_path, w) for s in registry.agents.values() for w in s.warnings]
     if as_json:
         print_json(

@@ -26,9 +26,12 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("covenant.cli.audit_cmd:audit", "Tail, verify and witness the signed audit log."),
     "status": ("covenant.cli.status_cmd:status", "Show the daemon's status (exit 5 when unreachable)."),
     "reload": ("covenant.cli.status_cmd:reload", "Ask the daemon to reload manifests and grants."),
+    "restart": ("covenant.cli.status_cmd:restart", "Restart a Rune agent's replica (drained first)."),
+    "sessions": ("covenant.cli.sessions_cmd:sessions", "List, show, verify and remove Rune sessions."),
     "logs": ("covenant.cli.logs_cmd:logs", "Show or follow the daemon's log."),
     "history": ("covenant.cli.history_cmd:history", "List recent dispatch records."),
     "show": ("covenant.cli.history_cmd:show", "Show one dispatch record by intent id."),
+    "completion": ("covenant.cli.completion_cmd:completion", "Print the shell completion script (bash, zsh, fish)."),
 }
 
 
@@ -52,7 +55,8 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup)
 @click.option(
     "--home",
-    type=click.Path(file_okay=False),
+    # not readable=True: a shared home is 0711 (traversable, not listable) for users other than its owner
+    type=click.Path(file_okay=False, readable=False),
     envvar="COVENANT_HOME",
     help="The covenant home (default: $COVENANT_HOME, else ~/.covenant).",
 )

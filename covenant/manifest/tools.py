@@ -9,7 +9,7 @@ check sees.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictStr, field_validator, model_validator
 
@@ -20,6 +20,7 @@ __all__ = [
     "BUILTIN_PREFIX",
     "ToolDescriptor",
     "RetryPolicy",
+    "RetryOn",
     "ToolRuntime",
     "tool_action",
     "builtin_descriptor",
@@ -134,10 +135,30 @@ def mcp_tool_problem(entry: str) -> str | None:
             "(it maps to the capability action tool.mcp.<server>.<tool>)"
         )
     return None
+RetryOn = Literal["tool_failed", "tool_timeout", "tool_bad_output", "tool_unavailable"]
+"""Tool error codes a retry may follow (docs/tools.md); refusals are never retried."""
 
 
 class RetryPolicy(_Model):
+    """How often a failed tool call is tried again: ``max_attempts`` in all, waiting ``backoff`` between.
+
+    ``backoff``: ``exponential`` waits 200 ms before the second attempt and
+    doubles each time (at most 5 s), ``fixed`` waits 200 ms each time,
+    ``none`` not at all. ``on`` lists the error codes worth another attempt.
+    No attempt starts past the intent's deadline.
+    """
+
     max_attempts: Annotated[int, Strict(), Field(ge=1, le=100)] = 1
+    backoff: Literal["exponential", "fixed", "none"] = "exponential"
+    on: tuple[RetryOn, ...] = ("tool_failed", "tool_timeout")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on_key(cls, data: Any) -> Any:
+        """YAML 1.1 reads a bare ``on:`` key as the boolean true; within retry_policy it can only mean ``on``."""
+        if isinstance(data, dict) and True in data and "on" not in data:
+            data = {("on" if key is True else key): value for key, value in data.items()}
+        return data
 
 
 class ToolDescriptor(_Model):

@@ -76,9 +76,10 @@ def send_raw(socket_path: Path, request: bytes) -> tuple[int, dict]:
     return int(head.split(b" ", 2)[1]), json.loads(body)
 
 
-def test_a_captured_request_is_refused_after_a_restart_and_the_agent_ran_once(daemon: DaemonProcess, tmp_path: Path) -> None:
-    marks = tmp_path / "marks"
+def test_a_captured_request_is_refused_after_a_restart_and_the_agent_ran_once(daemon: DaemonProcess) -> None:
+    marks = daemon.home.parent / "marks"
     marks.mkdir()
+    marks.chmod(0o777)  # the agent runs as an agent uid of its own
     daemon.add_agent("mark", "mark.py", keywords=("mark",))
     daemon.start()
     request = capture_cli_request(daemon, "dispatch", f"mark {marks}", "--agent", "mark@local")
