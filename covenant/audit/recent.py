@@ -12,20 +12,22 @@ from __future__ import annotations
 
 import json
 import os
-import re
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from covenant.audit.format import segment_name
 from covenant.audit.store import list_segments
-from covenant.clock import ms_from_iso
+from covenant.clock import iso_ms
 
 __all__ = ["records_since"]
 
 _BLOCK = 1 << 20
-# Every record line ends with these keys (canonical JSON sorts them), so the tail is unambiguous.
-_TAIL = re.compile(rb',"ts":"([^"]+)","type":"([a-z0-9_.]+)","v":1}$')
+# Every line ends with ``,"ts":"<24 characters>","type":"<type>","v":1}`` (canonical JSON sorts the
+# keys, and `"` inside strings is escaped), so the last ``,"ts":"`` of a line is the record's own.
+# The timestamps have one fixed format (covenant.clock.iso_ms), so they compare as bytes.
+_TS = b',"ts":"'
+_TS_LEN = 24
 
 
 def _lines_backwards(path: Path) -> Iterator[bytes]:
@@ -51,26 +53,28 @@ def records_since(directory: Path, since_ms: int, types: frozenset[str]) -> list
     Reading stops at the first record (of any type) older than ``since_ms``.
     """
     found: list[dict[str, Any]] = []
+    cutoff = iso_ms(max(since_ms, 0)).encode("ascii")
+    endings = {f'","type":"{t}","v":1}}'.encode() for t in types}
     for index in reversed(list_segments(directory)):
         try:
-            lines = _lines_backwards(directory / segment_name(index))
-            for line in lines:
-                tail = _TAIL.search(line)
-                if tail is None:
+            for line in _lines_backwards(directory / segment_name(index)):
+                at = line.rfind(_TS)
+                if at < 0:
+                    continue
+                start = at + len(_TS)
+                ts = line[start : start + _TS_LEN]
+                if len(ts) != _TS_LEN or not ts.endswith(b"Z"):
+                    continue
+                if ts < cutoff:
+                    return found
+                if line[start + _TS_LEN :] not in endings:
                     continue
                 try:
-                    ts = ms_from_iso(tail.group(1).decode("ascii"))
+                    record = json.loads(line)
                 except ValueError:
                     continue
-                if ts < since_ms:
-                    return found
-                if tail.group(2).decode("ascii") in types:
-                    try:
-                        record = json.loads(line)
-                    except ValueError:
-                        continue
-                    if isinstance(record, dict) and isinstance(record.get("data"), dict):
-                        found.append(record)
+                if isinstance(record, dict) and isinstance(record.get("data"), dict):
+                    found.append(record)
         except FileNotFoundError:
             continue
     return found
