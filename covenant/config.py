@@ -112,6 +112,12 @@ class IsolationConfig(_Section):
     user: str | None = Field(None, min_length=1, description="one fixed account for every agent instead of the range")
     require: bool = Field(False, description="refuse to start unless agents really run as other uids")
     max_processes: int = Field(256, gt=0, le=1_000_000, description="RLIMIT_NPROC of each agent uid")
+    operators_group: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="group whose members see every dispatch record (GET /v1/dispatches, history, show)",
+    )
 
     @model_validator(mode="after")
     def _range_is_unprivileged(self) -> "IsolationConfig":

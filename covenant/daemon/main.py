@@ -284,6 +284,7 @@ async def serve_daemon(
                     rune=rune,
                     isolation=isolation,
                 )
+                await daemon.restore_replay_window()
                 await audit.record(
                     "daemon.start",
                     {
