@@ -403,3 +403,20 @@ async def test_an_interrupted_call_is_still_recorded(fake_model: FakeModelServer
     finally:
         await gw.aclose()
     assert summary(recorder) == [("a", 1, None, "error"), ("a", 1, 200, "error")]
+
+
+async def test_a_provider_model_pins_the_id_sent_to_it(fake_model_factory) -> None:
+    cloud, local = fake_model_factory(), fake_model_factory()
+    cloud.script(Reply.error(500))
+    local.script(Reply(text="local"))
+    recorder = Recorder()
+    gw = gateway({"cloud": provider(cloud), "ollama": provider(local, model="llama3.2")}, recorder)
+    call = model_call("cloud", "ollama")
+    assert [p.model for p in gw.plan(call.models).attempts] == ["model-a", "llama3.2"]
+    try:
+        result = await gw.chat(call, [USER], [])
+    finally:
+        await gw.aclose()
+    assert (result.provider, result.model) == ("ollama", "llama3.2")
+    assert [r.body["model"] for r in cloud.requests + local.requests] == ["model-a", "llama3.2"]
+    assert [e["model"] for e in recorder.calls()] == ["model-a", "llama3.2"]
