@@ -177,6 +177,7 @@ def usage(body: dict[str, Any], message: dict[str, Any]) -> dict[str, int]:
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # head and body are two writes: no 40 ms Nagle/delayed-ACK stall
     server_version = "covenant-stand-in-model"
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name

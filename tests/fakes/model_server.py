@@ -171,6 +171,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # head and body are two writes: no 40 ms Nagle/delayed-ACK stall
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
@@ -253,12 +254,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(status, data, {"retry-after": retry_after} if retry_after is not None else None)
 
     def _stream(self, api: Api, reply: Reply, model: str, usage: tuple[int, int], body: dict[str, Any]) -> None:
+        """Server-sent events in HTTP/1.1 chunks on a kept-alive connection, as the real services send them."""
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
-        self.send_header("connection", "close")
+        self.send_header("transfer-encoding", "chunked")
         self.end_headers()
-        self.close_connection = True
         events = (
             _openai_stream(reply, model, usage, include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
             if api == "openai"
@@ -267,14 +268,15 @@ class _Handler(BaseHTTPRequestHandler):
         stopping = self.server.fake._stopping
         try:
             for index, event in enumerate(events):
-                if index == reply.cut_after_events:
+                if index == reply.cut_after_events or (index and reply.chunk_delay_s and stopping.wait(reply.chunk_delay_s)):
+                    self.close_connection = True  # no terminating chunk: the client sees a cut stream
                     return
-                if index and reply.chunk_delay_s and stopping.wait(reply.chunk_delay_s):
-                    return
-                self.wfile.write(event.encode())
+                data = event.encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
-            return
+            self.close_connection = True
 
 
 # --- the two wire formats ------------------------------------------------------------------------

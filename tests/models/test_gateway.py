@@ -149,7 +149,7 @@ async def test_a_stream_cut_after_text_was_shown_is_not_replayed_elsewhere(fake_
             await gw.chat(model_call("a", "b"), [USER], [], on_token=on_token)
     finally:
         await gw.aclose()
-    assert caught.value.code == "provider_error" and "ended before the answer was complete" in caught.value.message
+    assert caught.value.code == "provider_error" and "incomplete chunked read" in caught.value.message
     assert tokens == ["one", " two"]
     assert second.requests == []
 
@@ -320,12 +320,17 @@ async def test_store_text_adds_the_prompt_and_answer(fake_model: FakeModelServer
     assert json.loads(event["answer"])["content"] == "again"
 
 
-async def test_connections_are_reused_between_calls(fake_model: FakeModelServer) -> None:
-    fake_model.script(*[Reply(text=str(i)) for i in range(5)])
-    gw = gateway({"a": provider(fake_model)}, Recorder())
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_connections_are_reused_between_calls_plain_and_streamed(fake_model: FakeModelServer, kind: str) -> None:
+    fake_model.script(*[Reply(text=f"answer number {i}") for i in range(6)])
+    gw = gateway({"a": provider(fake_model, kind)}, Recorder())
+
+    async def on_token(text: str) -> None:
+        return None
+
     try:
-        for _ in range(5):
-            await gw.chat(model_call("a"), [USER], [])
+        for i in range(6):
+            await gw.chat(model_call("a"), [USER], [], on_token=on_token if i % 2 else None)
     finally:
         await gw.aclose()
     assert fake_model.connections_seen == 1
