@@ -73,7 +73,8 @@ class Reply:
     the request's messages and of the answer (never 0). ``no_usage`` leaves usage out entirely.
     ``delay_s`` waits before the response head; ``chunk_delay_s`` between streamed chunks.
     ``hangup`` closes the connection without answering; ``cut_after_events`` ends a streamed
-    answer (closes the connection) after that many events.
+    answer (closes the connection) after that many events; ``end_marker=False`` ends a stream
+    cleanly but without ``data: [DONE]`` / ``message_stop``.
     """
 
     text: str = ""
@@ -86,6 +87,7 @@ class Reply:
     no_usage: bool = False
     hangup: bool = False
     cut_after_events: int | None = None
+    end_marker: bool = True
     error_message: str = "scripted error"
 
     @classmethod
@@ -267,6 +269,8 @@ class _Handler(BaseHTTPRequestHandler):
         )
         stopping = self.server.fake._stopping
         try:
+            if not reply.end_marker:
+                events = events[:-1]
             for index, event in enumerate(events):
                 if index == reply.cut_after_events or (index and reply.chunk_delay_s and stopping.wait(reply.chunk_delay_s)):
                     self.close_connection = True  # no terminating chunk: the client sees a cut stream

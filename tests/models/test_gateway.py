@@ -10,7 +10,7 @@ import pytest
 
 from covenant.config import ProviderConfig
 from covenant.models import ModelError, TokenBudget
-from tests.fakes import FakeModelServer, Reply
+from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.models.helpers import KEY, Recorder, gateway, model_call, provider
 
 USER = {"role": "user", "content": "hello"}
@@ -425,3 +425,37 @@ async def test_a_provider_model_pins_the_id_sent_to_it(fake_model_factory) -> No
     assert (result.provider, result.model) == ("ollama", "llama3.2")
     assert [r.body["model"] for r in cloud.requests + local.requests] == ["model-a", "llama3.2"]
     assert [e["model"] for e in recorder.calls()] == ["model-a", "llama3.2"]
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_stream_without_its_end_marker_is_not_taken_for_an_answer(fake_model_factory, kind: str) -> None:
+    first, second = fake_model_factory(), fake_model_factory()
+    first.script(Reply.tools(ToolCall("classify_ticket", {"text": "x"}), end_marker=False))  # no text shown yet
+    second.script(Reply(text="complete"))
+    recorder = Recorder()
+
+    async def on_token(text: str) -> None:
+        return None
+
+    gw = gateway({"a": provider(first, kind), "b": provider(second)}, recorder)
+    try:
+        result = await gw.chat(model_call("a", "b"), [USER], [], on_token=on_token)
+    finally:
+        await gw.aclose()
+    assert result.text == "complete"
+    assert summary(recorder) == [("a", 1, 200, "error"), ("b", 2, 200, "ok")]
+
+
+async def test_reconfigure_points_a_provider_elsewhere_and_drops_its_old_connections(fake_model_factory) -> None:
+    old, new = fake_model_factory(), fake_model_factory()
+    old.script(Reply(text="old"))
+    new.script(Reply(text="new"))
+    gw = gateway({"a": provider(old), "b": provider(new)}, Recorder())
+    try:
+        assert (await gw.chat(model_call("a"), [USER], [])).text == "old"
+        await gw.reconfigure({"a": provider(new)})
+        assert (await gw.chat(model_call("a"), [USER], [])).text == "new"
+        assert gw.plan(model_call("b").models).skipped[0].reason == "no [providers.b] table in covenant.toml"
+    finally:
+        await gw.aclose()
+    assert len(old.requests) == 1 and len(new.requests) == 1
