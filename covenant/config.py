@@ -11,7 +11,7 @@ import re
 import sys
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from covenant.errors import ConfigError
 from covenant.home import Home
@@ -23,7 +23,9 @@ __all__ = [
     "PolicyConfig",
     "DaemonConfig",
     "LogConfig",
+    "RuneConfig",
     "ProviderConfig",
+    "IsolationConfig",
     "load_config",
     "default_python3",
 ]
@@ -61,6 +63,12 @@ class RuntimeConfig(_Section):
     pdeathsig: bool = Field(
         True, description="start agents through a PR_SET_PDEATHSIG=SIGKILL wrapper (docs/runtime.md)"
     )
+    max_manifest_bytes: int = Field(
+        1024 * 1024, ge=1024, le=1 << 30, description="largest manifest or package file read; larger ones are refused unread"
+    )
+    allow_system_entries: bool = Field(
+        False, description="let agent.toml entry name a program outside its package folder (absolute, '..', symlink out)"
+    )
 
 
 class AuditConfig(_Section):
@@ -95,12 +103,48 @@ class DaemonConfig(_Section):
     drain_timeout_s: float = Field(30, ge=0, le=86_400)
 
 
+class IsolationConfig(_Section):
+    """Which uid agents run as when the daemon is root (docs/security.md)."""
+
+    uid_range: tuple[int, int] = Field(
+        (61184, 65519), description="per-agent uids are allocated from this inclusive range"
+    )
+    user: str | None = Field(None, min_length=1, description="one fixed account for every agent instead of the range")
+    require: bool = Field(False, description="refuse to start unless agents really run as other uids")
+    max_processes: int = Field(256, gt=0, le=1_000_000, description="RLIMIT_NPROC of each agent uid")
+
+    @model_validator(mode="after")
+    def _range_is_unprivileged(self) -> "IsolationConfig":
+        low, high = self.uid_range
+        if not 1000 <= low <= high <= 2**31 - 2:
+            raise ValueError(
+                f"uid_range = [{low}, {high}]: must be [low, high] with 1000 <= low <= high < 2147483647"
+            )
+        return self
+
+
 class LogConfig(_Section):
     """Daemon log output."""
 
     level: Literal["debug", "info", "warning", "error"] = "info"
     format: Literal["logfmt", "json"] = "logfmt"
     target: str = Field("stderr", description="stderr, stdout or file:PATH")
+
+
+class RuneConfig(_Section):
+    """Hosted Rune agents: replicas and sessions (docs/rune-packages.md)."""
+
+    start: Literal["lazy", "eager"] = Field("lazy", description="start replicas on first dispatch, or at daemon start")
+    idle_stop_s: int = Field(600, ge=0, le=7 * 86_400, description="stop a replica idle this long; 0 = never")
+    standard_turns: int = Field(20, ge=0, le=10_000, description="turns kept by memory_profile = standard")
+    skills_dir: str = Field("skills", min_length=1, description="where skills resolve (relative to the home)")
+    python: str | None = Field(None, description="interpreter for replicas (default: the daemon's own)")
+    memory_small_mb: int = Field(256, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile small")
+    memory_medium_mb: int = Field(1024, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile medium")
+    memory_large_mb: int = Field(4096, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile large")
+
+    def memory_mb(self, profile: str) -> int:
+        return {"small": self.memory_small_mb, "medium": self.memory_medium_mb, "large": self.memory_large_mb}[profile]
 
 
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
@@ -151,14 +195,16 @@ class Config(_Section):
     # Validated here so a wrong type is reported with the rest; resolved to paths by
     # covenant.home.Home (which the pydantic-free `covenant dispatch` path also uses).
     agents_dir: str = Field("agents", min_length=1)
-    socket: str = Field("covenant.sock", min_length=1)
+    socket: str = Field("run/covenant.sock", min_length=1)
     default_agent: str | None = None
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    rune: RuneConfig = Field(default_factory=RuneConfig)
     providers: Annotated[dict[str, ProviderConfig], AfterValidator(_provider_names)] = Field(default_factory=dict)
+    isolation: IsolationConfig = Field(default_factory=IsolationConfig)
 
 
 def load_config(home: Home) -> Config:

@@ -25,6 +25,8 @@ __all__ = [
     "GRANT_ADDED",
     "GRANT_REVOKED",
     "MODEL_CALL",
+    "TOOL_CALL",
+    "MEMORY_RECOVER",
     "EVENT_TYPES",
     "text_digest",
     "encode_event_data",
@@ -42,6 +44,8 @@ INTENT_COMPLETED = "intent.completed"
 GRANT_ADDED = "grant.added"
 GRANT_REVOKED = "grant.revoked"
 MODEL_CALL = "model.call"
+TOOL_CALL = "tool.call"
+MEMORY_RECOVER = "memory.recover"
 
 EVENT_TYPES = frozenset(
     {
@@ -57,6 +61,8 @@ EVENT_TYPES = frozenset(
         GRANT_ADDED,
         GRANT_REVOKED,
         MODEL_CALL,
+        TOOL_CALL,
+        MEMORY_RECOVER,
     }
 )
 
