@@ -21,7 +21,7 @@ import yaml
 
 from covenant.manifest._yamlio import SafeLoader
 from covenant.manifest.runefile import RunePackage
-from covenant.manifest.security import is_inside
+from covenant.manifest.security import is_inside, ownership_problems
 from covenant.manifest.tools import BUILTIN_PREFIX, ToolDescriptor, tool_action
 from covenant.tools.builtins import BUILTINS, Builtin
 from covenant.tools.unavailable import builtin_unavailable_reason
@@ -96,6 +96,9 @@ def _load_schema(root: Path, ref: str, what: str) -> dict[str, Any]:
     path = Path(os.path.normpath(root / ref))
     if not is_inside(os.path.realpath(path), os.path.realpath(root)):
         raise _Unavailable(f"{what} {ref!r} leaves the package folder")
+    problems = ownership_problems(path, what)
+    if problems:
+        raise _Unavailable(problems[0].message)
     try:
         with open(path, "rb") as f:
             data = f.read(_SCHEMA_MAX_BYTES + 1)

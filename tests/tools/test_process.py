@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import psutil
@@ -14,10 +15,11 @@ from covenant.manifest.runefile import load_rune_package
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolHost
 
-from ..conftest import require_tool
+from ..conftest import EXAMPLES_DIR, require_tool
 from .conftest import Tools
 
-CORPUS_SENTIMENT = Path("/work/shared/corpus/rune-examples/custom-tool-python")
+RUNE_EXAMPLES = Path(os.environ.get("COVENANT_RUNE_EXAMPLES", "/work/shared/corpus/rune-examples"))
+"""The public Rune example packages (not part of this repository); CI points the variable at its copy."""
 
 ECHO_PY = """\
 import json, os, sys
@@ -103,7 +105,13 @@ async def test_executable_tool_and_a_non_executable_one(tools: Tools) -> None:
 
 
 async def test_corpus_sentiment_tool_runs_with_its_real_python(tools: Tools) -> None:
-    agent = load_rune_package(CORPUS_SENTIMENT).to_agent_spec()
+    package = RUNE_EXAMPLES / "custom-tool-python"
+    if not package.is_dir():
+        message = f"the Rune example corpus is not at {package} (set COVENANT_RUNE_EXAMPLES)"
+        if os.environ.get("CI"):
+            pytest.fail(message)
+        pytest.skip(message)
+    agent = load_rune_package(package).to_agent_spec()
     assert agent.id == "sentiment-agent@local"
     [offered] = tools.host.offered(agent)
     assert offered["function"]["name"] == "analyse_sentiment"
@@ -334,3 +342,32 @@ async def test_no_time_left_means_nothing_runs(tools: Tools, tmp_path: Path) -> 
     result = await tools.host.call(tools.ctx(agent, tools.grant("tool.mark"), seconds=-1), "mark", {})
     assert result.error_code == "tool_timeout" and not ran.exists()
     assert tools.audit.of("tool.call")[-1]["attempts"] == 0
+
+
+async def test_the_example_triage_tool_through_the_host(tools: Tools) -> None:
+    agent = load_rune_package(EXAMPLES_DIR / "triage-rune").to_agent_spec()
+    [offered] = tools.host.offered(agent)
+    assert offered["function"]["name"] == "classify_ticket"
+    assert offered["function"]["parameters"]["required"] == ["ticket"]
+    assert dict(tools.host.unavailable(agent)) == {"rune@web-fetch": "not built yet in this version"}
+    ctx = tools.ctx(agent, tools.grant("tool.classify_ticket"))
+    billing = await tools.host.call(ctx, "classify_ticket", {"ticket": "I was charged twice"})
+    assert billing.ok and billing.content == {"category": "billing"}
+    missing = await tools.host.call(ctx, "classify_ticket", {"text": "x"})
+    assert missing.error_code == "invalid_arguments"
+
+
+async def test_a_schema_file_others_may_write_makes_the_tool_unavailable(tools: Tools) -> None:
+    agent = tools.package(
+        "loose",
+        ["t"],
+        {
+            "tools/t.yaml": descriptor("t", "tools/t.py", "input_schema_ref: tools/t.json\n"),
+            "tools/t.py": "print('{}')\n",
+            "tools/t.json": '{"type": "object"}',
+        },
+    )
+    os.chmod(agent.root / "tools" / "t.json", 0o666)
+    assert tools.host.offered(agent) == []
+    [(entry, reason)] = tools.host.unavailable(agent)
+    assert entry == "t" and "writable by group or others" in reason
