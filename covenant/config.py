@@ -7,10 +7,11 @@ Documented in docs/configuration.md; keep the two in step.
 from __future__ import annotations
 
 import os
+import re
 import sys
-from typing import Literal
+from typing import Annotated, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from covenant.errors import ConfigError
 from covenant.home import Home
@@ -22,6 +23,9 @@ __all__ = [
     "PolicyConfig",
     "DaemonConfig",
     "LogConfig",
+    "RuneConfig",
+    "ProviderConfig",
+    "IsolationConfig",
     "load_config",
     "default_python3",
 ]
@@ -59,6 +63,12 @@ class RuntimeConfig(_Section):
     pdeathsig: bool = Field(
         True, description="start agents through a PR_SET_PDEATHSIG=SIGKILL wrapper (docs/runtime.md)"
     )
+    max_manifest_bytes: int = Field(
+        1024 * 1024, ge=1024, le=1 << 30, description="largest manifest or package file read; larger ones are refused unread"
+    )
+    allow_system_entries: bool = Field(
+        False, description="let agent.toml entry name a program outside its package folder (absolute, '..', symlink out)"
+    )
 
 
 class AuditConfig(_Section):
@@ -93,6 +103,26 @@ class DaemonConfig(_Section):
     drain_timeout_s: float = Field(30, ge=0, le=86_400)
 
 
+class IsolationConfig(_Section):
+    """Which uid agents run as when the daemon is root (docs/security.md)."""
+
+    uid_range: tuple[int, int] = Field(
+        (61184, 65519), description="per-agent uids are allocated from this inclusive range"
+    )
+    user: str | None = Field(None, min_length=1, description="one fixed account for every agent instead of the range")
+    require: bool = Field(False, description="refuse to start unless agents really run as other uids")
+    max_processes: int = Field(256, gt=0, le=1_000_000, description="RLIMIT_NPROC of each agent uid")
+
+    @model_validator(mode="after")
+    def _range_is_unprivileged(self) -> "IsolationConfig":
+        low, high = self.uid_range
+        if not 1000 <= low <= high <= 2**31 - 2:
+            raise ValueError(
+                f"uid_range = [{low}, {high}]: must be [low, high] with 1000 <= low <= high < 2147483647"
+            )
+        return self
+
+
 class LogConfig(_Section):
     """Daemon log output."""
 
@@ -101,19 +131,77 @@ class LogConfig(_Section):
     target: str = Field("stderr", description="stderr, stdout or file:PATH")
 
 
+class RuneConfig(_Section):
+    """Hosted Rune agents: replicas and sessions (docs/rune-packages.md)."""
+
+    start: Literal["lazy", "eager"] = Field("lazy", description="start replicas on first dispatch, or at daemon start")
+    idle_stop_s: int = Field(600, ge=0, le=7 * 86_400, description="stop a replica idle this long; 0 = never")
+    standard_turns: int = Field(20, ge=0, le=10_000, description="turns kept by memory_profile = standard")
+    skills_dir: str = Field("skills", min_length=1, description="where skills resolve (relative to the home)")
+    python: str | None = Field(None, description="interpreter for replicas (default: the daemon's own)")
+    memory_small_mb: int = Field(256, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile small")
+    memory_medium_mb: int = Field(1024, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile medium")
+    memory_large_mb: int = Field(4096, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile large")
+
+    def memory_mb(self, profile: str) -> int:
+        return {"small": self.memory_small_mb, "medium": self.memory_medium_mb, "large": self.memory_large_mb}[profile]
+
+
+_PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def _base_url(value: str) -> str:
+    if not re.match(r"^https?://[^/\s?#]+(/[^\s?#]*)?$", value):
+        raise ValueError(f"{value!r} must be an http:// or https:// URL with no query or fragment")
+    return value.rstrip("/")
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.match(value):
+        raise ValueError(f"{value!r} must be the name of an environment variable (letters, digits, _), not its value")
+    return value
+
+
+def _provider_names(value: dict[str, ProviderConfig]) -> dict[str, ProviderConfig]:
+    for name in value:
+        if not _PROVIDER_NAME.match(name):
+            raise ValueError(f"[providers.{name}]: a provider name is 1-64 of A-Z a-z 0-9 _ . - starting with a letter or digit")
+    return value
+
+
+class ProviderConfig(_Section):
+    """``[providers.NAME]``: one model provider the daemon's gateway may call (docs/providers.md)."""
+
+    kind: Literal["openai", "anthropic"] = Field(description="wire format: OpenAI chat completions or Anthropic messages")
+    base_url: Annotated[str, AfterValidator(_base_url)] = Field(description="e.g. https://api.openai.com/v1")
+    api_key_env: Annotated[str, AfterValidator(_env_name)] | None = Field(
+        None, description="name of the daemon's env var holding the key; unset for local servers"
+    )
+    timeout_s: float = Field(120, gt=0, le=3600, description="one request, connect to last byte")
+    max_output_tokens: int | None = Field(
+        None, gt=0, le=1_000_000, description="sent as max_tokens; unset: not sent (openai), 4096 (anthropic)"
+    )
+    anthropic_version: str = Field("2023-06-01", min_length=1, description="anthropic-version header (kind anthropic)")
+    max_connections: int = Field(100, gt=0, le=10_000, description="open connections to this provider at most")
+
+
 class Config(_Section):
     """Top level of covenant.toml."""
 
     # Validated here so a wrong type is reported with the rest; resolved to paths by
     # covenant.home.Home (which the pydantic-free `covenant dispatch` path also uses).
     agents_dir: str = Field("agents", min_length=1)
-    socket: str = Field("covenant.sock", min_length=1)
+    socket: str = Field("run/covenant.sock", min_length=1)
     default_agent: str | None = None
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    rune: RuneConfig = Field(default_factory=RuneConfig)
+    providers: Annotated[dict[str, ProviderConfig], AfterValidator(_provider_names)] = Field(default_factory=dict)
+    isolation: IsolationConfig = Field(default_factory=IsolationConfig)
 
 
 def load_config(home: Home) -> Config:

@@ -24,6 +24,7 @@ __all__ = [
     "INTENT_COMPLETED",
     "GRANT_ADDED",
     "GRANT_REVOKED",
+    "MODEL_CALL",
     "TOOL_CALL",
     "MEMORY_RECOVER",
     "EVENT_TYPES",
@@ -42,6 +43,7 @@ AGENT_EXITED = "agent.exited"
 INTENT_COMPLETED = "intent.completed"
 GRANT_ADDED = "grant.added"
 GRANT_REVOKED = "grant.revoked"
+MODEL_CALL = "model.call"
 TOOL_CALL = "tool.call"
 MEMORY_RECOVER = "memory.recover"
 
@@ -58,6 +60,7 @@ EVENT_TYPES = frozenset(
         INTENT_COMPLETED,
         GRANT_ADDED,
         GRANT_REVOKED,
+        MODEL_CALL,
         TOOL_CALL,
         MEMORY_RECOVER,
     }
