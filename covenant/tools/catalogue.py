@@ -22,7 +22,7 @@ import yaml
 from covenant.manifest._yamlio import SafeLoader
 from covenant.manifest.runefile import RunePackage
 from covenant.manifest.security import is_inside, ownership_problems
-from covenant.manifest.tools import BUILTIN_PREFIX, ToolDescriptor, tool_action
+from covenant.manifest.tools import BUILTIN_PREFIX, MCP_SEPARATOR, ToolDescriptor, tool_action
 from covenant.tools.builtins import BUILTINS, Builtin
 from covenant.tools.unavailable import builtin_unavailable_reason
 
@@ -173,7 +173,7 @@ def _entry(package: RunePackage, name: str, interpreters: Interpreters) -> ToolE
             descriptor=tool or ToolDescriptor.model_construct(name=name, runtime="builtin"),
             builtin=builtin,
         )
-    if "/" in name and tool is None:
+    if MCP_SEPARATOR in name and tool is None:
         raise _Unavailable("MCP tools are not built yet in this version")
     if tool is None:
         raise _Unavailable("no descriptor for it in the package")

@@ -16,10 +16,8 @@ from covenant.runtime.runner import Runner
 from covenant.tools import ToolHost
 
 from ..conftest import EXAMPLES_DIR, require_tool
-from .conftest import Tools
+from .conftest import Tools, rune_examples
 
-RUNE_EXAMPLES = Path(os.environ.get("COVENANT_RUNE_EXAMPLES", "/work/shared/corpus/rune-examples"))
-"""The public Rune example packages (not part of this repository); CI points the variable at its copy."""
 
 ECHO_PY = """\
 import json, os, sys
@@ -105,13 +103,7 @@ async def test_executable_tool_and_a_non_executable_one(tools: Tools) -> None:
 
 
 async def test_corpus_sentiment_tool_runs_with_its_real_python(tools: Tools) -> None:
-    package = RUNE_EXAMPLES / "custom-tool-python"
-    if not package.is_dir():
-        message = f"the Rune example corpus is not at {package} (set COVENANT_RUNE_EXAMPLES)"
-        if os.environ.get("CI"):
-            pytest.fail(message)
-        pytest.skip(message)
-    agent = load_rune_package(package).to_agent_spec()
+    agent = load_rune_package(rune_examples() / "custom-tool-python").to_agent_spec()
     assert agent.id == "sentiment-agent@local"
     [offered] = tools.host.offered(agent)
     assert offered["function"]["name"] == "analyse_sentiment"
