@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -38,6 +39,7 @@ from covenant.tools.catalogue import ToolEntry, Toolset, resolve_toolset
 from covenant.tools.context import AuditSink, ToolCallContext
 from covenant.tools.memory_store import MemoryStores
 from covenant.tools.packages import PackageFiles, PackageSource
+from covenant.tools.process import run_process_tool
 from covenant.tools.result import ToolError, ToolResult, capped
 from covenant.tools.retry import run_with_retries
 from covenant.tools.services import ToolServices
@@ -50,6 +52,17 @@ ARGUMENTS_MAX_BYTES = 256 * 1024
 """Largest arguments document a call may carry."""
 
 _AUDIT_ON_CANCEL_S = 5.0
+_NAME_SHOWN = 80
+"""How much of an unknown name the error message repeats to the model."""
+
+
+@dataclass
+class _CallState:
+    """What the ``tool.call`` event of a call records, filled in as the call goes."""
+
+    digest: str
+    action: str | None = None
+    attempts: int = 0
 
 
 def _only_cancelled(exc: BaseException) -> bool:
@@ -162,7 +175,7 @@ class ToolHost:
     async def call(self, ctx: ToolCallContext, name: str, arguments: str | dict[str, Any]) -> ToolResult:
         """Run one tool call of ``ctx.agent``'s model; always one ``tool.call`` event, never raises for the tool."""
         started = time.monotonic()
-        state: dict[str, Any] = {"action": None, "digest": args_sha256(arguments), "attempts": 0}
+        state = _CallState(digest=args_sha256(arguments))
         try:
             result = await self._decide_and_run(ctx, name, arguments, state)
         except BaseException as exc:
@@ -175,7 +188,7 @@ class ToolHost:
         return result
 
     async def _audit(
-        self, ctx: ToolCallContext, name: str, state: dict[str, Any], outcome: str, code: str | None, started: float
+        self, ctx: ToolCallContext, name: str, state: "_CallState", outcome: str, code: str | None, started: float
     ) -> None:
         await self.services.audit(
             TOOL_CALL,
@@ -183,29 +196,30 @@ class ToolHost:
                 intent=ctx.intent_id,
                 agent=ctx.agent.id,
                 name=name if isinstance(name, str) else "",
-                action=state["action"],
-                digest=state["digest"],
+                action=state.action,
+                digest=state.digest,
                 outcome=outcome,
                 error_code=code,
-                attempts=state["attempts"],
+                attempts=state.attempts,
                 ms=int((time.monotonic() - started) * 1000),
             ),
         )
 
     async def _decide_and_run(
-        self, ctx: ToolCallContext, name: str, arguments: str | dict[str, Any], state: dict[str, Any]
+        self, ctx: ToolCallContext, name: str, arguments: str | dict[str, Any], state: "_CallState"
     ) -> ToolResult:
         toolset = await self.load(ctx.agent)
         entry = toolset.available.get(name) if isinstance(name, str) else None
         if entry is None:
             offered = ", ".join(toolset.available) or "none"
-            return ToolResult.failure("unknown_tool", f"no tool named {name!r} is offered to this agent (offered: {offered})")
-        state["action"] = entry.action
+            shown = repr(name[:_NAME_SHOWN]) + ("…" if len(name) > _NAME_SHOWN else "") if isinstance(name, str) else "?"
+            return ToolResult.failure("unknown_tool", f"no tool named {shown} is offered to this agent (offered: {offered})")
+        state.action = entry.action
         try:
             parsed = parse_arguments(arguments)
         except _BadArguments as exc:
             return ToolResult.failure("invalid_arguments", str(exc))
-        state["digest"] = args_sha256(parsed)
+        state.digest = args_sha256(parsed)
         problem = _schema_problem(entry, parsed)
         if problem is not None:
             return ToolResult.failure("invalid_arguments", problem)
@@ -217,7 +231,7 @@ class ToolHost:
             return await self._attempt(ctx, entry, parsed, ends)
 
         descriptor = entry.descriptor
-        result, state["attempts"] = await run_with_retries(
+        result, state.attempts = await run_with_retries(
             attempt, policy=descriptor.retry_policy, timeout_ms=descriptor.timeout_ms, deadline=ctx.deadline
         )
         return result
@@ -226,8 +240,6 @@ class ToolHost:
         """One try of the tool, ending by ``ends`` (trio time)."""
         if entry.builtin is not None:
             return await self._run_builtin(ctx, entry, arguments)
-        from covenant.tools.process import run_process_tool
-
         return await run_process_tool(self.services, ctx, entry, arguments, ends)
 
     async def _run_builtin(self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any]) -> ToolResult:
