@@ -19,6 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
+from covenant.config import RuntimeConfig
 from covenant.manifest._yamlio import SafeLoader
 from covenant.manifest.runefile import RunePackage
 from covenant.manifest.security import is_inside, ownership_problems
@@ -26,7 +27,16 @@ from covenant.manifest.tools import BUILTIN_PREFIX, MCP_SEPARATOR, ToolDescripto
 from covenant.tools.builtins import BUILTINS, Builtin
 from covenant.tools.unavailable import builtin_unavailable_reason
 
-__all__ = ["ToolEntry", "Toolset", "resolve_toolset", "MODEL_NAME", "model_name", "PROCESS_SCHEMA", "Interpreters"]
+__all__ = [
+    "ToolEntry",
+    "Toolset",
+    "resolve_toolset",
+    "configured_toolset",
+    "MODEL_NAME",
+    "model_name",
+    "PROCESS_SCHEMA",
+    "Interpreters",
+]
 
 MODEL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """What providers accept as a tool name."""
@@ -214,3 +224,13 @@ def resolve_toolset(package: RunePackage, interpreters: Interpreters) -> Toolset
             continue
         available[entry.model_name] = _with_validators(entry)
     return Toolset(available=available, unavailable=tuple(unavailable))
+
+
+def configured_toolset(package: RunePackage, runtime: RuntimeConfig) -> Toolset:
+    """The toolset as a daemon with this ``[runtime]`` would serve it, without a runner (``agents show``/``check``)."""
+    from covenant.runtime.runner import Runner
+
+    def interpreters(name: str) -> str | None:
+        return Runner.resolve_program(getattr(runtime, name), runtime.path)
+
+    return resolve_toolset(package, interpreters)
