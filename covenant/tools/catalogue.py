@@ -13,7 +13,7 @@ import json
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
@@ -25,6 +25,7 @@ from covenant.manifest.runefile import RunePackage
 from covenant.manifest.security import is_inside, ownership_problems
 from covenant.manifest.tools import BUILTIN_PREFIX, MCP_SEPARATOR, ToolDescriptor, tool_action
 from covenant.tools.builtins import BUILTINS, Builtin
+from covenant.tools.schema import schema_problem, validator_for
 from covenant.tools.unavailable import builtin_unavailable_reason
 
 __all__ = [
@@ -100,9 +101,6 @@ class _Unavailable(Exception):
 
 def _load_schema(root: Path, ref: str, what: str) -> dict[str, Any]:
     """A JSON schema file inside the package (JSON or YAML), checked as a draft 2020-12 schema."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
-
     path = Path(os.path.normpath(root / ref))
     if not is_inside(os.path.realpath(path), os.path.realpath(root)):
         raise _Unavailable(f"{what} {ref!r} leaves the package folder")
@@ -123,10 +121,9 @@ def _load_schema(root: Path, ref: str, what: str) -> dict[str, Any]:
         raise _Unavailable(f"{what} {path} is not a JSON/YAML document: {exc}") from None
     if not isinstance(schema, dict):
         raise _Unavailable(f"{what} {path} must be a JSON schema object")
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise _Unavailable(f"{what} {path} is not a valid JSON schema: {exc.message}") from None
+    problem = schema_problem(schema)
+    if problem is not None:
+        raise _Unavailable(f"{what} {path}: {problem}")
     return schema
 
 
@@ -197,14 +194,10 @@ def _entry(package: RunePackage, name: str, interpreters: Interpreters) -> ToolE
 
 
 def _with_validators(entry: ToolEntry) -> ToolEntry:
-    from dataclasses import replace
-
-    from jsonschema import Draft202012Validator
-
     return replace(
         entry,
-        validator=Draft202012Validator(entry.parameters),
-        output_validator=Draft202012Validator(entry.output_schema) if entry.output_schema is not None else None,
+        validator=validator_for(entry.parameters),
+        output_validator=validator_for(entry.output_schema) if entry.output_schema is not None else None,
     )
 
 

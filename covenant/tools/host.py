@@ -41,6 +41,7 @@ from covenant.tools.memory_store import MemoryStores
 from covenant.tools.packages import PackageFiles, PackageSource
 from covenant.tools.process import run_process_tool
 from covenant.tools.result import ToolError, ToolResult, capped
+from covenant.tools.schema import first_error
 from covenant.tools.retry import run_with_retries
 from covenant.tools.services import ToolServices
 
@@ -108,7 +109,7 @@ def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
 
 
 def _schema_problem(entry: ToolEntry, arguments: dict[str, Any]) -> str | None:
-    error = next(iter(sorted(entry.validator.iter_errors(arguments), key=lambda e: list(e.path))), None)
+    error = first_error(entry.validator, arguments)
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path) or "(the arguments object)"
