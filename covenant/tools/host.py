@@ -51,6 +51,8 @@ log = logging.getLogger("covenant.tools")
 
 ARGUMENTS_MAX_BYTES = 256 * 1024
 """Largest arguments document a call may carry."""
+ARGUMENTS_MAX_DEPTH = 64
+"""Deepest nesting of objects and arrays in the arguments (validation and encoding recurse)."""
 
 _AUDIT_ON_CANCEL_S = 5.0
 _NAME_SHOWN = 80
@@ -89,22 +91,41 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
+def _too_deep(value: Any) -> bool:
+    """Does ``value`` nest objects/arrays deeper than :data:`ARGUMENTS_MAX_DEPTH`? (iterative)"""
+    pending = [(value, 1)]
+    while pending:
+        item, depth = pending.pop()
+        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
+        if children is None:
+            continue
+        if depth > ARGUMENTS_MAX_DEPTH:
+            return True
+        pending.extend((child, depth + 1) for child in children)
+    return False
+
+
 def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
     """The arguments object; a blank string is ``{}``. Raises _BadArguments with a reason."""
     if isinstance(arguments, dict):
-        return arguments
-    if not isinstance(arguments, str):
+        value: Any = arguments
+    elif not isinstance(arguments, str):
         raise _BadArguments(f"arguments must be a JSON object, got {type(arguments).__name__}")
-    if len(arguments.encode("utf-8", "surrogatepass")) > ARGUMENTS_MAX_BYTES:
+    elif len(arguments.encode("utf-8", "surrogatepass")) > ARGUMENTS_MAX_BYTES:
         raise _BadArguments(f"arguments are larger than {ARGUMENTS_MAX_BYTES} bytes")
-    if not arguments.strip():
+    elif not arguments.strip():
         return {}
-    try:
-        value = json.loads(arguments, parse_constant=_reject_constant, object_pairs_hook=_reject_duplicates)
-    except ValueError as exc:
-        raise _BadArguments(f"arguments are not valid JSON: {exc}") from None
+    else:
+        try:
+            value = json.loads(arguments, parse_constant=_reject_constant, object_pairs_hook=_reject_duplicates)
+        except RecursionError:
+            raise _BadArguments(f"arguments nest deeper than {ARGUMENTS_MAX_DEPTH} levels") from None
+        except ValueError as exc:
+            raise _BadArguments(f"arguments are not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise _BadArguments(f"arguments must be a JSON object, got {type(value).__name__}")
+    if _too_deep(value):
+        raise _BadArguments(f"arguments nest deeper than {ARGUMENTS_MAX_DEPTH} levels")
     return value
 
 

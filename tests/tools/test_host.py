@@ -202,3 +202,20 @@ async def test_every_corpus_toolset_entry_is_offered_or_said_unavailable(tools: 
     assert reasons["filesystem/read_file"] == "MCP tools are not built yet in this version"
     assert reasons["researcher"].startswith("agent tools")
     assert "[tools.web_search]" in reasons["rune@web-search"]
+
+
+async def test_deeply_nested_arguments_are_refused_not_crashed_on(tools: Tools) -> None:
+    agent = tools.package("deep", ["rune@memory-store"])
+    ctx = tools.ctx(agent, tools.grant("tool.memory_store"))
+    for depth in (65, 5000, 100_000):  # past the depth limit; past json's recursion limit
+        text = '{"key": "k", "value": ' + "[" * depth + "]" * depth + "}"
+        result = await tools.host.call(ctx, "memory-store", text)
+        assert result.error_code == "invalid_arguments" and "deeper than 64" in result.error_message, depth
+    nested: dict = {}
+    inner = nested
+    for _ in range(70):
+        inner["x"] = {}
+        inner = inner["x"]
+    result = await tools.host.call(ctx, "memory-store", nested)
+    assert result.error_code == "invalid_arguments" and "deeper than 64" in result.error_message
+    assert [e["error_code"] for e in tools.audit.of("tool.call")] == ["invalid_arguments"] * 4
