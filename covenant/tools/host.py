@@ -40,7 +40,7 @@ from covenant.tools.context import AuditSink, ToolCallContext
 from covenant.tools.memory_store import MemoryStores
 from covenant.tools.packages import PackageFiles, PackageSource
 from covenant.tools.process import run_process_tool
-from covenant.tools.result import ToolError, ToolResult, capped
+from covenant.tools.result import MAX_DEPTH, ToolError, ToolResult, capped, too_deep
 from covenant.tools.schema import first_error
 from covenant.tools.retry import run_with_retries
 from covenant.tools.services import ToolServices
@@ -51,8 +51,6 @@ log = logging.getLogger("covenant.tools")
 
 ARGUMENTS_MAX_BYTES = 256 * 1024
 """Largest arguments document a call may carry."""
-ARGUMENTS_MAX_DEPTH = 64
-"""Deepest nesting of objects and arrays in the arguments (validation and encoding recurse)."""
 
 _AUDIT_ON_CANCEL_S = 5.0
 _NAME_SHOWN = 80
@@ -91,20 +89,6 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     return out
 
 
-def _too_deep(value: Any) -> bool:
-    """Does ``value`` nest objects/arrays deeper than :data:`ARGUMENTS_MAX_DEPTH`? (iterative)"""
-    pending = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        if depth > ARGUMENTS_MAX_DEPTH:
-            return True
-        pending.extend((child, depth + 1) for child in children)
-    return False
-
-
 def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
     """The arguments object; a blank string is ``{}``. Raises _BadArguments with a reason."""
     if isinstance(arguments, dict):
@@ -119,13 +103,13 @@ def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
         try:
             value = json.loads(arguments, parse_constant=_reject_constant, object_pairs_hook=_reject_duplicates)
         except RecursionError:
-            raise _BadArguments(f"arguments nest deeper than {ARGUMENTS_MAX_DEPTH} levels") from None
+            raise _BadArguments(f"arguments nest deeper than {MAX_DEPTH} levels") from None
         except ValueError as exc:
             raise _BadArguments(f"arguments are not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise _BadArguments(f"arguments must be a JSON object, got {type(value).__name__}")
-    if _too_deep(value):
-        raise _BadArguments(f"arguments nest deeper than {ARGUMENTS_MAX_DEPTH} levels")
+    if too_deep(value):
+        raise _BadArguments(f"arguments nest deeper than {MAX_DEPTH} levels")
     return value
 
 
