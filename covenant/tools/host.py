@@ -110,6 +110,12 @@ def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
         raise _BadArguments(f"arguments must be a JSON object, got {type(value).__name__}")
     if too_deep(value):
         raise _BadArguments(f"arguments nest deeper than {MAX_DEPTH} levels")
+    try:
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise _BadArguments("arguments hold text that is not valid Unicode (a lone surrogate such as \\ud800)") from None
+    except (TypeError, ValueError) as exc:
+        raise _BadArguments(f"arguments are not JSON: {exc}") from None
     return value
 
 

@@ -131,9 +131,9 @@ def capped(content: Any) -> ToolResult:
     if too_deep(content):
         return ToolResult.failure("tool_bad_output", f"the tool's result nests deeper than {MAX_DEPTH} levels")
     try:
-        size = len(_encode(content).encode("utf-8", "surrogatepass"))
+        size = len(_encode(content).encode("utf-8"))
     except (TypeError, ValueError) as exc:
-        return ToolResult.failure("tool_bad_output", f"the tool's result is not JSON-encodable: {exc}")
+        return ToolResult.failure("tool_bad_output", f"the tool's result is not JSON text in valid Unicode: {exc}")
     if size > RESULT_MAX_BYTES:
         return ToolResult.failure(
             "result_too_large",

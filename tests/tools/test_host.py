@@ -219,3 +219,12 @@ async def test_deeply_nested_arguments_are_refused_not_crashed_on(tools: Tools) 
     result = await tools.host.call(ctx, "memory-store", nested)
     assert result.error_code == "invalid_arguments" and "deeper than 64" in result.error_message
     assert [e["error_code"] for e in tools.audit.of("tool.call")] == ["invalid_arguments"] * 4
+
+
+async def test_lone_surrogates_in_arguments_are_refused(tools: Tools) -> None:
+    agent = tools.package("surrogate", ["rune@memory-store"])
+    ctx = tools.ctx(agent, tools.grant("tool.memory_store"))
+    for args in ('{"key": "k", "value": "\\ud800"}', {"key": "k", "value": "\ud800"}):
+        result = await tools.host.call(ctx, "memory-store", args)
+        assert result.error_code == "invalid_arguments" and "Unicode" in result.error_message
+    assert memory_untouched(tools, agent)

@@ -377,3 +377,13 @@ async def test_a_deeply_nested_result_is_bad_output(tools: Tools, depth: int) ->
     )
     result = await tools.host.call(tools.ctx(agent, tools.grant("tool.deep")), "deep", {})
     assert result.error_code == "tool_bad_output", result
+
+
+async def test_a_result_with_a_lone_surrogate_is_bad_output(tools: Tools) -> None:
+    agent = tools.package(
+        "surrogates",
+        ["s"],
+        {"tools/s.yaml": descriptor("s", "tools/s.py"), "tools/s.py": "print('{\"a\": \"\\\\ud800\"}')\n"},
+    )
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.s")), "s", {})
+    assert result.error_code == "tool_bad_output" and "Unicode" in result.error_message
