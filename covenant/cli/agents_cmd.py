@@ -46,7 +46,9 @@ def _tools(package: RunePackage, runtime: RuntimeConfig) -> dict[str, Any]:
 
     toolset = configured_toolset(package, runtime)
     return {
-        "offered": [{"entry": t.entry, "name": t.model_name, "action": t.action} for t in toolset.available.values()],
+        "offered": [
+            {"entry": t.entry, "name": t.model_name, "action": t.action, "kind": t.kind} for t in toolset.available.values()
+        ],
         "unavailable": [{"tool": entry, "reason": reason} for entry, reason in toolset.unavailable],
     }
 
@@ -171,7 +173,7 @@ def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
     click.echo(f"{'keywords:':<36}{', '.join(spec.keywords) or '-'}")
     if tools is not None:
         for tool in tools["offered"]:
-            click.echo(f"{'tool:':<36}{tool['name']} ({tool['entry']}, needs {tool['action']})")
+            click.echo(f"{'tool:':<36}{tool['name']} ({tool['kind']} {tool['entry']}, needs {tool['action']})")
         for tool in tools["unavailable"]:
             click.echo(f"{'tool unavailable:':<36}{tool['tool']}: {tool['reason']}")
         if "error" in tools:

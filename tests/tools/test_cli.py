@@ -27,15 +27,15 @@ def test_agents_show_lists_offered_and_unavailable_tools(home: Home) -> None:
     assert result.exit_code == 0, result.output
     tools = json.loads(result.stdout)["tools"]
     assert tools["offered"] == [
-        {"entry": "rune@system-time", "name": "system-time", "action": "tool.system_time"},
-        {"entry": "echo", "name": "echo", "action": "tool.echo"},
+        {"entry": "rune@system-time", "name": "system-time", "action": "tool.system_time", "kind": "builtin"},
+        {"entry": "echo", "name": "echo", "action": "tool.echo", "kind": "process"},
     ]
     assert tools["unavailable"] == [
         {"tool": "rune@web-fetch", "reason": "not built yet in this version"},
         {"tool": "rune@browser-click", "reason": "not supported on this host (no backend for it)"},
     ]
     text = CliRunner().invoke(cli, ["agents", "show", "mixed@local"]).stdout
-    assert "system-time (rune@system-time, needs tool.system_time)" in text
+    assert "system-time (builtin rune@system-time, needs tool.system_time)" in text
     assert "rune@web-fetch: not built yet in this version" in text
 
 
