@@ -1,0 +1,140 @@
+"""Operating Rune agents: covenant run, dry-run, status, restart, logs, eager start, idle stop, reload, drain."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+
+from tests.daemon.conftest import DaemonProcess
+from tests.fakes import FakeModelServer, Reply, ToolCall
+from tests.rune.conftest import KEY_ENV, add_rune_agent, configure, outcome_of
+
+
+def wait_for(predicate, timeout: float = 60, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def replicas(d: DaemonProcess) -> list[dict]:
+    return d.api("GET", "/v1/status")["replicas"]  # type: ignore[index]
+
+
+def test_covenant_run_of_a_rune_package(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    package = add_rune_agent(daemon)
+    fake_model.script(Reply.tools(ToolCall("system-time", {})), Reply(text="It is now."))
+    result = daemon.cli("run", str(package), "what time?")
+    assert result.returncode == 0 and result.stdout == "It is now.\n", result
+    assert [m["role"] for m in fake_model.requests[1].messages] == ["system", "user", "assistant", "tool"]
+    fake_model.script(Reply.tools(ToolCall("system-time", {})), Reply.tools(ToolCall("system-time", {})))
+    add_rune_agent(daemon, "stepper", max_steps=2)
+    failed = daemon.cli("run", str(daemon.home / "agents" / "stepper"), "again", "--json")
+    assert failed.returncode == 4 and json.loads(failed.stdout)["outcome"] == "max_steps_exceeded"
+
+
+def test_dry_run_names_provider_model_and_unavailable_tools(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, toolset=("rune@system-time", "rune@browser-click"), providers=("missing", "fake"))
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.system_time", "tool.browser_click", check=True)
+    result = daemon.cli("dispatch", "hi", "--agent", "chat@local", "--dry-run", "--json")
+    plan = outcome_of(result)["rune"]
+    assert result.returncode == 0
+    first = plan["model"]["providers"][0]
+    assert first["provider"] == "fake" and first["model"] == "fake-model"
+    assert plan["model"]["skipped"][0]["provider"] == "missing"
+    assert [u["tool"] for u in plan["unavailable_tools"]] == ["rune@browser-click"]
+    assert not fake_model.requests and replicas(daemon) == []  # nothing started
+    text = daemon.cli("dispatch", "hi", "--agent", "chat@local", "--dry-run", check=True).stdout
+    assert "model: fake-model from provider fake" in text and "skipped provider missing" in text
+    assert "unavailable tool rune@browser-click" in text
+
+
+def test_status_restart_and_replica_logs(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    fake_model.script(Reply(text="one"), Reply(text="two"))
+    assert outcome_of(daemon.cli("dispatch", "a", "--agent", "chat@local", "--json"))["outcome"] == "ok"
+    (before,) = replicas(daemon)
+    assert before["state"] == "ready" and before["in_flight"] == 0 and before["restarts"] == 0
+    text = daemon.cli("status", check=True).stdout
+    assert f"replica    chat@local: ready, pid {before['pid']}" in text
+    restarted = daemon.cli("restart", "chat", check=True)
+    assert "restarted the replica of chat@local" in restarted.stdout
+    wait_for(lambda: replicas(daemon)[0]["state"] == "ready", what="the new replica")
+    assert replicas(daemon)[0]["pid"] != before["pid"]
+    assert not psutil.pid_exists(before["pid"]) or psutil.Process(before["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert outcome_of(daemon.cli("dispatch", "b", "--agent", "chat@local", "--json"))["text"] == "two"
+    logs = daemon.cli("logs", check=True).stdout
+    assert "replica serving" in logs and "chat@local" in logs
+    not_rune = daemon.cli("restart", "nobody")
+    assert not_rune.returncode == 6
+
+
+def test_eager_start_and_idle_stop(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model), extra="[rune]\nstart = \"eager\"\nidle_stop_s = 2\n")
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    wait_for(lambda: [r["state"] for r in replicas(daemon)] == ["ready"], what="an eager replica")
+    pid = replicas(daemon)[0]["pid"]
+    wait_for(lambda: replicas(daemon)[0]["state"] == "stopped", what="the idle stop")
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    fake_model.script(Reply(text="woken"))
+    assert outcome_of(daemon.cli("dispatch", "a", "--agent", "chat@local", "--json"))["text"] == "woken"
+
+
+def test_a_replica_that_cannot_start_fails_fast_and_shows_why(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    folder = add_rune_agent(daemon, toolset=())
+    runefile = folder / "Runefile"
+    runefile.write_text(runefile.read_text().replace("toolset: []", "toolset: []\nskills: [acme/kit/missing]"))
+    daemon.start()
+    result = daemon.cli("dispatch", "a", "--agent", "chat@local", "--json")
+    outcome = outcome_of(result)
+    assert result.returncode == 4 and outcome["outcome"] == "spawn_failed", outcome
+    assert "skills/acme/kit/skills/missing/SKILL.md" in outcome["error"]
+    (replica,) = replicas(daemon)
+    assert "acme/kit/missing" in replica["last_error"]
+
+
+def test_reload_with_a_changed_package_replaces_the_replica(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    folder = add_rune_agent(daemon, toolset=())
+    daemon.start()
+    fake_model.script(Reply(text="v1"), Reply(text="v2"))
+    assert outcome_of(daemon.cli("dispatch", "a", "--agent", "chat@local", "--json"))["text"] == "v1"
+    old = replicas(daemon)[0]["pid"]
+    runefile = folder / "Runefile"
+    runefile.write_text(runefile.read_text().replace("covenant test agent.", "covenant test agent, version two."))
+    daemon.cli("reload", check=True)
+    wait_for(lambda: replicas(daemon)[0]["pid"] not in (old, None) and replicas(daemon)[0]["state"] == "ready",
+             what="the replacement replica")
+    assert outcome_of(daemon.cli("dispatch", "b", "--agent", "chat@local", "--json"))["text"] == "v2"
+    assert "version two" in fake_model.requests[-1].messages[0]["content"]
+
+
+def test_sigterm_drains_an_in_flight_rune_intent(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    fake_model.script(Reply(text="finished in time", delay_s=2))
+    pending = daemon.cli_background("dispatch", "slow", "--agent", "chat@local", "--json")
+    fake_model.wait_for_requests(1)
+    pid = replicas(daemon)[0]["pid"]
+    assert daemon.process is not None
+    daemon.process.send_signal(signal.SIGTERM)
+    out, _ = pending.communicate(timeout=120)
+    assert json.loads(out)["text"] == "finished in time"
+    assert daemon.process.wait(timeout=120) == 0
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
