@@ -188,6 +188,8 @@ class ReplicaSupervisor:
         if replica is None:
             return
         replica.stop_requested = True
+        if replica.scope is not None:
+            replica.set_state("stopping")
         if drain:
             await replica.idle.wait()
         if replica.scope is not None:
