@@ -11,7 +11,7 @@ import re
 import sys
 from typing import Annotated, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from covenant.errors import ConfigError
 from covenant.home import Home
@@ -25,6 +25,7 @@ __all__ = [
     "LogConfig",
     "RuneConfig",
     "ProviderConfig",
+    "IsolationConfig",
     "load_config",
     "default_python3",
 ]
@@ -62,6 +63,12 @@ class RuntimeConfig(_Section):
     pdeathsig: bool = Field(
         True, description="start agents through a PR_SET_PDEATHSIG=SIGKILL wrapper (docs/runtime.md)"
     )
+    max_manifest_bytes: int = Field(
+        1024 * 1024, ge=1024, le=1 << 30, description="largest manifest or package file read; larger ones are refused unread"
+    )
+    allow_system_entries: bool = Field(
+        False, description="let agent.toml entry name a program outside its package folder (absolute, '..', symlink out)"
+    )
 
 
 class AuditConfig(_Section):
@@ -94,6 +101,26 @@ class DaemonConfig(_Section):
     per_agent_concurrent: int = Field(0, ge=0, le=10_000, description="0 = only the global limit")
     queue_max: int = Field(1000, ge=0, le=1_000_000)
     drain_timeout_s: float = Field(30, ge=0, le=86_400)
+
+
+class IsolationConfig(_Section):
+    """Which uid agents run as when the daemon is root (docs/security.md)."""
+
+    uid_range: tuple[int, int] = Field(
+        (61184, 65519), description="per-agent uids are allocated from this inclusive range"
+    )
+    user: str | None = Field(None, min_length=1, description="one fixed account for every agent instead of the range")
+    require: bool = Field(False, description="refuse to start unless agents really run as other uids")
+    max_processes: int = Field(256, gt=0, le=1_000_000, description="RLIMIT_NPROC of each agent uid")
+
+    @model_validator(mode="after")
+    def _range_is_unprivileged(self) -> "IsolationConfig":
+        low, high = self.uid_range
+        if not 1000 <= low <= high <= 2**31 - 2:
+            raise ValueError(
+                f"uid_range = [{low}, {high}]: must be [low, high] with 1000 <= low <= high < 2147483647"
+            )
+        return self
 
 
 class LogConfig(_Section):
@@ -165,7 +192,7 @@ class Config(_Section):
     # Validated here so a wrong type is reported with the rest; resolved to paths by
     # covenant.home.Home (which the pydantic-free `covenant dispatch` path also uses).
     agents_dir: str = Field("agents", min_length=1)
-    socket: str = Field("covenant.sock", min_length=1)
+    socket: str = Field("run/covenant.sock", min_length=1)
     default_agent: str | None = None
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
@@ -174,6 +201,7 @@ class Config(_Section):
     log: LogConfig = Field(default_factory=LogConfig)
     rune: RuneConfig = Field(default_factory=RuneConfig)
     providers: Annotated[dict[str, ProviderConfig], AfterValidator(_provider_names)] = Field(default_factory=dict)
+    isolation: IsolationConfig = Field(default_factory=IsolationConfig)
 
 
 def load_config(home: Home) -> Config:

@@ -10,6 +10,8 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
 
 from collections.abc import Callable, Iterator
@@ -34,10 +36,30 @@ def require_tool(name: str) -> str:
     return path
 
 
+def traversable_tmpdir(prefix: str = "covenant-test-") -> Path:
+    """A fresh dir under /tmp that other uids may traverse (0711), unlike pytest's 0700 tmp_path.
+
+    A daemon running as root starts agents as unprivileged uids
+    (docs/security.md); they must reach the home's agents/ and their scratch
+    dir, so homes used by daemons and runners live here. The caller removes it.
+    """
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o711)
+    return path
+
+
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
-    """A throwaway COVENANT_HOME and XDG_CONFIG_HOME, set in the environment."""
-    root = tmp_path / "home"
+def agent_reachable_dir() -> Iterator[Path]:
+    """A :func:`traversable_tmpdir`, removed after the test."""
+    path = traversable_tmpdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def home(tmp_path: Path, agent_reachable_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
+    """A throwaway COVENANT_HOME (agent uids can traverse to it) and XDG_CONFIG_HOME, set in the environment."""
+    root = agent_reachable_dir / "home"
     root.mkdir()
     monkeypatch.setenv("COVENANT_HOME", str(root))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))

@@ -12,11 +12,11 @@ from typing import Any, Callable, TypeVar
 
 import click
 
-from covenant.cli._output import fail, print_json
+from covenant.cli._output import fail, print_json, table_lines
 from covenant.errors import CovenantError
 from covenant.home import Home
 
-__all__ = ["CliContext", "pass_cli", "reports_errors", "fail", "print_json", "ask_daemon"]
+__all__ = ["CliContext", "pass_cli", "reports_errors", "fail", "print_json", "table_lines", "ask_daemon"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -16,7 +16,7 @@ import re
 import sys
 from typing import Any, Callable, NoReturn, TextIO
 
-__all__ = ["echo", "fail", "print_json", "run_standalone"]
+__all__ = ["echo", "fail", "print_json", "table_lines", "run_standalone"]
 
 # click._compat._ansi_re: the sequences click.echo removes from non-terminal output
 # (compiled on first use, by re's cache: most output has no escape character at all).
@@ -64,6 +64,12 @@ def fail(message: str, exit_code: int) -> NoReturn:
 def print_json(obj: Any) -> None:
     """Stable JSON for --json output: sorted keys, one document, trailing newline."""
     echo(json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, default=str))
+
+
+def table_lines(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
+    """Plain aligned columns (two spaces apart, no trailing blanks): greppable and pasteable."""
+    widths = [max(len(h), *(len(r[i]) for r in rows)) if rows else len(h) for i, h in enumerate(headers)]
+    return ["  ".join(cell.ljust(w) for cell, w in zip(row, widths)).rstrip() for row in (headers, *rows)]
 
 
 class _QuietFlush:

@@ -34,7 +34,9 @@ def _matches(record: dict[str, Any], agent: str | None, type_pattern: str | None
     return True
 
 
-def _human(record: dict[str, Any]) -> str:
+def _human(number: int, record: dict[str, Any]) -> str:
+    """One shown record: its number in this listing (1, 2, 3… with no gaps: hidden checkpoints and
+    filtered records are not counted), then time, the log's own ``seq``, type, agent, intent, outcome."""
     data = record["data"]
 
     def field(name: str) -> str:
@@ -47,7 +49,7 @@ def _human(record: dict[str, Any]) -> str:
     if outcome == "-" and isinstance(data.get("allowed"), bool):  # policy.decision
         outcome = "allowed" if data["allowed"] else f"denied({data.get('reason') or '-'})"
     return (
-        f"{record['ts']}  #{record['seq']:<7} {record['type']:<18} "
+        f"{number:>6}  {record['ts']}  seq={record['seq']:<7} {record['type']:<18} "
         f"agent={field('agent')}  intent={field('intent')}  outcome={outcome}"
     )
 
@@ -64,7 +66,7 @@ def _human(record: dict[str, Any]) -> str:
 def tail(
     ctx: CliContext, follow_: bool, agent: str | None, type_: str | None, as_json: bool, lines: int | None, interval: float
 ) -> None:
-    """Print audit records (time, type, agent, intent, outcome); -f follows the live log.
+    """Print audit records, numbered 1, 2, 3… (time, seq, type, agent, intent, outcome); -f follows.
 
     Works whether or not the daemon runs. Warnings about a broken chain, a file
     that shrank or was replaced, go to stderr.
@@ -77,8 +79,12 @@ def tail(
     # SIGTERM ends a `tail -f` as quietly as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
+    shown = 0
+
     def show(entry: Entry) -> None:
-        text = entry.line.decode("utf-8") if as_json else _human(entry.record)
+        nonlocal shown
+        shown += 1
+        text = entry.line.decode("utf-8") if as_json else _human(shown, entry.record)
         click.echo(text)
 
     backlog: collections.deque[Entry] | None = collections.deque(maxlen=lines) if lines is not None else None

@@ -1,7 +1,8 @@
 """``covenant history`` and ``covenant show``: read dispatch records.
 
 They ask the running daemon (a user may not read the daemon's state folder)
-and read the home's DispatchStore directly when no daemon runs.
+and read the home's DispatchStore directly when no daemon runs. ``history``
+also lists denied intents, read from the audit log when this user can read it.
 """
 
 from __future__ import annotations
@@ -10,6 +11,7 @@ from urllib.parse import quote, urlencode
 
 import click
 
+from covenant.audit.denials import Denial, recent_denials
 from covenant.cli._common import CliContext, ask_daemon, fail, pass_cli, print_json, reports_errors
 from covenant.client import RemoteError
 from covenant.home import Home
@@ -42,6 +44,14 @@ def fetch_one(home: Home, intent_id: str) -> tuple[DispatchRecord | None, list[s
     return store.get(intent_id), store.problems
 
 
+def fetch_denials(home: Home, limit: int, agent: str | None) -> tuple[list[Denial], list[str]]:
+    """Newest-first denials from the audit log, or a note saying why they cannot be read."""
+    try:
+        return recent_denials(home.audit_dir, limit, agent), []
+    except PermissionError:
+        return [], [f"denied intents not shown: cannot read {home.audit_dir} (run as root or the daemon's user)"]
+
+
 def _exit_text(record: DispatchRecord) -> str:
     if record.exit_code is not None:
         return f"code {record.exit_code}"
@@ -60,17 +70,29 @@ def _warn(problems: list[str]) -> None:
 @pass_cli
 @reports_errors
 def history(cli: CliContext, agent_id: str | None, limit: int, as_json: bool) -> None:
-    """List recent dispatch records, newest first."""
+    """List recent dispatches and denied intents, newest first.
+
+    A denied intent (outcome `denied`, with the reason and the issuer) spawned
+    nothing; it comes from the audit log, shown when this user can read it.
+    """
     records, problems = fetch_recent(cli.home, limit, agent_id)
-    _warn(problems)
+    denials, notes = fetch_denials(cli.home, limit, agent_id)
+    _warn(problems + notes)
+    entries: list[DispatchRecord | Denial] = [*records, *denials]
+    entries.sort(key=lambda e: e.started_at if isinstance(e, DispatchRecord) else e.at, reverse=True)
+    del entries[limit:]
     if as_json:
-        print_json([r.model_dump(mode="json") for r in records])
+        print_json([e.model_dump(mode="json") if isinstance(e, DispatchRecord) else e.to_json() for e in entries])
         return
-    if not records:
+    if not entries:
         click.echo("no dispatch records")
         return
-    for r in records:
-        click.echo(f"{r.started_at}  {r.outcome:<16} {r.duration_ms:>7} ms  {r.agent_id:<24} {r.intent_id}")
+    for e in entries:
+        if isinstance(e, DispatchRecord):
+            click.echo(f"{e.started_at}  {e.outcome:<16} {e.duration_ms:>7} ms  {e.agent_id:<24} {e.intent_id}")
+        else:
+            click.echo(f"{e.at}  {'denied':<16} {'-':>7}     {e.agent_id or '-':<24} {e.intent_id or '-'}  "
+                       f"{e.reason} (issuer {e.issuer or '-'})")
 
 
 @click.command()

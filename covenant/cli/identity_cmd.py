@@ -17,10 +17,14 @@ def identity() -> None:
 
 @identity.command("init")
 @click.option("--display", metavar="NAME", help="Display name sent with your intents (default: $USER@<hostname>).")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {display, pubkey, key_path}.")
 @reports_errors
-def init(display: str | None) -> None:
+def init(display: str | None, as_json: bool) -> None:
     """Create your Ed25519 identity key (refuses to overwrite an existing one)."""
     me = init_user_identity(display)
+    if as_json:
+        print_json({"display": me.display, "pubkey": me.pubkey, "key_path": str(me.path)})
+        return
     click.echo(f"created identity {me.display}")
     click.echo(f"public key: {me.pubkey}")
     click.echo(f"key file:   {me.path} (mode 0600)")
@@ -43,12 +47,16 @@ def show(as_json: bool) -> None:
 @identity.command("add")
 @click.argument("display")
 @click.argument("pubkey")
+@click.option("--json", "as_json", is_flag=True, help="Print JSON: {display, pubkey, path, added}.")
 @pass_cli
 @reports_errors
-def add(cli: CliContext, display: str, pubkey: str) -> None:
+def add(cli: CliContext, display: str, pubkey: str, as_json: bool) -> None:
     """Record another issuer's PUBKEY under DISPLAY so operators can grant by name."""
     known = KnownIdentities(cli.home)
-    if known.add(display, pubkey):
+    added = known.add(display, pubkey)
+    if as_json:
+        print_json({"display": display, "pubkey": known.resolve(display), "path": str(known.path), "added": added})
+    elif added:
         click.echo(f"added {display} = {known.resolve(display)} to {known.path}")
     else:
         click.echo(f"{display} is already recorded with that key in {known.path}")

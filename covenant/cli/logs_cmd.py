@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 from urllib.parse import urlencode
 
 import click
@@ -17,15 +18,20 @@ __all__ = ["logs"]
 @click.option("-f", "--follow", is_flag=True, help="Keep streaming new lines (survives reloads).")
 @click.option("--agent", metavar="ID", help="Only lines about this agent.")
 @click.option("--level", type=click.Choice(["debug", "info", "warning", "error"]), help="Minimum level.")
+@click.option("--json", "as_json", is_flag=True, help="One JSON object per line (JSON Lines) instead of logfmt.")
 @pass_cli
 @reports_errors
-def logs(cli: CliContext, follow: bool, agent: str | None, level: str | None) -> None:
-    """Show the daemon's recent log lines (from GET /v1/logs)."""
+def logs(cli: CliContext, follow: bool, agent: str | None, level: str | None, as_json: bool) -> None:
+    """Show the daemon's recent log lines (from GET /v1/logs).
+
+    Each dispatch logs `dispatch started` and `dispatch finished` (intent,
+    agent, issuer, outcome, ms), or `dispatch refused` with the reason.
+    """
     query = {k: v for k, v in {"agent": agent, "level": level, "follow": "1" if follow else None}.items() if v}
     with DaemonClient(cli.home.socket_path) as client:
         try:
             for entry in client.events("/v1/logs?" + urlencode(query)):
                 entry.pop("seq", None)
-                click.echo(format_logfmt(entry))
+                click.echo(json.dumps(entry, sort_keys=True, ensure_ascii=False) if as_json else format_logfmt(entry))
         except KeyboardInterrupt:
             pass

@@ -49,13 +49,25 @@ def run_once(cli: CliContext, path: Path, text: str) -> Any:
     import trio
 
     from covenant.config import load_config
+    from covenant.errors import ConfigError
+    from covenant.manifest.limits import ManifestLimits
     from covenant.manifest.registry import load_path
     from covenant.runtime.host import set_child_subreaper
+    from covenant.runtime.isolation import open_isolation, reachability_problems
     from covenant.runtime.records import DispatchStore
     from covenant.runtime.runner import Runner
 
-    agent = load_path(path)
     config = load_config(cli.home)
+    agent = load_path(path, ManifestLimits.from_config(config.runtime))
+    # Run as root, the agent runs as its own unprivileged uid, exactly as under the daemon.
+    isolation = open_isolation(config.isolation, cli.home.state_dir)
+    needs = []
+    if agent.entry is not None:
+        kind = "file" if agent.runtime == "rust-bin" else "read"
+        needs.append((str(agent.entry), kind, "nothing: move the package where agent uids can read it"))
+    unreachable = reachability_problems(needs, isolation)
+    if unreachable:
+        raise ConfigError(f"agent {agent.id}: " + "; ".join(unreachable), path=str(agent.root))
     payload = {
         "id": str(uuid.uuid4()),
         "text": text,
@@ -71,7 +83,7 @@ def run_once(cli: CliContext, path: Path, text: str) -> Any:
         pass
 
     async def main() -> Any:
-        async with Runner.open(config.runtime, scratch_root=cli.home.state_dir / "scratch") as runner:
+        async with Runner.open(config.runtime, scratch_root=cli.home.state_dir / "scratch", isolation=isolation) as runner:
             if agent.runtime == "rune":
                 return await _run_rune(cli, agent, text, config, runner, payload["issuer"]["pubkey"])
             return await runner.run(agent, payload)

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+import sys
+
 import click
 
 from covenant.cli._common import CliContext, pass_cli, print_json, reports_errors
@@ -18,8 +20,8 @@ def _render_status(doc: dict) -> None:
     click.echo(f"state      {state}; {len(doc['in_flight'])} in flight, {doc['queued']} queued "
                f"(max {doc['limits']['max_concurrent']} concurrent, queue {doc['limits']['queue_max']})")
     click.echo(f"agents     {len(doc['agents']['loaded'])} loaded: {', '.join(doc['agents']['loaded']) or '-'}")
-    if doc["agents"]["kept_previous"]:
-        click.echo(f"           kept previous version (file now invalid): {', '.join(doc['agents']['kept_previous'])}")
+    if doc["agents"]["withdrawn"]:
+        click.echo(f"           withdrawn until their manifest is fixed: {', '.join(doc['agents']['withdrawn'])}")
     for problem in doc["rejected"]:
         where = problem["path"] + (f":{problem['line']}" if problem.get("line") else "")
         click.echo(f"rejected   {where}: {problem['message']}")
@@ -27,6 +29,13 @@ def _render_status(doc: dict) -> None:
     age = f", last checkpoint {audit['checkpoint_age_ms'] // 1000} s ago" if audit.get("checkpoint_age_ms") is not None else ""
     click.echo(f"audit      {health}; head seq {audit['head_seq']}{age}")
     click.echo(f"network    isolation {'available' if doc.get('network_isolation') else 'NOT available'} on this host")
+    detail = doc.get("isolation_detail") or {}
+    if doc.get("isolation") == "uid":
+        click.echo("isolation  uid: every agent runs as an unprivileged uid of its own")
+    else:
+        click.echo(f"isolation  same-uid: agents run as the daemon's own uid (NOT isolated: {detail.get('reason', '?')})")
+    for problem in detail.get("problems", []):
+        click.echo(f"isolation  problem: {problem}")
     for problem in doc["grants"]["problems"]:
         click.echo(f"grants     ignored: {problem}")
     for running in doc["in_flight"]:
@@ -55,21 +64,36 @@ def status(cli: CliContext, as_json: bool) -> None:
 
 
 @click.command()
+@click.option("--json", "as_json", is_flag=True, help="Print the daemon's answer as JSON (same exit code).")
 @pass_cli
 @reports_errors
-def reload(cli: CliContext) -> None:
+def reload(cli: CliContext, as_json: bool) -> None:
     """Reload manifests and grants (root or the daemon's uid only).
 
-    A manifest that became invalid keeps its previous version and is reported.
+    Names every rejected manifest. An agent whose manifest was valid and is
+    rejected now is withdrawn until the file is fixed. Exit 0 when every
+    manifest is valid, 1 when any was rejected, 5 when no daemon answers.
     """
     with DaemonClient(cli.home.socket_path, timeout=60) as client:
         doc = client.request("POST", "/v1/reload")
-    click.echo(f"reloaded: {len(doc['agents'])} agents")
-    for key in ("added", "removed", "changed", "kept_previous"):
-        if doc[key]:
-            click.echo(f"  {key.replace('_', ' ')}: {', '.join(doc[key])}")
-    for problem in doc["problems"]:
-        click.echo(f"  problem: {problem}")
+    if as_json:
+        print_json(doc)
+    else:
+        click.echo(f"reloaded: {len(doc['agents'])} agents")
+        for key in ("added", "removed", "changed", "withdrawn"):
+            if doc[key]:
+                click.echo(f"  {key}: {', '.join(doc[key])}")
+        for path in doc["rejected"]:
+            click.echo(f"  rejected: {path}")
+        for problem in doc["problems"]:
+            click.echo(f"  problem: {problem}")
+        if doc["rejected"]:
+            click.echo(
+                f"covenant: {len(doc['rejected'])} manifest(s) rejected; fix them "
+                "(`covenant agents check` lists the problems), then reload again",
+                err=True,
+            )
+    sys.exit(1 if doc["rejected"] else 0)
 
 
 @click.command()

@@ -226,7 +226,8 @@ class ControlAPI:
         return {
             "agents": [a.model_dump(mode="json") for _, a in sorted(loaded.agents.items())],
             "problems": [p.to_json() for p in loaded.problems],
-            "kept_previous": sorted(loaded.kept_previous),
+            "notes": [n.to_json() for n in loaded.notes],
+            "withdrawn": sorted(loaded.withdrawn),
         }
 
     async def _agent(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:

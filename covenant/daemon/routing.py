@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Mapping
+from pathlib import Path
 
 from covenant.errors import CovenantError, ExitCode
 from covenant.manifest.model import AgentSpec
@@ -54,16 +55,43 @@ def keyword_scores(text: str, agents: Mapping[str, AgentSpec]) -> dict[str, int]
     return scores
 
 
+def _by_bare_name(name: str, agents: Mapping[str, AgentSpec]) -> AgentSpec | None:
+    """The one agent whose id is ``name@…``; ``ambiguous`` when several namespaces have it."""
+    candidates = sorted(agent_id for agent_id in agents if agent_id.partition("@")[0] == name)
+    if len(candidates) > 1:
+        raise AmbiguousRoute(
+            f"{name!r} names {len(candidates)} agents ({', '.join(candidates)}); give the full id with --agent",
+            candidates=candidates,
+        )
+    return agents[candidates[0]] if candidates else None
+
+
 def route(
     text: str,
     agents: Mapping[str, AgentSpec],
     *,
     requested: str | None = None,
     default_agent: str | None = None,
+    withdrawn: Mapping[str, Path] | None = None,
 ) -> tuple[AgentSpec, str]:
-    """The agent for ``text`` and how it was chosen (``explicit``, ``keywords``, ``default``)."""
+    """The agent for ``text`` and how it was chosen (``explicit``, ``keywords``, ``default``).
+
+    ``requested`` is a full id (``name@namespace``) or a bare name, which
+    selects the one loaded agent of that name in any namespace.
+
+    ``withdrawn`` (id -> manifest path) names agents a rejected edit took away,
+    so that asking for one says why it cannot run.
+    """
     if requested is not None:
         agent = agents.get(requested)
+        if agent is None and withdrawn and requested in withdrawn:
+            raise NoAgent(
+                f"agent {requested!r} is withdrawn: its manifest {withdrawn[requested]} was rejected at the "
+                "last reload; fix it (`covenant agents check` names the problem), then run `covenant reload`",
+                agent=requested,
+            )
+        if agent is None and "@" not in requested:
+            agent = _by_bare_name(requested, agents)
         if agent is None:
             raise NoAgent(
                 f"no agent with id {requested!r} is loaded (see `covenant agents list`)",

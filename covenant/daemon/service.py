@@ -32,11 +32,13 @@ from covenant.daemon.routing import NoAgent, route
 from covenant.daemon.scheduler import Scheduler, ShuttingDown
 from covenant.errors import CovenantError
 from covenant.home import Home
+from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.registry import scan_agents
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.check import check_capabilities
 from covenant.policy.intents import Intent, IntentVerifier
+from covenant.runtime.isolation import Isolation
 from covenant.runtime.outcome import DispatchRecord, outcome_exit_code
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
@@ -48,6 +50,11 @@ from covenant.rune.sessions import valid_session_id
 __all__ = ["Daemon"]
 
 log = logging.getLogger("covenant.daemon")
+
+
+def _log_dispatch(message: str, intent: Intent, agent_id: str | None, **fields: Any) -> None:
+    """One log line per dispatch start, end or refusal: what `covenant logs` shows an operator."""
+    log.info(message, extra={"intent": intent.id, "agent": agent_id, "issuer": intent.issuer.display, **fields})
 
 
 @dataclass
@@ -76,6 +83,7 @@ class Daemon:
         socket_paths: list[str],
         network_isolation: bool,
         rune: RuneHost,
+        isolation: Isolation | None = None,
     ) -> None:
         self.home = home
         self.config = config
@@ -92,6 +100,7 @@ class Daemon:
         self.rune = rune
         rune.packages = agents.packages
         self._rune_scopes: set[trio.CancelScope] = set()
+        self.isolation = isolation or Isolation.same_uid()
         self.verifier = IntentVerifier(config.policy.skew_s, config.policy.replay_cache)
         self.scheduler = Scheduler(
             max_concurrent=config.daemon.max_concurrent,
@@ -137,17 +146,21 @@ class Daemon:
                 self.loaded.agents,
                 requested=intent.agent,
                 default_agent=self.config.default_agent,
+                withdrawn=self.loaded.withdrawn,
             )
         except CovenantError as exc:
             self.metrics.policy_denied(exc.code)
             unrouted = {"allowed": False, "decision": "deny", "reason": exc.code, "message": exc.message}
             await self.audit.record_many([received, self._decision_event(intent, None, unrouted)])
+            _log_dispatch("dispatch refused", intent, intent.agent, outcome=exc.code)
             raise
         await self.refresh_grants()
         decision, denial = self._decide(intent, agent, routed_by)
         pending = [received, self._decision_event(intent, agent, decision)]
         if denial is not None or dry_run:
             await self.audit.record_many(pending)
+            if denial is not None:
+                _log_dispatch("dispatch refused", intent, agent.id, outcome=denial.code)
             if denial is not None:
                 raise denial
             answer = {
@@ -268,6 +281,7 @@ class Daemon:
             # The agent runs only after this returns; if it cannot be written, it never runs.
             await write_pending(("agent.spawned", {"intent": intent.id, "agent": agent.id, **spawned}))
 
+        started = False
         try:
             if not self.scheduler.can_start_now(agent.id):
                 await write_pending()  # it will queue: the decision is durable before the wait
@@ -276,9 +290,12 @@ class Daemon:
                 if not self.inflight:
                     self.idle = trio.Event()
                 self.inflight[intent.id] = _Inflight(intent.id, agent.id, time.monotonic())
+                _log_dispatch("dispatch started", intent, agent.id)
+                started = True
                 try:
                     record = await self.runner.run(agent, payload, on_spawned=audit_spawn)
                     await self._finish(intent, agent, record, pending)
+                    _log_dispatch("dispatch finished", intent, agent.id, outcome=record.outcome, ms=record.duration_ms)
                 finally:
                     del self.inflight[intent.id]
                     if not self.inflight:
@@ -287,6 +304,8 @@ class Daemon:
             await write_pending(
                 ("intent.completed", {"intent": intent.id, "agent": agent.id, "outcome": exc.code, "status": None})
             )
+            ended = "dispatch finished" if started else "dispatch refused"
+            _log_dispatch(ended, intent, agent.id, outcome=exc.code)
             raise
         finally:
             self._update_queue_metrics()
@@ -420,22 +439,34 @@ class Daemon:
             await self.audit.record("grant.revoked", grant)
 
     async def reload(self, *, reason: str) -> dict[str, Any]:
-        """Rescan manifests and grants; a file that became invalid keeps its previous version."""
+        """Rescan manifests and grants; a manifest that became invalid withdraws its agent."""
         async with self._reload_lock:
-            fresh = await trio.to_thread.run_sync(scan_agents, self.home.agents_dir)
+            fresh = await trio.to_thread.run_sync(
+                scan_agents, self.home.agents_dir, ManifestLimits.from_config(self.config.runtime)
+            )
             self.loaded, changes = merge_reload(self.loaded, fresh)
             self.rune.packages = self.loaded.packages
             self.rune.replicas.reconcile_soon(
                 {i: (self.loaded.agents[i], p) for i, p in self.loaded.packages.items()},
                 eager=self.config.rune.start == "eager",
             )
+            for agent_id in changes.withdrawn:
+                log.warning(
+                    "agent withdrawn: its manifest was rejected",
+                    extra={"agent": agent_id, "path": str(self.loaded.withdrawn[agent_id])},
+                )
             await self.refresh_grants(force=True)
             await self.record_registry(reason=reason, changes=changes.to_json())
             log.info(
                 "reloaded",
                 extra={"reason": reason, "agents": len(self.loaded.agents), "rejected": len(self.loaded.problems)},
             )
-            return {"agents": sorted(self.loaded.agents), "problems": [str(p) for p in self.loaded.problems], **changes.to_json()}
+            return {
+                "agents": sorted(self.loaded.agents),
+                "problems": [str(p) for p in self.loaded.problems],
+                "rejected": sorted({str(p.path) for p in self.loaded.problems}),
+                **changes.to_json(),
+            }
 
     async def record_registry(self, *, reason: str, changes: dict[str, Any] | None = None) -> None:
         """Audit the registry state and each rejected manifest; log the problems."""
@@ -452,8 +483,8 @@ class Daemon:
                 "reason": reason,
                 "agents": sorted(self.loaded.agents),
                 "rejected": len(rejected_by_file),
-                "kept_previous": sorted(self.loaded.kept_previous),
                 **(changes or {}),
+                "withdrawn": sorted(self.loaded.withdrawn),
             },
         )
 
@@ -471,7 +502,9 @@ class Daemon:
             "sockets": self.socket_paths,
             "shutting_down": self.shutting_down,
             "network_isolation": self.network_isolation,
-            "agents": {"loaded": sorted(self.loaded.agents), "kept_previous": sorted(self.loaded.kept_previous)},
+            "isolation": self.isolation.mode,
+            "isolation_detail": self.isolation.to_json(),
+            "agents": {"loaded": sorted(self.loaded.agents), "withdrawn": sorted(self.loaded.withdrawn)},
             "rejected": [p.to_json() for p in self.loaded.problems],
             "in_flight": [
                 {"intent": d.intent_id, "agent": d.agent_id, "elapsed_ms": int((time.monotonic() - d.started) * 1000)}

@@ -34,12 +34,14 @@ from typing import Any
 import httpx
 import trio
 
+from covenant.audit.events import MODEL_CALL
 from covenant.config import ProviderConfig
 from covenant.models.adapter import Adapter
 from covenant.models.anthropic import AnthropicAdapter
 from covenant.models.openai import OpenAIAdapter
 from covenant.models.plan import ModelPlan, PlannedProvider, plan_models, usable_key
 from covenant.models.sse import iter_sse
+from covenant.models.validate import check_request
 from covenant.models.types import (
     AgentModels,
     Answer,
@@ -53,7 +55,6 @@ from covenant.models.types import (
 
 __all__ = ["ModelGateway", "MODEL_CALL", "RETRY_AFTER_MAX_S", "TokenCallback"]
 
-MODEL_CALL = "model.call"
 RETRY_AFTER_MAX_S = 2.0
 """A 429 is retried on the same provider only when its retry-after asks for at most this long."""
 
@@ -61,6 +62,7 @@ TokenCallback = Callable[[str], Awaitable[None]]
 
 _ADAPTERS: dict[str, Adapter] = {"openai": OpenAIAdapter(), "anthropic": AnthropicAdapter()}
 _EXCERPT = 300
+_SHIELDED_RECORD_S = 10.0
 log = logging.getLogger("covenant.models")
 
 
@@ -174,9 +176,13 @@ class ModelGateway:
     ) -> ChatResult:
         """One assistant turn for ``messages`` with ``tools`` offered; raises :class:`ModelError`.
 
+        ``messages`` and ``tools`` come from the replica and are checked first
+        (``invalid_request``, no request made).
+
         With ``on_token`` the provider streams and each text delta is awaited through it as it
         arrives; the returned :class:`ChatResult` is the same either way.
         """
+        check_request(messages, tools)
         budget = call.budget
         if budget.spent:
             raise ModelError(
@@ -228,20 +234,30 @@ class ModelGateway:
         config = self._providers[planned.provider]
         adapter = _ADAPTERS[config.kind]
         key = self._environ.get(config.api_key_env) if config.api_key_env else None
-        started = time.perf_counter()
         if config.api_key_env and not usable_key(key):
-            # Removed or changed between plan and call: the call is not made.
-            attempt = _Attempt(reason=f"the daemon's environment variable {config.api_key_env} is not set or not usable")
-        else:
-            url, headers, body = adapter.request(config, planned.model, messages, tools, key=key, stream=on_token is not None)
-            attempt = await self._send(config, planned, adapter, url, headers, body, on_token)
-            if attempt.answer is not None:
-                answer = attempt.answer
-                if answer.input_tokens is None:
-                    answer.input_tokens = _estimate([body.get("messages"), tools])
-                if answer.output_tokens is None:
-                    answer.output_tokens = _estimate(answer.message)
-                call.budget.used += answer.input_tokens + answer.output_tokens
+            # Unset since plan() looked: like a skipped provider, no request and no event.
+            reason = f"the daemon's environment variable {config.api_key_env} is not set or not usable"
+            return _Attempt(reason=reason, may_fall_back=True)
+        started = time.perf_counter()
+        attempt = _Attempt()
+        url, headers, body = adapter.request(config, planned.model, messages, tools, key=key, stream=on_token is not None)
+        try:
+            await self._send(config, planned, adapter, url, headers, body, on_token, attempt)
+        except BaseException:
+            # Cancelled (the intent's timeout, a reader that went away) or on_token failed:
+            # the request was made, so it is still recorded, shielded from that cancellation.
+            attempt.answer, attempt.reason = None, "interrupted"
+            ms = int((time.perf_counter() - started) * 1000)
+            with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_RECORD_S):
+                await self._record(call, planned, number, attempt, ms, messages)
+            raise
+        if attempt.answer is not None:
+            answer = attempt.answer
+            if answer.input_tokens is None:
+                answer.input_tokens = _estimate([body.get("messages"), tools])
+            if answer.output_tokens is None:
+                answer.output_tokens = _estimate(answer.message)
+            call.budget.used += answer.input_tokens + answer.output_tokens
         ms = int((time.perf_counter() - started) * 1000)
         if key:
             attempt.reason = attempt.reason.replace(key, "[redacted]")
@@ -260,9 +276,10 @@ class ModelGateway:
         headers: dict[str, str],
         body: dict[str, Any],
         on_token: TokenCallback | None,
-    ) -> _Attempt:
+        attempt: _Attempt,
+    ) -> None:
+        """Make the request and fill in ``attempt``; provider trouble is recorded there, not raised."""
         client = self._client(planned.provider, config)
-        attempt = _Attempt()
         content = json.dumps(body, ensure_ascii=False).encode()
         try:
             with trio.fail_after(config.timeout_s):
@@ -286,7 +303,6 @@ class ModelGateway:
         if attempt.answer is None and not attempt.reason:
             attempt.reason = "the stream ended before the answer was complete"
             attempt.may_fall_back = True
-        return attempt
 
     async def _refused(self, adapter: Adapter, response: httpx.Response, attempt: _Attempt) -> None:
         status = response.status_code

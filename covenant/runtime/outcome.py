@@ -27,6 +27,7 @@ Outcome = Literal[
     "no_result",
     "crashed",
     "spawn_failed",
+    "workflow_not_supported",
     "cancelled",
     # hosted Rune agents (design/rune-host.md)
     "token_budget_exceeded",
@@ -97,3 +98,7 @@ class DispatchRecord(BaseModel):
     """Rune agents: the session the intent ran in."""
     usage: dict[str, int] | None = None
     """Rune agents: tokens, model calls, tool calls and steps of the intent."""
+    isolation: Literal["uid", "same-uid"] = "same-uid"
+    """``uid``: the agent ran as an unprivileged uid of its own; ``same-uid``: as covenant's (docs/security.md)."""
+    uid: int | None = None
+    """The uid the agent ran as when ``isolation`` is ``uid``."""

@@ -5,13 +5,11 @@ from __future__ import annotations
 import hashlib
 from typing import Any
 
+from covenant.audit.events import TOOL_CALL
 from covenant.canonical import canonical_bytes
 from covenant.tools.catalogue import MODEL_NAME
 
 __all__ = ["TOOL_CALL", "args_sha256", "tool_call_event"]
-
-TOOL_CALL = "tool.call"
-
 
 def args_sha256(arguments: Any) -> str:
     """SHA-256 (hex) of the canonical JSON of the parsed arguments; of the raw UTF-8 text when they did not parse."""

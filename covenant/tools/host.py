@@ -36,6 +36,7 @@ from covenant.tools.builtins.base import BuiltinCall
 from covenant.tools.capability import capability_refusal
 from covenant.tools.catalogue import ToolEntry, Toolset, resolve_toolset
 from covenant.tools.context import AuditSink, ToolCallContext
+from covenant.tools.memory_store import MemoryStores
 from covenant.tools.packages import PackageFiles, PackageSource
 from covenant.tools.result import ToolError, ToolResult, capped
 from covenant.tools.retry import run_with_retries
@@ -112,7 +113,7 @@ class ToolHost:
         *,
         packages: PackageSource | None = None,
     ) -> None:
-        self.services = ToolServices(home=home, config=config, runner=runner, audit=audit)
+        self.services = ToolServices(home=home, config=config, runner=runner, audit=audit, memory=MemoryStores(home))
         self._packages: PackageSource = packages or PackageFiles()
         self._toolsets: dict[str, tuple[object, Toolset]] = {}
 

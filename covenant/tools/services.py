@@ -1,4 +1,4 @@
-"""What the daemon lends its tools: the home, the config, the runner, the audit sink."""
+"""What the daemon lends its tools: the home, the config, the runner, the audit sink, agents' memory."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from covenant.config import Config
 from covenant.home import Home
 from covenant.runtime.runner import Runner
 from covenant.tools.context import AuditSink
+from covenant.tools.memory_store import MemoryStores
 
 __all__ = ["ToolServices"]
 
@@ -20,3 +21,4 @@ class ToolServices:
     config: Config
     runner: Runner
     audit: AuditSink
+    memory: MemoryStores

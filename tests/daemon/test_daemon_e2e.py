@@ -153,7 +153,7 @@ def test_full_queue_answers_overloaded(daemon: DaemonProcess) -> None:
         assert proc.returncode == 0
 
 
-def test_sighup_adds_new_manifest_and_keeps_old_version_of_broken_one(daemon: DaemonProcess) -> None:
+def test_sighup_adds_new_manifest_and_withdraws_a_broken_one(daemon: DaemonProcess) -> None:
     first = daemon.add_agent("first", "echo.py", keywords=("first",))
     daemon.start()
     daemon.add_agent("second", "echo.py", keywords=("second",))
@@ -164,15 +164,14 @@ def test_sighup_adds_new_manifest_and_keeps_old_version_of_broken_one(daemon: Da
 
     first.write_text(first.read_text().replace('version = "0.1.0"', 'version = '))  # broken TOML
     daemon.process.send_signal(signal.SIGHUP)
-    wait_for(lambda: "first@local" in status(daemon)["agents"]["kept_previous"], what="first kept")
+    wait_for(lambda: "first@local" in status(daemon)["agents"]["withdrawn"], what="first withdrawn")
     assert any("first" in p["path"] for p in status(daemon)["rejected"])
-    kept = daemon.cli("dispatch", "first still works")
-    assert kept.returncode == 0 and kept.stdout.strip() == "first still works"
-    # `agents list` shows what the daemon has loaded (a local scan would reject the broken file).
+    refused = daemon.cli("dispatch", "first go", "--agent", "first@local")
+    assert refused.returncode == 6 and "withdrawn" in refused.stderr and str(first) in refused.stderr
     listed = json.loads(daemon.cli("agents", "list", "--json", check=True).stdout)
-    assert {"first@local", "second@local"} <= {a["id"] for a in listed["agents"]}
+    assert {a["id"] for a in listed["agents"]} == {"second@local"}
     reloads = [r["data"] for r in audit_records(daemon) if r["type"] == "registry.loaded"]
-    assert reloads[-1]["kept_previous"] == ["first@local"]
+    assert reloads[-1]["withdrawn"] == ["first@local"] and reloads[-1]["rejected"] == 1
 
 
 def test_reload_through_socket(daemon: DaemonProcess) -> None:

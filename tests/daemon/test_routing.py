@@ -75,3 +75,21 @@ def test_no_match_without_default_is_no_agent() -> None:
 def test_default_agent_not_loaded_is_no_agent_not_fallback() -> None:
     with pytest.raises(NoAgent, match="gone@local"):
         route("hello there", AGENTS, default_agent="gone@local")
+
+
+def test_bare_name_selects_the_one_agent_of_that_name() -> None:
+    agent, how = route("anything", AGENTS, requested="calc")
+    assert (agent.id, how) == ("calc@local", "explicit")
+
+
+def test_bare_name_in_two_namespaces_is_ambiguous_naming_both() -> None:
+    agents = {**AGENTS, "calc@team": _agent("calc@team", "calculate")}
+    with pytest.raises(AmbiguousRoute) as raised:
+        route("anything", agents, requested="calc")
+    assert raised.value.details["candidates"] == ["calc@local", "calc@team"]
+    assert "calc@local, calc@team" in raised.value.message
+
+
+def test_bare_name_matches_whole_names_only() -> None:
+    with pytest.raises(NoAgent, match="'cal'"):
+        route("anything", AGENTS, requested="cal")

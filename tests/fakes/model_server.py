@@ -72,7 +72,8 @@ class Reply:
     ``usage`` is (input_tokens, output_tokens); unset, the fake counts one token per 4 bytes of
     the request's messages and of the answer (never 0). ``no_usage`` leaves usage out entirely.
     ``delay_s`` waits before the response head; ``chunk_delay_s`` between streamed chunks.
-    ``hangup`` closes the connection without answering.
+    ``hangup`` closes the connection without answering; ``cut_after_events`` ends a streamed
+    answer (closes the connection) after that many events.
     """
 
     text: str = ""
@@ -84,6 +85,7 @@ class Reply:
     usage: tuple[int, int] | None = None
     no_usage: bool = False
     hangup: bool = False
+    cut_after_events: int | None = None
     error_message: str = "scripted error"
 
     @classmethod
@@ -150,6 +152,7 @@ class _Server(ThreadingHTTPServer):
     def process_request_thread(self, request: Any, client_address: Any) -> None:
         with self.connections_lock:
             self.connections.add(request)
+            self.fake.connections_seen += 1
         try:
             super().process_request_thread(request, client_address)
         finally:
@@ -264,6 +267,8 @@ class _Handler(BaseHTTPRequestHandler):
         stopping = self.server.fake._stopping
         try:
             for index, event in enumerate(events):
+                if index == reply.cut_after_events:
+                    return
                 if index and reply.chunk_delay_s and stopping.wait(reply.chunk_delay_s):
                     return
                 self.wfile.write(event.encode())
@@ -382,6 +387,8 @@ class FakeModelServer:
         self.default = default
         self.requests: list[RecordedRequest] = []
         self.unscripted: list[RecordedRequest] = []
+        self.connections_seen = 0
+        """TCP connections accepted so far (to check a client reuses its connections)."""
         self._queue: deque[Reply] = deque()
         self._lock = threading.Lock()
         self._arrived = threading.Condition(self._lock)

@@ -40,7 +40,7 @@ def gateway(
     environ: Mapping[str, str] | None = None,
     **kw: Any,
 ) -> ModelGateway:
-    return ModelGateway(providers, environ=environ or {}, audit=recorder.audit, observe=recorder.observe, **kw)
+    return ModelGateway(providers, environ={} if environ is None else environ, audit=recorder.audit, observe=recorder.observe, **kw)
 
 
 def model_call(

@@ -1,0 +1,145 @@
+"""Operator-facing commands against a real daemon: what they read, print and exit with (issue 16)."""
+
+from __future__ import annotations
+
+import json
+
+from tests.daemon.conftest import DaemonProcess
+
+
+def test_agents_check_reads_the_files_not_the_daemon(daemon: DaemonProcess) -> None:
+    daemon.add_agent("good", "echo.py", keywords=("good",))
+    daemon.start()
+    # Written after the daemon loaded its registry, and never reloaded: only the files know it.
+    broken = daemon.home / "agents" / "broken.toml"
+    broken.write_text("[agent\n")
+    result = daemon.cli("agents", "check")
+    assert result.returncode == 1, result.stderr
+    assert str(broken) in result.stdout
+    assert "2 manifest(s): 1 valid, 1 rejected" in result.stderr
+    as_json = json.loads(daemon.cli("agents", "check", "--json").stdout)
+    assert as_json["valid"] is False and as_json["agents"] == ["good@local"]
+
+
+def test_rejected_edit_withdraws_the_agent_never_old_manifest_with_new_code(daemon: DaemonProcess) -> None:
+    manifest = daemon.add_agent("first", "echo.py", keywords=("first",))
+    daemon.start()
+    assert daemon.cli("dispatch", "first go").stdout.strip() == "first go"
+    # An edit of the code and a broken manifest, as one careless change.
+    (manifest.parent / "echo.py").write_text(
+        "import json, sys\n"
+        "intent = json.loads(sys.stdin.readline())\n"
+        'print(json.dumps({"intent_id": intent["id"], "status": "ok", "text": "edited", "sources": []}))\n'
+    )
+    manifest.write_text(manifest.read_text().replace("cpu_ms_per_task = 30000", 'cpu_ms_per_task = "lots"'))
+
+    reloaded = daemon.cli("reload")
+    assert reloaded.returncode == 1, reloaded.stdout + reloaded.stderr
+    assert f"rejected: {manifest}" in reloaded.stdout and "withdrawn: first@local" in reloaded.stdout
+    assert "1 manifest(s) rejected" in reloaded.stderr
+    doc = json.loads(daemon.cli("reload", "--json").stdout)
+    assert doc["rejected"] == [str(manifest)] and doc["withdrawn"] == [] and "first@local" not in doc["agents"]
+
+    by_keyword = daemon.cli("dispatch", "first go")
+    assert by_keyword.returncode == 6
+    named = daemon.cli("dispatch", "first go", "--agent", "first@local")
+    assert named.returncode == 6 and "withdrawn" in named.stderr and "covenant agents check" in named.stderr
+
+    # A restart gives the same answer: nothing of the old version comes back.
+    assert daemon.stop() == 0
+    daemon.start()
+    assert daemon.cli("dispatch", "first go", "--agent", "first@local").returncode == 6
+
+    manifest.write_text(manifest.read_text().replace('cpu_ms_per_task = "lots"', "cpu_ms_per_task = 30000"))
+    fixed = daemon.cli("reload")
+    assert fixed.returncode == 0 and "added: first@local" in fixed.stdout
+    ran = daemon.cli("dispatch", "first go")
+    assert ran.stdout.strip() == "edited", ran.stderr
+
+
+def test_bare_agent_name_logs_history_with_denials_and_numbered_audit_tail(daemon: DaemonProcess) -> None:
+    daemon.add_agent("wordcount", "echo.py", keywords=("count",))
+    daemon.add_agent("guarded", "echo.py", keywords=("guarded",), required=("tool.echo",))
+    daemon.start()
+
+    bare = daemon.cli("dispatch", "hello there", "--agent", "wordcount")
+    assert bare.returncode == 0 and bare.stdout.strip() == "hello there", bare.stderr
+    denied = daemon.cli("dispatch", "guarded work", "--json")
+    assert denied.returncode == 3
+
+    logs = daemon.cli("logs", "--json", check=True)
+    entries = [json.loads(line) for line in logs.stdout.splitlines()]
+    started = [e for e in entries if e["msg"] == "dispatch started"]
+    finished = [e for e in entries if e["msg"] == "dispatch finished"]
+    refused = [e for e in entries if e["msg"] == "dispatch refused"]
+    assert [(e["agent"], e["issuer"]) for e in started] == [("wordcount@local", "tester@test")]
+    assert finished[0]["outcome"] == "ok" and isinstance(finished[0]["ms"], int)
+    assert finished[0]["intent"] == started[0]["intent"]
+    assert refused[0]["agent"] == "guarded@local" and refused[0]["outcome"] == "capability_denied"
+    text = daemon.cli("logs", check=True).stdout
+    assert 'msg="dispatch finished"' in text and "agent=wordcount@local" in text and "issuer=tester@test" in text
+
+    history = daemon.cli("history", check=True).stdout.splitlines()
+    assert "denied" in history[0] and "guarded@local" in history[0] and "capability_denied" in history[0]
+    assert "tester@test" in history[0]
+    assert " ok " in history[1] and "wordcount@local" in history[1]
+    as_json = json.loads(daemon.cli("history", "--json", check=True).stdout)
+    assert [e["outcome"] for e in as_json] == ["denied", "ok"]
+    only = json.loads(daemon.cli("history", "--json", "--agent", "wordcount@local", check=True).stdout)
+    assert [e["outcome"] for e in only] == ["ok"]
+
+    tail = daemon.cli("audit", "tail", check=True).stdout.splitlines()
+    assert [int(line.split()[0]) for line in tail] == list(range(1, len(tail) + 1))
+    seqs = [int(line.split()[2].removeprefix("seq=")) for line in tail]
+    assert seqs != list(range(seqs[0], seqs[0] + len(seqs)))  # hidden checkpoints leave gaps in seq
+
+
+def test_json_on_every_command(daemon: DaemonProcess) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from covenant.keys import public_key_hex
+
+    init = json.loads(daemon.cli("init", "--json", check=True).stdout)
+    assert init["home"] == str(daemon.home) and init["identity"] == {
+        "display": "tester@test", "pubkey": init["identity"]["pubkey"], "created": False}
+    assert len(init["daemon_pubkey"]) == 64 and init["created"] == []
+    bob = public_key_hex(Ed25519PrivateKey.generate())
+    added = json.loads(daemon.cli("identity", "add", "bob@lap", bob, "--json", check=True).stdout)
+    assert added == {"display": "bob@lap", "pubkey": bob, "path": str(daemon.home / "identities.toml"), "added": True}
+    granted = json.loads(daemon.cli("grant", "bob@lap", "tool.x", "tool.y", "--json", check=True).stdout)
+    assert [(g["issuer"], g["action"]) for g in granted["grants"]] == [(bob, "tool.x"), (bob, "tool.y")]
+    revoked = json.loads(daemon.cli("revoke", "bob@lap", "tool.x", "--json", check=True).stdout)
+    assert revoked["actions"] == ["tool.x"] and revoked["issuer"] == bob and len(revoked["grants_affected"]) == 1
+    daemon.start()
+    assert json.loads(daemon.cli("reload", "--json", check=True).stdout)["rejected"] == []
+    assert all(json.loads(line)["msg"] for line in daemon.cli("logs", "--json", check=True).stdout.splitlines())
+    assert daemon.stop() == 0
+    assert json.loads(daemon.cli("audit", "verify", "--json", check=True).stdout)["ok"] is True
+
+
+def test_grants_table_is_aligned_and_all_shows_revocations(daemon: DaemonProcess) -> None:
+    daemon.cli("grant", "tester@test", "tool.*", "memory.read", check=True)
+    daemon.cli("revoke", "tester@test", "memory.read", "tool.web_fetch", check=True)
+    short = daemon.cli("grants", check=True)
+    lines = short.stdout.splitlines()
+    assert lines[0].split() == ["ID", "STATUS", "ISSUER", "ACTION", "GRANTED", "EXPIRES", "KEY", "NOTE"]
+    assert len(lines) == 2 and "tool.*" in lines[1] and "revoked within: tool.web_fetch" in lines[1]
+    assert lines[1].index("tool.*") == lines[0].index("ACTION")
+    assert "2 revocation(s) not shown" in short.stderr and "--all" in short.stderr
+    full = daemon.cli("grants", "--all", check=True).stdout.split("\n\n")
+    revocations = full[1].splitlines()
+    assert revocations[0].split() == ["REVOKED", "FROM", "ACTION", "REVOKED", "AT", "KEY"]
+    assert sorted(line.split()[1] for line in revocations[1:]) == ["memory.read", "tool.web_fetch"]
+    assert revocations[1].index(revocations[1].split()[1]) == revocations[0].index("ACTION")
+
+
+def test_shell_completion_script_and_completions(daemon: DaemonProcess) -> None:
+    script = daemon.cli("completion", "bash", check=True).stdout
+    assert "_COVENANT_COMPLETE=bash_complete" in script and "complete " in script
+    for shell in ("zsh", "fish"):
+        assert "_COVENANT_COMPLETE" in daemon.cli("completion", shell, check=True).stdout
+    words = daemon.cli(env={"_COVENANT_COMPLETE": "bash_complete", "COMP_WORDS": "covenant gra", "COMP_CWORD": "1"})
+    assert words.stdout.split() == ["plain,grant", "plain,grants"]
+    flags = daemon.cli(env={"_COVENANT_COMPLETE": "bash_complete", "COMP_WORDS": "covenant dispatch --ag",
+                            "COMP_CWORD": "2"})
+    assert flags.stdout.split() == ["plain,--agent"]
