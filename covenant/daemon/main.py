@@ -154,7 +154,7 @@ def _rune_host(home: Home, config: Config, runner: Runner, audit: AuditLog, gran
         state_dir=home.state_dir,
         skills_dir=skills if skills.is_absolute() else home.root / skills,
         config=config,
-        launcher=runner.launcher,
+        runner=runner,
         models=models,
         tools=tools,
         grants=lambda: grants.current,

@@ -189,16 +189,14 @@ def test_kill_9_of_a_replica_mid_request_then_recovery(daemon: DaemonProcess, fa
     assert replica["pid"] != pid and replica["restarts"] == 1 and "signal 9" in (replica["last_error"] or "")
 
 
-def _pids_holding(value: bytes, *, exclude: set[int]) -> list[int]:
+def _holding(value: bytes, processes: list[psutil.Process]) -> list[int]:
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in exclude:
-            continue
+    for proc in processes:
         for name in ("environ", "cmdline"):
             try:
-                with open(f"/proc/{entry}/{name}", "rb") as f:
+                with open(f"/proc/{proc.pid}/{name}", "rb") as f:
                     if value in f.read():
-                        found.append(int(entry))
+                        found.append(proc.pid)
             except OSError:
                 pass
     return found
@@ -211,8 +209,15 @@ def test_the_key_stays_in_the_daemon_and_no_replica_outlives_it(daemon: DaemonPr
     assert outcome["outcome"] == "ok" and KEY_VALUE not in outcome["text"]
     replica_pid = _replica(daemon)["pid"]
     assert daemon.process is not None
-    holders = _pids_holding(KEY_VALUE.encode(), exclude={daemon.process.pid, os.getpid()})
+    descendants = psutil.Process(daemon.process.pid).children(recursive=True)
+    assert replica_pid in [p.pid for p in descendants]
+    if os.geteuid() == 0:  # a root daemon runs the replica as the agent's own unprivileged uid
+        assert psutil.Process(replica_pid).uids().real >= 200_000
+        folder = daemon.home / "state" / "replicas" / "chat@local"
+        assert folder.stat().st_uid == psutil.Process(replica_pid).uids().real and folder.stat().st_mode & 0o777 == 0o700
+    holders = _holding(KEY_VALUE.encode(), descendants)
     assert holders == [], f"processes other than the daemon hold the key: {holders}"
+    assert _holding(KEY_VALUE.encode(), [psutil.Process(daemon.process.pid)])  # the daemon does (the check works)
     assert psutil.pid_exists(replica_pid)
     assert daemon.stop() == 0
     assert not agent_processes(daemon.home), "a replica outlived the daemon"
