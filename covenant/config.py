@@ -178,6 +178,9 @@ class ProviderConfig(_Section):
     api_key_env: Annotated[str, AfterValidator(_env_name)] | None = Field(
         None, description="name of the daemon's env var holding the key; unset for local servers"
     )
+    model: str | None = Field(
+        None, min_length=1, description="always ask this provider for this model id (a local server with one model)"
+    )
     timeout_s: float = Field(120, gt=0, le=3600, description="one request, connect to last byte")
     max_output_tokens: int | None = Field(
         None, gt=0, le=1_000_000, description="sent as max_tokens; unset: not sent (openai), 4096 (anthropic)"

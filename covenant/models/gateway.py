@@ -27,7 +27,8 @@ import email.utils
 import json
 import logging
 import time
-from collections.abc import Awaitable, Callable, Mapping
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
+from contextlib import aclosing
 from dataclasses import dataclass
 from typing import Any
 
@@ -36,11 +37,11 @@ import trio
 
 from covenant.audit.events import MODEL_CALL
 from covenant.config import ProviderConfig
-from covenant.models.adapter import Adapter
+from covenant.models.adapter import Adapter, StreamAssembler
 from covenant.models.anthropic import AnthropicAdapter
 from covenant.models.openai import OpenAIAdapter
 from covenant.models.plan import ModelPlan, PlannedProvider, plan_models, usable_key
-from covenant.models.sse import iter_sse
+from covenant.models.sse import SseEvent, SseParser
 from covenant.models.validate import check_request
 from covenant.models.types import (
     AgentModels,
@@ -322,14 +323,27 @@ class ModelGateway:
         self, adapter: Adapter, response: httpx.Response, on_token: TokenCallback, attempt: _Attempt
     ) -> Answer | None:
         assembler = adapter.assembler()
-        async for event in iter_sse(response.aiter_lines()):
-            text = assembler.feed(event)
-            if text:
-                attempt.text_delivered = True
-                await on_token(text)
-            if assembler.done:
-                return assembler.answer()
-        return None
+        parser = SseParser()
+        lines: AsyncIterator[str] = response.aiter_lines()
+        async with aclosing(lines):  # type: ignore[type-var]  # closed here, not by trio's GC hook
+            async for line in lines:
+                # Read on past the end marker to the end of the body (within timeout_s), so the
+                # connection goes back to the pool instead of being closed half-read.
+                event = parser.feed(line)
+                if event is not None and not assembler.done:
+                    await self._take(assembler, event, on_token, attempt)
+        event = parser.end()
+        if event is not None and not assembler.done:
+            await self._take(assembler, event, on_token, attempt)
+        return assembler.answer() if assembler.done else None
+
+    @staticmethod
+    async def _take(assembler: StreamAssembler, event: SseEvent, on_token: TokenCallback, attempt: _Attempt) -> None:
+        """Feed one event to the assembler and pass the text it adds on."""
+        text = assembler.feed(event)
+        if text:
+            attempt.text_delivered = True
+            await on_token(text)
 
     async def _record(
         self,

@@ -21,8 +21,8 @@ import yaml
 
 from covenant.manifest._yamlio import SafeLoader
 from covenant.manifest.runefile import RunePackage
-from covenant.manifest.security import is_inside
-from covenant.manifest.tools import BUILTIN_PREFIX, ToolDescriptor, tool_action
+from covenant.manifest.security import is_inside, ownership_problems
+from covenant.manifest.tools import BUILTIN_PREFIX, MCP_SEPARATOR, ToolDescriptor, tool_action
 from covenant.tools.builtins import BUILTINS, Builtin
 from covenant.tools.unavailable import builtin_unavailable_reason
 
@@ -96,6 +96,9 @@ def _load_schema(root: Path, ref: str, what: str) -> dict[str, Any]:
     path = Path(os.path.normpath(root / ref))
     if not is_inside(os.path.realpath(path), os.path.realpath(root)):
         raise _Unavailable(f"{what} {ref!r} leaves the package folder")
+    problems = ownership_problems(path, what)
+    if problems:
+        raise _Unavailable(problems[0].message)
     try:
         with open(path, "rb") as f:
             data = f.read(_SCHEMA_MAX_BYTES + 1)
@@ -170,7 +173,7 @@ def _entry(package: RunePackage, name: str, interpreters: Interpreters) -> ToolE
             descriptor=tool or ToolDescriptor.model_construct(name=name, runtime="builtin"),
             builtin=builtin,
         )
-    if "/" in name and tool is None:
+    if MCP_SEPARATOR in name and tool is None:
         raise _Unavailable("MCP tools are not built yet in this version")
     if tool is None:
         raise _Unavailable("no descriptor for it in the package")

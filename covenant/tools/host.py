@@ -52,6 +52,12 @@ ARGUMENTS_MAX_BYTES = 256 * 1024
 _AUDIT_ON_CANCEL_S = 5.0
 
 
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)
+
+
 class _BadArguments(Exception):
     pass
 
@@ -120,7 +126,11 @@ class ToolHost:
     # -- what an agent is offered -----------------------------------------------------------
 
     def toolset(self, agent: AgentSpec) -> Toolset:
-        """The agent's toolset as served here (cached per package object; re-resolved after a reload)."""
+        """The agent's toolset as served here (cached per package object; resolved again after a reload).
+
+        Resolving reads the package's schema files: the daemon calls
+        :meth:`load` (or :meth:`call`, which resolves off the event loop).
+        """
         package = self._packages(agent)
         if package is None:
             return Toolset()
@@ -132,7 +142,11 @@ class ToolHost:
         return toolset
 
     async def load(self, agent: AgentSpec) -> Toolset:
-        """:meth:`toolset` off the event loop (it reads schema files); call when a replica starts."""
+        """:meth:`toolset`, resolved in a worker thread when it is not cached yet."""
+        package = self._packages(agent)
+        cached = self._toolsets.get(agent.id)
+        if package is not None and cached is not None and cached[0] is package:
+            return cached[1]
         return await trio.to_thread.run_sync(self.toolset, agent)
 
     def offered(self, agent: AgentSpec) -> list[dict[str, Any]]:
@@ -151,9 +165,11 @@ class ToolHost:
         state: dict[str, Any] = {"action": None, "digest": args_sha256(arguments), "attempts": 0}
         try:
             result = await self._decide_and_run(ctx, name, arguments, state)
-        except trio.Cancelled:
+        except BaseException as exc:
+            # Cancelled (possibly grouped by a nursery on the way out); anything else is a bug, still audited.
+            code = "cancelled" if _only_cancelled(exc) else "internal_error"
             with trio.CancelScope(shield=True), trio.move_on_after(_AUDIT_ON_CANCEL_S):
-                await self._audit(ctx, name, state, "error", "cancelled", started)
+                await self._audit(ctx, name, state, "error", code, started)
             raise
         await self._audit(ctx, name, state, result.outcome, result.error_code, started)
         return result
@@ -179,7 +195,7 @@ class ToolHost:
     async def _decide_and_run(
         self, ctx: ToolCallContext, name: str, arguments: str | dict[str, Any], state: dict[str, Any]
     ) -> ToolResult:
-        toolset = self.toolset(ctx.agent)
+        toolset = await self.load(ctx.agent)
         entry = toolset.available.get(name) if isinstance(name, str) else None
         if entry is None:
             offered = ", ".join(toolset.available) or "none"

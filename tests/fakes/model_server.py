@@ -73,7 +73,8 @@ class Reply:
     the request's messages and of the answer (never 0). ``no_usage`` leaves usage out entirely.
     ``delay_s`` waits before the response head; ``chunk_delay_s`` between streamed chunks.
     ``hangup`` closes the connection without answering; ``cut_after_events`` ends a streamed
-    answer (closes the connection) after that many events.
+    answer (closes the connection) after that many events; ``end_marker=False`` ends a stream
+    cleanly but without ``data: [DONE]`` / ``message_stop``.
     """
 
     text: str = ""
@@ -86,6 +87,7 @@ class Reply:
     no_usage: bool = False
     hangup: bool = False
     cut_after_events: int | None = None
+    end_marker: bool = True
     error_message: str = "scripted error"
 
     @classmethod
@@ -171,6 +173,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # head and body are two writes: no 40 ms Nagle/delayed-ACK stall
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
@@ -253,12 +256,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(status, data, {"retry-after": retry_after} if retry_after is not None else None)
 
     def _stream(self, api: Api, reply: Reply, model: str, usage: tuple[int, int], body: dict[str, Any]) -> None:
+        """Server-sent events in HTTP/1.1 chunks on a kept-alive connection, as the real services send them."""
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
-        self.send_header("connection", "close")
+        self.send_header("transfer-encoding", "chunked")
         self.end_headers()
-        self.close_connection = True
         events = (
             _openai_stream(reply, model, usage, include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
             if api == "openai"
@@ -266,15 +269,18 @@ class _Handler(BaseHTTPRequestHandler):
         )
         stopping = self.server.fake._stopping
         try:
+            if not reply.end_marker:
+                events = events[:-1]
             for index, event in enumerate(events):
-                if index == reply.cut_after_events:
+                if index == reply.cut_after_events or (index and reply.chunk_delay_s and stopping.wait(reply.chunk_delay_s)):
+                    self.close_connection = True  # no terminating chunk: the client sees a cut stream
                     return
-                if index and reply.chunk_delay_s and stopping.wait(reply.chunk_delay_s):
-                    return
-                self.wfile.write(event.encode())
+                data = event.encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
-            return
+            self.close_connection = True
 
 
 # --- the two wire formats ------------------------------------------------------------------------

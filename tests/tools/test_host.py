@@ -7,10 +7,12 @@ import json
 import re
 
 from covenant.clock import now_ms
+from covenant.manifest.runefile import load_rune_package
 from covenant.tools import ERROR_CODES, ToolResult, model_content
+from covenant.tools.catalogue import MODEL_NAME, model_name
 from covenant.tools.audit import args_sha256
 
-from .conftest import Tools
+from .conftest import Tools, rune_examples
 
 
 async def test_system_time_offered_and_answers(tools: Tools) -> None:
@@ -180,3 +182,22 @@ async def test_a_model_name_clash_keeps_the_built_in(tools: Tools) -> None:
     assert [t["function"]["name"] for t in tools.host.offered(agent)] == ["system-time"]
     [(entry, reason)] = tools.host.unavailable(agent)
     assert entry == "system-time" and "already taken by rune@system-time" in reason
+
+
+async def test_every_corpus_toolset_entry_is_offered_or_said_unavailable(tools: Tools) -> None:
+    corpus = rune_examples()
+    packages = sorted(p.parent for p in corpus.rglob("Runefile"))
+    assert len(packages) == 10
+    reasons: dict[str, str] = {}
+    for folder in packages:
+        package = load_rune_package(folder)
+        agent = package.to_agent_spec()
+        offered = [t["function"]["name"] for t in tools.host.offered(agent)]
+        unavailable = dict(tools.host.unavailable(agent))
+        assert all(MODEL_NAME.match(name) for name in offered)
+        for entry in package.runefile.toolset:
+            assert (model_name(entry) in offered) != (entry in unavailable), (folder.name, entry)
+        reasons.update(unavailable)
+    assert reasons["filesystem/read_file"] == "MCP tools are not built yet in this version"
+    assert reasons["researcher"].startswith("agent tools")
+    assert "[tools.web_search]" in reasons["rune@web-search"]
