@@ -145,9 +145,12 @@ def _open_sockets(options: DaemonOptions) -> tuple[list[socket.socket], list[str
     return [bind_unix_socket(options.socket_path)], [str(options.socket_path)], False
 
 
-def _rune_host(home: Home, config: Config, runner: Runner, audit: AuditLog, grants: GrantsWatch) -> RuneHost:
+def _rune_host(
+    home: Home, config: Config, runner: Runner, audit: AuditLog, grants: GrantsWatch, metrics: Metrics
+) -> RuneHost:
     """Replicas, the model gateway (it alone reads the provider keys) and the tool host."""
-    models = ModelGateway(config.providers, environ=os.environ, audit=audit.record, store_text=config.audit.store_text)
+    models = ModelGateway(config.providers, environ=os.environ, audit=audit.record, store_text=config.audit.store_text,
+                          observe=metrics.observe_model_call)
     tools = ToolHost(home, config, runner, audit.record, packages=lambda agent: rune.packages.get(agent.id))
     skills = Path(config.rune.skills_dir)
     rune = RuneHost(
@@ -267,7 +270,7 @@ async def serve_daemon(
                 isolation=isolation,
                 live_roots=LiveRoots(),
             ) as runner:
-                rune = _rune_host(home, config, runner, audit, grants)
+                rune = _rune_host(home, config, runner, audit, grants, metrics)
                 daemon = Daemon(
                     home=home,
                     config=config,
@@ -310,6 +313,7 @@ async def serve_daemon(
                     await lifecycle.serve_until_stop_signal(signals)
                     await lifecycle.drain(signals)
                     await rune.replicas.stop_all()
+                    await rune.models.aclose()
                     nursery.cancel_scope.cancel()
                 try:
                     await audit.record(
