@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -160,6 +161,8 @@ async def _serve(spec: ReplicaSpec) -> None:
 
 def main() -> int:
     """Read the spec line from stdin and serve until killed."""
+    # Worker threads (session files) need little stack; the default 8 MiB each counts against RLIMIT_AS.
+    threading.stack_size(512 * 1024)
     line = sys.stdin.buffer.readline()
     try:
         spec = ReplicaSpec.from_json(json.loads(line))
