@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 
 import psutil
 
@@ -225,3 +226,22 @@ def test_the_key_stays_in_the_daemon_and_no_replica_outlives_it(daemon: DaemonPr
     for path in daemon.home.rglob("*"):
         if path.is_file():
             assert KEY_VALUE.encode() not in path.read_bytes(), f"{path} holds the key"
+
+
+def test_the_gateway_serves_only_its_replica(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    """Another process (even root) on a replica's gateway socket is refused before anything is looked at."""
+    _started(daemon, [("fake", fake_model)], toolset=())
+    fake_model.script(Reply(text="hi"))
+    intent_id = outcome_of(_dispatch(daemon, "hello"))["intent_id"]
+    gateway = daemon.home / "state" / "replicas" / "chat@local" / "gateway.sock"
+    body = json.dumps({"intent_id": intent_id, "messages": [{"role": "user", "content": "free tokens"}],
+                       "tools": [], "alias": None, "stream": False}).encode()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(gateway))
+        s.sendall(b"POST /v1/model HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                  b"content-length: %d\r\n\r\n" % len(body) + body)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 403") and b'"forbidden"' in answer
+    assert len(fake_model.requests) == 1  # nothing reached a provider
