@@ -28,7 +28,7 @@ __all__ = ["SessionPolicy", "Conversations", "new_session_id"]
 log = logging.getLogger("covenant.rune")
 
 _MEMORY_SESSIONS_MAX = 1000
-_FILE_THREADS = 2
+_FILE_THREADS = 4
 
 
 def new_session_id() -> str:
@@ -134,8 +134,8 @@ class Conversations:
         try:
             store = SessionLog.open(path)
         except FileNotFoundError:
-            return SessionLog.create(path, agent=self.policy.agent_id, session=session_id, issuer=issuer,
-                                     now_ms=int(time.time() * 1000))
+            return SessionLog.new(path, agent=self.policy.agent_id, session=session_id, issuer=issuer,
+                                  now_ms=int(time.time() * 1000))
         except SessionCorrupt as exc:
             raise LoopFailed("session_corrupt", f"session {session_id} refused: {exc}") from None
         except OSError as exc:
