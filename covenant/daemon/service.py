@@ -172,7 +172,8 @@ class Daemon:
                 "message": f"would dispatch to {agent.id} (routed by {routed_by}); nothing was spawned",
             }
             if agent.runtime == "rune":
-                answer["rune"] = self.rune.plan(agent, self.loaded.packages[agent.id])
+                # Resolving the toolset reads schema files: off the event loop.
+                answer["rune"] = await trio.to_thread.run_sync(self.rune.plan, agent, self.loaded.packages[agent.id])
             return answer
         if agent.runtime == "rune":
             return await self._run_rune(intent, agent, routed_by, decision, pending, session_id, sink)

@@ -138,3 +138,26 @@ def test_sigterm_drains_an_in_flight_rune_intent(daemon: DaemonProcess, fake_mod
     assert json.loads(out)["text"] == "finished in time"
     assert daemon.process.wait(timeout=120) == 0
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_sessions_commands_without_a_daemon(daemon: DaemonProcess) -> None:
+    from covenant.rune.sessions import SessionLog, session_path
+
+    root = daemon.home / "state" / "sessions"
+    for name in ("one", "two"):
+        log = SessionLog.new(session_path(root, "chat@local", name), agent="chat@local", session=name,
+                             issuer="ab" * 32, now_ms=1)
+        log.append_turn("i1", [{"role": "user", "content": f"hello {name}"}, {"role": "assistant", "content": "hi"}])
+    listed = json.loads(daemon.cli("sessions", "list", "--json", check=True).stdout)
+    assert [(r["agent"], r["session"], r["turns"], r["valid"]) for r in listed] == [
+        ("chat@local", "one", 1, True), ("chat@local", "two", 1, True)]
+    shown = daemon.cli("sessions", "show", "chat", "one", check=True).stdout
+    assert "user: hello one" in shown and "assistant: hi" in shown
+    two = session_path(root, "chat@local", "two")
+    two.write_bytes(two.read_bytes().replace(b"hello two", b"hello 2wo"))
+    refused = daemon.cli("sessions", "show", "chat@local", "two")
+    assert refused.returncode == 1 and "refused" in refused.stderr and "hello 2wo" not in refused.stdout
+    assert daemon.cli("sessions", "verify", "chat@local").returncode == 1
+    daemon.cli("sessions", "rm", "chat@local", "two", check=True)
+    assert not two.exists() and daemon.cli("sessions", "verify").returncode == 0
+    assert daemon.cli("sessions", "show", "chat@local", "../x").returncode == 2
