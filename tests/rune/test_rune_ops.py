@@ -161,3 +161,45 @@ def test_sessions_commands_without_a_daemon(daemon: DaemonProcess) -> None:
     daemon.cli("sessions", "rm", "chat@local", "two", check=True)
     assert not two.exists() and daemon.cli("sessions", "verify").returncode == 0
     assert daemon.cli("sessions", "show", "chat@local", "../x").returncode == 2
+
+
+def test_concurrency_limit_waits_in_the_daemon_and_request_timeout(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, toolset=(), runtime="""
+        concurrency_limit: 1
+        request_timeout_ms: 4000
+        startup_timeout_ms: 30000
+    """)
+    daemon.start()
+    fake_model.script(Reply(text="first", delay_s=1.5), Reply(text="second", delay_s=1.5))
+    clients = [daemon.cli_background("dispatch", f"n{n}", "--agent", "chat@local", "--json") for n in range(2)]
+    seen_two = False
+    while any(c.poll() is None for c in clients):
+        status = daemon.api("GET", "/v1/status")
+        for replica in status["replicas"]:  # type: ignore[index]
+            assert replica["in_flight"] <= 1
+        seen_two = seen_two or len(status["in_flight"]) == 2  # type: ignore[index, arg-type]
+        time.sleep(0.05)
+    texts = sorted(json.loads(c.communicate()[0])["text"] for c in clients)
+    assert texts == ["first", "second"] and seen_two
+
+    fake_model.script(Reply(text="far too late", delay_s=8))
+    result = daemon.cli("dispatch", "slow", "--agent", "chat@local", "--json")
+    outcome = outcome_of(result)
+    assert result.returncode == 4 and outcome["outcome"] == "timeout" and "request_timeout_ms = 4000" in outcome["error"]
+
+
+def test_a_replica_that_stops_answering_probes_is_replaced(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model), extra="[rune]\nstart = \"eager\"\n")
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    wait_for(lambda: [r["state"] for r in replicas(daemon)] == ["ready"], what="the replica")
+    frozen = replicas(daemon)[0]["pid"]
+    os.kill(frozen, signal.SIGSTOP)  # alive, but it answers nothing
+    wait_for(lambda: replicas(daemon)[0]["restarts"] == 1 and replicas(daemon)[0]["state"] == "ready", timeout=90,
+             what="a replacement after three failed probes")
+    (replica,) = replicas(daemon)
+    assert replica["pid"] != frozen and "health probes in a row failed" in replica["last_error"]
+    assert not psutil.pid_exists(frozen) or psutil.Process(frozen).status() == psutil.STATUS_ZOMBIE
+    fake_model.script(Reply(text="fresh"))
+    assert outcome_of(daemon.cli("dispatch", "a", "--agent", "chat@local", "--json"))["text"] == "fresh"
