@@ -339,7 +339,11 @@ class ReplicaSupervisor:
             with replica.scope:
                 while not replica.stop_requested:
                     started = time.monotonic()
-                    error = await self._one_life(replica)
+                    try:
+                        error = await self._one_life(replica)
+                    except Exception as exc:  # a bug here must cost this replica a restart, never the daemon
+                        log.exception("replica supervision failed", extra={"agent": replica.agent.id})
+                        error = f"supervision error: {type(exc).__name__}: {exc}"
                     replica.pid = None
                     if replica.stop_requested:
                         break

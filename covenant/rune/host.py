@@ -148,6 +148,9 @@ class ReplicaApp:
         except trio.TooSlowError:
             return 422, _error("timeout", "the intent's deadline passed in the replica", request_id=request_id,
                                session_id=session_id, **notes)
+        except OSError as exc:  # a session file that cannot be written (disk full, permissions)
+            _log("intent failed", intent=intent_id, error=str(exc))
+            return 500, _error("crashed", f"the replica failed: {exc}", request_id=request_id, session_id=session_id)
         return 200, {"request_id": request_id, "session_id": session_id, "output": {"text": result.text},
                      "usage": result.usage, **notes}
 
