@@ -242,10 +242,10 @@ class ProcessGroupLauncher(Launcher):
                         "refusing to run the agent without it"
                     )
                 ns_fd = os.open(plan.mount_namespace, os.O_RDONLY | os.O_CLOEXEC)
+            credentials_block = b""
             if creds is not None:
                 if switch_in_helper:
-                    # Read by the helper before anything else; pipe capacity is far above its 4 KiB.
-                    os.write(in_w, _elf.credentials_block(creds.uid, creds.gid, ns_fd, plan.cwd))
+                    credentials_block = _elf.credentials_block(creds.uid, creds.gid, ns_fd, plan.cwd)
                 else:
                     switch_in_popen = {"user": creds.uid, "group": creds.gid, "extra_groups": []}
         except (LaunchError, OSError) as exc:
@@ -277,7 +277,12 @@ class ProcessGroupLauncher(Launcher):
                 os.close(fd)
             if ns_fd >= 0:
                 os.close(ns_fd)
+        # The helper is still root here, blocked reading its credentials block: rlimits go on
+        # now, while covenant may still change them without CAP_SYS_RESOURCE (a process of
+        # another uid it may not touch), and only then may the helper switch uid.
         self._apply_limits(popen.pid, plan)
+        if credentials_block:
+            os.write(in_w, credentials_block)  # pipe capacity is far above its size
         return Launched(popen, (in_w, out_r, err_r), argv, network_enforced, gated, creds)
 
     @staticmethod

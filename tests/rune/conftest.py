@@ -11,7 +11,8 @@ from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixt
 from tests.fakes import FakeModelServer
 
 KEY_ENV = "FAKE_PROVIDER_KEY"
-KEY_VALUE = "sk-test-" + "k3y" * 10
+# Unique per test session: the /proc scan for it must not find another run's daemon on the same box.
+KEY_VALUE = "sk-test-" + secrets.token_hex(16)
 
 
 def add_rune_agent(d: DaemonProcess, name: str = "chat", *, toolset: tuple[str, ...] = ("rune@system-time",),

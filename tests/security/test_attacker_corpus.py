@@ -41,6 +41,11 @@ def test_agents_run_as_their_own_uid_and_status_says_so(attacked: AttackedDaemon
     record = outcome["record"]
     assert record["isolation"] == "uid" and record["uid"] == report["uid"]
     assert 61184 <= report["uid"] <= 65519 and report["uid"] != os.getuid()
+    # Limits are set while the exec helper is still covenant's (it lacks CAP_SYS_RESOURCE for other uids).
+    assert report["rlimits"]["RLIMIT_NPROC"] == [MAX_PROCESSES, MAX_PROCESSES]
+    assert report["rlimits"]["RLIMIT_FSIZE"] == [DISK_MB << 20, DISK_MB << 20]
+    assert report["rlimits"]["RLIMIT_CORE"] == [0, 0] and report["rlimits"]["RLIMIT_CPU"][0] == 61
+    assert "cannot set rlimit" not in attacked.log()
     text = attacked.cli("status", check=True).stdout
     assert "isolation  uid" in text
 
