@@ -9,8 +9,9 @@ result, two tools offered):
    the answer's JSON: the floor of HTTP + JSON + the fake;
 2. gateway: ``ModelGateway.chat`` with one provider pointed at the same fake: request check, plan,
    key lookup, adapter conversion both ways, usage and budget, the ``model.call`` event data and
-   the metrics hook (the audit sink is an in-memory list here: the signed log's own cost is issue
-   4's benchmark, and the daemon pays it per event).
+   the metrics hook, with an in-memory audit sink: what the gateway's own code adds;
+3. gateway + audit: the same with the real signed audit log (``AuditLog`` on a temp directory, one
+   durable group commit per ``model.call``), as the daemon runs it.
 
 Both are measured in alternating blocks so drift hits both alike; plain and streamed
 (``stream: true``) answers. Prints p50/p90 per call and what the gateway adds.
@@ -25,6 +26,7 @@ import json
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 from typing import Any
@@ -34,8 +36,10 @@ sys.path.insert(0, str(REPO))
 
 import httpx  # noqa: E402
 import trio  # noqa: E402
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
 
-from covenant.config import ProviderConfig  # noqa: E402
+from covenant.audit.writer import AuditLog  # noqa: E402
+from covenant.config import AuditConfig, ProviderConfig  # noqa: E402
 from covenant.daemon.metrics import Metrics  # noqa: E402
 from covenant.models import AgentModels, ModelCall, ModelGateway, TokenBudget  # noqa: E402
 
@@ -81,38 +85,54 @@ async def run(port: int, calls: int, blocks: int) -> dict[str, dict[str, list[fl
     base = f"http://127.0.0.1:{port}/v1"
     events: list[tuple[str, dict[str, Any]]] = []
 
-    async def audit(type_: str, data: dict[str, Any]) -> None:
+    async def in_memory(type_: str, data: dict[str, Any]) -> None:
         events.append((type_, data))
 
+    providers = {"fake": ProviderConfig(kind="openai", base_url=base, api_key_env="BENCH_KEY")}
     metrics = Metrics()
-    gateway = ModelGateway({"fake": ProviderConfig(kind="openai", base_url=base, api_key_env="BENCH_KEY")},
-                           environ={"BENCH_KEY": "sk-bench"}, audit=audit, observe=metrics.observe_model_call)
     models = AgentModels(providers=("fake",), alias_map={"default": "model-a"}, default_alias="default")
     budget = TokenBudget(limit=10**12)
-    results: dict[str, dict[str, list[float]]] = {"plain": {"raw": [], "gateway": []}, "stream": {"raw": [], "gateway": []}}
+    paths = ("raw", "gateway", "gateway + audit")
+    results: dict[str, dict[str, list[float]]] = {mode: {p: [] for p in paths} for mode in ("plain", "stream")}
 
     async def on_token(text: str) -> None:
         return None
 
-    async with httpx.AsyncClient(trust_env=False) as client:
-        for mode in ("plain", "stream"):
-            stream = mode == "stream"
-            for _ in range(20):  # warm both paths: connections, imports, caches
-                await raw_call(client, f"{base}/chat/completions", stream)
-                await gateway.chat(ModelCall("i", "bench@local", models, budget), MESSAGES, TOOLS,
-                                   on_token=on_token if stream else None)
-            for _ in range(blocks):
-                for kind in ("raw", "gateway"):
-                    for _ in range(calls // blocks):
-                        started = time.perf_counter()
-                        if kind == "raw":
-                            await raw_call(client, f"{base}/chat/completions", stream)
-                        else:
-                            await gateway.chat(ModelCall("i", "bench@local", models, budget), MESSAGES, TOOLS,
-                                               on_token=on_token if stream else None)
-                        results[mode][kind].append((time.perf_counter() - started) * 1000)
-            events.clear()
-    await gateway.aclose()
+    with tempfile.TemporaryDirectory(prefix="bench-gateway-") as folder:
+        async with AuditLog.open(Path(folder), Ed25519PrivateKey.generate(), AuditConfig()) as audit:
+
+            async def durable(type_: str, data: dict[str, Any]) -> None:
+                await audit.record(type_, data)
+
+            gateways = {
+                "gateway": ModelGateway(providers, environ={"BENCH_KEY": "sk-bench"}, audit=in_memory,
+                                        observe=metrics.observe_model_call),
+                "gateway + audit": ModelGateway(providers, environ={"BENCH_KEY": "sk-bench"}, audit=durable,
+                                                observe=metrics.observe_model_call),
+            }
+            async with httpx.AsyncClient(trust_env=False) as client:
+
+                async def one(path: str, stream: bool) -> None:
+                    if path == "raw":
+                        await raw_call(client, f"{base}/chat/completions", stream)
+                    else:
+                        await gateways[path].chat(ModelCall("i", "bench@local", models, budget), MESSAGES, TOOLS,
+                                                  on_token=on_token if stream else None)
+
+                for mode in ("plain", "stream"):
+                    stream = mode == "stream"
+                    for _ in range(20):  # warm every path: connections, imports, caches
+                        for path in paths:
+                            await one(path, stream)
+                    for _ in range(blocks):
+                        for path in paths:
+                            for _ in range(calls // blocks):
+                                started = time.perf_counter()
+                                await one(path, stream)
+                                results[mode][path].append((time.perf_counter() - started) * 1000)
+                    events.clear()
+            for gateway in gateways.values():
+                await gateway.aclose()
     return results
 
 
@@ -131,14 +151,17 @@ def main() -> None:
     finally:
         fake.terminate()
         fake.wait(timeout=30)
-    print(f"model gateway overhead, {args.calls} calls per path, {args.blocks} alternating blocks, fake provider in its own process")
-    print("| answer | raw httpx p50 (ms) | gateway p50 (ms) | added p50 (ms) | ratio p50 | raw p90 | gateway p90 |")
-    print("|---|---|---|---|---|---|---|")
+    print(f"model gateway overhead, {args.calls} calls per path, {args.blocks} alternating blocks, "
+          "fake provider in its own process; ms per call")
+    print("| answer | path | p50 | p90 | added p50 | ratio p50 |")
+    print("|---|---|---|---|---|---|")
     for mode, paths in results.items():
-        raw, gw = paths["raw"], paths["gateway"]
-        raw50, gw50 = statistics.median(raw), statistics.median(gw)
-        print(f"| {mode} | {raw50:.3f} | {gw50:.3f} | {gw50 - raw50:+.3f} | {gw50 / raw50:.2f} | "
-              f"{percentile(raw, 0.9):.3f} | {percentile(gw, 0.9):.3f} |")
+        raw50 = statistics.median(paths["raw"])
+        for path, times in paths.items():
+            p50 = statistics.median(times)
+            added = "" if path == "raw" else f"{p50 - raw50:+.3f}"
+            ratio = "" if path == "raw" else f"{p50 / raw50:.2f}"
+            print(f"| {mode} | {path} | {p50:.3f} | {percentile(times, 0.9):.3f} | {added} | {ratio} |")
 
 
 if __name__ == "__main__":

@@ -130,7 +130,10 @@ class ModelGateway:
         self._audit = audit
         self._store_text = store_text
         self._observe = observe
-        self._clients: dict[str, httpx.AsyncClient] = {}
+        # Keyed by name and config, so a call that began before a reload keeps the client it
+        # planned with; clients of replaced configs are retired, and closed by aclose().
+        self._clients: dict[tuple[str, ProviderConfig], httpx.AsyncClient] = {}
+        self._retired: list[httpx.AsyncClient] = []
 
     # --- configuration ---------------------------------------------------------------------------
 
@@ -138,21 +141,25 @@ class ModelGateway:
         """Which provider and model a call would use now, which are skipped and why (for dry-run)."""
         return plan_models(models, self._providers, self._environ, alias)
 
-    async def reconfigure(self, providers: Mapping[str, ProviderConfig]) -> None:
-        """Take a reloaded ``[providers]``; clients of changed or removed providers are closed."""
-        new = dict(providers)
-        stale = [name for name in self._clients if self._providers.get(name) != new.get(name)]
-        self._providers = new
-        for name in stale:
-            await self._clients.pop(name).aclose()
+    def reconfigure(self, providers: Mapping[str, ProviderConfig]) -> None:
+        """Take a reloaded ``[providers]`` for the calls that start from now on.
+
+        Calls already under way finish with the config they started with; the clients of changed
+        or removed providers are retired (closed by :meth:`aclose`, not under a running request).
+        """
+        self._providers = dict(providers)
+        for key in [key for key in self._clients if self._providers.get(key[0]) != key[1]]:
+            self._retired.append(self._clients.pop(key))
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
+        """Close every HTTP client (and so every connection to a provider)."""
+        clients = [*self._clients.values(), *self._retired]
+        self._clients, self._retired = {}, []
         for client in clients:
             await client.aclose()
 
     def _client(self, name: str, config: ProviderConfig) -> httpx.AsyncClient:
-        client = self._clients.get(name)
+        client = self._clients.get((name, config))
         if client is None:
             client = httpx.AsyncClient(
                 timeout=httpx.Timeout(config.timeout_s),
@@ -162,7 +169,7 @@ class ModelGateway:
                 trust_env=False,
                 follow_redirects=False,
             )
-            self._clients[name] = client
+            self._clients[(name, config)] = client
         return client
 
     # --- calls -----------------------------------------------------------------------------------
@@ -190,7 +197,8 @@ class ModelGateway:
                 "token_budget_exceeded",
                 f"agent {call.agent_id}: the intent's token budget is spent ({budget.used} of {budget.limit} tokens used)",
             )
-        plan = self.plan(call.models, call.alias)
+        providers = self._providers  # this call's view, whatever a reload does meanwhile
+        plan = plan_models(call.models, providers, self._environ, call.alias)
         if not plan.attempts:
             raise ModelError("provider_unavailable", f"agent {call.agent_id}: {plan.problem}")
         failures: list[str] = []
@@ -199,9 +207,11 @@ class ModelGateway:
             retried = False
             while True:
                 number += 1
-                attempt = await self._attempt(call, planned, number, messages, tools, on_token)
+                attempt = await self._attempt(call, planned, providers[planned.provider], number, messages, tools, on_token)
                 if attempt.answer is not None:
-                    return self._result(call, planned, attempt.answer)
+                    answer = attempt.answer
+                    return ChatResult(answer.message, answer.input_tokens or 0, answer.output_tokens or 0,
+                                      planned.provider, planned.model)
                 failures.append(f"{planned.provider} ({planned.model}): {attempt.reason}")
                 wait = attempt.retry_after
                 if wait is not None and wait <= RETRY_AFTER_MAX_S and not retried and not attempt.text_delivered:
@@ -213,26 +223,17 @@ class ModelGateway:
                 break
         raise ModelError("provider_error", f"agent {call.agent_id}: " + "; ".join(failures))
 
-    def _result(self, call: ModelCall, planned: PlannedProvider, answer: Answer) -> ChatResult:
-        return ChatResult(
-            message=answer.message,
-            input_tokens=answer.input_tokens or 0,
-            output_tokens=answer.output_tokens or 0,
-            provider=planned.provider,
-            model=planned.model,
-        )
-
     async def _attempt(
         self,
         call: ModelCall,
         planned: PlannedProvider,
+        config: ProviderConfig,
         number: int,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         on_token: TokenCallback | None,
     ) -> _Attempt:
         """One provider request, its audit event and metrics; never raises for provider trouble."""
-        config = self._providers[planned.provider]
         adapter = _ADAPTERS[config.kind]
         key = self._environ.get(config.api_key_env) if config.api_key_env else None
         if config.api_key_env and not usable_key(key):
@@ -295,10 +296,11 @@ class ModelGateway:
         except trio.TooSlowError:
             attempt.reason = f"no complete answer within timeout_s = {config.timeout_s:g} s"
             attempt.may_fall_back = True
-        except httpx.TransportError as exc:
-            # Connect errors, read/write errors, a peer that hung up, httpx's own timeouts.
+        except httpx.RequestError as exc:
+            # Transport errors (connect, read/write, a peer that hung up, httpx's own timeouts)
+            # may go to the next provider; a body that does not decode may not.
             attempt.reason = f"{type(exc).__name__}: {exc}"[:_EXCERPT]
-            attempt.may_fall_back = True
+            attempt.may_fall_back = isinstance(exc, httpx.TransportError)
         except (ProviderProtocolError, ValueError) as exc:
             attempt.reason = f"the answer does not follow the {config.kind} format: {exc}"[:_EXCERPT]
         if attempt.answer is None and not attempt.reason:

@@ -453,9 +453,33 @@ async def test_reconfigure_points_a_provider_elsewhere_and_drops_its_old_connect
     gw = gateway({"a": provider(old), "b": provider(new)}, Recorder())
     try:
         assert (await gw.chat(model_call("a"), [USER], [])).text == "old"
-        await gw.reconfigure({"a": provider(new)})
+        gw.reconfigure({"a": provider(new)})
         assert (await gw.chat(model_call("a"), [USER], [])).text == "new"
         assert gw.plan(model_call("b").models).skipped[0].reason == "no [providers.b] table in covenant.toml"
     finally:
         await gw.aclose()
     assert len(old.requests) == 1 and len(new.requests) == 1
+
+
+async def test_a_call_under_way_finishes_with_its_config_when_a_reload_removes_its_provider(fake_model: FakeModelServer) -> None:
+    import trio
+
+    fake_model.script(Reply(text="finished", delay_s=1.0))
+    gw = gateway({"a": provider(fake_model)}, Recorder())
+    results = []
+
+    async def one() -> None:
+        results.append(await gw.chat(model_call("a"), [USER], []))
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one)
+            with trio.fail_after(30):
+                while not fake_model.requests:
+                    await trio.sleep(0.01)
+            gw.reconfigure({})
+        with pytest.raises(ModelError, match="provider_unavailable"):
+            await gw.chat(model_call("a"), [USER], [])
+    finally:
+        await gw.aclose()
+    assert [r.text for r in results] == ["finished"]
