@@ -38,6 +38,7 @@ async def test_store_recall_list_latest_wins(tools: Tools) -> None:
     path = memory_file(tools, agent)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path.parent.parent).st_mode) == 0o700
     assert [e["outcome"] for e in tools.audit.of("tool.call")] == ["ok"] * 6
 
 

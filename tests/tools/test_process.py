@@ -363,3 +363,27 @@ async def test_a_schema_file_others_may_write_makes_the_tool_unavailable(tools: 
     assert tools.host.offered(agent) == []
     [(entry, reason)] = tools.host.unavailable(agent)
     assert entry == "t" and "writable by group or others" in reason
+
+
+@pytest.mark.parametrize("depth", [65, 100_000])
+async def test_a_deeply_nested_result_is_bad_output(tools: Tools, depth: int) -> None:
+    agent = tools.package(
+        f"deep{depth}",
+        ["deep"],
+        {
+            "tools/deep.yaml": descriptor("deep", "tools/deep.py"),
+            "tools/deep.py": f"import sys\nsys.stdout.write('[' * {depth} + ']' * {depth})\n",
+        },
+    )
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.deep")), "deep", {})
+    assert result.error_code == "tool_bad_output", result
+
+
+async def test_a_result_with_a_lone_surrogate_is_bad_output(tools: Tools) -> None:
+    agent = tools.package(
+        "surrogates",
+        ["s"],
+        {"tools/s.yaml": descriptor("s", "tools/s.py"), "tools/s.py": "print('{\"a\": \"\\\\ud800\"}')\n"},
+    )
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.s")), "s", {})
+    assert result.error_code == "tool_bad_output" and "Unicode" in result.error_message
