@@ -10,7 +10,6 @@ environment, never passed on).
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -33,8 +32,6 @@ if TYPE_CHECKING:
     from covenant.policy.grants import GrantSet
 
 __all__ = ["RuneHost", "ModelAndToolCalls"]
-
-log = logging.getLogger("covenant.rune")
 
 
 class ModelAndToolCalls:
