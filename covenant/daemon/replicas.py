@@ -88,6 +88,8 @@ class Replica:
     start_failed: bool = False
     """The last start never became healthy (invokes fail fast instead of waiting)."""
     intents: dict[str, IntentContext] = field(default_factory=dict)
+    waiting: int = 0
+    """Invokes waiting in the daemon for the replica to be ready or for one of its places."""
     last_used: float = field(default_factory=time.monotonic)
     stop_requested: bool = False
     scope: trio.CancelScope | None = None
@@ -121,6 +123,7 @@ class Replica:
             "pid": self.pid,
             "restarts": self.restarts,
             "in_flight": len(self.intents),
+            "waiting": self.waiting,
             "last_error": self.last_error,
         }
 
@@ -168,6 +171,16 @@ class ReplicaSupervisor:
 
     def views(self) -> list[dict[str, Any]]:
         return [r.view() for _, r in sorted(self.replicas.items())]
+
+    def full(self, agent_id: str) -> bool:
+        """Are all of the replica's ``concurrency_limit`` places taken?"""
+        replica = self.replicas.get(agent_id)
+        return replica is not None and replica.limiter.value == 0
+
+    def waiting(self, agent_id: str) -> int:
+        """Invokes of the agent waiting in the daemon (not yet on its replica)."""
+        replica = self.replicas.get(agent_id)
+        return replica.waiting if replica is not None else 0
 
     def ensure(self, agent: AgentSpec, package: RunePackage) -> Replica:
         """The agent's replica, its supervising task started if it is not running."""
@@ -252,8 +265,13 @@ class ReplicaSupervisor:
         intent's ``timeout_ms``; ``request_timeout_ms`` bounds the transport.
         """
         replica = self.ensure(agent, package)
-        await self._ready(replica)
-        async with replica.limiter:
+        replica.waiting += 1
+        try:
+            await self._ready(replica)
+            await replica.limiter.acquire()
+        finally:
+            replica.waiting -= 1
+        try:
             await self._ready(replica)
             replica.intents[context.intent_id] = context
             replica.idle = trio.Event() if replica.idle.is_set() else replica.idle
@@ -272,6 +290,8 @@ class ReplicaSupervisor:
                 replica.last_used = time.monotonic()
                 if not replica.intents:
                     replica.idle.set()
+        finally:
+            replica.limiter.release()
 
     async def _ready(self, replica: Replica) -> None:
         while replica.state != "ready":

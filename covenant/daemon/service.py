@@ -29,7 +29,7 @@ from covenant.daemon.agents_state import LoadedAgents, merge_reload
 from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.routing import NoAgent, route
-from covenant.daemon.scheduler import Scheduler, ShuttingDown
+from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown
 from covenant.errors import CovenantError
 from covenant.home import Home
 from covenant.manifest.limits import ManifestLimits
@@ -193,6 +193,14 @@ class Daemon:
         package = self.loaded.packages[agent.id]
         if sink is not None and not package.runefile.runtime.streaming_enabled:
             sink = None
+        waiting = self.rune.replicas.waiting(agent.id)
+        if self.rune.replicas.full(agent.id) and waiting >= self.config.daemon.queue_max:
+            await self.audit.record_many([*pending, ("intent.completed", {
+                "intent": intent.id, "agent": agent.id, "outcome": "overloaded", "status": None})])
+            raise Overloaded(
+                f"{waiting} intents already wait for the replica of {agent.id} (daemon.queue_max = "
+                f"{self.config.daemon.queue_max}); try again later"
+            )
         await self.audit.record_many(list(pending))
         pending.clear()
         if not self.inflight:

@@ -203,3 +203,20 @@ def test_a_replica_that_stops_answering_probes_is_replaced(daemon: DaemonProcess
     assert not psutil.pid_exists(frozen) or psutil.Process(frozen).status() == psutil.STATUS_ZOMBIE
     fake_model.script(Reply(text="fresh"))
     assert outcome_of(daemon.cli("dispatch", "a", "--agent", "chat@local", "--json"))["text"] == "fresh"
+
+
+def test_a_full_replica_with_a_full_queue_answers_overloaded(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model), extra="[daemon]\nqueue_max = 1\n")
+    add_rune_agent(daemon, toolset=(), runtime="""
+        concurrency_limit: 1
+        startup_timeout_ms: 30000
+    """)
+    daemon.start()
+    fake_model.script(Reply(text="one", delay_s=3), Reply(text="two"))
+    first = daemon.cli_background("dispatch", "a", "--agent", "chat@local", "--json")
+    wait_for(lambda: [r["in_flight"] for r in replicas(daemon)] == [1], what="the first on the replica")
+    second = daemon.cli_background("dispatch", "b", "--agent", "chat@local", "--json")
+    wait_for(lambda: replicas(daemon)[0]["waiting"] == 1, what="the second waiting in the daemon")
+    third = daemon.cli("dispatch", "c", "--agent", "chat@local", "--json")
+    assert third.returncode == 5 and "already wait for the replica of chat@local" in third.stderr, third
+    assert [json.loads(c.communicate()[0])["text"] for c in (first, second)] == ["one", "two"]
