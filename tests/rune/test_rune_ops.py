@@ -10,6 +10,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from tests.daemon.conftest import DaemonProcess
 from tests.fakes import FakeModelServer, Reply, ToolCall
@@ -220,3 +221,17 @@ def test_a_full_replica_with_a_full_queue_answers_overloaded(daemon: DaemonProce
     third = daemon.cli("dispatch", "c", "--agent", "chat@local", "--json")
     assert third.returncode == 5 and "already wait for the replica of chat@local" in third.stderr, third
     assert [json.loads(c.communicate()[0])["text"] for c in (first, second)] == ["one", "two"]
+
+
+def test_covenant_run_refuses_a_tool_agent_uids_cannot_read(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: an unprivileged covenant runs tools as its own uid, so nothing is unreachable")
+    configure(daemon, ("fake", fake_model))
+    package = add_rune_agent(daemon, toolset=("shout",))
+    (package / "tools").mkdir()
+    (package / "tools" / "shout.yaml").write_text("name: shout\nruntime: process\nmodule: tools/shout.py\n")
+    (package / "tools" / "shout.py").write_text("import json, sys\nprint(json.dumps(json.load(sys.stdin)))\n")
+    os.chmod(package / "tools", 0o700)
+    result = daemon.cli("run", str(package), "hi")
+    assert result.returncode == 2 and str(package / "tools" / "shout.py") in result.stderr, result
+    assert not fake_model.requests
