@@ -118,7 +118,7 @@ def _open_isolation(home: Home, config: Config) -> Isolation:
     runtime = config.runtime
     needs = [
         (Runner.resolve_program(runtime.python3, runtime.path) or runtime.python3, "file", "runtime.python3"),
-        (sys.executable, "file", "rune.python (replicas run covenant's own code under it)"),
+        (config.rune.python or sys.executable, "file", "rune.python (replicas run covenant's own code under it)"),
         (os.path.dirname(covenant.__file__), "dir", "rune.python (covenant's package must be readable)"),
         (str(home.agents_dir), "dir", "agents_dir"),
     ]
