@@ -245,3 +245,23 @@ def test_the_gateway_serves_only_its_replica(daemon: DaemonProcess, fake_model: 
             answer += chunk
     assert answer.startswith(b"HTTP/1.1 403") and b'"forbidden"' in answer
     assert len(fake_model.requests) == 1  # nothing reached a provider
+
+
+def test_checkpoint_policies_each_step_and_never(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, "stepwise", runtime="checkpoint_policy: each_step\nstartup_timeout_ms: 30000")
+    add_rune_agent(daemon, "forgetful", toolset=(), runtime="checkpoint_policy: never\nstartup_timeout_ms: 30000")
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.system_time", check=True)
+    fake_model.script(Reply.tools(ToolCall("system-time", {})), Reply(text="done"))
+    outcome = outcome_of(daemon.cli("dispatch", "x", "--agent", "stepwise@local", "--json", "--session", "s"))
+    assert outcome["outcome"] == "ok"
+    lines = (daemon.home / "state" / "sessions" / "stepwise@local" / "s.jsonl").read_text().splitlines()
+    kinds = [(json.loads(line)["kind"], len(json.loads(line).get("messages", []))) for line in lines]
+    assert kinds == [("session", 0), ("turn", 3), ("turn", 1)]  # one record per model turn
+
+    fake_model.script(Reply(text="I am Bob's helper."), Reply(text="You said Bob."))
+    assert outcome_of(daemon.cli("dispatch", "I am Bob", "--agent", "forgetful@local", "--json", "--session", "m"))["outcome"] == "ok"
+    assert outcome_of(daemon.cli("dispatch", "who?", "--agent", "forgetful@local", "--json", "--session", "m"))["outcome"] == "ok"
+    assert not (daemon.home / "state" / "sessions" / "forgetful@local" / "m.jsonl").exists()
+    assert "I am Bob" in [m["content"] for m in fake_model.requests[-1].messages]  # kept in the replica's memory
