@@ -156,6 +156,20 @@ def test_streaming_through_the_control_api_and_the_cli(daemon: DaemonProcess, fa
     assert plain.returncode == 0 and plain.stdout == "Plain words arrive.\n", plain
 
 
+def test_stream_asked_of_an_agent_that_does_not_stream(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    """Not a Rune agent, or streaming_enabled false: the answer comes as usual, exit code and all."""
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, "quiet", toolset=(), runtime="streaming_enabled: false\nstartup_timeout_ms: 30000")
+    daemon.add_agent("echo", "echo.py")
+    daemon.start()
+    fake_model.script(Reply(text="all at once"))
+    quiet = daemon.cli("dispatch", "hi", "--agent", "quiet@local", "--stream", "--json")
+    assert quiet.returncode == 0 and json.loads(quiet.stdout)["text"] == "all at once", quiet
+    assert fake_model.requests[-1].body.get("stream") in (None, False)
+    echo = daemon.cli("dispatch", "echo me", "--agent", "echo@local", "--stream")
+    assert echo.returncode == 0 and echo.stdout == "echo me\n", echo
+
+
 def test_a_streamed_answer_is_redacted_line_by_line(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
     _started(daemon, [("fake", fake_model)], toolset=())
     fake_model.script(Reply(text=f"line one\nthe key is {KEY_VALUE} ok\nend"))

@@ -235,3 +235,22 @@ def test_covenant_run_refuses_a_tool_agent_uids_cannot_read(daemon: DaemonProces
     result = daemon.cli("run", str(package), "hi")
     assert result.returncode == 2 and str(package / "tools" / "shout.py") in result.stderr, result
     assert not fake_model.requests
+
+
+def test_a_crash_loop_backs_off_and_shows_in_status(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model), extra='[rune]\npython = "/bin/false"\n')  # exits at once, every time
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    t0 = time.monotonic()
+    result = daemon.cli("dispatch", "a", "--agent", "chat@local", "--json")
+    outcome = outcome_of(result)
+    assert result.returncode == 4 and outcome["outcome"] == "spawn_failed", outcome
+    assert "exited before it became healthy" in outcome["error"]
+    wait_for(lambda: replicas(daemon)[0]["restarts"] >= 3, timeout=60, what="three restarts")
+    took = time.monotonic() - t0
+    assert took >= 1 + 2  # the backoff doubles: 1 s, then 2 s, before the third restart
+    (replica,) = replicas(daemon)
+    assert replica["state"] in ("backoff", "starting") and "exited before it became healthy" in replica["last_error"]
+    text = daemon.cli("status", check=True).stdout
+    assert "replica    chat@local:" in text and "restarts; last error: the replica exited before it became healthy" in text
+    assert not fake_model.requests
