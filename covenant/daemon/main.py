@@ -118,7 +118,7 @@ def _open_isolation(home: Home, config: Config) -> Isolation:
     runtime = config.runtime
     needs = [
         (Runner.resolve_program(runtime.python3, runtime.path) or runtime.python3, "file", "runtime.python3"),
-        (sys.executable, "file", "rune.python (replicas run covenant's own code under it)"),
+        (config.rune.python or sys.executable, "file", "rune.python (replicas run covenant's own code under it)"),
         (os.path.dirname(covenant.__file__), "dir", "rune.python (covenant's package must be readable)"),
         (str(home.agents_dir), "dir", "agents_dir"),
     ]
@@ -157,7 +157,7 @@ def _rune_host(
         state_dir=home.state_dir,
         skills_dir=skills if skills.is_absolute() else home.root / skills,
         config=config,
-        launcher=runner.launcher,
+        runner=runner,
         models=models,
         tools=tools,
         grants=lambda: grants.current,
@@ -314,6 +314,7 @@ async def serve_daemon(
                     await lifecycle.serve_until_stop_signal(signals)
                     await lifecycle.drain(signals)
                     await rune.replicas.stop_all()
+                    await rune.models.aclose()
                     nursery.cancel_scope.cancel()
                 try:
                     await audit.record(

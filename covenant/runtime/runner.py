@@ -684,6 +684,16 @@ class Runner:
                 return
         d.swept = True
 
+    async def claim_uid(self, agent_id: str) -> AgentCredentials | None:
+        """For a long-lived process run as the agent (a Rune replica): its credentials, registered as a
+        live root of the uid so no sweep kills it; None when agents run as covenant's own uid.
+        Give it back with :meth:`release_uid` once the process is gone."""
+        return await self._claim_uid(agent_id)
+
+    async def release_uid(self, creds: AgentCredentials, agent_id: str, marker: str) -> None:
+        """The process :meth:`claim_uid` was for is gone: sweep its uid if it was the last live root."""
+        await self._release_uid(creds, agent_id, marker)
+
     async def _claim_uid(self, agent_id: str) -> AgentCredentials | None:
         """The agent's credentials, registered as a live root of its uid before anything runs as it.
 
