@@ -174,8 +174,9 @@ class Runner:
         """The agent's command line by runtime; raise LaunchError naming what is missing."""
         if agent.runtime == "rune":
             raise LaunchError(
-                f"agent {agent.id} is a hosted Rune agent (runtime = \"rune\"); the process runner "
-                "cannot spawn it: Rune agents run in the Rune host"
+                f"agent {agent.id} is a Rune package (runtime = \"rune\"): covenant validates and lists Rune "
+                "agents but this version cannot run them (docs/rune-packages.md); dispatch to a "
+                "python3, node or rust-bin agent instead"
             )
         entry = agent.entry
         if entry is None:
