@@ -137,3 +137,31 @@ def test_every_documented_config_key_exists() -> None:
                 if table in tables and key not in tables[table] and key not in DELIBERATE_TYPOS:
                     problems.append(f"{page.name}:{number}: [{table}] {key} is not a covenant.toml key")
     assert not problems, "\n".join(problems)
+
+
+def test_the_error_code_table_matches_the_code() -> None:
+    """docs/daemon.md's error table: each code the daemon answers with has its HTTP status and the exit code."""
+    from covenant.audit.errors import AuditUnavailable
+    from covenant.client import EXIT_BY_CODE
+    from covenant.daemon.routing import AmbiguousRoute, NoAgent
+    from covenant.daemon.scheduler import Overloaded, ShuttingDown
+    from covenant.policy.errors import (
+        BadIntent, BadSignature, BudgetExhausted, PolicyDenied, ReplayedIntent, StaleIntent,
+    )
+
+    answered = [AuditUnavailable, AmbiguousRoute, NoAgent, Overloaded, ShuttingDown, BadIntent, BadSignature,
+                BudgetExhausted, PolicyDenied, ReplayedIntent, StaleIntent]
+    table = (REPO_ROOT / "docs" / "daemon.md").read_text()
+    documented = {code: (http, int(exit_code))
+                  for code, http, exit_code in re.findall(r"^\| `(\w+)` \| ([\d/]+) \| (\d) \|", table, re.M)}
+    problems = []
+    for cls in answered:
+        if cls.code not in documented:
+            problems.append(f"{cls.code}: not in the error table")
+            continue
+        http, exit_code = documented[cls.code]
+        if str(cls.http_status) not in http.split("/"):
+            problems.append(f"{cls.code}: table says HTTP {http}, the daemon answers {cls.http_status}")
+        if EXIT_BY_CODE.get(cls.code, 2) != exit_code:
+            problems.append(f"{cls.code}: table says exit {exit_code}, the CLI exits {EXIT_BY_CODE.get(cls.code, 2)}")
+    assert not problems, "\n".join(problems)
