@@ -115,7 +115,13 @@ class Runner:
         scratch_root = Path(scratch_root)
         await trio.to_thread.run_sync(lambda: scratch_root.mkdir(parents=True, exist_ok=True, mode=0o700))
         if config.pdeathsig:
-            await trio.to_thread.run_sync(host.pdeathsig_wrapper)
+            wrapper = await trio.to_thread.run_sync(host.pdeathsig_wrapper)
+            if wrapper is None:
+                log.warning(
+                    "agents start without PDEATHSIG: neither covenant's helper (x86-64 only) nor "
+                    "`setpriv --pdeathsig` runs here; install util-linux's setpriv, or set "
+                    "runtime.pdeathsig = false to accept it (docs/runtime.md, PDEATHSIG)"
+                )
         sampler = Sampler(config.sample_interval_ms)
         runner = cls(config, scratch_root, launcher or ProcessGroupLauncher(), sampler)
         try:
