@@ -1,7 +1,12 @@
 # covenant: two commands matter.
 #   make demo   install into .venv and run the main job
 #   make test   install into .venv (with test tools) and run the whole test suite
-PYTHON ?= python3
+# The venv is built from an interpreter agent uids can execute: a daemon running as
+# root starts agents as unprivileged uids (docs/security.md), and a venv made from a
+# pyenv under a 0700 /root would be unreachable for them. /usr/bin/python3 when it is
+# 3.11 or newer, else python3 on PATH; `make PYTHON=...` overrides.
+SYSTEM_PYTHON := $(shell /usr/bin/python3 -c 'import sys; sys.exit(sys.version_info < (3, 11))' 2>/dev/null && echo /usr/bin/python3)
+PYTHON ?= $(or $(SYSTEM_PYTHON),python3)
 VENV   ?= .venv
 PY     := $(VENV)/bin/python
 RUST_EXAMPLE := agents.d/search-rs

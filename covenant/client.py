@@ -81,6 +81,11 @@ class _Response:
         self._headers_done = False
         self._complete = False
         self.status = 0
+        self.content_type = ""
+
+    def on_header(self, name: bytes, value: bytes) -> None:
+        if name.lower() == b"content-type":
+            self.content_type = value.decode("latin-1")
 
     def on_headers_complete(self) -> None:
         self._headers_done = True
@@ -120,10 +125,12 @@ class _Response:
         return b"".join(self.chunks())
 
 
-def _request_head(method: str, path: str, payload: bytes | None) -> bytes:
+def _request_head(method: str, path: str, payload: bytes | None, accept: str | None = None) -> bytes:
     if not path.startswith("/") or not all("!" <= c <= "~" for c in path):
         raise ValueError(f"request target {path!r}: must start with / and be visible ASCII (quote it)")
     lines = [f"{method} {path} HTTP/1.1", "Host: localhost", "Accept-Encoding: identity", "Connection: close"]
+    if accept is not None:
+        lines.append(f"Accept: {accept}")
     if payload is not None:
         lines += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
     elif method in _BODY_METHODS:
@@ -159,9 +166,9 @@ class DaemonClient:
         sock.connect(str(self.socket_path))
         return sock
 
-    def _send(self, method: str, path: str, body: Any = None) -> _Response:
+    def _send(self, method: str, path: str, body: Any = None, accept: str | None = None) -> _Response:
         payload = None if body is None else json.dumps(body, ensure_ascii=False).encode()
-        head = _request_head(method, path, payload)
+        head = _request_head(method, path, payload, accept)
         try:
             return _Response(self._connect())._start(head, payload)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
@@ -192,6 +199,9 @@ class DaemonClient:
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """Send one request and return the decoded JSON; raise RemoteError for an error answer."""
         response = self._send(method, path, body)
+        return self._document(response)
+
+    def _document(self, response: _Response) -> Any:
         try:
             raw = response.read()
         except (httptools.HttpParserError, _ConnectionLost, OSError) as exc:
@@ -211,6 +221,33 @@ class DaemonClient:
             details = {k: v for k, v in error.items() if k not in ("code", "message")}
             raise RemoteError(str(error.get("code")), str(error.get("message")), status, details)
         return document
+
+    def post_events(self, path: str, body: Any) -> Iterator[tuple[str, Any]]:
+        """POST asking for ``text/event-stream``; yield ``(event, data)`` as they arrive.
+
+        A server that answers with JSON instead (no stream for this request)
+        yields it once as ``("response", document)``; an error answer raises RemoteError.
+        """
+        response = self._send("POST", path, body, accept="text/event-stream")
+        if not response.content_type.startswith("text/event-stream"):
+            yield "response", self._document(response)
+            return
+        try:
+            pending = b""
+            event = "message"
+            try:
+                for chunk in response.chunks():
+                    *lines, pending = (pending + chunk).split(b"\n")
+                    for line in lines:
+                        if line.startswith(b"event: "):
+                            event = line[7:].decode()
+                        elif line.startswith(b"data: "):
+                            yield event, json.loads(line[6:])
+                            event = "message"
+            except (httptools.HttpParserError, _ConnectionLost, OSError) as exc:
+                raise self._lost_while_reading(exc) from None
+        finally:
+            self.close()
 
     def events(self, path: str) -> Iterator[dict[str, Any]]:
         """Yield the JSON ``data:`` of a text/event-stream response until it ends."""

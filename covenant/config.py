@@ -9,10 +9,11 @@ from __future__ import annotations
 import difflib
 import json
 import os
+import re
 import sys
-from typing import Any, Literal
+from typing import Annotated, Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError
+from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from covenant.errors import ConfigError
 from covenant.home import Home
@@ -24,6 +25,9 @@ __all__ = [
     "PolicyConfig",
     "DaemonConfig",
     "LogConfig",
+    "RuneConfig",
+    "ProviderConfig",
+    "IsolationConfig",
     "load_config",
     "default_python3",
 ]
@@ -61,6 +65,12 @@ class RuntimeConfig(_Section):
     pdeathsig: bool = Field(
         True, description="start agents through a PR_SET_PDEATHSIG=SIGKILL wrapper (docs/runtime.md)"
     )
+    max_manifest_bytes: int = Field(
+        1024 * 1024, ge=1024, le=1 << 30, description="largest manifest or package file read; larger ones are refused unread"
+    )
+    allow_system_entries: bool = Field(
+        False, description="let agent.toml entry name a program outside its package folder (absolute, '..', symlink out)"
+    )
 
 
 class AuditConfig(_Section):
@@ -95,6 +105,26 @@ class DaemonConfig(_Section):
     drain_timeout_s: float = Field(30, ge=0, le=86_400)
 
 
+class IsolationConfig(_Section):
+    """Which uid agents run as when the daemon is root (docs/security.md)."""
+
+    uid_range: tuple[int, int] = Field(
+        (61184, 65519), description="per-agent uids are allocated from this inclusive range"
+    )
+    user: str | None = Field(None, min_length=1, description="one fixed account for every agent instead of the range")
+    require: bool = Field(False, description="refuse to start unless agents really run as other uids")
+    max_processes: int = Field(256, gt=0, le=1_000_000, description="RLIMIT_NPROC of each agent uid")
+
+    @model_validator(mode="after")
+    def _range_is_unprivileged(self) -> "IsolationConfig":
+        low, high = self.uid_range
+        if not 1000 <= low <= high <= 2**31 - 2:
+            raise ValueError(
+                f"uid_range = [{low}, {high}]: must be [low, high] with 1000 <= low <= high < 2147483647"
+            )
+        return self
+
+
 class LogConfig(_Section):
     """Daemon log output."""
 
@@ -103,19 +133,77 @@ class LogConfig(_Section):
     target: str = Field("stderr", description="stderr, stdout or file:PATH")
 
 
+class RuneConfig(_Section):
+    """Hosted Rune agents: replicas and sessions (docs/rune-packages.md)."""
+
+    start: Literal["lazy", "eager"] = Field("lazy", description="start replicas on first dispatch, or at daemon start")
+    idle_stop_s: int = Field(600, ge=0, le=7 * 86_400, description="stop a replica idle this long; 0 = never")
+    standard_turns: int = Field(20, ge=0, le=10_000, description="turns kept by memory_profile = standard")
+    skills_dir: str = Field("skills", min_length=1, description="where skills resolve (relative to the home)")
+    python: str | None = Field(None, description="interpreter for replicas (default: the daemon's own)")
+    memory_small_mb: int = Field(256, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile small")
+    memory_medium_mb: int = Field(1024, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile medium")
+    memory_large_mb: int = Field(4096, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile large")
+
+    def memory_mb(self, profile: str) -> int:
+        return {"small": self.memory_small_mb, "medium": self.memory_medium_mb, "large": self.memory_large_mb}[profile]
+
+
+_PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
+
+
+def _base_url(value: str) -> str:
+    if not re.match(r"^https?://[^/\s?#]+(/[^\s?#]*)?$", value):
+        raise ValueError(f"{value!r} must be an http:// or https:// URL with no query or fragment")
+    return value.rstrip("/")
+
+
+def _env_name(value: str) -> str:
+    if not _ENV_NAME.match(value):
+        raise ValueError(f"{value!r} must be the name of an environment variable (letters, digits, _), not its value")
+    return value
+
+
+def _provider_names(value: dict[str, ProviderConfig]) -> dict[str, ProviderConfig]:
+    for name in value:
+        if not _PROVIDER_NAME.match(name):
+            raise ValueError(f"[providers.{name}]: a provider name is 1-64 of A-Z a-z 0-9 _ . - starting with a letter or digit")
+    return value
+
+
+class ProviderConfig(_Section):
+    """``[providers.NAME]``: one model provider the daemon's gateway may call (docs/providers.md)."""
+
+    kind: Literal["openai", "anthropic"] = Field(description="wire format: OpenAI chat completions or Anthropic messages")
+    base_url: Annotated[str, AfterValidator(_base_url)] = Field(description="e.g. https://api.openai.com/v1")
+    api_key_env: Annotated[str, AfterValidator(_env_name)] | None = Field(
+        None, description="name of the daemon's env var holding the key; unset for local servers"
+    )
+    timeout_s: float = Field(120, gt=0, le=3600, description="one request, connect to last byte")
+    max_output_tokens: int | None = Field(
+        None, gt=0, le=1_000_000, description="sent as max_tokens; unset: not sent (openai), 4096 (anthropic)"
+    )
+    anthropic_version: str = Field("2023-06-01", min_length=1, description="anthropic-version header (kind anthropic)")
+    max_connections: int = Field(100, gt=0, le=10_000, description="open connections to this provider at most")
+
+
 class Config(_Section):
     """Top level of covenant.toml."""
 
     # Validated here so a wrong type is reported with the rest; resolved to paths by
     # covenant.home.Home (which the pydantic-free `covenant dispatch` path also uses).
     agents_dir: str = Field("agents", min_length=1)
-    socket: str = Field("covenant.sock", min_length=1)
+    socket: str = Field("run/covenant.sock", min_length=1)
     default_agent: str | None = None
     runtime: RuntimeConfig = Field(default_factory=RuntimeConfig)
     audit: AuditConfig = Field(default_factory=AuditConfig)
     policy: PolicyConfig = Field(default_factory=PolicyConfig)
     daemon: DaemonConfig = Field(default_factory=DaemonConfig)
     log: LogConfig = Field(default_factory=LogConfig)
+    rune: RuneConfig = Field(default_factory=RuneConfig)
+    providers: Annotated[dict[str, ProviderConfig], AfterValidator(_provider_names)] = Field(default_factory=dict)
+    isolation: IsolationConfig = Field(default_factory=IsolationConfig)
 
 
 def load_config(home: Home) -> Config:
@@ -141,13 +229,6 @@ def load_config(home: Home) -> Config:
         ) from None
 
 
-_TABLES: dict[str, type[_Section]] = {
-    "runtime": RuntimeConfig,
-    "audit": AuditConfig,
-    "policy": PolicyConfig,
-    "daemon": DaemonConfig,
-    "log": LogConfig,
-}
 _BOUNDS = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}
 
 
@@ -171,7 +252,11 @@ def _describe(err: Any, model: type[_Section]) -> str:
     if kind == "string_type":
         return f"must be a string in quotes, {got}"
     if kind in ("tuple_type", "list_type"):
-        return f'must be an array of strings, like ["A", "B"], {got}'
+        return f"must be an array, [ … ], {got}"
+    if kind == "missing":
+        return "is required in this table"
+    if kind == "value_error":
+        return str(ctx.get("error") or err["msg"].removeprefix("Value error, "))
     if kind == "literal_error":
         return f"must be one of {ctx.get('expected')}, {got}"
     if kind in ("string_too_short", "too_short"):
@@ -186,15 +271,32 @@ def _line_of(problem: tuple[int | None, str]) -> int:
     return problem[0] or 0
 
 
+def _table_model(name: str) -> type[_Section] | None:
+    """The model of top-level table ``name`` (``runtime``, ``providers``…), None for a plain key."""
+    field = Config.model_fields.get(name)
+    annotation = field.annotation if field is not None else None
+    if isinstance(annotation, type) and issubclass(annotation, _Section):
+        return annotation
+    return ProviderConfig if name == "providers" else None
+
+
 def _problem(home: Home, text: str, err: Any) -> tuple[int | None, str]:
     """(line, ``path:line: [table] key: what is wrong``)."""
     from covenant.manifest.agent_toml import key_line  # the manifest parser's TOML line finder
 
     loc = [str(part) for part in err["loc"]]
-    table = loc[0] if len(loc) > 1 and loc[0] in _TABLES else None
-    key = loc[1] if table else loc[0]
-    model = _TABLES[table] if table else Config
-    line = key_line(text, table, key) if text else None
+    model = _table_model(loc[0])
+    if model is None:  # a top-level key
+        table, keys, model = None, loc, Config
+    elif loc[0] == "providers" and len(loc) > 1:  # [providers.NAME] key
+        table, keys = f"providers.{loc[1]}", loc[2:]
+    else:
+        table, keys = loc[0], loc[1:]
+    key = keys[0] if keys else None
+    line = None
+    if text:  # a whole table (`[isolation]` failing its own check, or `runtime = 5`): its header or its key
+        line = key_line(text, table, key) if key or table is None else (
+            key_line(text, table, None) or key_line(text, None, table))
     where = f"{home.config_path}:{line}" if line else str(home.config_path)
-    field = f"[{table}] {'.'.join(loc[1:])}" if table else ".".join(loc)
+    field = " ".join(part for part in (f"[{table}]" if table else "", ".".join(keys)) if part)
     return line, f"{where}: {field}: {_describe(err, model)}"

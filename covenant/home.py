@@ -16,6 +16,8 @@ from covenant.errors import ConfigError
 __all__ = ["Home", "user_identity_path", "read_raw_config"]
 
 CONFIG_NAME = "covenant.toml"
+DEFAULT_SOCKET = "run/covenant.sock"
+"""The control socket, relative to the home: ``run/`` is 0750, out of agent uids' reach."""
 
 
 def read_raw_config(path: Path) -> dict[str, Any]:
@@ -85,6 +87,16 @@ class Home(NamedTuple):
     def dispatches_dir(self) -> Path:
         return self.state_dir / "dispatches"
 
+    @property
+    def workspaces_dir(self) -> Path:
+        """``state/workspaces``: one dir per agent, owned by the agent's uid."""
+        return self.state_dir / "workspaces"
+
+    @property
+    def run_dir(self) -> Path:
+        """``run/``: the control socket's dir (0750: the daemon and its group only)."""
+        return self.root / "run"
+
     def raw_config(self) -> dict[str, Any]:
         return read_raw_config(self.config_path)
 
@@ -106,11 +118,16 @@ class Home(NamedTuple):
 
     @property
     def socket_path(self) -> Path:
-        """env ``COVENANT_SOCKET`` beats ``socket`` in covenant.toml beats ``<home>/covenant.sock``.
+        """env ``COVENANT_SOCKET`` beats ``socket`` in covenant.toml beats ``<home>/run/covenant.sock``.
 
         Under systemd the unit sets COVENANT_SOCKET to $RUNTIME_DIRECTORY/covenant.sock.
+        covenant.toml is 0600 (the daemon's): a user who cannot read it gets the default path.
         """
         env = os.environ.get("COVENANT_SOCKET")
         if env:
             return Path(env)
-        return self._path_setting(self.raw_config(), "socket", "covenant.sock")
+        try:
+            raw = self.raw_config()
+        except PermissionError:
+            raw = {}
+        return self._path_setting(raw, "socket", DEFAULT_SOCKET)

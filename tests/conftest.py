@@ -10,11 +10,16 @@ from __future__ import annotations
 import os
 import shutil
 import subprocess
+import tempfile
+from collections.abc import Iterator
 from pathlib import Path
+
+from collections.abc import Callable, Iterator
 
 import pytest
 
 from covenant.home import Home
+from tests.fakes import FakeModelServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = REPO_ROOT / "agents.d"
@@ -31,10 +36,30 @@ def require_tool(name: str) -> str:
     return path
 
 
+def traversable_tmpdir(prefix: str = "covenant-test-") -> Path:
+    """A fresh dir under /tmp that other uids may traverse (0711), unlike pytest's 0700 tmp_path.
+
+    A daemon running as root starts agents as unprivileged uids
+    (docs/security.md); they must reach the home's agents/ and their scratch
+    dir, so homes used by daemons and runners live here. The caller removes it.
+    """
+    path = Path(tempfile.mkdtemp(prefix=prefix))
+    path.chmod(0o711)
+    return path
+
+
 @pytest.fixture
-def home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
-    """A throwaway COVENANT_HOME and XDG_CONFIG_HOME, set in the environment."""
-    root = tmp_path / "home"
+def agent_reachable_dir() -> Iterator[Path]:
+    """A :func:`traversable_tmpdir`, removed after the test."""
+    path = traversable_tmpdir()
+    yield path
+    shutil.rmtree(path, ignore_errors=True)
+
+
+@pytest.fixture
+def home(tmp_path: Path, agent_reachable_dir: Path, monkeypatch: pytest.MonkeyPatch) -> Home:
+    """A throwaway COVENANT_HOME (agent uids can traverse to it) and XDG_CONFIG_HOME, set in the environment."""
+    root = agent_reachable_dir / "home"
     root.mkdir()
     monkeypatch.setenv("COVENANT_HOME", str(root))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg"))
@@ -54,3 +79,30 @@ def built_examples() -> Path:
             timeout=600,
         )
     return EXAMPLES_DIR
+
+
+@pytest.fixture
+def fake_model_factory() -> Iterator[Callable[..., FakeModelServer]]:
+    """Start as many scripted fake model servers as a test needs (e.g. two providers for fallback).
+
+    Each is closed at teardown; a request that found no scripted reply and no default fails the test.
+    """
+    started: list[FakeModelServer] = []
+
+    def start(**kwargs: object) -> FakeModelServer:
+        fake = FakeModelServer(**kwargs).start()  # type: ignore[arg-type]
+        started.append(fake)
+        return fake
+
+    yield start
+    for fake in started:
+        fake.close()
+    unscripted = [f"{r.method} {r.path}" for fake in started for r in fake.unscripted]
+    if unscripted:
+        pytest.fail(f"the fake model server got requests it had no scripted reply for: {unscripted}")
+
+
+@pytest.fixture
+def fake_model(fake_model_factory: Callable[..., FakeModelServer]) -> FakeModelServer:
+    """One scripted fake OpenAI/Anthropic server on 127.0.0.1 (see tests/fakes/model_server.py)."""
+    return fake_model_factory()

@@ -24,6 +24,9 @@ __all__ = [
     "INTENT_COMPLETED",
     "GRANT_ADDED",
     "GRANT_REVOKED",
+    "MODEL_CALL",
+    "TOOL_CALL",
+    "MEMORY_RECOVER",
     "EVENT_TYPES",
     "text_digest",
     "encode_event_data",
@@ -40,6 +43,9 @@ AGENT_EXITED = "agent.exited"
 INTENT_COMPLETED = "intent.completed"
 GRANT_ADDED = "grant.added"
 GRANT_REVOKED = "grant.revoked"
+MODEL_CALL = "model.call"
+TOOL_CALL = "tool.call"
+MEMORY_RECOVER = "memory.recover"
 
 EVENT_TYPES = frozenset(
     {
@@ -54,6 +60,9 @@ EVENT_TYPES = frozenset(
         INTENT_COMPLETED,
         GRANT_ADDED,
         GRANT_REVOKED,
+        MODEL_CALL,
+        TOOL_CALL,
+        MEMORY_RECOVER,
     }
 )
 

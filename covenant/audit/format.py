@@ -31,6 +31,7 @@ __all__ = [
     "RECOVER",
     "SEGMENT",
     "HEARTBEAT",
+    "RESUME",
     "WRITER_TYPES",
     "TYPE_RE",
     "HEX64_RE",
@@ -60,8 +61,9 @@ CHECKPOINT = "audit.checkpoint"
 RECOVER = "audit.recover"
 SEGMENT = "audit.segment"
 HEARTBEAT = "audit.heartbeat"
+RESUME = "audit.resume"
 # Only the writer itself may emit these; callers of record() get an error.
-WRITER_TYPES = frozenset({GENESIS, CHECKPOINT, RECOVER, SEGMENT, HEARTBEAT})
+WRITER_TYPES = frozenset({GENESIS, CHECKPOINT, RECOVER, SEGMENT, HEARTBEAT, RESUME})
 
 TYPE_RE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 HEX64_RE = re.compile(r"[0-9a-f]{64}")

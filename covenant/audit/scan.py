@@ -27,6 +27,7 @@ from covenant.audit.format import (
     HEX64_RE,
     LINE_RE,
     RECOVER,
+    RESUME,
     SEGMENT,
     WRITER_TYPES,
     ZERO_HASH,
@@ -264,6 +265,10 @@ class Walker:
         """Records accepted after the last checkpoint (not yet proven)."""
         return self.records - self.committed.records
 
+    def seal(self) -> None:
+        """Forget what was read after the last checkpoint: the writer sealed those bytes out of the chain."""
+        self._rollback()
+
     def _rollback(self) -> None:
         c = self.committed
         self.next_seq, self.prev, self.records = c.next_seq, c.prev, c.records
@@ -490,6 +495,8 @@ class Walker:
                 "previous_last_hash": rec["prev"],
                 "previous_last_seq": seq - 1,
             }
+            if "sealed_bytes" in d:  # checked against the bytes by verify_log before this segment is walked
+                expected["sealed_bytes"], expected["sealed_sha256"] = d["sealed_bytes"], d.get("sealed_sha256")
             if d != expected:
                 diff = ", ".join(f"{k}={d.get(k)!r} (expected {v!r})" for k, v in expected.items() if d.get(k) != v)
                 return f"audit.segment does not match the segment before it: {diff or 'unexpected fields'}"
@@ -512,6 +519,10 @@ class Walker:
             return self._recover_problem(d, name, data, self.committed.end, pos)
         if type_ == HEARTBEAT:
             return None if d == {} else "audit.heartbeat data must be empty"
+        if type_ == RESUME:
+            if set(d) != {"error", "down_ms", "refused"}:
+                return "audit.resume data must hold error, down_ms, refused"
+            return None
         if type_ in WRITER_TYPES or type_.startswith("audit."):
             return f"unknown audit record type {type_}"
         return None

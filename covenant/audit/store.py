@@ -91,6 +91,14 @@ def _write_all(fd: int, data: bytes) -> None:
         view = view[written:]
 
 
+def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
+    view = memoryview(data)
+    while view:
+        written = os.pwrite(fd, view, offset)
+        view = view[written:]
+        offset += written
+
+
 def write_atomic(path: Path, data: bytes, fsync: Callable[[int], None] = os.fsync) -> None:
     """Replace ``path``: temp file, fsync, rename, fsync the directory."""
     tmp = path.with_name(path.name + ".tmp")
@@ -134,6 +142,7 @@ class LogFiles:
         self.log_id = ""
         self.state = _State(0, 0, 0, ZERO_HASH, {})
         self.recovered: dict[str, Any] | None = None  # data of the audit.recover written on open, if any
+        self.sealed: dict[str, Any] | None = None  # the last segment sealed over foreign or damaged bytes, if any
 
     # -- opening ---------------------------------------------------------------
 
@@ -207,6 +216,9 @@ class LogFiles:
                 raise AuditLogError(f"{path}: first line is not audit.segment ({why})", path=str(path))
             walker.start_mid_log(first["seq"], first["prev"], self.log_id)
             previous_size = (self.directory / segment_name(last - 1)).stat().st_size
+            sealed = first["data"].get("sealed_bytes")
+            if type(sealed) is int and first["data"].get("previous_bytes") == previous_size - sealed:
+                previous_size -= sealed  # the chain ended before the bytes this record sealed
         else:
             walker.log_id = None
         result = walker.walk_segment(last, data, previous_size)
@@ -220,7 +232,7 @@ class LogFiles:
                 f"run `covenant audit verify`",
                 path=str(path),
             )
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        self._fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
         head = self._head_for(committed.checkpoint, committed.segment or segment_name(last))
         self.state = _State(last, len(data), committed.next_seq, committed.prev, head)
         valid = committed.end
@@ -233,7 +245,9 @@ class LogFiles:
         """Refuse to paper over damage: a torn write holds at most one (final, unacknowledged) batch.
 
         A signed checkpoint inside the bytes to discard that is not their last
-        complete line means acknowledged history would be dropped.
+        complete line means acknowledged history would be dropped. (Bytes that
+        someone appends while the daemon runs never get this far: the writer
+        seals them out of the chain before its next write, see ``append``.)
         """
         lines = data[valid:].split(b"\n")[:-1]  # complete lines only
         for n, line in enumerate(lines):
@@ -251,6 +265,20 @@ class LogFiles:
                     f"Run `covenant audit verify`, keep a copy, and move the audit directory aside to start a new log",
                     path=str(path),
                 )
+
+    def _foreign_tail(self) -> tuple[int, str] | None:
+        """Bytes someone else appended to the open segment since our last write: (count, sha256), or None."""
+        size = os.fstat(self._fd).st_size
+        start = self.state.size
+        if size <= start:
+            return None
+        digest = hashlib.sha256()
+        path = self.directory / segment_name(self.state.index)
+        with open(path, "rb") as f:
+            f.seek(start)
+            while chunk := f.read(1 << 20):
+                digest.update(chunk)
+        return size - start, digest.hexdigest()
 
     def _recover(self, path: Path, data: bytes, valid: int) -> None:
         tail = data[valid:]
@@ -310,19 +338,21 @@ class LogFiles:
         _fsync_dir(self.directory, self.fsync)
         if self._fd >= 0:
             os.close(self._fd)
-        self._fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_NOFOLLOW)
+        self._fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)
 
-    def _roll(self) -> None:
+    def _roll(self, sealed: tuple[int, str] | None = None) -> None:
+        """Start the next segment. ``sealed``: (count, sha256) of bytes after the chain's end in this one."""
         s = self.state
-        data = canonical_bytes(
-            {
-                "previous": segment_name(s.index),
-                "previous_bytes": s.size,
-                "previous_last_hash": s.prev,
-                "previous_last_seq": s.next_seq - 1,
-                "segment": s.index + 1,
-            }
-        )
+        fields: dict[str, Any] = {
+            "previous": segment_name(s.index),
+            "previous_bytes": s.size,
+            "previous_last_hash": s.prev,
+            "previous_last_seq": s.next_seq - 1,
+            "segment": s.index + 1,
+        }
+        if sealed is not None:
+            fields["sealed_bytes"], fields["sealed_sha256"] = sealed
+        data = canonical_bytes(fields)
         self.state = _State(s.index + 1, 0, s.next_seq, s.prev, s.head)
         content, last_hash, head = self._lines([(SEGMENT, data, timestamp())], s.next_seq, s.prev)
         self._new_segment_file(s.index + 1, content)
@@ -331,7 +361,10 @@ class LogFiles:
     def _append(self, items: list[Item], prefix: bytes = b"") -> tuple[int, float]:
         s = self.state
         content, last_hash, head = self._lines(items, s.next_seq, s.prev)
-        _write_all(self._fd, prefix + content)
+        # At our own offset, not O_APPEND: bytes someone appends between our size check and
+        # this write are overwritten or left after our batch (and sealed next time), never
+        # placed inside it.
+        _pwrite_all(self._fd, prefix + content, s.size)
         started = time.perf_counter()
         self.fsync(self._fd)
         took = time.perf_counter() - started
@@ -347,9 +380,28 @@ class LogFiles:
         """
         if self._fd < 0:
             raise OSError(errno.EBADF, "audit log is closed")
-        if self.state.size >= self.segment_bytes:
+        if (foreign := self._foreign_tail()) is not None:
+            sealed = {"segment": segment_name(self.state.index), "valid_bytes": self.state.size, "sealed_bytes": foreign[0]}
+            self._roll(sealed=foreign)
+            self.sealed = sealed
+        elif self.state.size >= self.segment_bytes:
             self._roll()
         return self._append(items)
+
+    def reopen(self) -> None:
+        """After a failed write or sync: re-read the log from disk and carry on from what is there.
+
+        The descriptor that failed is dropped (after a failed fsync its pages
+        cannot be trusted); the last segment is walked again and a tail that
+        did not reach the disk whole is cut with an ``audit.recover`` record,
+        as on a start after a crash. Raises OSError while the disk still fails.
+        """
+        if self._fd >= 0:
+            os.close(self._fd)
+            self._fd = -1
+        self.recovered = None
+        self._resume()
+        self.write_head()
 
     @property
     def head(self) -> dict[str, Any]:
@@ -373,6 +425,6 @@ def unavailable(directory: Path, exc: OSError) -> AuditUnavailable:
     """The error every caller sees once the log failed: names the directory and the OS error."""
     return AuditUnavailable(
         f"audit log {directory} cannot be written ({exc.strerror or exc}); covenant refuses to act until "
-        f"it is fixed and the daemon restarted",
+        f"it can write again (it retries by itself: free space or fix the disk)",
         path=str(directory),
     )

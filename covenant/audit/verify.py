@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import errno
 import fcntl
+import hashlib
 import json
 import os
 import pickle
@@ -24,9 +25,9 @@ from typing import Any, BinaryIO
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
-from covenant.audit.format import GENESIS, HEX64_RE, checkpoint_signature_ok, parse_record, segment_name
+from covenant.audit.format import GENESIS, HEX64_RE, SEGMENT, checkpoint_signature_ok, parse_record, segment_name
 from covenant.audit.scan import Problem, Run, Walker, scan_runs
-from covenant.audit.store import HEAD_NAME, LOCK_NAME, list_segments
+from covenant.audit.store import HEAD_NAME, LOCK_NAME, list_segments, read_first_line
 from covenant.errors import ConfigError
 from covenant.home import Home
 from covenant.keys import load_private_key, public_key_from_hex
@@ -275,6 +276,7 @@ def verify_log(
     if not indexes:
         return finish(Problem(segment_name(0), 0, 0, f"no audit segments in {directory}"))
     previous_size: int | None = None
+    sealed_after: int | None = None
     for index in range(indexes[-1] + 1):
         name = segment_name(index)
         if index not in indexes:
@@ -285,7 +287,7 @@ def verify_log(
             data = (directory / name).read_bytes()
         except OSError as exc:
             return finish(Problem(name, walker.next_seq, 0, f"cannot read {name}: {exc.strerror}"))
-        if index > 0 and walker.pending:
+        if index > 0 and walker.pending and sealed_after is None:
             last = walker.last
             return finish(
                 Problem(
@@ -302,6 +304,24 @@ def verify_log(
                 result = walker.walk_segment(index, data, previous_size, runs)
         else:
             result = walker.walk_segment(index, data, previous_size)
+        if result.recoveries:
+            report.warnings.append(
+                f"{name}: {result.recoveries} tail(s) cut on recovery (after a crash, a failed write or foreign "
+                f"bytes; each audit.recover record names the bytes' length and sha256)"
+            )
+        sealed_after = None
+        if index < indexes[-1] and (result.problem is not None or walker.pending):
+            sealed_after = _sealed_tail(directory, index, data, walker.committed.end)
+        if sealed_after is not None:
+            walker.seal()
+            report.warnings.append(
+                f"{name}: {len(data) - sealed_after} byte(s) after byte {sealed_after} are not part of the log; "
+                f"the daemon found them there and sealed the segment ({segment_name(index + 1)} begins with the "
+                f"signed record of their length and sha256)"
+                + (f"; first problem in them: {result.problem.message}" if result.problem is not None else "")
+            )
+            previous_size = sealed_after
+            continue
         if result.problem is not None:
             if result.torn and live and index == indexes[-1]:
                 report.warnings.append(f"{result.problem} (the writer is live: a batch is being written)")
@@ -345,6 +365,29 @@ def verify_log(
             seq = w.get("seq") if type(w.get("seq")) is int else None
             return finish(Problem(seg, seq, 0, f"{label}: {why}" if not why.startswith(label) else why))
     return finish(None)
+
+
+def _sealed_tail(directory: Path, index: int, data: bytes, chain_end: int) -> int | None:
+    """``chain_end`` when the next segment's audit.segment record seals exactly the bytes after it, else None.
+
+    The record itself (its link, its checkpoint's signature) is verified when
+    the next segment is walked; here only the claim is matched to the bytes.
+    """
+    try:
+        first = read_first_line(directory / segment_name(index + 1))
+    except OSError:
+        return None
+    rec, _ = parse_record(first)
+    if rec is None or rec["type"] != SEGMENT:
+        return None
+    d = rec["data"]
+    if (
+        d.get("previous_bytes") != chain_end
+        or d.get("sealed_bytes") != len(data) - chain_end
+        or d.get("sealed_sha256") != hashlib.sha256(data[chain_end:]).hexdigest()
+    ):
+        return None
+    return chain_end
 
 
 def _read_head(directory: Path, report: VerifyReport) -> dict[str, Any] | None:

@@ -11,14 +11,19 @@ The thread is fed directly (a deque and a condition) rather than through a
 trio task and ``trio.to_thread`` per batch: each of those hops costs
 ~0.1-0.2 ms on the reference box, and a dispatch waits for two commits.
 
-If a write or sync fails the log is finished for this process: every caller
-in that batch, every queued caller and every later caller gets
-AuditUnavailable (fail closed). Retrying fsync on the same file and trusting
-it would be wrong: after a failed fsync Linux may have dropped the dirty pages.
+If a write or sync fails, every caller in that batch, every queued caller
+and every later caller gets AuditUnavailable (fail closed). Retrying fsync on
+the same file and trusting it would be wrong: after a failed fsync Linux may
+have dropped the dirty pages. Instead the log is reopened from disk (with
+backoff, 1 s doubling to 30 s): the tail is walked again, whatever did not
+reach the disk whole is cut with an ``audit.recover`` record, and an
+``audit.resume`` record says how long the log was down and how many records
+were refused. Only then are records accepted again.
 """
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import threading
@@ -31,10 +36,11 @@ from typing import Any, AsyncIterator, Callable
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from covenant.audit.errors import AuditUnavailable
+from covenant.audit.errors import AuditLogError, AuditUnavailable
 from covenant.audit.events import encode_event_data
-from covenant.audit.format import HEARTBEAT, timestamp
+from covenant.audit.format import HEARTBEAT, RESUME, timestamp
 from covenant.audit.store import LogFiles, unavailable
+from covenant.canonical import canonical_bytes
 from covenant.config import AuditConfig
 
 __all__ = ["AuditLog"]
@@ -45,6 +51,21 @@ log = logging.getLogger("covenant.audit")
 _CLOSE_TIMEOUT_S = 30.0
 # Longest head.json may lag behind the newest checkpoint while the log is open.
 _HEAD_INTERVAL_S = 0.5
+# Reopening a failed log: first try after this long, doubling up to the cap.
+_REOPEN_FIRST_S = 1.0
+_REOPEN_MAX_S = 30.0
+
+
+def _report_repairs(files: LogFiles) -> None:
+    """Log what opening the files had to repair (a torn tail cut, a damaged segment sealed)."""
+    if files.recovered is not None:
+        log.warning("audit log recovered from a torn tail", extra={"directory": str(files.directory), **files.recovered})
+    if files.sealed is not None:
+        log.error(
+            "audit log segment sealed: bytes after the chain's end were not written by this daemon",
+            extra={"directory": str(files.directory), **files.sealed},
+        )
+        files.sealed = None
 
 
 class _Pending:
@@ -82,8 +103,11 @@ class AuditLog:
         self._settled.set()
         self._closing = False
         self._failure: str | None = None
+        self._failed = trio.Event()  # set while _failure is; the reopen task waits on it
+        self._failed_at = 0.0
+        self._refused = 0  # records refused since the failure, for the audit.resume record
         self._last_write = trio.current_time()
-        self._thread = threading.Thread(target=self._write_batches, name="covenant-audit-writer", daemon=True)
+        self._thread = self._new_thread()
 
     # -- public face -----------------------------------------------------------
 
@@ -106,17 +130,21 @@ class AuditLog:
             async with AuditLog.open(home.audit_dir, key, config.audit) as audit:
                 seq = await audit.record("daemon.start", {"pid": os.getpid()})
         """
-        files = await trio.to_thread.run_sync(LogFiles.open, Path(directory), key, config.segment_bytes, fsync)
-        if files.recovered is not None:
-            log.warning(
-                "audit log recovered from a torn tail",
-                extra={"directory": str(directory), **files.recovered},
-            )
+        try:
+            files = await trio.to_thread.run_sync(LogFiles.open, Path(directory), key, config.segment_bytes, fsync)
+        except OSError as exc:
+            raise AuditUnavailable(
+                f"audit log {directory} cannot be opened ({exc.strerror or exc}); free space or fix the disk, "
+                f"then start the daemon again",
+                path=str(directory),
+            ) from None
+        _report_repairs(files)
         self = cls(files, config, on_batch)
         self._thread.start()
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._run_heartbeat)
+                nursery.start_soon(self._run_reopen)
                 try:
                     yield self
                 finally:
@@ -151,6 +179,7 @@ class AuditLog:
     def check_writable(self) -> None:
         """Raise AuditUnavailable if records would be refused (a failed write, or closing)."""
         if self._failure is not None:
+            self._refused += 1
             raise AuditUnavailable(self._failure, path=str(self._files.directory))
         if self._closing:
             raise AuditUnavailable("the audit log is closed", path=str(self._files.directory))
@@ -211,6 +240,8 @@ class AuditLog:
         """Run in the trio thread after a write or sync failed: refuse everything from now on."""
         error = unavailable(self._files.directory, exc)
         self._failure = error.message
+        self._failed_at = trio.current_time()
+        self._failed.set()
         with self._wake:
             queued = list(self._queue)
             self._queue.clear()
@@ -221,6 +252,7 @@ class AuditLog:
         for item in batch + queued:
             item.error = error
             item.done.set()
+        self._refused += len(batch) + len(queued)
         self._settle(len(batch) + len(queued))
 
     def _settle(self, count: int) -> None:
@@ -231,13 +263,59 @@ class AuditLog:
     async def _run_heartbeat(self) -> None:
         """Write a heartbeat record + checkpoint after ``heartbeat_s`` without writes."""
         interval = self._config.heartbeat_s
-        while self._failure is None:
-            await trio.sleep_until(self._last_write + interval)
-            if trio.current_time() - self._last_write >= interval and self._failure is None and not self._closing:
-                try:
+        while True:
+            due = self._last_write + interval
+            if not self.healthy:
+                due = max(due, trio.current_time() + interval)
+            await trio.sleep_until(due)
+            if trio.current_time() - self._last_write >= interval and self.healthy:
+                with contextlib.suppress(AuditUnavailable):
                     await self._enqueue([_Pending(HEARTBEAT, b"{}")])
-                except AuditUnavailable:
+
+    async def _run_reopen(self) -> None:
+        """After each failure: reopen the log from disk with backoff, then accept records again."""
+        while True:
+            await self._failed.wait()
+            delay = _REOPEN_FIRST_S
+            while True:
+                await trio.sleep(delay)
+                if self._closing:
                     return
+                try:
+                    await trio.to_thread.run_sync(self._reopen_files)
+                except (OSError, AuditLogError) as exc:
+                    log.warning(
+                        "audit log still cannot be written; retrying",
+                        extra={"directory": str(self._files.directory), "error": str(exc), "retry_s": delay},
+                    )
+                    delay = min(delay * 2, _REOPEN_MAX_S)
+                    continue
+                break
+            await self._resume_after_reopen()
+
+    def _reopen_files(self) -> None:
+        """Worker thread: wait for the failed writer thread to end, then reopen the files from disk."""
+        self._thread.join()
+        self._files.reopen()
+        _report_repairs(self._files)
+
+    async def _resume_after_reopen(self) -> None:
+        down_ms = int((trio.current_time() - self._failed_at) * 1000)
+        resume = canonical_bytes({"error": self._failure or "", "down_ms": down_ms, "refused": self._refused})
+        self._failure = None
+        self._failed = trio.Event()
+        self._refused = 0
+        self._thread = self._new_thread()
+        self._thread.start()
+        log.warning(
+            "audit log writable again; accepting records",
+            extra={"directory": str(self._files.directory), "down_ms": down_ms},
+        )
+        with contextlib.suppress(AuditUnavailable):  # a new failure starts the next round
+            await self._enqueue([_Pending(RESUME, resume)])
+
+    def _new_thread(self) -> threading.Thread:
+        return threading.Thread(target=self._write_batches, name="covenant-audit-writer", daemon=True)
 
     async def _drain(self) -> None:
         self._closing = True
@@ -291,6 +369,8 @@ class AuditLog:
                         self._token.run_sync_soon(self._fail, exc, batch)
                         return
                     self._token.run_sync_soon(self._acknowledge, batch, first, fsync_s)
+                    if self._files.sealed is not None:
+                        _report_repairs(self._files)
                     head_dirty = True
                 if head_dirty and time.monotonic() - last_head >= _HEAD_INTERVAL_S:
                     self._files.write_head()

@@ -16,6 +16,7 @@ import click
 from covenant.cli._common import CliContext, ask_daemon, fail, pass_cli, print_json, reports_errors, table_lines
 from covenant.errors import ExitCode
 from covenant.home import Home
+from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.problems import Problem
 from covenant.manifest.registry import Registry, check_paths, scan_agents
@@ -23,16 +24,26 @@ from covenant.manifest.registry import Registry, check_paths, scan_agents
 __all__ = ["agents"]
 
 
+def _limits(home: Home) -> ManifestLimits:
+    """The manifest limits of the home's covenant.toml (a bad covenant.toml is a usage error, exit 2)."""
+    from covenant.config import load_config
+
+    return ManifestLimits.from_config(load_config(home).runtime)
+
+
 def _load_registry(home: Home) -> Registry:
     """What the running daemon has loaded; without a daemon, a scan of the home's agents folder."""
     loaded = ask_daemon(home, "/v1/agents")
     if loaded is None:
-        return scan_agents(home.agents_dir)
+        return scan_agents(home.agents_dir, _limits(home))
     agents = [AgentSpec.model_validate(doc, strict=False) for doc in loaded["agents"]]
-    problems = [
-        Problem(Path(p["path"]), p.get("line"), p.get("field"), p["message"]) for p in loaded["problems"]
-    ]
-    return Registry(agents={a.id: a for a in agents}, problems=problems)
+    problems = [_problem(p) for p in loaded["problems"]]
+    notes = [_problem(n) for n in loaded.get("notes", [])]
+    return Registry(agents={a.id: a for a in agents}, problems=problems, notes=notes)
+
+
+def _problem(doc: dict[str, Any]) -> Problem:
+    return Problem(Path(doc["path"]), doc.get("line"), doc.get("field"), doc["message"])
 
 
 def _agent_json(spec: AgentSpec) -> dict[str, Any]:
@@ -130,17 +141,20 @@ def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
 
 @agents.command("check")
 @click.argument("paths", nargs=-1, type=click.Path(path_type=Path))
-@click.option("--json", "as_json", is_flag=True, help="Stable JSON: {valid, agents, problems, warnings}.")
+@click.option("--json", "as_json", is_flag=True, help="Stable JSON: {valid, agents, problems, warnings, notes}.")
 @pass_cli
 @reports_errors
 def check(cli: CliContext, paths: tuple[Path, ...], as_json: bool) -> None:
     """Validate manifests: files, package folders or agents folders (default: the home's).
 
     Prints one line per problem, `path:line: field: message`, on stdout;
-    exits 0 when everything is valid and 1 otherwise.
+    warnings and info notes (files ignored because they are not manifests)
+    go to stderr and never count as problems. Exits 0 when everything is
+    valid and 1 otherwise.
     """
     # Always the files, never the daemon: a check must see an edit the daemon has not reloaded yet.
-    registry = check_paths(list(paths)) if paths else scan_agents(cli.home.agents_dir)
+    limits = _limits(cli.home)
+    registry = check_paths(list(paths), limits) if paths else scan_agents(cli.home.agents_dir, limits)
     warnings = [(s.manifest_path, w) for s in registry.agents.values() for w in s.warnings]
     if as_json:
         print_json(
@@ -149,6 +163,7 @@ def check(cli: CliContext, paths: tuple[Path, ...], as_json: bool) -> None:
                 "agents": sorted(registry.agents),
                 "problems": [p.to_json() for p in registry.problems],
                 "warnings": [{"path": str(path), "message": w} for path, w in sorted(warnings)],
+                "notes": [n.to_json() for n in registry.notes],
             }
         )
     else:
@@ -156,6 +171,8 @@ def check(cli: CliContext, paths: tuple[Path, ...], as_json: bool) -> None:
             click.echo("\n".join(str(p) for p in registry.problems))
         for path, warning in sorted(warnings):
             click.echo(f"{path}: warning: {warning}", err=True)
+        for note in registry.notes:
+            click.echo(str(note), err=True)
         rejected = sum(1 for v in registry.sources.values() if v is None)
         click.echo(
             f"{len(registry.sources)} manifest(s): {len(registry.agents)} valid, {rejected} rejected, "

@@ -21,7 +21,7 @@ __all__ = ["daemon"]
               help="Where log lines go (beats env COVENANT_LOG_TARGET and covenant.toml).")
 @click.option("--socket", "socket_path", type=click.Path(dir_okay=False),
               help="Control socket path (default: env COVENANT_SOCKET, else `socket` in covenant.toml, "
-                   "else <home>/covenant.sock). Ignored when systemd passes a socket (LISTEN_FDS).")
+                   "else <home>/run/covenant.sock). Ignored when systemd passes a socket (LISTEN_FDS).")
 @click.option("--drain-timeout", type=click.FloatRange(min=0), metavar="SECONDS",
               help="On SIGTERM, how long in-flight dispatches may finish before they are cancelled "
                    "(default: daemon.drain_timeout_s, 30).")

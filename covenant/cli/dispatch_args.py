@@ -42,6 +42,10 @@ DISPATCH_OPTIONS: tuple[DispatchOption, ...] = (
     DispatchOption("--json", "as_json", "Print the full outcome as JSON.", is_flag=True),
     DispatchOption("--dry-run", "dry_run", "Route and check policy, explain the decision, spawn nothing.",
                    is_flag=True),
+    DispatchOption("--session", "session_id", "Rune agents: continue this session, or start it under this id "
+                   "(1-128 of A-Za-z0-9._-). The outcome names the session either way.", metavar="ID"),
+    DispatchOption("--stream", "stream", "Rune agents: print the answer as it arrives; tool events go to stderr "
+                   "(with --json: one JSON event per line).", is_flag=True),
 )
 
 _BY_FLAG = {option.flag: option for option in DISPATCH_OPTIONS}
@@ -57,6 +61,8 @@ class DispatchArgs(NamedTuple):
     parent: str | None
     as_json: bool
     dry_run: bool
+    session_id: str | None
+    stream: bool
 
 
 def _plain_value(value: str) -> bool:

@@ -38,13 +38,15 @@ def _with_dispatch_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @_with_dispatch_options
 @pass_cli
 def dispatch(cli: CliContext, text: str, agent_id: str | None, priority: str, parent: str | None,
-             as_json: bool, dry_run: bool) -> None:
+             as_json: bool, dry_run: bool, session_id: str | None, stream: bool) -> None:
     """Sign TEXT with your identity and have the daemon run it.
 
     Exit codes: 0 ok, 1 the agent answered status error, 2 usage or
     configuration error, 3 denied (capability, budget, signature), 4 the agent
-    failed (timeout, killed, crashed, protocol error, output too large),
-    5 the daemon is unreachable, overloaded or shutting down, 6 no agent
-    matched or the match is ambiguous.
+    failed (timeout, killed, crashed, protocol error, output too large; Rune
+    agents also token_budget_exceeded, max_steps_exceeded, provider_error,
+    provider_unavailable, session_corrupt, unsafe_output), 5 the daemon is
+    unreachable, overloaded or shutting down, 6 no agent matched or the match
+    is ambiguous. A session of another issuer (session_forbidden) exits 3.
     """
-    dispatch_and_exit(cli.home, text, agent_id, priority, parent, as_json, dry_run)
+    dispatch_and_exit(cli.home, text, agent_id, priority, parent, as_json, dry_run, session_id, stream)

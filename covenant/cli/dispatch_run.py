@@ -10,11 +10,11 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, NoReturn
+from typing import TYPE_CHECKING, Any, NoReturn
 
 from covenant.cli._output import echo, fail, print_json, run_standalone
 from covenant.cli.dispatch_args import DispatchArgs
-from covenant.client import DaemonClient
+from covenant.client import DaemonClient, RemoteError
 from covenant.errors import CovenantError, ExitCode
 from covenant.home import Home
 from covenant.policy.identities import ensure_user_identity
@@ -60,29 +60,87 @@ class _Spinner:
             frame += 1
 
 
+def _valid_session(session_id: str) -> bool:
+    return 0 < len(session_id) <= 128 and all(c.isascii() and (c.isalnum() or c in "._-") for c in session_id)
+
+
+def _stream(client: DaemonClient, body: dict[str, Any], as_json: bool) -> tuple[dict[str, Any], bool]:
+    """Print a streamed dispatch as it arrives; return (the outcome document, whether it streamed).
+
+    An error event raises RemoteError.
+
+    Text: the answer's tokens on stdout as they come, no framing; tool events as
+    lines on stderr. ``--json``: every event as one JSON line on stdout.
+    """
+    wrote_text = False
+    for event, data in client.post_events("/v1/dispatch", body):
+        if event == "response":  # the agent does not stream: an ordinary answer
+            return data, False
+        if as_json:
+            sys.stdout.write(json.dumps({"event": event, **data}, ensure_ascii=False, sort_keys=True) + "\n")
+            sys.stdout.flush()
+        if event == "done":
+            if wrote_text and not as_json:
+                sys.stdout.write("\n")
+                sys.stdout.flush()
+            return data, True
+        if event == "error":
+            error = data.get("error") or {}
+            details = {k: v for k, v in error.items() if k not in ("code", "message")}
+            raise RemoteError(str(error.get("code")), str(error.get("message")), 200, details)
+        if as_json:
+            continue
+        if event == "token":
+            sys.stdout.write(str(data.get("text") or ""))
+            sys.stdout.flush()
+            wrote_text = True
+        elif event == "tool_start":
+            echo(f"[tool] {data.get('name')} …", err=True)
+        elif event == "tool_done":
+            echo(f"[tool] {data.get('name')} {'ok' if data.get('ok') else 'error'}", err=True)
+    raise RemoteError("stream_ended", "the daemon's event stream ended without an outcome", 200, {})
+
+
 def dispatch_and_exit(home: Home, text: str, agent_id: str | None, priority: str, parent: str | None,
-                      as_json: bool, dry_run: bool) -> NoReturn:
+                      as_json: bool, dry_run: bool, session_id: str | None = None, stream: bool = False) -> NoReturn:
     """Sign ``text``, send it, print the answer and exit with DESIGN.md §7's code.
 
     A CovenantError from the libraries becomes ``covenant: error: …`` and its exit code.
     """
+    if session_id is not None and not _valid_session(session_id):
+        fail(f"--session {session_id!r}: use 1-128 of A-Za-z0-9._-", ExitCode.USAGE)
+    streamed = False
     try:
         identity, created = ensure_user_identity()
         if created:
             echo(f"covenant: created your identity {identity.display} ({identity.pubkey})", err=True)
         intent = new_intent(text, issuer_display=identity.display, issuer_pubkey=identity.pubkey,
                             agent=agent_id, priority=priority, parent=parent)
-        body = {"intent": intent, "signature": sign_intent(identity.key, intent), "dry_run": dry_run}
-        with DaemonClient(home.socket_path) as client, _Spinner(agent_id or "dispatching"):
-            outcome = client.request("POST", "/v1/dispatch", body)
+        body: dict[str, Any] = {"intent": intent, "signature": sign_intent(identity.key, intent), "dry_run": dry_run}
+        if session_id is not None:
+            body["session_id"] = session_id
+        with DaemonClient(home.socket_path) as client:
+            if stream and not dry_run:
+                outcome, streamed = _stream(client, body, as_json)
+            else:
+                with _Spinner(agent_id or "dispatching"):
+                    outcome = client.request("POST", "/v1/dispatch", body)
     except CovenantError as exc:
         fail(exc.message, exc.exit_code)
+    if streamed:
+        exit_code = int(outcome["exit_code"])
+        if exit_code != ExitCode.OK and not as_json:
+            detail = outcome.get("error") or ""
+            fail(f"{outcome['agent']}: {outcome['outcome']}: {detail}".rstrip(": "), exit_code)
+        sys.exit(exit_code)
     if as_json:
         print_json(outcome)
     if dry_run:
         if not as_json:
             echo(outcome["message"])
             echo(json.dumps(outcome["decision"], indent=2, sort_keys=True))
+            if "rune" in outcome:
+                echo(json.dumps(outcome["rune"], indent=2, sort_keys=True))
         sys.exit(ExitCode.OK)
     exit_code = int(outcome["exit_code"])
     if not as_json:
@@ -98,4 +156,4 @@ def run_fast(args: DispatchArgs) -> NoReturn:
     """The click-free ``covenant dispatch``: what the click group and command would do, then exit."""
     home = Home.resolve(args.home)
     run_standalone(lambda: dispatch_and_exit(home, args.text, args.agent_id, args.priority, args.parent,
-                                             args.as_json, args.dry_run))
+                                             args.as_json, args.dry_run, args.session_id, args.stream))

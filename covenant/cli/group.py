@@ -26,6 +26,8 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "audit": ("covenant.cli.audit_cmd:audit", "Tail, verify and witness the signed audit log."),
     "status": ("covenant.cli.status_cmd:status", "Show the daemon's status (exit 5 when unreachable)."),
     "reload": ("covenant.cli.status_cmd:reload", "Ask the daemon to reload manifests and grants."),
+    "restart": ("covenant.cli.status_cmd:restart", "Restart a Rune agent's replica (drained first)."),
+    "sessions": ("covenant.cli.sessions_cmd:sessions", "List, show, verify and remove Rune sessions."),
     "logs": ("covenant.cli.logs_cmd:logs", "Show or follow the daemon's log."),
     "history": ("covenant.cli.history_cmd:history", "List recent dispatch records."),
     "show": ("covenant.cli.history_cmd:show", "Show one dispatch record by intent id."),

@@ -49,13 +49,25 @@ def run_once(cli: CliContext, path: Path, text: str) -> Any:
     import trio
 
     from covenant.config import load_config
+    from covenant.errors import ConfigError
+    from covenant.manifest.limits import ManifestLimits
     from covenant.manifest.registry import load_path
     from covenant.runtime.host import set_child_subreaper
+    from covenant.runtime.isolation import open_isolation, reachability_problems
     from covenant.runtime.records import DispatchStore
     from covenant.runtime.runner import Runner
 
-    agent = load_path(path)
     config = load_config(cli.home)
+    agent = load_path(path, ManifestLimits.from_config(config.runtime))
+    # Run as root, the agent runs as its own unprivileged uid, exactly as under the daemon.
+    isolation = open_isolation(config.isolation, cli.home.state_dir)
+    needs = []
+    if agent.entry is not None:
+        kind = "file" if agent.runtime == "rust-bin" else "read"
+        needs.append((str(agent.entry), kind, "nothing: move the package where agent uids can read it"))
+    unreachable = reachability_problems(needs, isolation)
+    if unreachable:
+        raise ConfigError(f"agent {agent.id}: " + "; ".join(unreachable), path=str(agent.root))
     payload = {
         "id": str(uuid.uuid4()),
         "text": text,
@@ -71,12 +83,29 @@ def run_once(cli: CliContext, path: Path, text: str) -> Any:
         pass
 
     async def main() -> Any:
-        async with Runner.open(config.runtime, scratch_root=cli.home.state_dir / "scratch") as runner:
+        async with Runner.open(config.runtime, scratch_root=cli.home.state_dir / "scratch", isolation=isolation) as runner:
+            if agent.runtime == "rune":
+                return await _run_rune(cli, agent, text, config, runner, payload["issuer"]["pubkey"])
             return await runner.run(agent, payload)
 
     record = trio.run(main)
     DispatchStore(cli.home.dispatches_dir).append(record)
     return record
+
+
+async def _run_rune(cli: CliContext, agent: Any, text: str, config: Any, runner: Any, issuer: str) -> Any:
+    """A Rune package: its loop in this process (covenant.rune.local_run), with every tool of its toolset allowed."""
+    import trio
+
+    from covenant.manifest.runefile import load_rune_package
+    from covenant.policy.grants import Grant, GrantSet
+    from covenant.rune.local_run import run_package
+
+    package = await trio.to_thread.run_sync(load_rune_package, agent.root)
+    # The operator running the package locally is its only issuer: every tool of its toolset is allowed.
+    everything = GrantSet(grants=(Grant(issuer, "tool.*", 0, None, None, ""),))
+    return await run_package(agent, package, text, home=cli.home, config=config, runner=runner, issuer=issuer,
+                             grants=everything)
 
 
 @click.command()
@@ -88,9 +117,15 @@ def run_once(cli: CliContext, path: Path, text: str) -> Any:
 def run(cli: CliContext, path: Path, text: str, as_json: bool) -> None:
     """Run the agent at PATH (a manifest, or a folder with agent.toml or a Runefile) once with TEXT.
 
+    A Rune package runs its model loop in this process: providers from the
+    home's covenant.toml, keys from this command's own environment, the same
+    limits and outcomes as under the daemon (a daemon may be running).
+
     Prints the agent's answer (or the full record with --json). Exit codes:
     0 ok, 1 the agent answered status error, 2 bad manifest or configuration,
-    4 the agent failed (timeout, limit, crash, protocol error, no result).
+    4 the agent failed (timeout, limit, crash, protocol error, no result;
+    Rune: token_budget_exceeded, max_steps_exceeded, provider_error,
+    provider_unavailable, unsafe_output).
     """
     from covenant.runtime.outcome import outcome_exit_code
 

@@ -9,7 +9,7 @@ import click
 from covenant.cli._common import CliContext, pass_cli, print_json, reports_errors
 from covenant.client import DaemonClient
 
-__all__ = ["status", "reload"]
+__all__ = ["status", "reload", "restart"]
 
 
 def _render_status(doc: dict) -> None:
@@ -29,10 +29,24 @@ def _render_status(doc: dict) -> None:
     age = f", last checkpoint {audit['checkpoint_age_ms'] // 1000} s ago" if audit.get("checkpoint_age_ms") is not None else ""
     click.echo(f"audit      {health}; head seq {audit['head_seq']}{age}")
     click.echo(f"network    isolation {'available' if doc.get('network_isolation') else 'NOT available'} on this host")
+    detail = doc.get("isolation_detail") or {}
+    if doc.get("isolation") == "uid":
+        click.echo("isolation  uid: every agent runs as an unprivileged uid of its own")
+    else:
+        click.echo(f"isolation  same-uid: agents run as the daemon's own uid (NOT isolated: {detail.get('reason', '?')})")
+    for problem in detail.get("problems", []):
+        click.echo(f"isolation  problem: {problem}")
     for problem in doc["grants"]["problems"]:
         click.echo(f"grants     ignored: {problem}")
     for running in doc["in_flight"]:
         click.echo(f"running    {running['intent']} on {running['agent']} for {running['elapsed_ms']} ms")
+    for replica in doc.get("replicas", []):
+        pid = replica["pid"] if replica["pid"] is not None else "-"
+        line = (f"replica    {replica['agent']}: {replica['state']}, pid {pid}, {replica['in_flight']} in flight, "
+                f"{replica['restarts']} restarts")
+        if replica["last_error"]:
+            line += f"; last error: {replica['last_error']}"
+        click.echo(line)
 
 
 @click.command()
@@ -80,3 +94,17 @@ def reload(cli: CliContext, as_json: bool) -> None:
                 err=True,
             )
     sys.exit(1 if doc["rejected"] else 0)
+
+
+@click.command()
+@click.argument("agent")
+@pass_cli
+@reports_errors
+def restart(cli: CliContext, agent: str) -> None:
+    """Restart AGENT's replica (root or the daemon's uid only).
+
+    In-flight invokes finish first; new ones wait for the fresh replica.
+    """
+    with DaemonClient(cli.home.socket_path, timeout=600) as client:
+        doc = client.request("POST", f"/v1/replicas/{agent}/restart")
+    click.echo(f"restarted the replica of {doc['agent']} (state {doc['state']}, {doc['restarts']} restarts so far)")

@@ -13,9 +13,14 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from typing import TYPE_CHECKING
+
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.problems import Problem
 from covenant.manifest.registry import Registry
+
+if TYPE_CHECKING:
+    from covenant.manifest.runefile import RunePackage
 
 __all__ = ["LoadedAgents", "ReloadChanges", "merge_reload"]
 
@@ -48,10 +53,15 @@ class LoadedAgents:
     problems: list[Problem]
     sources: dict[Path, str | None]
     withdrawn: dict[str, Path] = field(default_factory=dict)
+    notes: tuple[Problem, ...] = ()
+    """Info notes of the last scan (files ignored because they are not manifests)."""
+    packages: dict[str, RunePackage] = field(default_factory=dict)
+    """The Rune package behind each ``runtime = "rune"`` agent."""
 
     @classmethod
     def first(cls, registry: Registry) -> "LoadedAgents":
-        return cls(dict(registry.agents), list(registry.problems), dict(registry.sources))
+        return cls(dict(registry.agents), list(registry.problems), dict(registry.sources),
+                   notes=tuple(registry.notes), packages=dict(registry.rune_packages))
 
 
 def merge_reload(previous: LoadedAgents, fresh: Registry) -> tuple[LoadedAgents, ReloadChanges]:
@@ -76,4 +86,8 @@ def merge_reload(previous: LoadedAgents, fresh: Registry) -> tuple[LoadedAgents,
         changed=sorted(i for i in old_ids & new_ids if agents[i] != previous.agents[i]),
         withdrawn=sorted(i for i in withdrawn if i in old_ids),
     )
-    return LoadedAgents(agents, list(fresh.problems), dict(fresh.sources), withdrawn), changes
+    return (
+        LoadedAgents(agents, list(fresh.problems), dict(fresh.sources), withdrawn, tuple(fresh.notes),
+                     dict(fresh.rune_packages)),
+        changes,
+    )

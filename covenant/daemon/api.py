@@ -18,6 +18,7 @@ from urllib.parse import parse_qs
 import trio
 
 from covenant.daemon.logstream import LogBroadcaster
+from covenant.daemon.rune_dispatch import StreamSink
 from covenant.daemon.server import Peer
 from covenant.daemon.service import Daemon
 from covenant.errors import CovenantError
@@ -67,6 +68,11 @@ async def _send_json(send: Send, status: int, document: Any, *, retry_after_s: i
     await send({"type": "http.response.body", "body": body})
 
 
+def _wants_events(scope: dict) -> bool:
+    accept = b",".join(v for k, v in scope.get("headers", []) if k.lower() == b"accept")
+    return b"text/event-stream" in accept
+
+
 class ControlAPI:
     """ASGI application; one instance per daemon."""
 
@@ -82,6 +88,7 @@ class ControlAPI:
             ("GET", re.compile(r"/v1/agents/(?P<agent_id>[^/]+)"), self._agent),
             ("GET", re.compile(r"/v1/status"), self._status),
             ("POST", re.compile(r"/v1/reload"), self._reload),
+            ("POST", re.compile(r"/v1/replicas/(?P<agent_id>[^/]+)/restart"), self._restart_replica),
             ("GET", re.compile(r"/v1/dispatches"), self._dispatches),
             ("GET", re.compile(r"/v1/dispatches/(?P<intent_id>[^/]+)"), self._dispatch_record),
         ]
@@ -95,6 +102,9 @@ class ControlAPI:
             return
         self._enter()
         try:
+            if scope["path"] == "/v1/dispatch" and scope["method"] == "POST" and _wants_events(scope):
+                await self._guarded(self._dispatch_events, scope, receive, send)
+                return
             await self._guarded(self._respond, scope, receive, send)
         finally:
             self._leave()
@@ -158,7 +168,8 @@ class ControlAPI:
                 403,
             )
 
-    async def _dispatch(self, *, scope: dict, receive: Receive) -> Any:
+    @staticmethod
+    async def _json_body(receive: Receive) -> dict[str, Any]:
         raw = await _read_body(receive)
         try:
             body = json.loads(raw)
@@ -166,13 +177,53 @@ class ControlAPI:
             raise ApiError("bad_request", f"request body is not JSON: {exc}", 400) from None
         if not isinstance(body, dict):
             raise ApiError("bad_request", "request body must be a JSON object", 400)
-        return await self.daemon.dispatch(body)
+        return body
+
+    async def _dispatch(self, *, scope: dict, receive: Receive) -> Any:
+        return await self.daemon.dispatch(await self._json_body(receive))
+
+    async def _dispatch_events(self, scope: dict, receive: Receive, send: Send) -> None:
+        """A dispatch whose client accepts ``text/event-stream``.
+
+        A Rune agent with ``streaming_enabled`` answers with events ``token``,
+        ``tool_start``, ``tool_done`` and finally ``done`` (the outcome document)
+        or ``error`` (an error document). Any other dispatch, and any error before
+        the first event, is answered as JSON, as without the header.
+        """
+        body = await self._json_body(receive)
+
+        async def open_stream() -> None:
+            await send({"type": "http.response.start", "status": 200,
+                        "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+
+        async def emit(event: str, data: Any) -> None:
+            frame = f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n"
+            await send({"type": "http.response.body", "body": frame.encode(), "more_body": True})
+
+        sink = StreamSink(open_stream, emit)
+        try:
+            outcome = await self.daemon.dispatch(body, sink=sink)
+        except CovenantError as exc:
+            if not sink.opened:
+                raise
+            await emit("error", exc.to_json())
+        else:
+            if not sink.opened:
+                await _send_json(send, 200, outcome)
+                return
+            await emit("done", outcome)
+        await send({"type": "http.response.body", "body": b""})
+
+    async def _restart_replica(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
+        self._require_admin(scope)
+        return await self.daemon.restart_replica(agent_id)
 
     async def _agents(self, *, scope: dict, receive: Receive) -> Any:
         loaded = self.daemon.loaded
         return {
             "agents": [a.model_dump(mode="json") for _, a in sorted(loaded.agents.items())],
             "problems": [p.to_json() for p in loaded.problems],
+            "notes": [n.to_json() for n in loaded.notes],
             "withdrawn": sorted(loaded.withdrawn),
         }
 

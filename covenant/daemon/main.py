@@ -13,6 +13,7 @@ import os
 import resource
 import signal
 import socket
+import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
 from pathlib import Path
@@ -21,6 +22,7 @@ import trio
 
 from covenant import __version__
 from covenant.clock import ms_from_iso, now_ms
+from covenant.audit.errors import AuditUnavailable
 from covenant.audit.writer import AuditLog
 from covenant.config import Config
 from covenant.daemon import systemd
@@ -31,18 +33,24 @@ from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.scheduler import ShuttingDown
 from covenant.daemon.server import bind_unix_socket, serve
+from covenant.daemon.rune_host import RuneHost
 from covenant.daemon.service import Daemon
-from covenant.errors import ExitCode
+from covenant.errors import ConfigError, ExitCode
 from covenant.home import Home
-from covenant.homeinit import init_home
+from covenant.homeinit import check_home_modes, init_home
 from covenant.keys import load_private_key, public_key_hex
+from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.registry import Registry, scan_agents
+from covenant.models import ModelGateway
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.grants import GrantStore
 from covenant.policy.identities import KnownIdentities
 from covenant.runtime.host import network_isolation_available, set_child_subreaper
+from covenant.runtime.isolation import Isolation, open_isolation, reachability_problems
+from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
+from covenant.tools import ToolHost
 
 __all__ = ["DaemonOptions", "run_daemon"]
 
@@ -91,12 +99,67 @@ def _raise_open_files_limit() -> None:
         resource.setrlimit(resource.RLIMIT_NOFILE, (wanted, hard))
 
 
+def _open_isolation(home: Home, config: Config) -> Isolation:
+    """Decide the agents' uid, check what they must reach, and say loudly what is not enforced.
+
+    ``[isolation] require = true`` turns a same-uid host or an unreachable
+    interpreter into a refusal to start (ConfigError).
+    """
+    import covenant
+
+    isolation = open_isolation(config.isolation, home.state_dir)
+    if not isolation.enforced:
+        log.warning(
+            "isolation: same-uid: agents run as covenant's own uid and can read its keys and audit log "
+            "(docs/security.md); run the daemon as root, or set isolation.require = true to refuse",
+            extra={"reason": isolation.reason},
+        )
+        return isolation
+    runtime = config.runtime
+    needs = [
+        (Runner.resolve_program(runtime.python3, runtime.path) or runtime.python3, "file", "runtime.python3"),
+        (sys.executable, "file", "rune.python (replicas run covenant's own code under it)"),
+        (os.path.dirname(covenant.__file__), "dir", "rune.python (covenant's package must be readable)"),
+        (str(home.agents_dir), "dir", "agents_dir"),
+    ]
+    node = Runner.resolve_program(runtime.node, runtime.path)
+    if node is not None:
+        needs.append((node, "file", "runtime.node"))
+    isolation.problems = reachability_problems(needs, isolation)
+    for problem in isolation.problems:
+        log.warning("agent uids cannot reach what they must run", extra={"problem": problem})
+    if isolation.problems and config.isolation.require:
+        raise ConfigError(
+            "isolation.require = true, but agent uids cannot reach what they must run: "
+            + "; ".join(isolation.problems),
+            field="isolation.require",
+        )
+    return isolation
+
+
 def _open_sockets(options: DaemonOptions) -> tuple[list[socket.socket], list[str], bool]:
     """Sockets passed by systemd (LISTEN_FDS) or our own; the flag says which."""
     activated = systemd.listen_fds()
     if activated:
         return activated, [str(s.getsockname()) for s in activated], True
     return [bind_unix_socket(options.socket_path)], [str(options.socket_path)], False
+
+
+def _rune_host(home: Home, config: Config, runner: Runner, audit: AuditLog, grants: GrantsWatch) -> RuneHost:
+    """Replicas, the model gateway (it alone reads the provider keys) and the tool host."""
+    models = ModelGateway(config.providers, environ=os.environ, audit=audit.record, store_text=config.audit.store_text)
+    tools = ToolHost(home, config, runner, audit.record, packages=lambda agent: rune.packages.get(agent.id))
+    skills = Path(config.rune.skills_dir)
+    rune = RuneHost(
+        state_dir=home.state_dir,
+        skills_dir=skills if skills.is_absolute() else home.root / skills,
+        config=config,
+        launcher=runner.launcher,
+        models=models,
+        tools=tools,
+        grants=lambda: grants.current,
+    )
+    return rune
 
 
 class _Lifecycle:
@@ -154,7 +217,7 @@ class _Lifecycle:
             self.cancelled = len(daemon.inflight)
             self.exit_code = ExitCode.UNREACHABLE
             log.warning("drain timed out; cancelling in-flight dispatches", extra={"in_flight": self.cancelled})
-            self.runner.cancel_all()
+            daemon.cancel_all()
             await daemon.idle.wait()
         # Let the last responses reach their clients before the server goes away.
         with trio.move_on_after(5):
@@ -172,11 +235,15 @@ async def serve_daemon(
     """Run the daemon until SIGTERM/SIGINT; return the exit status."""
     with trio.open_signal_receiver(signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as signals, systemd.Notifier() as notifier:
         await trio.to_thread.run_sync(init_home, home)
+        await trio.to_thread.run_sync(check_home_modes, home)
         key = await trio.to_thread.run_sync(load_private_key, home.daemon_key_path)
+        isolation = await trio.to_thread.run_sync(_open_isolation, home, config)
         set_child_subreaper()
         _raise_open_files_limit()
         metrics = Metrics()
-        registry = await trio.to_thread.run_sync(scan_agents, home.agents_dir)
+        registry = await trio.to_thread.run_sync(
+            scan_agents, home.agents_dir, ManifestLimits.from_config(config.runtime)
+        )
         store = DispatchStore(home.dispatches_dir)
         budget = await trio.to_thread.run_sync(_budget_from_history, store, registry, now_ms())
         grants = await trio.to_thread.run_sync(GrantsWatch, GrantStore(home.grants_path, key.public_key()))
@@ -185,7 +252,22 @@ async def serve_daemon(
         network_isolation = await trio.to_thread.run_sync(network_isolation_available)
         sockets, socket_names, activated = _open_sockets(options)
         async with AuditLog.open(home.audit_dir, key, config.audit, on_batch=metrics.observe_audit_batch) as audit:
-            async with Runner.open(config.runtime, scratch_root=home.state_dir / "scratch") as runner:
+            if isolation.enforced:
+                # Survivors of an earlier run (covenant killed with -9) die before any new work.
+                swept = await trio.to_thread.run_sync(isolation.sweep_survivors)
+                await audit.record(
+                    "isolation.sweep",
+                    {"reason": "start", "uids": swept.uids, "pids": swept.pids, "survivors": swept.survivors},
+                )
+                if swept.pids:
+                    log.warning("killed processes left by an earlier run", extra={"pids": len(swept.pids), "uids": swept.uids})
+            async with Runner.open(
+                config.runtime,
+                scratch_root=home.state_dir / "scratch",
+                isolation=isolation,
+                live_roots=LiveRoots(),
+            ) as runner:
+                rune = _rune_host(home, config, runner, audit, grants)
                 daemon = Daemon(
                     home=home,
                     config=config,
@@ -199,15 +281,25 @@ async def serve_daemon(
                     metrics=metrics,
                     socket_paths=socket_names,
                     network_isolation=network_isolation,
+                    rune=rune,
+                    isolation=isolation,
                 )
                 await audit.record(
                     "daemon.start",
-                    {"pid": os.getpid(), "version": __version__, "sockets": socket_names, "pubkey": public_key_hex(key)},
+                    {
+                        "pid": os.getpid(),
+                        "version": __version__,
+                        "sockets": socket_names,
+                        "pubkey": public_key_hex(key),
+                        "isolation": isolation.mode,
+                    },
                 )
                 await daemon.record_registry(reason="start")
                 api = ControlAPI(daemon, logs)
                 lifecycle = _Lifecycle(daemon, api, runner, notifier, options.drain_timeout_s)
                 async with trio.open_nursery() as nursery:
+                    await nursery.start(rune.replicas.run)
+                    await rune.start_eager(daemon.loaded.packages, daemon.loaded.agents)
                     await nursery.start(serve, api, sockets)
                     watchdog_period = systemd.watchdog_interval_s()
                     if watchdog_period is not None:
@@ -217,11 +309,15 @@ async def serve_daemon(
                     task_status.started(socket_names)
                     await lifecycle.serve_until_stop_signal(signals)
                     await lifecycle.drain(signals)
+                    await rune.replicas.stop_all()
                     nursery.cancel_scope.cancel()
-                await audit.record(
-                    "daemon.stop",
-                    {"exit_code": lifecycle.exit_code, "cancelled": lifecycle.cancelled},
-                )
+                try:
+                    await audit.record(
+                        "daemon.stop",
+                        {"exit_code": lifecycle.exit_code, "cancelled": lifecycle.cancelled},
+                    )
+                except AuditUnavailable as exc:
+                    log.error("daemon.stop could not be recorded", extra={"error": exc.message})
         for sock in sockets:
             sock.close()
         if not activated and options.socket_path.exists():

@@ -71,6 +71,18 @@ class Metrics:
         self.registry_rejected = Gauge(
             "covenant_registry_rejected_files", "Manifest files rejected at the last (re)load.", registry=r
         )
+        self.model_calls = Counter(
+            "covenant_model_calls",
+            "Model provider requests made by the gateway (one per attempt), by agent, provider and outcome.",
+            ["agent", "provider", "outcome"],
+            registry=r,
+        )
+        self.model_tokens = Counter(
+            "covenant_model_tokens",
+            "Tokens counted from provider usage, by agent, provider and direction (input/output).",
+            ["agent", "provider", "direction"],
+            registry=r,
+        )
         self.build_info = Info("covenant_build", "The running covenant version.", registry=r)
         self.build_info.info({"version": version})
         # covenant_process_start_time_seconds, _cpu_seconds_total, _resident_memory_bytes, _open_fds ...
@@ -93,6 +105,14 @@ class Metrics:
         """Matches the audit writer's ``on_batch(records, fsync_seconds)`` hook."""
         self.audit_batch_records.observe(records)
         self.audit_fsync.observe(fsync_s)
+
+    def observe_model_call(self, agent: str, provider: str, outcome: str, input_tokens: int, output_tokens: int) -> None:
+        """Matches the model gateway's ``observe`` hook (covenant.models.CallObserver)."""
+        self.model_calls.labels(agent=agent, provider=provider, outcome=outcome).inc()
+        if input_tokens:
+            self.model_tokens.labels(agent=agent, provider=provider, direction="input").inc(input_tokens)
+        if output_tokens:
+            self.model_tokens.labels(agent=agent, provider=provider, direction="output").inc(output_tokens)
 
     def set_registry(self, agents: int, rejected: int) -> None:
         self.registry_agents.set(agents)

@@ -21,6 +21,7 @@ from typing import Any
 
 import trio
 from hypercorn.config import Config as HypercornConfig
+from hypercorn.events import Event, Updated
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 
@@ -100,17 +101,28 @@ class _PeerApp:
 class _ClosingTCPServer(TCPServer):
     """hypercorn's connection handler, minus a linger after the client hangs up.
 
-    hypercorn (0.17/0.18, trio) keeps a connection's keep-alive timer running
-    after the client closed its end, so the task and its socket live on until
-    the timer fires: at a high dispatch rate that is thousands of dead sockets.
-    Once the read loop has seen the end of the stream no further request can
-    come, so the timer is stopped; a response still being written is not
-    affected (the timer does not run while a request is in progress).
+    hypercorn (0.17/0.18, trio) arms a connection's keep-alive timer whenever a
+    response completes, even when the client has already hung up: the task and
+    its socket then live on until the timer fires (30 s). That happens when the
+    client closes with part of the response unread (the read side sees
+    ECONNRESET, so h11 never learns of the close) while the response task is
+    between its last write and the keep-alive reset -- a window that a loaded
+    machine hits often. Once the read loop has ended no further request can
+    come, so from then on the timer is neither left running nor re-armed, and
+    the connection closes as soon as the response in progress is done.
     """
+
+    _client_gone = False
 
     async def _read_data(self) -> None:
         await super()._read_data()
+        self._client_gone = True
         await self.idle_task.stop()
+
+    async def protocol_send(self, event: Event) -> None:
+        if self._client_gone and isinstance(event, Updated) and event.idle:
+            return  # keep-alive for a client that hung up: nothing to wait for
+        await super().protocol_send(event)
 
 
 def _hypercorn_config() -> HypercornConfig:

@@ -28,18 +28,24 @@ from covenant.config import Config
 from covenant.daemon.agents_state import LoadedAgents, merge_reload
 from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.metrics import Metrics
-from covenant.daemon.routing import route
+from covenant.daemon.routing import NoAgent, route
 from covenant.daemon.scheduler import Scheduler, ShuttingDown
 from covenant.errors import CovenantError
 from covenant.home import Home
+from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.registry import scan_agents
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.check import check_capabilities
 from covenant.policy.intents import Intent, IntentVerifier
+from covenant.runtime.isolation import Isolation
 from covenant.runtime.outcome import DispatchRecord, outcome_exit_code
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
+from covenant.daemon.rune_dispatch import StreamSink, run_rune_intent
+from covenant.daemon.rune_host import RuneHost
+from covenant.policy.errors import BadIntent
+from covenant.rune.sessions import valid_session_id
 
 __all__ = ["Daemon"]
 
@@ -76,6 +82,8 @@ class Daemon:
         metrics: Metrics,
         socket_paths: list[str],
         network_isolation: bool,
+        rune: RuneHost,
+        isolation: Isolation | None = None,
     ) -> None:
         self.home = home
         self.config = config
@@ -89,6 +97,10 @@ class Daemon:
         self.metrics = metrics
         self.socket_paths = socket_paths
         self.network_isolation = network_isolation
+        self.rune = rune
+        rune.packages = agents.packages
+        self._rune_scopes: set[trio.CancelScope] = set()
+        self.isolation = isolation or Isolation.same_uid()
         self.verifier = IntentVerifier(config.policy.skew_s, config.policy.replay_cache)
         self.scheduler = Scheduler(
             max_concurrent=config.daemon.max_concurrent,
@@ -109,8 +121,12 @@ class Daemon:
 
     # -- dispatch -----------------------------------------------------------------
 
-    async def dispatch(self, body: dict[str, Any]) -> dict[str, Any]:
-        """Run one signed intent; returns the outcome document or raises CovenantError."""
+    async def dispatch(self, body: dict[str, Any], *, sink: StreamSink | None = None) -> dict[str, Any]:
+        """Run one signed intent; returns the outcome document or raises CovenantError.
+
+        ``body`` may hold ``session_id`` (Rune agents). With ``sink`` (the client asked for a
+        stream) a Rune agent whose ``streaming_enabled`` is true streams its events into it.
+        """
         if self.shutting_down:
             raise ShuttingDown("the daemon is shutting down and accepts no new dispatches")
         self.audit.check_writable()  # fail closed before anything is verified, decided or spawned
@@ -120,6 +136,9 @@ class Daemon:
             await self._audit_rejection(body, exc)
             raise
         dry_run = bool(body.get("dry_run", False))
+        session_id = body.get("session_id")
+        if session_id is not None and (not isinstance(session_id, str) or not valid_session_id(session_id)):
+            raise BadIntent(f"session_id {session_id!r}: use 1-128 of A-Za-z0-9._-", field="session_id")
         received = ("intent.received", self._intent_event(intent, dry_run))
         try:
             agent, routed_by = route(
@@ -144,7 +163,7 @@ class Daemon:
                 _log_dispatch("dispatch refused", intent, agent.id, outcome=denial.code)
             if denial is not None:
                 raise denial
-            return {
+            answer = {
                 "dry_run": True,
                 "intent_id": intent.id,
                 "agent": agent.id,
@@ -152,7 +171,66 @@ class Daemon:
                 "decision": decision,
                 "message": f"would dispatch to {agent.id} (routed by {routed_by}); nothing was spawned",
             }
+            if agent.runtime == "rune":
+                answer["rune"] = self.rune.plan(agent, self.loaded.packages[agent.id])
+            return answer
+        if agent.runtime == "rune":
+            return await self._run_rune(intent, agent, routed_by, decision, pending, session_id, sink)
         return await self._run(intent, agent, routed_by, decision, pending)
+
+    async def _run_rune(
+        self,
+        intent: Intent,
+        agent: AgentSpec,
+        routed_by: str,
+        decision: dict[str, Any],
+        pending: list[tuple[str, dict[str, Any]]],
+        session_id: str | None,
+        sink: StreamSink | None,
+    ) -> dict[str, Any]:
+        """An allowed intent to a Rune agent: its decision is durable, then its replica answers."""
+        package = self.loaded.packages[agent.id]
+        if sink is not None and not package.runefile.runtime.streaming_enabled:
+            sink = None
+        await self.audit.record_many(list(pending))
+        pending.clear()
+        if not self.inflight:
+            self.idle = trio.Event()
+        self.inflight[intent.id] = _Inflight(intent.id, agent.id, time.monotonic())
+        scope = trio.CancelScope()
+        self._rune_scopes.add(scope)
+        try:
+            record = await run_rune_intent(
+                self.rune.replicas, intent, agent, package, session_id=session_id,
+                secrets=self.rune.secret_values(), sink=sink, cancel_scope=scope,
+            )
+            await self._finish(intent, agent, record, pending)
+        finally:
+            self._rune_scopes.discard(scope)
+            del self.inflight[intent.id]
+            if not self.inflight:
+                self.idle.set()
+        return self._outcome_document(intent, agent, routed_by, decision, record)
+
+    async def restart_replica(self, agent_id: str) -> dict[str, Any]:
+        """``covenant restart AGENT``: drain the agent's replica and start a fresh one."""
+        agent = self.loaded.agents.get(agent_id) or self.loaded.agents.get(f"{agent_id}@local")
+        if agent is None:
+            raise NoAgent(f"no agent with id {agent_id!r} is loaded")
+        if agent.runtime != "rune":
+            raise NoAgent(f"agent {agent.id} is not a Rune agent: it has no replica to restart (runtime {agent.runtime})")
+        replicas = self.rune.replicas
+        if agent.id in replicas.replicas:
+            await replicas.stop(agent.id, drain=True)
+        replica = replicas.ensure(agent, self.loaded.packages[agent.id])
+        log.info("replica restart requested", extra={"agent": agent.id})
+        return replica.view()
+
+    def cancel_all(self) -> None:
+        """Past the drain timeout: stop every run and every Rune intent (outcome ``cancelled``)."""
+        self.runner.cancel_all()
+        for scope in list(self._rune_scopes):
+            scope.cancel()
 
     def _decide(self, intent: Intent, agent: AgentSpec, routed_by: str) -> tuple[dict[str, Any], CovenantError | None]:
         """The capability and budget decision (no I/O) and, when denied, the error to answer with."""
@@ -231,8 +309,14 @@ class Daemon:
             raise
         finally:
             self._update_queue_metrics()
+        return self._outcome_document(intent, agent, routed_by, decision, record)
+
+    @staticmethod
+    def _outcome_document(
+        intent: Intent, agent: AgentSpec, routed_by: str, decision: dict[str, Any], record: DispatchRecord
+    ) -> dict[str, Any]:
         result = record.result or {}
-        return {
+        document = {
             "intent_id": intent.id,
             "agent": agent.id,
             "routed_by": routed_by,
@@ -245,6 +329,10 @@ class Daemon:
             "decision": decision,
             "record": record.model_dump(mode="json"),
         }
+        if agent.runtime == "rune":
+            document["session_id"] = record.session_id
+            document["usage"] = record.usage
+        return document
 
     async def _finish(
         self, intent: Intent, agent: AgentSpec, record: DispatchRecord, pending: list[tuple[str, dict[str, Any]]]
@@ -258,9 +346,8 @@ class Daemon:
         self.metrics.observe_dispatch(agent.id, record.outcome, record.duration_ms / 1000)
         events: list[tuple[str, dict[str, Any]]] = [*pending]
         pending.clear()
-        events.append((
-            "agent.exited",
-            {
+        if record.runtime != "rune":  # a Rune intent spawns nothing: its replica answered it
+            events.append(("agent.exited", {
                 "intent": intent.id,
                 "agent": agent.id,
                 "pid": record.pid,
@@ -271,19 +358,18 @@ class Daemon:
                 "cpu_ms": record.cpu_ms,
                 "peak_rss_kib": record.peak_rss_kib,
                 "stdout_bytes": record.stdout_bytes,
-            },
-        ))
+            }))
         result_text = (record.result or {}).get("text")
-        events.append((
-            "intent.completed",
-            {
-                "intent": intent.id,
-                "agent": agent.id,
-                "outcome": record.outcome,
-                "status": (record.result or {}).get("status"),
-                "result": text_digest(result_text, self.config.audit.store_text) if result_text is not None else None,
-            },
-        ))
+        completed = {
+            "intent": intent.id,
+            "agent": agent.id,
+            "outcome": record.outcome,
+            "status": (record.result or {}).get("status"),
+            "result": text_digest(result_text, self.config.audit.store_text) if result_text is not None else None,
+        }
+        if record.runtime == "rune":
+            completed.update(session=record.session_id, usage=record.usage, duration_ms=record.duration_ms)
+        events.append(("intent.completed", completed))
         # The dispatch record and the audit events are made durable side by side.
         refused: CovenantError | None = None
         async with trio.open_nursery() as nursery:
@@ -355,8 +441,15 @@ class Daemon:
     async def reload(self, *, reason: str) -> dict[str, Any]:
         """Rescan manifests and grants; a manifest that became invalid withdraws its agent."""
         async with self._reload_lock:
-            fresh = await trio.to_thread.run_sync(scan_agents, self.home.agents_dir)
+            fresh = await trio.to_thread.run_sync(
+                scan_agents, self.home.agents_dir, ManifestLimits.from_config(self.config.runtime)
+            )
             self.loaded, changes = merge_reload(self.loaded, fresh)
+            self.rune.packages = self.loaded.packages
+            self.rune.replicas.reconcile_soon(
+                {i: (self.loaded.agents[i], p) for i, p in self.loaded.packages.items()},
+                eager=self.config.rune.start == "eager",
+            )
             for agent_id in changes.withdrawn:
                 log.warning(
                     "agent withdrawn: its manifest was rejected",
@@ -409,6 +502,8 @@ class Daemon:
             "sockets": self.socket_paths,
             "shutting_down": self.shutting_down,
             "network_isolation": self.network_isolation,
+            "isolation": self.isolation.mode,
+            "isolation_detail": self.isolation.to_json(),
             "agents": {"loaded": sorted(self.loaded.agents), "withdrawn": sorted(self.loaded.withdrawn)},
             "rejected": [p.to_json() for p in self.loaded.problems],
             "in_flight": [
@@ -432,6 +527,7 @@ class Daemon:
                 "problems": [str(p) for p in self.grants.current.problems]
                 + ([self.grants.load_error] if self.grants.load_error else []),
             },
+            "replicas": self.rune.replicas.views(),
         }
 
     async def history(self, limit: int, agent: str | None) -> list[DispatchRecord]:

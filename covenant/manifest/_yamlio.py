@@ -14,6 +14,7 @@ from typing import Any, Union, get_args
 import yaml
 from pydantic import BaseModel, ValidationError
 
+from covenant.manifest.limits import DEFAULT_LIMITS, ManifestTooLarge, read_capped, yaml_structure_problem
 from covenant.manifest.problems import Problem
 
 __all__ = [
@@ -51,10 +52,20 @@ def _type_name(value: object) -> str:
     return names.get(type(value), type(value).__name__)
 
 
-def read_yaml(path: Path, problems: list[Problem]) -> tuple[str, dict[str, Any]] | None:
-    """``(text, mapping)`` of one YAML file, or None after recording an io/parse problem."""
+def read_yaml(
+    path: Path, problems: list[Problem], max_bytes: int = DEFAULT_LIMITS.max_bytes
+) -> tuple[str, dict[str, Any]] | None:
+    """``(text, mapping)`` of one YAML file, or None after recording an io/parse problem.
+
+    The file is refused unread above ``max_bytes``, and before anything is
+    constructed when it nests too deep or its aliases would expand too far
+    (see :mod:`covenant.manifest.limits`).
+    """
     try:
-        data = path.read_bytes()
+        data = read_capped(path, max_bytes)
+    except ManifestTooLarge as exc:
+        problems.append(Problem(path, None, None, str(exc)))
+        return None
     except OSError as exc:
         problems.append(Problem(path, None, None, f"io error: cannot read the file: {exc.strerror}"))
         return None
@@ -63,6 +74,10 @@ def read_yaml(path: Path, problems: list[Problem]) -> tuple[str, dict[str, Any]]
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         problems.append(Problem(path, line, None, f"parse error: not UTF-8 text ({exc.reason} at byte {exc.start})"))
+        return None
+    hostile = yaml_structure_problem(text)
+    if hostile is not None:
+        problems.append(Problem(path, hostile[0], None, hostile[1]))
         return None
     try:
         data = yaml.load(text, Loader=SafeLoader)  # noqa: S506 - SafeLoader/CSafeLoader only

@@ -17,6 +17,15 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from covenant.manifest.limits import (
+    DEFAULT_LIMITS,
+    MAX_DEPTH,
+    ManifestLimits,
+    ManifestTooLarge,
+    depth_exceeds,
+    read_capped,
+    toml_depth_problem,
+)
 from covenant.manifest.model import (
     MAX_CPU_MS,
     MAX_DISK_MB,
@@ -166,8 +175,27 @@ class _Checker:
         return good
 
 
-def _check_entry(checker: _Checker, root: Path, entry: str, runtime: str | None) -> Path:
+def _entry_escape(root: Path, entry: str, path: Path) -> str | None:
+    """Why ``entry`` is not inside the package folder ``root``, or None when it is."""
+    fix = "; set [runtime] allow_system_entries = true in covenant.toml to run a program outside it"
+    if os.path.isabs(entry):
+        return f"{entry!r} is an absolute path; entry must be a path inside the package folder {root}{fix}"
+    if ".." in Path(entry).parts:
+        return f"{entry!r} climbs out with '..'; entry must be a path inside the package folder {root}{fix}"
+    real_root = os.path.realpath(root)
+    real = os.path.realpath(path)
+    if real != real_root and not real.startswith(real_root.rstrip(os.sep) + os.sep):
+        return f"{path} resolves to {real} (a symlink), outside the package folder {real_root}{fix}"
+    return None
+
+
+def _check_entry(checker: _Checker, root: Path, entry: str, runtime: str | None, allow_system: bool) -> Path:
     path = Path(os.path.normpath(root / entry))
+    if not allow_system:
+        escape = _entry_escape(root, entry, path)
+        if escape is not None:
+            checker.add("agent", "entry", escape)
+            return path
     try:
         st = os.stat(path)
     except FileNotFoundError:
@@ -188,7 +216,9 @@ def _check_entry(checker: _Checker, root: Path, entry: str, runtime: str | None)
     return path
 
 
-def parse_agent_toml(raw: dict[str, Any], path: Path, text: str) -> AgentSpec:
+def parse_agent_toml(
+    raw: dict[str, Any], path: Path, text: str, limits: ManifestLimits = DEFAULT_LIMITS
+) -> AgentSpec:
     """Validate a parsed agent.toml; ``text`` is used only to locate problems."""
     checker = _Checker(path, text)
     warnings: list[str] = []
@@ -221,7 +251,9 @@ def parse_agent_toml(raw: dict[str, Any], path: Path, text: str) -> AgentSpec:
                 options = ", ".join(repr(r) for r in _RUNTIMES)
                 checker.add("agent", "runtime", f"must be one of {options}, got {fields['runtime']!r}")
             if fields["entry"] is not None:
-                entry = _check_entry(checker, path.parent, fields["entry"], fields["runtime"])
+                entry = _check_entry(
+                    checker, path.parent, fields["entry"], fields["runtime"], limits.allow_system_entries
+                )
 
     caps = checker.section(raw, "capabilities")
     actions: dict[str, list[str]] = {}
@@ -263,16 +295,27 @@ def parse_agent_toml(raw: dict[str, Any], path: Path, text: str) -> AgentSpec:
     )
 
 
-def load_agent_toml(path: Path) -> AgentSpec:
-    """Read and validate one agent.toml (or ``*.toml``); raises ManifestError with every problem."""
+def load_agent_toml(path: Path, limits: ManifestLimits = DEFAULT_LIMITS) -> AgentSpec:
+    """Read and validate one agent.toml (or ``*.toml``); raises ManifestError with every problem.
+
+    Size and nesting are bounded before and after parsing (see
+    :mod:`covenant.manifest.limits`): a hostile file is one rejected manifest.
+    """
     path = Path(os.path.abspath(path))
     try:
-        data = path.read_bytes()
+        data = read_capped(path, limits.max_bytes)
+    except ManifestTooLarge as exc:
+        raise ManifestError([Problem(path, None, None, str(exc))]) from None
     except OSError as exc:
         raise ManifestError([Problem(path, None, None, f"io error: cannot read the manifest: {exc.strerror}")]) from None
     try:
         text = data.decode("utf-8")
+        deep = toml_depth_problem(text)
+        if deep is not None:
+            raise ManifestError([Problem(path, deep[0], None, deep[1])])
         raw = tomllib.loads(text)
+    except RecursionError:  # not reachable past the depth scan; kept so no TOML text can take the scan down
+        raise ManifestError([Problem(path, None, None, "parse error: nested too deep to parse; refused")]) from None
     except UnicodeDecodeError as exc:
         line = data[: exc.start].count(b"\n") + 1
         raise ManifestError([Problem(path, line, None, f"parse error: not UTF-8 text ({exc.reason} at byte {exc.start})")]) from None
@@ -282,4 +325,16 @@ def load_agent_toml(path: Path) -> AgentSpec:
         raise ManifestError(
             [Problem(path, int(found.group(1)) if found else None, None, f"parse error: {message}; fix the TOML syntax")]
         ) from None
-    return parse_agent_toml(raw, path, text)
+    if depth_exceeds(raw):
+        raise ManifestError(
+            [
+                Problem(
+                    path,
+                    None,
+                    None,
+                    f"parse error: tables nest deeper than {MAX_DEPTH} levels (table headers or dotted keys); "
+                    "refused (real manifests nest a few levels)",
+                )
+            ]
+        )
+    return parse_agent_toml(raw, path, text, limits)

@@ -22,8 +22,8 @@ __all__ = [
     "Priority",
 ]
 
-Runtime = Literal["rust-bin", "python3", "node", "rune"]
-"""``rune`` is a hosted Runefile agent; the others are spawned processes."""
+Runtime = Literal["rust-bin", "python3", "node", "rune", "workflow"]
+"""``rune`` is a hosted Runefile agent, ``workflow`` a workflow.yaml folder; the others are spawned processes."""
 
 Network = Literal["off", "outbound-https-only", "full"]
 Priority = Literal["low", "normal", "high"]
@@ -63,7 +63,7 @@ class AgentSpec(BaseModel):
     name: str
     version: str
     runtime: Runtime
-    kind: Literal["agent.toml", "runefile"]
+    kind: Literal["agent.toml", "runefile", "workflow.yaml"]
     manifest_path: Path
     """The file the agent was read from (agent.toml, *.toml or Runefile)."""
     root: Path

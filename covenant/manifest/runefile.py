@@ -19,18 +19,22 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictBool, StrictStr
 
 from covenant.manifest._yamlio import problem_at, read_yaml, validate_model
+from covenant.manifest.limits import DEFAULT_LIMITS, ManifestLimits
 from covenant.manifest.model import MAX_CPU_MS, AgentSpec, Capabilities, Resources
 from covenant.manifest.problems import ManifestError, Problem
 from covenant.manifest.tools import (
     BUILTIN_PREFIX,
     BUILTIN_TOOLS,
+    MCP_SEPARATOR,
+    McpServer,
     NonEmptyStr,
     PositiveInt,
     ToolDescriptor,
     builtin_descriptor,
+    mcp_tool_problem,
     tool_action,
 )
-from covenant.manifest.workflow import Workflow, workflow_problems
+from covenant.manifest.workflow import WORKFLOW_FILE, Workflow, workflow_problems
 
 __all__ = [
     "Runefile",
@@ -45,7 +49,6 @@ __all__ = [
 ]
 
 RUNEFILE = "Runefile"
-WORKFLOW_FILE = "workflow.yaml"
 TOOLS_DIR = "tools"
 
 _NAME = re.compile(r"^[a-z0-9]+(?:-[a-z0-9]+)*$")
@@ -130,6 +133,10 @@ class Runefile(_Model):
     networks: tuple[NonEmptyStr, ...] = ("bridge",)
     runtime: RuneRuntimeConfig = RuneRuntimeConfig()
     models: ModelsConfig = ModelsConfig()
+    mcp_servers: tuple[McpServer, ...] = ()
+    """Streamable-HTTP MCP servers; ``server/tool`` toolset entries name their tools."""
+    tools: tuple[ToolDescriptor, ...] = ()
+    """Inline tool descriptors, exactly like files in ``tools/``."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +151,8 @@ class RunePackage:
     workflow_path: Path | None
     files: tuple[Path, ...] = field(default=())
     """Every file the package was read from (Runefile, tools, workflow, tool modules)."""
+    warnings: tuple[str, ...] = ()
+    """Non-fatal remarks, e.g. an MCP server that must come from covenant.toml."""
 
     @property
     def id(self) -> str:
@@ -170,16 +179,31 @@ class RunePackage:
             capabilities=Capabilities(required=self.actions()),
             resources=Resources(cpu_ms_per_task=self.runefile.timeout_ms),
             keywords=self.keywords(),
+            warnings=self.warnings,
         )
 
 
 def _runefile_rules(runefile: Runefile, tools: dict[str, ToolDescriptor]) -> list[tuple[tuple[str | int, ...], str]]:
     """Cross-field rules pydantic cannot see: toolset resolution, model alias, routing keywords."""
     out: list[tuple[tuple[str | int, ...], str]] = []
+    servers: dict[str, int] = {}
+    for index, server in enumerate(runefile.mcp_servers):
+        if server.name in servers:
+            out.append(
+                (
+                    ("mcp_servers", index, "name"),
+                    f"validation error: duplicate MCP server {server.name!r} (also mcp_servers[{servers[server.name]}])",
+                )
+            )
+        servers.setdefault(server.name, index)
     for index, name in enumerate(runefile.toolset):
         if name.startswith(BUILTIN_PREFIX):
             if name not in BUILTIN_TOOLS:
                 out.append((("toolset", index), f"validation error: unknown built-in tool {name!r}"))
+        elif MCP_SEPARATOR in name:
+            problem = mcp_tool_problem(name)
+            if problem is not None:
+                out.append((("toolset", index), f"validation error: {problem}"))
         elif name not in tools:
             out.append(
                 (("toolset", index), f"validation error: tool {name!r} has no descriptor; add {TOOLS_DIR}/{name}.yaml")
@@ -200,62 +224,95 @@ def _runefile_rules(runefile: Runefile, tools: dict[str, ToolDescriptor]) -> lis
     return out
 
 
-def _load_tools(root: Path, problems: list[Problem], files: list[Path]) -> dict[str, ToolDescriptor]:
-    tools: dict[str, ToolDescriptor] = {name: builtin_descriptor(name) for name in BUILTIN_TOOLS}
-    origin: dict[str, Path] = {}
-    tools_dir = root / TOOLS_DIR
-    if not tools_dir.is_dir():
-        return tools
-    real_root = os.path.realpath(root)
-    for path in sorted(tools_dir.glob("*.yaml")):
-        files.append(path)
-        loaded = read_yaml(path, problems)
-        if loaded is None:
-            continue
-        text, data = loaded
-        tool = validate_model(ToolDescriptor, data, path, text, problems)
-        if tool is None:
-            continue
-        if tool.name in origin:
-            problems.append(
-                problem_at(path, text, ("name",), f"validation error: tool {tool.name!r} is also defined in {origin[tool.name]}")
+def _mcp_warnings(runefile: Runefile) -> tuple[str, ...]:
+    """MCP servers the toolset names but ``mcp_servers`` does not declare: they may come from covenant.toml."""
+    declared = {server.name for server in runefile.mcp_servers}
+    named = dict.fromkeys(n.partition(MCP_SEPARATOR)[0] for n in runefile.toolset if MCP_SEPARATOR in n)
+    return tuple(
+        f"toolset names MCP server {server!r}, which mcp_servers does not declare: its tools are unavailable "
+        f"unless covenant.toml configures [mcp.{server}]"
+        for server in named
+        if server not in declared
+    )
+
+
+class _Tools:
+    """The package's tools: every built-in, then custom descriptors from the Runefile and ``tools/``."""
+
+    def __init__(self, root: Path, problems: list[Problem], files: list[Path], max_bytes: int) -> None:
+        self.root = root
+        self.max_bytes = max_bytes
+        self.real_root = os.path.realpath(root)
+        self.problems = problems
+        self.files = files
+        self.tools: dict[str, ToolDescriptor] = {name: builtin_descriptor(name) for name in BUILTIN_TOOLS}
+        self.origin: dict[str, str] = {}
+
+    def add(self, tool: ToolDescriptor, path: Path, text: str, loc: tuple[str | int, ...], where: str) -> None:
+        """Add one custom descriptor found at ``loc`` of ``path`` (described as ``where``)."""
+        if tool.name in self.origin:
+            self.problems.append(
+                problem_at(path, text, (*loc, "name"), f"validation error: tool {tool.name!r} is also defined in {self.origin[tool.name]}")
             )
-            continue
+            return
         if tool.module:
-            module = Path(os.path.normpath(root / tool.module))
+            module = Path(os.path.normpath(self.root / tool.module))
             real = os.path.realpath(module)
-            if os.path.commonpath([real_root, real]) != real_root:
-                problems.append(problem_at(path, text, ("module",), f"validation error: {tool.module!r} leaves the package folder"))
-                continue
+            if os.path.commonpath([self.real_root, real]) != self.real_root:
+                self.problems.append(problem_at(path, text, (*loc, "module"), f"validation error: {tool.module!r} leaves the package folder"))
+                return
             if not module.is_file():
-                problems.append(problem_at(path, text, ("module",), f"validation error: {module} does not exist"))
+                self.problems.append(problem_at(path, text, (*loc, "module"), f"validation error: {module} does not exist"))
+                return
+            self.files.append(module)
+        self.origin[tool.name] = where
+        self.tools[tool.name] = tool
+
+    def add_folder(self) -> None:
+        """Every ``tools/*.yaml`` descriptor, in name order."""
+        tools_dir = self.root / TOOLS_DIR
+        if not tools_dir.is_dir():
+            return
+        for path in sorted(tools_dir.glob("*.yaml")):
+            self.files.append(path)
+            loaded = read_yaml(path, self.problems, self.max_bytes)
+            if loaded is None:
                 continue
-            files.append(module)
-        origin[tool.name] = path
-        tools[tool.name] = tool
-    return tools
+            text, data = loaded
+            tool = validate_model(ToolDescriptor, data, path, text, self.problems)
+            if tool is not None:
+                self.add(tool, path, text, (), str(path))
 
 
-def load_rune_package(folder: Path) -> RunePackage:
-    """Read and validate a Rune package folder; raises ManifestError with every problem found."""
+def load_rune_package(folder: Path, limits: ManifestLimits = DEFAULT_LIMITS) -> RunePackage:
+    """Read and validate a Rune package folder; raises ManifestError with every problem found.
+
+    Every file is read under ``limits.max_bytes`` and the YAML bounds of
+    :mod:`covenant.manifest.limits`.
+    """
     root = Path(os.path.abspath(folder))
     problems: list[Problem] = []
     runefile_path = root / RUNEFILE
     files: list[Path] = [runefile_path]
 
     runefile: Runefile | None = None
-    loaded = read_yaml(runefile_path, problems)
+    loaded = read_yaml(runefile_path, problems, limits.max_bytes)
     if loaded is not None:
         rf_text, data = loaded
         runefile = validate_model(Runefile, data, runefile_path, rf_text, problems)
 
-    tools = _load_tools(root, problems, files)
+    catalogue = _Tools(root, problems, files, limits.max_bytes)
+    if runefile is not None:
+        for index, tool in enumerate(runefile.tools):
+            catalogue.add(tool, runefile_path, rf_text, ("tools", index), f"{runefile_path} tools[{index}]")
+    catalogue.add_folder()
+    tools = catalogue.tools
 
     workflow: Workflow | None = None
     workflow_path: Path | None = root / WORKFLOW_FILE
     if workflow_path is not None and workflow_path.exists():
         files.append(workflow_path)
-        wf_loaded = read_yaml(workflow_path, problems)
+        wf_loaded = read_yaml(workflow_path, problems, limits.max_bytes)
         if wf_loaded is not None:
             wf_text, wf_data = wf_loaded
             workflow = validate_model(Workflow, wf_data, workflow_path, wf_text, problems)
@@ -277,4 +334,5 @@ def load_rune_package(folder: Path) -> RunePackage:
         workflow=workflow,
         workflow_path=workflow_path,
         files=tuple(files),
+        warnings=_mcp_warnings(runefile),
     )

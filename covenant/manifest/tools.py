@@ -9,7 +9,7 @@ check sees.
 from __future__ import annotations
 
 import re
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictStr, field_validator, model_validator
 
@@ -20,12 +20,18 @@ __all__ = [
     "BUILTIN_PREFIX",
     "ToolDescriptor",
     "RetryPolicy",
+    "RetryOn",
     "ToolRuntime",
     "tool_action",
     "builtin_descriptor",
     "NonEmptyStr",
     "PositiveInt",
     "AGENT_REF",
+    "MCP_SEPARATOR",
+    "McpServer",
+    "UNSUPPORTED_RUNTIMES",
+    "builtin_actions",
+    "mcp_tool_problem",
 ]
 
 BUILTIN_PREFIX = "rune@"
@@ -51,6 +57,18 @@ AGENT_REF = re.compile(r"^(local://[a-z0-9]+(?:-[a-z0-9]+)*|https?://[^\s/]+\S*)
 
 ToolRuntime = Literal["wasm", "process", "container", "agent", "builtin"]
 
+UNSUPPORTED_RUNTIMES: frozenset[str] = frozenset({"wasm", "container"})
+"""Spec runtimes this host has no backend for: refused at load, never accepted silently."""
+
+MCP_SEPARATOR = "/"
+"""A toolset entry ``server/tool`` names the tool ``tool`` of the MCP server ``server``."""
+
+_MCP_PART = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+_HEADER_NAME = re.compile(r"^[!#$%&'*+.^_`|~0-9A-Za-z-]{1,128}$")
+_ENV_REF = re.compile(r"\$\{([^}]*)\}")
+_ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]*$")
+_URL = re.compile(r"^https?://[^\s/?#]+[^\s]*$")
+
 
 def _not_blank(value: str) -> str:
     if not value.strip():
@@ -66,8 +84,81 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+def _server_name(value: str) -> str:
+    if not _MCP_PART.match(value):
+        raise ValueError(
+            f"{value!r} must be 1-63 lowercase letters, digits, '_' or '-' (it becomes part of the "
+            "capability action tool.mcp.<server>.<tool>)"
+        )
+    return value
+
+
+def _http_url(value: str) -> str:
+    if not _URL.match(value):
+        raise ValueError(f"{value!r} must be an http:// or https:// URL (a streamable-HTTP MCP endpoint)")
+    return value
+
+
+def _headers(value: dict[str, str]) -> dict[str, str]:
+    for name, header in value.items():
+        if not _HEADER_NAME.match(name):
+            raise ValueError(f"header name {name!r} is not a valid HTTP header name")
+        if any(c in header for c in "\r\n\0"):
+            raise ValueError(f"header {name!r}: the value must not contain CR, LF or NUL")
+        for ref in _ENV_REF.findall(header):
+            if not _ENV_NAME.match(ref):
+                raise ValueError(
+                    f"header {name!r}: ${{{ref}}} is not a variable reference (write ${{NAME}}, "
+                    "letters, digits and '_')"
+                )
+    return value
+
+
+class McpServer(_Model):
+    """One ``mcp_servers`` entry: a streamable-HTTP MCP endpoint.
+
+    ``${NAME}`` in header values is kept as written: it is resolved from the
+    daemon's allowlisted environment when connecting, never at load.
+    """
+
+    name: Annotated[str, Strict(), AfterValidator(_server_name)]
+    url: Annotated[str, Strict(), AfterValidator(_http_url)]
+    headers: Annotated[dict[StrictStr, StrictStr], AfterValidator(_headers)] = {}
+
+
+def mcp_tool_problem(entry: str) -> str | None:
+    """Why a ``server/tool`` toolset entry is malformed, or None when it is well-formed."""
+    server, _, tool = entry.partition(MCP_SEPARATOR)
+    if not _MCP_PART.match(server) or not _MCP_PART.match(tool):
+        return (
+            f"MCP tool {entry!r} must be server/tool, each 1-63 lowercase letters, digits, '_' or '-' "
+            "(it maps to the capability action tool.mcp.<server>.<tool>)"
+        )
+    return None
+RetryOn = Literal["tool_failed", "tool_timeout", "tool_bad_output", "tool_unavailable"]
+"""Tool error codes a retry may follow (docs/tools.md); refusals are never retried."""
+
+
 class RetryPolicy(_Model):
+    """How often a failed tool call is tried again: ``max_attempts`` in all, waiting ``backoff`` between.
+
+    ``backoff``: ``exponential`` waits 200 ms before the second attempt and
+    doubles each time (at most 5 s), ``fixed`` waits 200 ms each time,
+    ``none`` not at all. ``on`` lists the error codes worth another attempt.
+    No attempt starts past the intent's deadline.
+    """
+
     max_attempts: Annotated[int, Strict(), Field(ge=1, le=100)] = 1
+    backoff: Literal["exponential", "fixed", "none"] = "exponential"
+    on: tuple[RetryOn, ...] = ("tool_failed", "tool_timeout")
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on_key(cls, data: Any) -> Any:
+        """YAML 1.1 reads a bare ``on:`` key as the boolean true; within retry_policy it can only mean ``on``."""
+        if isinstance(data, dict) and True in data and "on" not in data:
+            data = {("on" if key is True else key): value for key, value in data.items()}
+        return data
 
 
 class ToolDescriptor(_Model):
@@ -91,16 +182,28 @@ class ToolDescriptor(_Model):
         if name.startswith(BUILTIN_PREFIX):
             raise ValueError(f"the {BUILTIN_PREFIX} prefix is reserved for built-in tools; rename the tool")
         problem = action_problem(f"tool.{name}")
-        if problem is not None:
+        if problem is not None or "." in name or len(name) > 64:
             raise ValueError(
-                f"{name!r} cannot name the action tool.{name}: use lowercase letters, digits, '_' or '-'"
+                f"{name!r} cannot name the action tool.{name}: use 1-64 lowercase letters, digits, '_' or '-'"
             )
+        if f"tool.{name}" in builtin_actions():
+            raise ValueError(
+                f"{name!r} would need the capability action tool.{name}, which is the built-in "
+                f"{_builtin_for_action(f'tool.{name}')}'s: a grant for one would grant the other; rename the tool"
+            )
+        if name == "mcp":
+            raise ValueError("'mcp' is reserved: tool.mcp.* are the actions of MCP tools; rename the tool")
         return name
 
     @model_validator(mode="after")
     def _runtime_rules(self) -> "ToolDescriptor":
         if self.runtime == "builtin":
             raise ValueError(f"runtime 'builtin' is reserved for the {BUILTIN_PREFIX}* tools the runtime provides")
+        if self.runtime in UNSUPPORTED_RUNTIMES:
+            raise ValueError(
+                f"runtime {self.runtime!r} is not supported by this host (no {self.runtime} backend): "
+                "use runtime 'process' (a program run under the agent's limits) or 'agent'"
+            )
         if self.runtime == "agent" and not self.agent_ref:
             raise ValueError("runtime 'agent' requires agent_ref (local://agent-name or a URL)")
         if self.agent_ref is not None and not AGENT_REF.match(self.agent_ref):
@@ -116,7 +219,26 @@ def builtin_descriptor(name: str) -> ToolDescriptor:
 
 
 def tool_action(name: str) -> str:
-    """The capability action a tool needs: ``rune@web-fetch`` -> ``tool.web_fetch``; ``search_kb`` -> ``tool.search_kb``."""
+    """The capability action a tool needs.
+
+    ``rune@web-fetch`` -> ``tool.web_fetch``; custom ``search_kb`` ->
+    ``tool.search_kb``; MCP ``github/create_issue`` -> ``tool.mcp.github.create_issue``.
+    """
     if name.startswith(BUILTIN_PREFIX):
         return "tool." + name[len(BUILTIN_PREFIX) :].replace("-", "_")
+    if MCP_SEPARATOR in name:
+        server, _, tool = name.partition(MCP_SEPARATOR)
+        return f"tool.mcp.{server}.{tool}"
     return f"tool.{name}"
+
+
+_BUILTIN_ACTIONS: dict[str, str] = {tool_action(name): name for name in BUILTIN_TOOLS}
+
+
+def builtin_actions() -> frozenset[str]:
+    """The capability actions of the built-in tools (``tool.web_fetch``, ...)."""
+    return frozenset(_BUILTIN_ACTIONS)
+
+
+def _builtin_for_action(action: str) -> str:
+    return _BUILTIN_ACTIONS[action]

@@ -16,6 +16,7 @@ from pydantic import BaseModel, ConfigDict, Field, Strict, StrictStr
 from covenant.manifest.tools import AGENT_REF, NonEmptyStr, PositiveInt
 
 __all__ = [
+    "WORKFLOW_FILE",
     "Workflow",
     "WorkflowStep",
     "Condition",
@@ -24,6 +25,8 @@ __all__ = [
     "topological_order",
     "workflow_problems",
 ]
+
+WORKFLOW_FILE = "workflow.yaml"
 
 _STEP_REF = re.compile(r"\{\{\s*steps\.([^.\s{}]+)\.output\s*\}\}")
 _CONDITION = re.compile(r"^\s*\{\{\s*steps\.([^.\s{}]+)\.output\s*\}\}\s*(==|!=)\s*(.*?)\s*$")

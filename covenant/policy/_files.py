@@ -12,14 +12,15 @@ from pathlib import Path
 __all__ = ["atomic_write_text", "locked"]
 
 
-def atomic_write_text(path: Path, text: str, mode: int = 0o644) -> None:
+def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
     """Replace ``path`` with ``text``: temp file, fsync, rename, fsync the directory.
 
     A reader (the daemon re-reading grants.toml) sees the old file or the new
-    one, never a half-written one. An existing file keeps its mode.
+    one, never a half-written one. An existing file keeps its mode, but never
+    more than ``mode`` (a 0644 grants.toml from an older covenant becomes 0600).
     """
     try:
-        mode = os.stat(path).st_mode & 0o7777
+        mode &= os.stat(path).st_mode & 0o7777
     except FileNotFoundError:
         pass
     fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")

@@ -466,7 +466,7 @@ class GrantStore:
                 grant = Grant(issuer, action, granted_at, expires_at, display, key.sign(canonical_bytes(payload)).hex())
                 _upsert(array, issuer, action, _grant_fields(grant))
                 made.append(grant)
-            atomic_write_text(self.path, tomlkit.dumps(doc).rstrip("\n") + "\n", mode=0o644)
+            atomic_write_text(self.path, tomlkit.dumps(doc).rstrip("\n") + "\n", mode=0o600)
         return made
 
     def revoke(
@@ -511,7 +511,7 @@ class GrantStore:
                 _upsert(self._array(doc, "revocation"), issuer, action, _revocation_fields(revocation))
             if not len(doc["grant"]):
                 del doc["grant"]
-            atomic_write_text(self.path, tomlkit.dumps(doc).rstrip("\n") + "\n", mode=0o644)
+            atomic_write_text(self.path, tomlkit.dumps(doc).rstrip("\n") + "\n", mode=0o600)
         return affected
 
 

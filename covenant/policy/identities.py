@@ -100,7 +100,7 @@ def _write_display(path: Path, display: str) -> None:
     )
     from covenant.policy._files import atomic_write_text  # writers only (tempfile is slow to import)
 
-    atomic_write_text(path, text, mode=0o644)
+    atomic_write_text(path, text, mode=0o600)
 
 
 def _create(display: str) -> UserIdentity:
@@ -275,5 +275,5 @@ class KnownIdentities:
             if "identities" not in doc:
                 doc.add("identities", tomlkit.table())
             doc["identities"][display] = pubkey  # type: ignore[index]
-            atomic_write_text(self.path, tomlkit.dumps(doc), mode=0o644)
+            atomic_write_text(self.path, tomlkit.dumps(doc), mode=0o600)
         return True

@@ -19,6 +19,7 @@ __all__ = [
     "thread_children",
     "environ_has",
     "all_pids",
+    "read_real_uid",
     "CLK_TCK",
     "PAGE_KIB",
 ]
@@ -119,3 +120,20 @@ def environ_has(pid: int, entry: bytes) -> bool:
 def all_pids() -> list[int]:
     """Every process id in this pid namespace."""
     return [int(name) for name in os.listdir("/proc") if name.isdigit()]
+
+
+def read_real_uid(pid: int) -> int | None:
+    """The real uid of a live process (from ``status``: a non-dumpable process cannot hide it); None
+    when it is gone or a zombie."""
+    try:
+        with open(f"/proc/{pid}/status", "rb") as f:
+            data = f.read()
+    except (FileNotFoundError, ProcessLookupError, PermissionError):
+        return None
+    state = data.find(b"\nState:")
+    if state >= 0 and data[state + 7 : state + 10].strip().startswith(b"Z"):
+        return None
+    at = data.find(b"\nUid:")
+    if at < 0:
+        return None
+    return int(data[at + 5 : data.index(b"\n", at + 5)].split()[0])

@@ -14,7 +14,7 @@ import shutil
 import subprocess
 from typing import NamedTuple
 
-from covenant.runtime import pdeathsig
+from covenant.runtime import _elf, pdeathsig
 
 __all__ = [
     "set_child_subreaper",
@@ -86,9 +86,15 @@ class ExecWrapper(NamedTuple):
     argv: tuple[str, ...]
     gated: bool
     """It waits for :data:`~covenant.runtime.pdeathsig.GATE_BYTE` on stdin before exec."""
+    switches_credentials: bool = False
+    """It first reads uid and gid (8 bytes) from stdin and becomes them (a root supervisor)."""
 
 
-def pdeathsig_wrapper() -> ExecWrapper | None:
+_PROBE_UID = 65534
+"""``nobody``: the uid a credentialed helper is tried with (the uid need not exist)."""
+
+
+def pdeathsig_wrapper(*, credentials: bool = False) -> ExecWrapper | None:
     """A wrapper setting PR_SET_PDEATHSIG=SIGKILL before exec, or None (cached per process).
 
     Preferred: covenant's own static helper (:mod:`covenant.runtime.pdeathsig`,
@@ -97,8 +103,24 @@ def pdeathsig_wrapper() -> ExecWrapper | None:
     Both exec the agent in place, so the agent keeps the pid covenant spawned.
     The helper is bound to the pid of the process that built it, hence the
     cache key (a forked child builds its own).
+
+    ``credentials=True`` asks for the helper that also switches uid and gid
+    (only covenant's own helper does; None elsewhere, and the launcher then
+    switches through ``Popen(user=...)``).
     """
+    if credentials:
+        return _credentialed_wrapper(os.getpid())
     return _pdeathsig_wrapper(os.getpid())
+
+
+@functools.cache
+def _credentialed_wrapper(pid: int) -> ExecWrapper | None:
+    true = shutil.which("true", path="/usr/bin:/bin")
+    helper = pdeathsig.install_helper(credentials=True)
+    if true is None or helper is None or os.geteuid() != 0:
+        return None
+    probe = _elf.credentials_block(_PROBE_UID, _PROBE_UID) + pdeathsig.GATE_BYTE
+    return ExecWrapper((helper,), gated=True, switches_credentials=True) if _works([helper, true], probe) else None
 
 
 @functools.cache

@@ -16,18 +16,34 @@ import os
 import resource
 import subprocess
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 import trio
 
-from covenant.runtime import host
+from covenant.runtime import _elf, host
 
-__all__ = ["LaunchPlan", "Launched", "LaunchError", "Launcher", "ProcessGroupLauncher", "ExitStatus"]
+__all__ = [
+    "AgentCredentials",
+    "LaunchPlan",
+    "Launched",
+    "LaunchError",
+    "Launcher",
+    "ProcessGroupLauncher",
+    "ExitStatus",
+]
 
 log = logging.getLogger("covenant.runtime")
 
 
 class LaunchError(Exception):
     """The agent could not be started; the message is for the operator."""
+
+
+class AgentCredentials(NamedTuple):
+    """The unprivileged uid and gid an agent process runs as (no supplementary groups)."""
+
+    uid: int
+    gid: int
 
 
 @dataclass(frozen=True)
@@ -46,6 +62,12 @@ class LaunchPlan:
     """When isolation is asked for but impossible: refuse (True) or run unenforced."""
     pdeathsig: bool = True
     """Have the kernel SIGKILL the agent when covenant dies."""
+    credentials: AgentCredentials | None = None
+    """Run as this uid/gid, with no supplementary groups and no new privileges; None = covenant's own
+    uid (``isolation: same-uid``). Decided by :mod:`covenant.runtime.isolation`; never uid or gid 0."""
+    mount_namespace: str | None = None
+    """A mount namespace file (``/proc/<pid>/ns/mnt``) to run in: the agent uid's private /tmp and
+    /dev/shm (:mod:`covenant.runtime.mountns`). Needs ``credentials`` and covenant's exec helper."""
 
 
 @dataclass(frozen=True)
@@ -73,8 +95,11 @@ class Launched:
         argv: list[str],
         network_enforced: bool,
         gated: bool = False,
+        credentials: AgentCredentials | None = None,
     ) -> None:
         self.pid = popen.pid
+        self.credentials = credentials
+        """The uid/gid the agent runs as; None when it runs as covenant's own uid."""
         self.argv = argv
         self.network_enforced = network_enforced
         self.gated = gated
@@ -166,15 +191,22 @@ class ProcessGroupLauncher(Launcher):
     ``setpriority(2)`` right after the spawn returns (before the agent's own
     code runs when the PDEATHSIG helper holds it at its gate), and exec wrappers are
     added only for what cannot be done from outside: the PDEATHSIG wrapper
-    (:func:`~covenant.runtime.host.pdeathsig_wrapper`) and, for
-    ``network = "off"``, ``unshare -n``. Safe to call from any thread that
+    (:func:`~covenant.runtime.host.pdeathsig_wrapper`, which also switches to
+    the plan's credentials) and, for ``network = "off"``, ``unshare -n``
+    (run before the switch, as root). Safe to call from any thread that
     outlives the agent (PDEATHSIG is tied to the spawning thread).
     """
 
     def launch(self, plan: LaunchPlan) -> Launched:
+        creds = plan.credentials
+        if creds is not None and (creds.uid <= 0 or creds.gid <= 0):
+            raise LaunchError(f"refusing to run an agent as uid {creds.uid} / gid {creds.gid}: never root")
         prefix: list[str] = []
         network_enforced = False
         gated = False
+        # Who switches uid/gid: covenant's credentialed helper (no fork cost) or,
+        # without it, CPython in the child (Popen user=..., a full fork).
+        switch_in_helper = False
         if plan.isolate_network:
             netns = host.netns_wrapper()
             if netns is not None:
@@ -188,15 +220,41 @@ class ProcessGroupLauncher(Launcher):
                     '"advisory" in covenant.toml to accept an unenforced network limit.'
                 )
         if plan.pdeathsig:
-            wrapper = host.pdeathsig_wrapper()
+            wrapper = host.pdeathsig_wrapper(credentials=True) if creds is not None else None
+            if wrapper is None:
+                wrapper = host.pdeathsig_wrapper()
             if wrapper is not None:
                 prefix.extend(wrapper.argv)
                 gated = wrapper.gated
+                switch_in_helper = wrapper.switches_credentials
         argv = [*prefix, *plan.argv]
         # Our own pipes (O_CLOEXEC): the parent ends go straight to trio streams.
         in_r, in_w = os.pipe2(os.O_CLOEXEC)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)
         err_r, err_w = os.pipe2(os.O_CLOEXEC)
+        switch_in_popen: dict[str, object] = {}
+        ns_fd = -1
+        try:
+            if plan.mount_namespace is not None:
+                if not switch_in_helper:
+                    raise LaunchError(
+                        "a private /tmp needs covenant's exec helper (x86-64, runtime.pdeathsig = true); "
+                        "refusing to run the agent without it"
+                    )
+                ns_fd = os.open(plan.mount_namespace, os.O_RDONLY | os.O_CLOEXEC)
+            credentials_block = b""
+            if creds is not None:
+                if switch_in_helper:
+                    credentials_block = _elf.credentials_block(creds.uid, creds.gid, ns_fd, plan.cwd)
+                else:
+                    switch_in_popen = {"user": creds.uid, "group": creds.gid, "extra_groups": []}
+        except (LaunchError, OSError) as exc:
+            for fd in (in_r, in_w, out_r, out_w, err_r, err_w, ns_fd):
+                if fd >= 0:
+                    os.close(fd)
+            if isinstance(exc, LaunchError):
+                raise
+            raise LaunchError(f"cannot enter the agent's mount namespace {plan.mount_namespace}: {exc}") from None
         try:
             popen = subprocess.Popen(
                 argv,
@@ -207,6 +265,8 @@ class ProcessGroupLauncher(Launcher):
                 env=plan.env,
                 close_fds=True,
                 start_new_session=True,
+                pass_fds=(ns_fd,) if ns_fd >= 0 else (),
+                **switch_in_popen,  # type: ignore[arg-type]
             )
         except OSError as exc:
             for fd in (in_w, out_r, err_r):
@@ -215,8 +275,15 @@ class ProcessGroupLauncher(Launcher):
         finally:
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
+            if ns_fd >= 0:
+                os.close(ns_fd)
+        # The helper is still root here, blocked reading its credentials block: rlimits go on
+        # now, while covenant may still change them without CAP_SYS_RESOURCE (a process of
+        # another uid it may not touch), and only then may the helper switch uid.
         self._apply_limits(popen.pid, plan)
-        return Launched(popen, (in_w, out_r, err_r), argv, network_enforced, gated)
+        if credentials_block:
+            os.write(in_w, credentials_block)  # pipe capacity is far above its size
+        return Launched(popen, (in_w, out_r, err_r), argv, network_enforced, gated, creds)
 
     @staticmethod
     def _apply_limits(pid: int, plan: LaunchPlan) -> None:

@@ -27,7 +27,16 @@ Outcome = Literal[
     "no_result",
     "crashed",
     "spawn_failed",
+    "workflow_not_supported",
     "cancelled",
+    # hosted Rune agents (design/rune-host.md)
+    "token_budget_exceeded",
+    "max_steps_exceeded",
+    "provider_error",
+    "provider_unavailable",
+    "session_corrupt",
+    "session_forbidden",
+    "unsafe_output",
 ]
 
 OUTCOMES: tuple[str, ...] = Outcome.__args__  # type: ignore[attr-defined]
@@ -37,12 +46,17 @@ def outcome_exit_code(outcome: Outcome) -> int:
     """Exit code of ``covenant run``/``dispatch`` for an outcome (DESIGN.md §7).
 
     ``ok`` 0, ``agent_error`` 1 (the agent answered ``status: error``),
-    ``cancelled`` 5 (the daemon is shutting down), every failure of the agent 4.
+    ``cancelled`` 5 (the daemon is shutting down), ``session_forbidden`` 3 (the
+    session belongs to another issuer), every failure of the agent 4 (for Rune
+    agents also ``token_budget_exceeded``, ``max_steps_exceeded``,
+    ``provider_error``, ``provider_unavailable``, ``session_corrupt``, ``unsafe_output``).
     """
     if outcome == "ok":
         return ExitCode.OK
     if outcome == "agent_error":
         return ExitCode.AGENT_ERROR
+    if outcome == "session_forbidden":
+        return ExitCode.DENIED
     if outcome == "cancelled":
         return ExitCode.UNREACHABLE
     return ExitCode.AGENT_FAILED
@@ -80,3 +94,11 @@ class DispatchRecord(BaseModel):
     stderr_tail: str
     result: dict[str, Any] | None
     network_enforced: bool
+    session_id: str | None = None
+    """Rune agents: the session the intent ran in."""
+    usage: dict[str, int] | None = None
+    """Rune agents: tokens, model calls, tool calls and steps of the intent."""
+    isolation: Literal["uid", "same-uid"] = "same-uid"
+    """``uid``: the agent ran as an unprivileged uid of its own; ``same-uid``: as covenant's (docs/security.md)."""
+    uid: int | None = None
+    """The uid the agent ran as when ``isolation`` is ``uid``."""

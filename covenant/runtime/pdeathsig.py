@@ -4,8 +4,18 @@ The parent-death signal must be set by the child itself between fork and
 exec. CPython cannot run code there without ``preexec_fn`` (which forces a
 full fork and is unsafe with threads), so the agent is started through a
 wrapper. ``setpriv --pdeathsig KILL`` works but is a dynamically linked
-program: ~1.2 ms per spawn on the reference box. This helper is 109 bytes of
-x86-64 machine code in a hand-built ELF, no loader and no libc: ~0.1 ms.
+program: ~1.2 ms per spawn on the reference box. This helper is ~120 bytes of
+x86-64 machine code in a hand-built ELF (:mod:`covenant.runtime._elf`), no
+loader and no libc: ~0.1 ms.
+
+The credentialed variant (a daemon running as root, docs/security.md) first
+becomes the agent's uid and gid: it reads them from its stdin, 8 bytes the
+launcher wrote into the pipe before the spawn, and runs
+:func:`~covenant.runtime._elf.switch_credentials` (no supplementary groups,
+no new privileges). That must come before PR_SET_PDEATHSIG: the kernel
+clears the parent-death signal whenever the credentials change. CPython's
+own ``Popen(user=...)`` would do the switch too, but only on its slow fork
+path (no vfork once uid or gid are given).
 
 The gate: before exec the helper reads exactly one byte from its stdin (the
 agent's stdin pipe). The supervisor writes that byte, followed by the
@@ -22,123 +32,84 @@ any more when the signal is armed (covenant died during the spawn), it kills
 itself instead of running the agent. Other architectures fall back to setpriv
 (no gate).
 
-The source is ``covenant/runtime/pdeathsig.S`` (GNU as, commented line by
-line); ``scripts/pdeathsig-bytes.sh PID`` assembles it with binutils and
-prints the bytes, and ``tests/runtime/test_pdeathsig_source.py`` checks they
-equal :func:`_code` here. Change the listing and this function together.
+The source is ``covenant/runtime/asm/pdeathsig.S`` (GNU as, commented line
+by line; the credentialed variant includes ``switch_credentials.S``).
+``scripts/helper-bytes.sh pdeathsig PID [CREDENTIALS]`` assembles it with
+binutils and prints the bytes; ``tests/runtime/test_helper_sources.py``
+checks they equal :func:`_code`. Change the listing and the pieces together.
 """
 
 from __future__ import annotations
 
-import fcntl
 import os
-import platform
 import struct
+
+from covenant.runtime import _elf
 
 __all__ = ["GATE_BYTE", "helper_elf", "install_helper"]
 
 GATE_BYTE = b"\x01"
 """What the supervisor writes to let a gated helper exec the agent (any single byte would do)."""
 
-_BASE = 0x400000
-_HEADERS = 64 + 56
-_MFD_EXEC = 0x0010
-"""Linux >= 6.3: ask for an executable memfd explicitly (older kernels reject the flag)."""
+
+def _code(parent_pid: int, credentials: bool) -> bytes:
+    syscall = b"\x0f\x05"
+    pieces: list[_elf.Piece] = _elf.switch_credentials() if credentials else []
+    pieces += [
+        b"\xbf\x01\x00\x00\x00",  # mov $1, %edi            PR_SET_PDEATHSIG
+        b"\xbe\x09\x00\x00\x00",  # mov $9, %esi            SIGKILL
+        b"\xb8\x9d\x00\x00\x00",  # mov $157, %eax          prctl
+        syscall,
+        b"\xb8\x6e\x00\x00\x00",  # mov $110, %eax          getppid
+        syscall,
+        b"\x3d" + struct.pack("<I", parent_pid),  # cmp $pid, %eax
+        _elf.JNE,
+        b"\x31\xc0",  # xor %eax, %eax                        read
+        b"\x31\xff",  # xor %edi, %edi                        fd 0
+        b"\x48\x8d\x74\x24\xf8",  # lea -8(%rsp), %rsi
+        b"\xba\x01\x00\x00\x00",  # mov $1, %edx             one byte: the gate
+        syscall,
+        b"\x83\xf8\x01",  # cmp $1, %eax
+        _elf.JNE,  # end of file: the start was withdrawn
+        b"\x48\x8b\x0c\x24",  # mov (%rsp), %rcx                argc
+        b"\x48\x8d\x74\x24\x10",  # lea 16(%rsp), %rsi       argv + 1
+        b"\x48\x8b\x3e",  # mov (%rsi), %rdi                     path = argv[1]
+        b"\x48\x8d\x54\xcc\x10",  # lea 16(%rsp,%rcx,8), %rdx  envp
+        b"\xb8\x3b\x00\x00\x00",  # mov $59, %eax            execve
+        syscall,
+        b"\xbf\x7f\x00\x00\x00",  # mov $127, %edi           exec failed: exit 127
+        b"\xb8\xe7\x00\x00\x00",  # mov $231, %eax           exit_group
+        syscall,
+        _elf.ABORT,
+        b"\xb8\x27\x00\x00\x00",  # mov $39, %eax            getpid
+        syscall,
+        b"\x89\xc7",  # mov %eax, %edi
+        b"\xbe\x09\x00\x00\x00",  # mov $9, %esi
+        b"\xb8\x3e\x00\x00\x00",  # mov $62, %eax            kill(self, SIGKILL)
+        syscall,
+    ]
+    return _elf.assemble(pieces)
 
 
-def _code(parent_pid: int) -> bytes:
-    prologue = (
-        b"\xbf\x01\x00\x00\x00"  # mov $1, %edi
-        b"\xbe\x09\x00\x00\x00"  # mov $9, %esi
-        b"\xb8\x9d\x00\x00\x00"  # mov $157, %eax
-        b"\x0f\x05"  # syscall
-        b"\xb8\x6e\x00\x00\x00"  # mov $110, %eax
-        b"\x0f\x05"  # syscall
-        b"\x3d" + struct.pack("<I", parent_pid)  # cmp $pid, %eax
-    )
-    gate = (
-        b"\x31\xc0"  # xor %eax, %eax
-        b"\x31\xff"  # xor %edi, %edi
-        b"\x48\x8d\x74\x24\xf8"  # lea -8(%rsp), %rsi
-        b"\xba\x01\x00\x00\x00"  # mov $1, %edx
-        b"\x0f\x05"  # syscall
-        b"\x83\xf8\x01"  # cmp $1, %eax
-    )
-    exec_part = (
-        b"\x48\x8b\x0c\x24"  # mov (%rsp), %rcx
-        b"\x48\x8d\x74\x24\x10"  # lea 16(%rsp), %rsi
-        b"\x48\x8b\x3e"  # mov (%rsi), %rdi
-        b"\x48\x8d\x54\xcc\x10"  # lea 16(%rsp,%rcx,8), %rdx
-        b"\xb8\x3b\x00\x00\x00"  # mov $59, %eax
-        b"\x0f\x05"  # syscall
-        b"\xbf\x7f\x00\x00\x00"  # mov $127, %edi
-        b"\xb8\xe7\x00\x00\x00"  # mov $231, %eax
-        b"\x0f\x05"  # syscall
-    )
-    abort = (
-        b"\xb8\x27\x00\x00\x00"  # mov $39, %eax
-        b"\x0f\x05"  # syscall
-        b"\x89\xc7"  # mov %eax, %edi
-        b"\xbe\x09\x00\x00\x00"  # mov $9, %esi
-        b"\xb8\x3e\x00\x00\x00"  # mov $62, %eax
-        b"\x0f\x05"  # syscall
-    )
-    gate_closed = b"\x75" + bytes([len(exec_part)])  # jne abort (rel8)
-    gated = gate + gate_closed + exec_part
-    orphaned = b"\x75" + bytes([len(gated)])  # jne abort (rel8)
-    return prologue + orphaned + gated + abort
+def helper_elf(parent_pid: int, *, credentials: bool = False) -> bytes | None:
+    """The helper as a complete ELF executable for this machine, or None if unsupported.
 
-
-def helper_elf(parent_pid: int) -> bytes | None:
-    """The helper as a complete ELF executable for this machine, or None if unsupported."""
-    if platform.machine() not in ("x86_64", "AMD64") or not 0 < parent_pid < 2**31:
+    With ``credentials`` it first reads uid and gid (two little-endian u32)
+    from stdin and becomes them; see the module docstring.
+    """
+    if not _elf.supported() or not 0 < parent_pid < 2**31:
         return None
-    code = _code(parent_pid)
-    size = _HEADERS + len(code)
-    ident = b"\x7fELF" + bytes([2, 1, 1, 0]) + bytes(8)  # 64-bit, little endian, version 1, SysV
-    ehdr = ident + struct.pack(
-        "<HHIQQQIHHHHHH",
-        2,  # ET_EXEC
-        62,  # EM_X86_64
-        1,  # EV_CURRENT
-        _BASE + _HEADERS,  # entry point: right after the headers
-        64,  # program headers follow the ELF header
-        0,  # no section headers
-        0,  # flags
-        64,  # ELF header size
-        56,  # program header size
-        1,  # one program header
-        0,
-        0,
-        0,
-    )
-    phdr = struct.pack("<IIQQQQQQ", 1, 5, 0, _BASE, _BASE, size, size, 0x1000)  # PT_LOAD, R+X, whole file
-    return ehdr + phdr + code
+    return _elf.elf_image(_code(parent_pid, credentials))
 
 
-def install_helper() -> str | None:
+def install_helper(*, credentials: bool = False) -> str | None:
     """Put the helper in a sealed memfd of this process; return its exec path, or None.
 
-    The descriptor stays open (close-on-exec) for the life of the process.
-    The caller must check that the path actually runs: ``vm.memfd_noexec``,
-    a non-dumpable process or a restricted /proc can forbid it.
+    The caller must check that the path actually runs (see
+    :func:`covenant.runtime._elf.install_sealed`).
     """
-    image = helper_elf(os.getpid())
+    image = helper_elf(os.getpid(), credentials=credentials)
     if image is None:
         return None
-    flags = os.MFD_CLOEXEC | os.MFD_ALLOW_SEALING
-    try:
-        try:
-            fd = os.memfd_create("covenant-pdeathsig", flags | _MFD_EXEC)
-        except OSError:
-            fd = os.memfd_create("covenant-pdeathsig", flags)
-    except (OSError, AttributeError):
-        return None
-    try:
-        os.write(fd, image)
-        seals = fcntl.F_SEAL_SEAL | fcntl.F_SEAL_SHRINK | fcntl.F_SEAL_GROW | fcntl.F_SEAL_WRITE
-        fcntl.fcntl(fd, fcntl.F_ADD_SEALS, seals)
-    except OSError:
-        os.close(fd)
-        return None
-    return f"/proc/{os.getpid()}/fd/{fd}"
+    name = "covenant-pdeathsig-uid" if credentials else "covenant-pdeathsig"
+    return _elf.install_sealed(name, image)

@@ -19,8 +19,10 @@ import os
 import resource
 import shutil
 import signal
+import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable
+from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from functools import partial
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any
@@ -30,19 +32,30 @@ import trio
 from covenant.clock import iso_now
 from covenant.config import RuntimeConfig
 from covenant.manifest.model import AgentSpec
-from covenant.runtime import host, teardown
+from covenant.runtime import _procfs, host, teardown, uidkill
 from covenant.runtime.contract import intent_line, preview
 from covenant.runtime.environment import agent_environment
-from covenant.runtime.launcher import Launched, Launcher, LaunchError, LaunchPlan, ProcessGroupLauncher
+from covenant.runtime.isolation import Isolation
+from covenant.runtime.launcher import (
+    AgentCredentials,
+    Launched,
+    Launcher,
+    LaunchError,
+    LaunchPlan,
+    ProcessGroupLauncher,
+)
+from covenant.runtime.liveroots import LiveRoots
+from covenant.runtime.mountns import MountNamespaces
 from covenant.runtime.outcome import DispatchRecord
 from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.run_state import RunState
 from covenant.runtime.sampler import Sampler, adopted_orphans
-from covenant.runtime.scratch import ScratchDirs
+from covenant.runtime.scratch import ScratchDirs, remove_owned_entries
 from covenant.runtime.spawnthreads import SpawnThreads
+from covenant.runtime.toolrun import ToolRun, tool_run_record
 from covenant.runtime.verdict import build_record
 
-__all__ = ["Runner", "SpawnHook", "PRIORITY_NICE"]
+__all__ = ["Runner", "SpawnHook", "PRIORITY_NICE", "WorkflowNotSupported"]
 
 log = logging.getLogger("covenant.runtime")
 agent_log = logging.getLogger("covenant.agent")
@@ -59,18 +72,17 @@ _KILL_WAIT_S = 10.0
 """How long SIGKILL may take (a process in uninterruptible sleep dies late)."""
 _SPAWN_THREADS = 4
 """Threads that spawn agents while other dispatches are in flight."""
-
-
-def _resolve_program(name: str, path: str) -> str | None:
-    """Absolute path of an interpreter: as given when absolute, else looked up on ``path``."""
-    if os.path.isabs(name):
-        return name if os.access(name, os.X_OK) and os.path.isfile(name) else None
-    found = shutil.which(name, path=path)
-    return os.path.abspath(found) if found else None
+SHARED_TMP_DIRS = ("/dev/shm", "/tmp")
+"""World-writable host dirs: without private ones (:mod:`~covenant.runtime.mountns`), what an agent
+uid left there is removed and counted after its last run."""
 
 
 SpawnHook = Callable[[dict[str, Any]], Awaitable[None]]
 """``on_spawned`` of :meth:`Runner.run`: gets ``{"pid", "argv", "limits"}`` once the agent exists."""
+
+
+class WorkflowNotSupported(LaunchError):
+    """A workflow agent was dispatched; there is no workflow engine yet (outcome ``workflow_not_supported``)."""
 
 
 class Runner:
@@ -88,32 +100,58 @@ class Runner:
         scratch_root: Path,
         launcher: Launcher,
         sampler: Sampler,
+        isolation: Isolation | None = None,
+        live_roots: LiveRoots | None = None,
+        mount_namespaces: MountNamespaces | None = None,
     ) -> None:
         self.config = config
+        self.mount_namespaces = mount_namespaces
+        """Each agent uid's private /tmp and /dev/shm; None: the host's (swept per uid instead)."""
+        self.isolation = isolation or Isolation.same_uid()
+        self.live_roots = live_roots or LiveRoots()
+        """Shared with a replica supervisor: a uid is swept only when its last live root ends."""
         self.scratch_root = scratch_root
         self.scratch = ScratchDirs(scratch_root)
         self._spawner = SpawnThreads(_SPAWN_THREADS)
         self.launcher = launcher
         self.sampler = sampler
         self._interpreters = {
-            "python3": (config.python3, _resolve_program(config.python3, config.path)),
-            "node": (config.node, _resolve_program(config.node, config.path)),
+            "python3": (config.python3, self.resolve_program(config.python3, config.path)),
+            "node": (config.node, self.resolve_program(config.node, config.path)),
         }
         self._subreaper = host.is_child_subreaper()
         self._dispatches: set[RunState] = set()
+        self._sweeping: dict[int, trio.Event] = {}
+        """uid -> set while that uid is being swept."""
 
     @classmethod
     @asynccontextmanager
     async def open(
-        cls, config: RuntimeConfig, *, scratch_root: Path, launcher: Launcher | None = None
+        cls,
+        config: RuntimeConfig,
+        *,
+        scratch_root: Path,
+        launcher: Launcher | None = None,
+        isolation: Isolation | None = None,
+        live_roots: LiveRoots | None = None,
     ) -> AsyncIterator["Runner"]:
         """Start the shared sampler and scratch keeper; on exit stop every run still in flight.
 
         Interpreters are resolved to absolute paths here, once, not per
         dispatch, and so is the PDEATHSIG wrapper (a one-time test exec).
+        ``isolation`` decides the uid of every agent (default: covenant's own,
+        ``same-uid``); ``live_roots`` is the per-uid registry shared with
+        other supervisors of agent processes.
         """
         scratch_root = Path(scratch_root)
-        await trio.to_thread.run_sync(lambda: scratch_root.mkdir(parents=True, exist_ok=True, mode=0o700))
+        enforced = isolation is not None and isolation.enforced
+
+        def make_root() -> None:
+            scratch_root.mkdir(parents=True, exist_ok=True, mode=0o700)
+            # Agent uids must traverse to their own scratch dir (0700, theirs) but not list the others.
+            os.chmod(scratch_root, 0o711 if enforced else 0o700)
+
+        await trio.to_thread.run_sync(make_root)
         if config.pdeathsig:
             wrapper = await trio.to_thread.run_sync(host.pdeathsig_wrapper)
             if wrapper is None:
@@ -122,8 +160,15 @@ class Runner:
                     "`setpriv --pdeathsig` runs here; install util-linux's setpriv, or set "
                     "runtime.pdeathsig = false to accept it (docs/runtime.md, PDEATHSIG)"
                 )
+            if enforced:
+                await trio.to_thread.run_sync(partial(host.pdeathsig_wrapper, credentials=True))
+        mount_namespaces = None
+        if enforced:
+            mount_namespaces = await trio.to_thread.run_sync(cls._private_tmp, config, scratch_root, isolation)
         sampler = Sampler(config.sample_interval_ms)
-        runner = cls(config, scratch_root, launcher or ProcessGroupLauncher(), sampler)
+        runner = cls(
+            config, scratch_root, launcher or ProcessGroupLauncher(), sampler, isolation, live_roots, mount_namespaces
+        )
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(sampler.run)
@@ -143,6 +188,46 @@ class Runner:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(runner.scratch.close)
                 await trio.to_thread.run_sync(runner._spawner.close)
+                if mount_namespaces is not None:
+                    await trio.to_thread.run_sync(mount_namespaces.close)
+
+    @classmethod
+    def _private_tmp(cls, config: RuntimeConfig, scratch_root: Path, isolation: Isolation | None) -> MountNamespaces | None:
+        """Private /tmp and /dev/shm per agent uid when this host allows them (one probe namespace)."""
+        import covenant
+
+        needed = [str(scratch_root), sys.executable, os.path.dirname(covenant.__file__)]
+        needed += [p for p in (cls.resolve_program(config.python3, config.path),
+                               cls.resolve_program(config.node, config.path)) if p]
+        spaces = MountNamespaces(scratch_root.parent / "isolation" / "stage", needed)
+        problem = None
+        if not spaces.available():
+            problem = "covenant's credentialed exec helper is not available here (x86-64 only)"
+        else:
+            try:
+                spaces.namespace_for(0, 1, [])  # uid 0 is never an agent's: a probe, closed at once
+            except OSError as exc:
+                problem = str(exc)
+            spaces.close()
+        if problem is None:
+            return spaces
+        message = f"no private /tmp and /dev/shm for agents ({problem}); what agent uids leave there is removed after their runs"
+        log.warning("agents share the host's /tmp and /dev/shm", extra={"detail": message})
+        if isolation is not None:
+            isolation.problems.append(message)
+        return None
+
+    @staticmethod
+    def resolve_program(name: str, path: str) -> str | None:
+        """Absolute path of an interpreter: as given when absolute, else looked up on ``path``."""
+        if os.path.isabs(name):
+            return name if os.access(name, os.X_OK) and os.path.isfile(name) else None
+        found = shutil.which(name, path=path)
+        return os.path.abspath(found) if found else None
+
+    def interpreter(self, runtime: str) -> str | None:
+        """The absolute path of ``[runtime] python3`` or ``node`` (resolved at start), or None when missing."""
+        return self._interpreters[runtime][1]
 
     @property
     def in_flight(self) -> int:
@@ -178,11 +263,15 @@ class Runner:
 
     def _argv(self, agent: AgentSpec) -> list[str]:
         """The agent's command line by runtime; raise LaunchError naming what is missing."""
+        if agent.runtime == "workflow":
+            raise WorkflowNotSupported(
+                f"agent {agent.id} is a workflow agent ({agent.manifest_path}); workflows cannot run yet "
+                "(no workflow engine in this version): dispatch its steps' agents directly"
+            )
         if agent.runtime == "rune":
             raise LaunchError(
-                f"agent {agent.id} is a Rune package (runtime = \"rune\"): covenant validates and lists Rune "
-                "agents but this version cannot run them (docs/rune-packages.md); dispatch to a "
-                "python3, node or rust-bin agent instead"
+                f"agent {agent.id} is a Rune package (runtime = \"rune\"): the process runner does not spawn "
+                "Rune agents; the daemon and `covenant run` run them as replicas (docs/rune-packages.md)"
             )
         entry = agent.entry
         if entry is None:
@@ -203,16 +292,29 @@ class Runner:
         return [resolved, str(entry)]
 
     def _launch(
-        self, agent: AgentSpec, intent_id: str, argv: list[str], scratch: str | None
+        self,
+        agent: AgentSpec,
+        intent_id: str,
+        argv: list[str],
+        scratch: str | None,
+        cpu_ms: int,
+        creds: AgentCredentials | None,
     ) -> tuple[str | None, Launched | LaunchError | OSError]:
         """Make the scratch dir if none was ready, build the plan, spawn (blocking; any thread).
 
-        Returns the scratch dir with the process, or with the error, so the
-        caller can give the dir back either way.
+        ``intent_id`` is the run's marker (the intent's id for an agent, a
+        unique run id for a tool). Returns the scratch dir with the process,
+        or with the error, so the caller can give the dir back either way.
         """
         try:
             if scratch is None:
                 scratch = self.scratch.make()
+            mount_namespace = None
+            if creds is not None:
+                os.chown(scratch, creds.uid, creds.gid)  # its HOME and TMPDIR: 0700, the agent's own
+                if self.mount_namespaces is not None:
+                    needed = [str(agent.root), *([str(agent.entry)] if agent.entry else [])]
+                    mount_namespace = self.mount_namespaces.namespace_for(creds.uid, agent.resources.disk_mb, needed)
             env = agent_environment(
                 self.config, agent_id=agent.id, intent_id=intent_id, scratch=scratch, parent_env=os.environ
             )
@@ -221,26 +323,33 @@ class Runner:
                 env=env,
                 cwd=str(agent.root),
                 nice=PRIORITY_NICE[agent.settlement.priority],
-                rlimits=self._rlimits(agent),
+                rlimits=self._rlimits(agent, cpu_ms, creds),
                 isolate_network=agent.resources.network == "off",
                 network_required=self.config.network_enforcement == "strict",
                 pdeathsig=self.config.pdeathsig,
+                credentials=creds,
+                mount_namespace=mount_namespace,
             )
             return scratch, self.launcher.launch(plan)
         except (LaunchError, OSError) as exc:
             return scratch, exc
 
-    def _rlimits(self, agent: AgentSpec) -> dict[int, tuple[int, int]]:
-        wall_ms, cpu_ms = self._budgets(agent)
+    def _rlimits(self, agent: AgentSpec, cpu_ms: int, creds: AgentCredentials | None) -> dict[int, tuple[int, int]]:
         # A per-process backstop a little above the tree budget the sampler enforces:
         # SIGXCPU at the soft limit, SIGKILL from the kernel at the hard one.
         cpu_s = math.ceil(cpu_ms / 1000) + 1
         fsize = agent.resources.disk_mb * _MIB
-        return {
+        limits = {
             resource.RLIMIT_CPU: (cpu_s, cpu_s + 1),
             resource.RLIMIT_FSIZE: (fsize, fsize),
             resource.RLIMIT_CORE: (0, 0),
         }
+        if creds is not None:
+            # Counted by the kernel per real uid: a fork bomb of the agent's whole tree (and of
+            # every concurrent run of it) stops here. Same-uid agents would count covenant's own.
+            nproc = self.isolation.max_processes
+            limits[resource.RLIMIT_NPROC] = (nproc, nproc)
+        return limits
 
     async def run(
         self, agent: AgentSpec, payload: dict[str, Any], *, on_spawned: SpawnHook | None = None
@@ -271,24 +380,17 @@ class Runner:
             "runtime": agent.runtime,
             "limits": limits,
             "started_at": started_at,
+            "isolation": self.isolation.mode,
         }
-        scratch: str | None = None
         argv: list[str] = []
+        wall_ms, cpu_ms = self._budgets(agent)
         try:
             argv = self._argv(agent)
-            scratch = self.scratch.take()
-            if self._dispatches:
-                # Others are in flight: spawn off the loop so they are served meanwhile.
-                scratch, launched = await self._spawner.run(self._launch, agent, intent_id, argv, scratch)
-            else:
-                scratch, launched = self._launch(agent, intent_id, argv, scratch)
-            if isinstance(launched, Exception):
-                raise launched
+            scratch, launched, creds = await self._spawn(agent, intent_id, argv, cpu_ms)
         except (LaunchError, OSError) as exc:
-            if scratch is not None:
-                await self.scratch.give_back(scratch)
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare agent {agent.id}: {exc}"
             log.warning("spawn failed", extra={"agent": agent.id, "intent": intent_id, "detail": message})
+            outcome = "workflow_not_supported" if isinstance(exc, WorkflowNotSupported) else "spawn_failed"
             return DispatchRecord(
                 **base,
                 argv=argv,
@@ -296,7 +398,7 @@ class Runner:
                 ended_at=iso_now(),
                 exit_code=None,
                 signal=None,
-                outcome="spawn_failed",
+                outcome=outcome,
                 error=message,
                 duration_ms=int((time.monotonic() - t0) * 1000),
                 cpu_ms=0,
@@ -308,27 +410,92 @@ class Runner:
                 network_enforced=False,
             )
 
-        wall_ms, cpu_ms = self._budgets(agent)
         dispatch = RunState(agent, intent_id, launched, limits, wall_ms / 1000, cpu_ms)
-        self._dispatches.add(dispatch)
-        self.sampler.register(dispatch.tree, dispatch.check_limits)
-        scratch_bytes = 0
-        try:
-            try:
-                await self._supervise(dispatch, intent_line(payload), on_spawned)
-            except BaseException:
-                dispatch.decide("cancelled", "the run was cancelled by its caller")
-                raise
-            finally:
-                with trio.CancelScope(shield=True):
-                    await self._finish(dispatch)
-                    scratch_bytes = await self.scratch.give_back(scratch)
-        finally:
-            self.sampler.unregister(dispatch.tree)
-            self._dispatches.discard(dispatch)
+        if creds is not None:
+            base["uid"] = creds.uid
+        scratch_bytes = await self._run_to_end(dispatch, scratch, creds, intent_line(payload), on_spawned)
         if dispatch.hook_error is not None:
             raise dispatch.hook_error
         return build_record(dispatch, base, t0, scratch_bytes, self.config.stderr_tail_bytes)
+
+    async def run_tool(
+        self, agent: AgentSpec, argv: Sequence[str], document: bytes, *, run_id: str, wall_ms: int
+    ) -> ToolRun:
+        """Run a process tool of ``agent`` once: ``document`` on stdin, one JSON document expected on stdout.
+
+        The tool mode of the runner (docs/tools.md): the same launch plan as
+        the agent's own processes (its environment allowlist, memory and disk
+        limits, nice, network, PDEATHSIG, process group, scratch dir as
+        HOME/TMPDIR, cwd the package folder), the same sampler and kill
+        ladder; only the budgets differ: ``wall_ms`` of wall-clock time from
+        release, and as much CPU time. ``run_id`` marks every process of the
+        run (``COVENANT_INTENT_ID``) and must be unique among runs in flight.
+        Never raises for a fault of the tool; on cancellation the tree is torn
+        down (shielded) and Cancelled propagates.
+        """
+        t0 = time.monotonic()
+        cpu_ms = wall_ms
+        try:
+            scratch, launched, creds = await self._spawn(agent, run_id, list(argv), cpu_ms)
+        except (LaunchError, OSError) as exc:
+            message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare the tool: {exc}"
+            log.warning("tool spawn failed", extra={"agent": agent.id, "intent": run_id, "detail": message})
+            return ToolRun.spawn_failed(list(argv), message, t0)
+        limits = {**self._limits(agent), "wall_ms": wall_ms, "cpu_ms": cpu_ms}
+        run = RunState(agent, run_id, launched, limits, wall_ms / 1000, cpu_ms)
+        scratch_bytes = await self._run_to_end(run, scratch, creds, document, None)
+        return tool_run_record(run, t0, scratch_bytes, self.config.stderr_tail_bytes)
+
+    async def _spawn(
+        self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int
+    ) -> tuple[str, Launched, AgentCredentials | None]:
+        """Claim the agent's uid, take (or make) a scratch dir and start the process.
+
+        On failure the uid and the dir are given back and the error is raised.
+        """
+        creds = await self._claim_uid(agent.id)
+        scratch = self.scratch.take()
+        if self._dispatches:
+            # Others are in flight: spawn off the loop so they are served meanwhile.
+            made, launched = await self._spawner.run(self._launch, agent, marker, argv, scratch, cpu_ms, creds)
+        else:
+            made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds)
+        if isinstance(launched, Exception):
+            with trio.CancelScope(shield=True):
+                if creds is not None:
+                    await self._release_uid(creds, agent.id, marker)
+                if made is not None:
+                    await self.scratch.give_back(made)
+            raise launched
+        assert made is not None
+        return made, launched, creds
+
+    async def _run_to_end(
+        self, d: RunState, scratch: str, creds: AgentCredentials | None, stdin: bytes, on_spawned: SpawnHook | None
+    ) -> int:
+        """Supervise a started run until its whole tree is gone; return the bytes it left behind.
+
+        Those are what is left in its scratch dir, plus, when it was the last
+        live run of its uid, what the uid left in the shared temp dirs.
+        """
+        self._dispatches.add(d)
+        self.sampler.register(d.tree, d.check_limits)
+        scratch_bytes = 0
+        try:
+            try:
+                await self._supervise(d, stdin, on_spawned)
+            except BaseException:
+                d.decide("cancelled", "the run was cancelled by its caller")
+                raise
+            finally:
+                with trio.CancelScope(shield=True):
+                    await self._finish(d)
+                    left_bytes = await self._release_uid(creds, d.agent.id, d.intent_id) if creds is not None else 0
+                    scratch_bytes = await self.scratch.give_back(scratch) + left_bytes
+        finally:
+            self.sampler.unregister(d.tree)
+            self._dispatches.discard(d)
+        return scratch_bytes
 
     async def _supervise(self, d: RunState, line: bytes, on_spawned: SpawnHook | None) -> None:
         """Release the agent, then feed, read and watch until the root exits or a limit is crossed.
@@ -375,7 +542,7 @@ class Runner:
             with trio.move_on_at(d.deadline):
                 await d.wake.wait()
             if d.verdict is None and d.launched.status is None:
-                wall_ms = self._budgets(d.agent)[0]
+                wall_ms = round(d.wall_s * 1000)
                 d.decide("timeout", f"the agent did not finish within its wall-clock budget of {wall_ms} ms")
             await self._terminate(d)
             with trio.move_on_after(_PIPE_DRAIN_S):
@@ -522,6 +689,59 @@ class Runner:
                 )
                 return
         d.swept = True
+
+    async def _claim_uid(self, agent_id: str) -> AgentCredentials | None:
+        """The agent's credentials, registered as a live root of its uid before anything runs as it.
+
+        Waits while a sweep of that uid is under way (it would kill the new run).
+        """
+        if not self.isolation.enforced:
+            return None
+        creds = self.isolation.known_credentials(agent_id)
+        if creds is None:  # first run of this agent: the allocation table is written
+            creds = await trio.to_thread.run_sync(self.isolation.credentials_for, agent_id)
+        assert creds is not None
+        while (sweeping := self._sweeping.get(creds.uid)) is not None:
+            await sweeping.wait()
+        self.live_roots.add(creds.uid)
+        return creds
+
+    async def _release_uid(self, creds: AgentCredentials, agent_id: str, intent_id: str) -> int:
+        """The run's tree is gone: if it was the last live root of its uid, sweep the uid.
+
+        Kills every process still running as the uid (escapes that left the
+        tree: setsid, double fork, emptied environment), reaps those covenant
+        adopted, and removes what the uid left in :data:`SHARED_TMP_DIRS`;
+        returns those bytes (they count as the dispatch's disk use). New runs
+        of the uid wait until the sweep is over.
+        """
+        if not self.live_roots.remove(creds.uid):
+            return 0
+        done = self._sweeping[creds.uid] = trio.Event()
+        try:
+            killed = await trio.to_thread.run_sync(uidkill.kill_uid, creds.uid, creds.gid)
+            if not killed:
+                log.error("cannot sweep agent uid", extra={"agent": agent_id, "intent": intent_id, "uid": creds.uid})
+            self._reap_adopted()
+            if self.mount_namespaces is not None:
+                return await trio.to_thread.run_sync(self.mount_namespaces.collect, creds.uid)
+            return await trio.to_thread.run_sync(remove_owned_entries, SHARED_TMP_DIRS, creds.uid)
+        finally:
+            del self._sweeping[creds.uid]
+            done.set()
+
+    def _reap_adopted(self) -> None:
+        """Reap the zombies covenant adopted as child subreaper (never the root of a live run)."""
+        roots = {o.launched.pid for o in self._dispatches}
+        for pid in _procfs.thread_children(os.getpid()):
+            if pid in roots:
+                continue
+            stat = _procfs.read_stat(pid)
+            if stat is not None and stat.state == "Z":
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                except ChildProcessError:
+                    pass
 
     async def _finish(self, d: RunState) -> None:
         """Make sure the tree is gone and our ends are closed (also on cancellation)."""

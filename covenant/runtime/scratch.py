@@ -21,7 +21,7 @@ from pathlib import Path
 
 import trio
 
-__all__ = ["ScratchDirs", "measure_and_remove"]
+__all__ = ["ScratchDirs", "measure_and_remove", "remove_owned_entries"]
 
 _SPARE = 8
 """Fresh dirs kept ready: enough for a burst of concurrent dispatches."""
@@ -39,6 +39,36 @@ def measure_and_remove(path: str) -> int:
             except OSError:
                 continue
     shutil.rmtree(path, ignore_errors=True)
+    return total
+
+
+def remove_owned_entries(dirs: tuple[str, ...], uid: int) -> int:
+    """Remove every entry directly in ``dirs`` that ``uid`` owns; return their total size (blocking).
+
+    For shared world-writable dirs (``/tmp``, ``/dev/shm``) after an agent
+    uid's last run: what it left there is measured and removed.
+    """
+    total = 0
+    for parent in dirs:
+        try:
+            entries = list(os.scandir(parent))
+        except OSError:
+            continue
+        for entry in entries:
+            try:
+                st = entry.stat(follow_symlinks=False)
+            except OSError:
+                continue
+            if st.st_uid != uid:
+                continue
+            if entry.is_dir(follow_symlinks=False):
+                total += measure_and_remove(entry.path)
+            else:
+                total += st.st_size
+                try:
+                    os.unlink(entry.path)
+                except OSError:
+                    pass
     return total
 
 

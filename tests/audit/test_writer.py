@@ -114,11 +114,22 @@ async def test_fsync_eio_fails_closed(tmp_path: Path, key: Ed25519PrivateKey) ->
         assert acked == [2]  # nothing of the failed batch (nor anything queued behind it) was acknowledged
         assert errors == ["audit_unavailable"] * 10
         assert not log.healthy and log.failure is not None and "Input/output error" in log.failure
-        # From now on: refused at once, even after the disk "recovers".
+        # Refused at once while the log is down, even when the disk is already good again.
         sync.armed = False
         with pytest.raises(AuditUnavailable) as info:
             await log.record("intent.received", {"n": 99})
         assert info.value.exit_code == 5 and info.value.http_status == 503
+        # It reopens the log from disk by itself, and says so in the log.
+        with trio.fail_after(30):
+            while not log.healthy:
+                await trio.sleep(0.05)
+        resumed_at = await log.record("intent.received", {"n": 100})
+    records = [parse_record(line)[0] for line in read_lines(segment(tmp_path))]
+    resume = [r for r in records if r["type"] == "audit.resume"]
+    assert len(resume) == 1 and resume[0]["seq"] < resumed_at
+    assert resume[0]["data"]["refused"] == 11 and "Input/output error" in resume[0]["data"]["error"]
+    assert resume[0]["data"]["down_ms"] >= 0
+    assert verify_log(tmp_path, key.public_key()).ok
     # Reopening starts over on a good disk; the log verifies.
     async with AuditLog.open(tmp_path, key, AuditConfig()) as log:
         assert log.healthy
@@ -207,3 +218,43 @@ async def test_heartbeat_checkpoint_when_idle(tmp_path: Path, key: Ed25519Privat
     types = [parse_record(x)[0]["type"] for x in read_lines(segment(tmp_path))]
     assert "audit.heartbeat" in types
     assert verify_log(tmp_path, key.public_key()).ok
+
+
+async def test_bytes_appended_under_a_live_writer_are_sealed_out_of_the_chain(
+    tmp_path: Path, key: Ed25519PrivateKey
+) -> None:
+    foreign = b'{"data":{"forged":true},"prev":"00","seq":4,"ts":"x","type":"grant.added","v":1}\n'
+    async with AuditLog.open(tmp_path, key, AuditConfig()) as log:
+        await log.record("daemon.start", {"pid": 1})
+        with open(segment(tmp_path), "ab") as f:  # someone else writes to the open segment
+            f.write(foreign)
+        after = await log.record("intent.received", {"n": 1})
+        assert log.healthy
+    assert segment(tmp_path).read_bytes().endswith(foreign)  # the evidence stays where it was written
+    first = parse_record(read_lines(segment(tmp_path, 1))[0])[0]
+    assert first["type"] == "audit.segment"
+    assert first["data"]["sealed_bytes"] == len(foreign)
+    assert first["data"]["sealed_sha256"] == hashlib.sha256(foreign).hexdigest()
+    assert first["data"]["previous_bytes"] == segment(tmp_path).stat().st_size - len(foreign)
+    report = verify_log(tmp_path, key.public_key())
+    assert report.ok and report.records > after
+    assert any("not part of the log" in w and str(len(foreign)) in w for w in report.warnings), report.warnings
+    # The daemon restarts on it and carries on.
+    async with AuditLog.open(tmp_path, key, AuditConfig()) as log:
+        await log.record("daemon.start", {"pid": 2})
+    assert verify_log(tmp_path, key.public_key()).ok
+    # The sealed bytes are pinned by the signed record: changing them afterwards is caught.
+    path = segment(tmp_path)
+    path.write_bytes(path.read_bytes()[:-3] + b"}}\n")
+    report = verify_log(tmp_path, key.public_key())
+    assert not report.ok and report.first_problem is not None and report.first_problem.segment == path.name
+
+
+async def test_a_cut_tail_is_reported_by_verify(tmp_path: Path, key: Ed25519PrivateKey) -> None:
+    await write_events(tmp_path, key, sequential=2)
+    with open(segment(tmp_path), "ab") as f:
+        f.write(b'{"hello":"foreign"}\n')
+    async with AuditLog.open(tmp_path, key, AuditConfig()) as log:
+        assert log.recovered is not None
+    report = verify_log(tmp_path, key.public_key())
+    assert report.ok and any("audit.recover" in w for w in report.warnings), report.warnings

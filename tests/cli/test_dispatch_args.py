@@ -30,7 +30,7 @@ def test_click_command_is_built_from_the_table() -> None:
 
 def args(**overrides: object) -> DispatchArgs:
     base: dict[str, object] = {"home": None, "text": "hi", "agent_id": None, "priority": "normal", "parent": None,
-                               "as_json": False, "dry_run": False}
+                               "as_json": False, "dry_run": False, "session_id": None, "stream": False}
     return DispatchArgs(**{**base, **overrides})  # type: ignore[arg-type]
 
 
@@ -40,6 +40,7 @@ def args(**overrides: object) -> DispatchArgs:
     (["dispatch", "--priority", "high", "hi", "--json", "--dry-run"], args(priority="high", as_json=True, dry_run=True)),
     (["dispatch", "--parent", "p1", "hi", "--agent", "x", "--agent", "y"], args(parent="p1", agent_id="y")),
     (["--home", "/h", "dispatch", "hi there"], args(home="/h", text="hi there")),
+    (["dispatch", "hi", "--session", "s-1.x", "--stream"], args(session_id="s-1.x", stream=True)),
 ])
 def test_plain_invocations_take_the_fast_path(argv: list[str], expected: DispatchArgs) -> None:
     assert parse_fast(argv, {}) == expected

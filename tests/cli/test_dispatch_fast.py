@@ -93,12 +93,12 @@ def test_home_option_before_dispatch(daemon: DaemonProcess, tmp_path: Path) -> N
     fast = run_fast(env, "--home", str(daemon.home), "dispatch", "via home", "--agent", "echo@local")
     assert "click" not in fast.modules
     assert (fast.returncode, fast.stdout) == (0, "via home\n"), fast.stderr
-    # Without COVENANT_SOCKET the socket is <home>/covenant.sock: --home decides where the CLI looks.
+    # Without COVENANT_SOCKET the socket is <home>/run/covenant.sock: --home decides where the CLI looks.
     other = tmp_path / "other-home"
     env.pop("COVENANT_SOCKET")
     fast, slow = fast_and_click(env, "--home", str(other), "dispatch", "hi")
     assert fast.returncode == 5
-    assert f"no one listens on {other / 'covenant.sock'}" in fast.stderr
+    assert f"no one listens on {other / 'run' / 'covenant.sock'}" in fast.stderr
     same_output(fast, slow)
 
 

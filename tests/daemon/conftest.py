@@ -19,6 +19,7 @@ import psutil
 import pytest
 
 from covenant.client import DaemonClient, DaemonUnreachable
+from tests.conftest import traversable_tmpdir
 
 TEST_AGENTS = Path(__file__).parent / "agents"
 REPO = Path(__file__).resolve().parents[2]
@@ -144,8 +145,13 @@ def agent_processes(home: Path) -> list[psutil.Process]:
 
 @pytest.fixture
 def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    """An initialised home with its own socket dir (short path, world-traversable for uid tests)."""
-    home = tmp_path / "home"
+    """An initialised home with its own socket dir (short path, world-traversable for uid tests).
+
+    The home lives in a 0711 dir under /tmp, not in pytest's 0700 tmp_path: run
+    as root, the daemon starts agents as other uids, which must reach agents/.
+    """
+    base = traversable_tmpdir()
+    home = base / "home"
     sock_dir = Path(tempfile.mkdtemp(prefix="cov-"))
     os.chmod(sock_dir, 0o755)
     env = {
@@ -164,3 +170,4 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
         proc.process.kill()
         proc.process.wait()
     shutil.rmtree(sock_dir, ignore_errors=True)
+    shutil.rmtree(base, ignore_errors=True)

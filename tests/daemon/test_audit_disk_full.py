@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -51,10 +52,12 @@ def fill(path: Path) -> None:
 
 
 def test_full_audit_disk_refuses_dispatches_and_no_agent_runs_unaudited(
-    daemon: DaemonProcess, small_audit_disk: Path, tmp_path: Path
+    daemon: DaemonProcess, small_audit_disk: Path
 ) -> None:
-    marks = tmp_path / "marks"
+    # Beside the home (agent uids reach it), writable by the agent's uid.
+    marks = daemon.home.parent / "marks"
     marks.mkdir()
+    marks.chmod(0o777)
     daemon.add_agent("mark", "mark.py", keywords=("mark",))
     daemon.start()
     first = json.loads(daemon.cli("dispatch", f"mark {marks}", "--json", check=True).stdout)
@@ -78,10 +81,17 @@ def test_full_audit_disk_refuses_dispatches_and_no_agent_runs_unaudited(
     assert again.returncode == 5 and "audit" in again.stderr
     assert {p.name for p in marks.iterdir()} == ran  # refused before anything was spawned
 
-    daemon.stop()
+    # Space comes back: the daemon reopens the log by itself, no restart.
     (small_audit_disk / "filler").unlink()
-    daemon.start()  # recovers the torn tail the failed write left, if any
+    deadline = time.monotonic() + 90  # first retry after 1 s, then 2, 4, ...: bounds a broken run only
+    while not status(daemon)["audit"]["healthy"]:
+        assert time.monotonic() < deadline, daemon.log()
+        time.sleep(0.2)
+    resumed = json.loads(daemon.cli("dispatch", f"mark {marks}", "--json", check=True).stdout)
+    assert resumed["outcome"] == "ok"
+    acknowledged.append(resumed["intent_id"])
     assert daemon.stop() == 0
+    assert "Traceback" not in daemon.log()
     verify = daemon.cli("audit", "verify")
     assert verify.returncode == 0, verify.stdout + verify.stderr
     records = audit_records(daemon)
@@ -89,3 +99,20 @@ def test_full_audit_disk_refuses_dispatches_and_no_agent_runs_unaudited(
     completed = {r["data"]["intent"] for r in records if r["type"] == "intent.completed"}
     assert ran <= spawned  # no agent ran without its agent.spawned being durable first
     assert set(acknowledged) <= completed  # nothing acknowledged is lost
+    resume = [r for r in records if r["type"] == "audit.resume"]
+    assert len(resume) == 1 and resume[0]["data"]["refused"] >= 2 and "No space left" in resume[0]["data"]["error"]
+
+
+def test_sigterm_and_start_on_a_full_audit_disk_end_cleanly(daemon: DaemonProcess, small_audit_disk: Path) -> None:
+    daemon.start()
+    fill(small_audit_disk / "filler")
+    deadline = time.monotonic() + 60
+    while daemon.cli("dispatch", "anything").returncode != 5 or status(daemon)["audit"]["healthy"]:
+        assert time.monotonic() < deadline, daemon.log()
+    assert daemon.stop() == 0  # drained: nothing was in flight
+    assert "Traceback" not in daemon.log()
+    assert "daemon.stop could not be recorded" in daemon.log()
+
+    started = daemon.cli("daemon", timeout=60)  # in the foreground: it must refuse and exit by itself
+    assert started.returncode == 5, started.stdout + started.stderr
+    assert "Traceback" not in started.stderr and "free space" in started.stderr, started.stderr

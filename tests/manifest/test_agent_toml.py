@@ -8,6 +8,7 @@ from pathlib import Path
 import pytest
 
 from covenant.manifest.agent_toml import key_line, load_agent_toml
+from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.problems import ManifestError, Problem
 from tests.manifest.helpers import VALID_TOML, write_agent
 
@@ -187,14 +188,37 @@ def test_missing_rust_binary_suggests_cargo_build(tmp_path: Path) -> None:
     assert "cargo build --release" in problem.message
 
 
-def test_entry_resolves_relative_to_the_manifest_folder_or_absolute(tmp_path: Path) -> None:
+def test_entry_resolves_relative_to_the_manifest_folder_or_absolute_when_allowed(tmp_path: Path) -> None:
     (tmp_path / "pkg" / "bin").mkdir(parents=True)
     (tmp_path / "pkg" / "bin" / "run.py").write_text("")
     spec = load_agent_toml(write_agent(tmp_path / "pkg", VALID_TOML.replace('"main.py"', '"bin/run.py"')))
     assert spec.entry == tmp_path / "pkg" / "bin" / "run.py"
     absolute = str(tmp_path / "pkg" / "bin" / "run.py")
-    spec = load_agent_toml(write_agent(tmp_path / "other", VALID_TOML.replace('"main.py"', f'"{absolute}"')))
+    other = write_agent(tmp_path / "other", VALID_TOML.replace('"main.py"', f'"{absolute}"'))
+    spec = load_agent_toml(other, ManifestLimits(allow_system_entries=True))
     assert spec.entry == Path(absolute)
+
+
+@pytest.mark.parametrize(
+    ("entry", "fragment"),
+    [
+        ("/bin/sh", "is an absolute path"),
+        ("../outside.py", "climbs out with '..'"),
+        ("sub/../../outside.py", "climbs out with '..'"),
+        ("link.py", "a symlink"),
+    ],
+)
+def test_an_entry_outside_the_package_folder_is_refused(tmp_path: Path, entry: str, fragment: str) -> None:
+    (tmp_path / "outside.py").write_text("print('x')\n")
+    (tmp_path / "pkg").mkdir()
+    os.symlink(tmp_path / "outside.py", tmp_path / "pkg" / "link.py")
+    manifest = write_agent(tmp_path / "pkg", VALID_TOML.replace('"main.py"', f'"{entry}"'))
+    with pytest.raises(ManifestError) as info:
+        load_agent_toml(manifest)
+    (problem,) = info.value.problems
+    assert problem.field == "agent.entry" and fragment in problem.message
+    assert "allow_system_entries = true" in problem.message
+    assert load_agent_toml(manifest, ManifestLimits(allow_system_entries=True)).entry is not None
 
 
 def test_key_line_finds_keys_in_their_section() -> None:

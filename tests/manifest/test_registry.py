@@ -49,6 +49,53 @@ def test_hidden_entries_and_other_files_are_ignored(tmp_path: Path) -> None:
     (agents / "empty-dir").mkdir()
     registry = scan_agents(agents)
     assert registry.problems == [] and list(registry.agents) == ["a@local"]
+    assert {n.path.name for n in registry.notes} == {"README.md", "empty-dir", "main.py"}  # main.py: a.toml's entry
+    assert all(n.message.startswith("info: ignored") for n in registry.notes)
+
+
+WORKFLOW_FOLDER = """\
+name: pipeline
+version: 0.1.0
+steps:
+  - id: first
+    agent_ref: local://helper
+"""
+
+
+def test_a_workflow_folder_is_an_agent_and_loads_the_packages_below_it(tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    flow = agents / "flow"
+    write_rune(flow / "helper")
+    write_rune(flow / "broken", "name: [\n")
+    (flow / "workflow.yaml").write_text(WORKFLOW_FOLDER)
+    (flow / "notes.txt").write_text("x")
+    (flow / "stray").mkdir()
+    (flow / "helper" / "README.md").write_text("x")
+    registry = scan_agents(agents)
+    assert set(registry.agents) == {"pipeline@local", "helper@local"}
+    assert registry.agents["pipeline@local"].runtime == "workflow"
+    assert {p.path.parent.name for p in registry.problems} == {"broken"}  # one bad package hides nothing
+    assert {n.path.name for n in registry.notes} == {"notes.txt", "stray", "README.md"}
+    assert load_path(flow).id == "pipeline@local"
+
+
+def test_a_workflow_name_that_is_no_agent_name_is_refused(tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    (agents / "flow").mkdir(parents=True)
+    (agents / "flow" / "workflow.yaml").write_text(WORKFLOW_FOLDER.replace("name: pipeline", "name: My Pipeline"))
+    (problem,) = scan_agents(agents).problems
+    assert problem.field == "name" and problem.line == 1 and "lowercase" in problem.message
+
+
+def test_a_writable_workflow_folder_rejects_the_packages_below_it(tmp_path: Path) -> None:
+    agents = tmp_path / "agents"
+    flow = agents / "flow"
+    write_rune(flow / "helper")
+    (flow / "workflow.yaml").write_text(WORKFLOW_FOLDER)
+    os.chmod(flow, 0o777)
+    registry = scan_agents(agents)
+    assert registry.agents == {}
+    assert all("writable by group or others" in p.message for p in registry.problems)
 
 
 def test_one_bad_file_never_hides_the_others(tmp_path: Path) -> None:
@@ -184,7 +231,7 @@ def test_load_path_accepts_file_package_and_rune_folder(tmp_path: Path) -> None:
 
 def test_load_path_failures(tmp_path: Path) -> None:
     (tmp_path / "empty").mkdir()
-    with pytest.raises(ManifestError, match="neither agent.toml nor Runefile"):
+    with pytest.raises(ManifestError, match="holds no agent.toml, Runefile or workflow.yaml"):
         load_path(tmp_path / "empty")
     with pytest.raises(ManifestError, match="does not exist"):
         load_path(tmp_path / "absent.toml")

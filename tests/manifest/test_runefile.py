@@ -208,3 +208,108 @@ def test_unreadable_tool_file_is_an_io_error(tmp_path: Path) -> None:
     os.symlink(tmp_path / "nowhere.yaml", folder / "tools" / "dangling.yaml")
     problems = _problems(folder)
     assert any(p.message.startswith("io error:") for p in problems)
+
+
+MCP_RUNEFILE = VALID_RUNEFILE.replace("  - search_kb\n", "  - search_kb\n  - kb/lookup\n  - github/create_issue\n") + """\
+mcp_servers:
+  - name: kb
+    url: https://kb.example/mcp
+    headers:
+      Authorization: "Bearer ${KB_TOKEN}"
+"""
+
+
+def test_mcp_servers_and_mcp_toolset_entries(tmp_path: Path) -> None:
+    package = load_rune_package(write_rune(tmp_path, MCP_RUNEFILE))
+    (server,) = package.runefile.mcp_servers
+    assert (server.name, server.url, server.headers) == ("kb", "https://kb.example/mcp", {"Authorization": "Bearer ${KB_TOKEN}"})
+    spec = package.to_agent_spec()
+    assert spec.capabilities.required[-2:] == ("tool.mcp.kb.lookup", "tool.mcp.github.create_issue")
+    # github is not declared: it may be a [mcp.github] stdio server of covenant.toml, so a warning, never an error
+    assert len(spec.warnings) == 1 and "'github'" in spec.warnings[0] and "[mcp.github]" in spec.warnings[0]
+    assert tool_action("filesystem/read_file") == "tool.mcp.filesystem.read_file"
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "fragment"),
+    [
+        ("url: https://kb.example/mcp", "url: ftp://kb.example/mcp", "mcp_servers[0].url", "http:// or https://"),
+        ("url: https://kb.example/mcp", "url: kb.example", "mcp_servers[0].url", "http:// or https://"),
+        ("    url: https://kb.example/mcp\n", "", "mcp_servers[0].url", "required field is missing"),
+        ("name: kb", "name: KB", "mcp_servers[0].name", "lowercase"),
+        ("Authorization: \"Bearer ${KB_TOKEN}\"", "Authorization: 7", "mcp_servers[0].headers.Authorization", "must be a string"),
+        ("Authorization: \"Bearer ${KB_TOKEN}\"", "\"Bad Header\": x", "mcp_servers[0].headers", "not a valid HTTP header name"),
+        ("Authorization: \"Bearer ${KB_TOKEN}\"", "Authorization: \"Bearer ${KB-TOKEN}\"", "mcp_servers[0].headers", "not a variable reference"),
+        ("    headers:\n", "    timeout: 5\n    headers:\n", "mcp_servers[0].timeout", "unknown key"),
+        ("  - kb/lookup\n", "  - kb/Look.up\n", "toolset[2]", "server/tool"),
+        ("mcp_servers:", "mcp_server:", "mcp_server", "unknown key"),
+    ],
+)
+def test_bad_mcp_servers_are_refused_with_the_field(tmp_path: Path, old: str, new: str, field: str, fragment: str) -> None:
+    assert old in MCP_RUNEFILE
+    problems = _problems(write_rune(tmp_path, MCP_RUNEFILE.replace(old, new, 1)))
+    assert any(p.field == field and fragment in p.message for p in problems), problems
+
+
+def test_duplicate_mcp_server_is_refused(tmp_path: Path) -> None:
+    text = MCP_RUNEFILE + "  - name: kb\n    url: http://127.0.0.1:9/mcp\n"
+    (problem,) = _problems(write_rune(tmp_path, text))
+    assert problem.field == "mcp_servers[1].name" and "duplicate MCP server 'kb'" in problem.message
+
+
+INLINE_RUNEFILE = VALID_RUNEFILE.replace("  - search_kb\n", "  - search_kb\n  - delegate\n  - summarise\n") + """\
+tools:
+  - name: delegate
+    runtime: agent
+    agent_ref: local://worker
+    max_depth: 2
+    timeout_ms: 60000
+  - name: summarise
+    module: tools/search_kb.py
+"""
+
+
+def test_inline_tools_are_descriptors_like_files_in_tools(tmp_path: Path) -> None:
+    package = load_rune_package(write_rune(tmp_path, INLINE_RUNEFILE))
+    assert package.tools["delegate"].runtime == "agent" and package.tools["delegate"].agent_ref == "local://worker"
+    assert package.tools["summarise"].runtime == "process"
+    assert package.to_agent_spec().capabilities.required == ("tool.web_fetch", "tool.search_kb", "tool.delegate", "tool.summarise")
+
+
+@pytest.mark.parametrize(
+    ("old", "new", "field", "fragment"),
+    [
+        ("    runtime: agent\n    agent_ref: local://worker\n", "    runtime: agent\n", "tools[0]", "requires agent_ref"),
+        ("    module: tools/search_kb.py\n", "    module: ../outside.py\n", "tools[1].module", "leaves the package folder"),
+        ("    module: tools/search_kb.py\n", "    module: tools/missing.py\n", "tools[1].module", "does not exist"),
+        ("  - name: summarise\n", "  - name: summarise\n    runtime: wasm\n", "tools[1]", "not supported by this host"),
+        ("  - name: summarise\n", "  - name: summarise\n    runtime: container\n", "tools[1]", "not supported by this host"),
+        ("  - name: summarise\n", "  - name: summarise\n    sandbox: on\n", "tools[1].sandbox", "unknown key"),
+        ("  - name: summarise\n", "  - name: search_kb\n", "name", "also defined in"),  # filed at tools/search_kb.yaml
+        ("  - summarise\n", "  - web_fetch\n", "tools[1].name", "built-in rune@web-fetch"),
+    ],
+)
+def test_bad_inline_tools_are_refused_with_the_field(tmp_path: Path, old: str, new: str, field: str, fragment: str) -> None:
+    text = INLINE_RUNEFILE.replace(old, new, 1)
+    if "web_fetch" in new:
+        text = text.replace("  - name: summarise\n", "  - name: web_fetch\n")
+    problems = _problems(write_rune(tmp_path, text))
+    assert any(p.field == field and fragment in p.message for p in problems), problems
+
+
+@pytest.mark.parametrize("runtime", ["wasm", "container"])
+def test_wasm_and_container_tool_files_are_refused_at_load(tmp_path: Path, runtime: str) -> None:
+    tool = f"name: search_kb\nruntime: {runtime}\nmodule: tools/search_kb.py\n"
+    problems = _problems(write_rune(tmp_path, tools={"search_kb.yaml": tool}))
+    assert any(
+        p.path.name == "search_kb.yaml" and f"runtime {runtime!r} is not supported by this host" in p.message
+        for p in problems
+    ), problems
+
+
+@pytest.mark.parametrize("name", ["web_fetch", "memory_store", "shell_exec"])
+def test_a_custom_tool_with_a_builtin_action_is_refused(tmp_path: Path, name: str) -> None:
+    tool = f"name: {name}\nmodule: tools/search_kb.py\n"
+    runefile = VALID_RUNEFILE.replace("  - search_kb\n", f"  - {name}\n")
+    problems = _problems(write_rune(tmp_path, runefile, tools={"x.yaml": tool}))
+    assert any(p.field == "name" and f"tool.{name}" in p.message and "built-in" in p.message for p in problems), problems

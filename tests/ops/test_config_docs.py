@@ -6,7 +6,7 @@ import re
 
 from pydantic import BaseModel
 
-from covenant.config import Config
+from covenant.config import Config, ProviderConfig
 from tests.conftest import REPO_ROOT
 
 DOC = (REPO_ROOT / "docs" / "configuration.md").read_text()
@@ -53,6 +53,21 @@ def test_every_key_has_a_row_with_its_default() -> None:
             continue  # computed or unset by default: the row explains it in words
         if toml_default(field.default) not in rows[0]:
             problems.append(f"{section or '(top)'}.{name}: default {toml_default(field.default)} not in its row")
+    assert not problems, "\n".join(problems)
+
+
+def test_every_provider_key_has_a_row_with_its_default() -> None:
+    problems = []
+    rows = section_text(r"providers\.NAME").splitlines()
+    for name, field in ProviderConfig.model_fields.items():
+        row = [line for line in rows if line.startswith(f"| `{name}` |")]
+        if not row:
+            problems.append(f"providers.NAME.{name}: no table row")
+        elif field.is_required():
+            if "required" not in row[0]:
+                problems.append(f"providers.NAME.{name}: the row does not say it is required")
+        elif field.default is not None and toml_default(field.default) not in row[0]:
+            problems.append(f"providers.NAME.{name}: default {toml_default(field.default)} not in its row")
     assert not problems, "\n".join(problems)
 
 

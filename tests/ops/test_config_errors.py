@@ -61,8 +61,8 @@ def test_each_kind_of_bad_value_says_what_to_write(home: Home) -> None:
     path = home.config_path
     assert lines[:-1] == [
         f"{path}:1: agnets_dir: unknown key (did you mean 'agents_dir'? accepted keys here: agents_dir, socket, "
-        "default_agent, runtime, audit, policy, daemon, log)",
-        f"{path}:3: [runtime] env_allow: must be an array of strings, like [\"A\", \"B\"], got 'HOME'",
+        "default_agent, runtime, audit, policy, daemon, log, rune, providers, isolation)",
+        f"{path}:3: [runtime] env_allow: must be an array, [ … ], got 'HOME'",
         f"{path}:4: [runtime] pdeathsig: must be true or false (without quotes), got 'yes'",
         f"{path}:6: [daemon] queue_max: must be at least 0, got -1",
         f"{path}:7: [daemon] drain_timeout_s: must be a number (written without quotes), got 'soon'",
@@ -73,7 +73,7 @@ def test_each_kind_of_bad_value_says_what_to_write(home: Home) -> None:
 
 def test_a_section_written_as_a_value(home: Home) -> None:
     _write(home, "runtime = 5\n")
-    assert _message(home).splitlines()[0] == f"{home.config_path}:1: runtime: must be a table, got 5"
+    assert _message(home).splitlines()[0] == f"{home.config_path}:1: [runtime]: must be a table, got 5"
 
 
 def test_the_daemon_refuses_to_start_with_the_message_and_exit_2(home: Home) -> None:
@@ -93,3 +93,20 @@ def test_bad_toml_syntax_says_where_and_to_fix_it(home: Home) -> None:
     _write(home, "[daemon\n")
     with pytest.raises(ConfigError, match=r"covenant.toml: not valid TOML: .*line 1.*; fix the syntax there"):
         load_config(home)
+
+
+def test_provider_tables_and_whole_table_checks_name_their_table(home: Home) -> None:
+    _write(home, """\
+        [providers.local]
+        kind = "openai"
+        base_url = "ftp://x"
+        timeout = 5
+
+        [isolation]
+        uid_range = [5, 1]
+        """)
+    lines = _message(home).splitlines()
+    path = home.config_path
+    assert lines[0].startswith(f"{path}:3: [providers.local] base_url: 'ftp://x' must be an http:// or https:// URL")
+    assert lines[1].startswith(f"{path}:4: [providers.local] timeout: unknown key (did you mean 'timeout_s'?")
+    assert lines[2].startswith(f"{path}:6: [isolation]: uid_range = [5, 1]: must be [low, high]")

@@ -33,6 +33,8 @@ def test_every_documented_family_is_exported() -> None:
         "covenant_audit_fsync_seconds",
         "covenant_registry_agents",
         "covenant_registry_rejected_files",
+        "covenant_model_calls",
+        "covenant_model_tokens",
         "covenant_process_start_time_seconds",
         "covenant_build_info",
     } <= names
@@ -83,3 +85,17 @@ def test_each_instance_has_its_own_registry() -> None:
     a, b = Metrics(), Metrics()
     a.policy_denied("stale_intent")
     assert ("covenant_policy_denials_total", (("reason", "stale_intent"),)) not in samples(b)
+
+
+def test_model_calls_and_tokens_per_agent_and_provider() -> None:
+    m = Metrics()
+    m.observe_model_call("triage@local", "openai", "error", 0, 0)
+    m.observe_model_call("triage@local", "local", "ok", 120, 30)
+    m.observe_model_call("triage@local", "local", "ok", 80, 5)
+    s = samples(m)
+    labels = (("agent", "triage@local"), ("outcome", "error"), ("provider", "openai"))
+    assert s[("covenant_model_calls_total", labels)] == 1
+    assert s[("covenant_model_calls_total", (("agent", "triage@local"), ("outcome", "ok"), ("provider", "local")))] == 2
+    assert s[("covenant_model_tokens_total", (("agent", "triage@local"), ("direction", "input"), ("provider", "local")))] == 200
+    assert s[("covenant_model_tokens_total", (("agent", "triage@local"), ("direction", "output"), ("provider", "local")))] == 35
+    assert ("covenant_model_tokens_total", (("agent", "triage@local"), ("direction", "input"), ("provider", "openai"))) not in s

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -23,16 +24,17 @@ def covenant(home: Home, *args: str) -> subprocess.CompletedProcess[str]:
 
 
 def write_manifest(folder: Path, **resources: object) -> Path:
+    shutil.copy(AGENTS / "fault.py", folder / "fault.py")  # an entry lies inside its package folder
     lines = ["[agent]", 'id = "fault@local"', 'name = "fault"', 'version = "0.1.0"', 'runtime = "python3"',
-             f'entry = "{AGENTS / "fault.py"}"', "[resources]"]
+             'entry = "fault.py"', "[resources]"]
     lines += [f"{k} = {json.dumps(v)}" for k, v in resources.items()]
     path = folder / "fault.toml"
     path.write_text("\n".join(lines) + "\n")
     return path
 
 
-def test_run_prints_text_and_records(home: Home, tmp_path: Path) -> None:
-    manifest = write_manifest(tmp_path)
+def test_run_prints_text_and_records(home: Home, agent_reachable_dir: Path) -> None:
+    manifest = write_manifest(agent_reachable_dir)
     done = covenant(home, "run", str(manifest), "echo hello world")
     assert done.returncode == 0, done.stderr
     assert done.stdout == "hello world\n"
@@ -47,14 +49,14 @@ def test_run_prints_text_and_records(home: Home, tmp_path: Path) -> None:
 
 @pytest.mark.parametrize(("text", "code", "outcome"), [("error", 1, "agent_error"), ("exit 3", 4, "crashed"),
                                                         ("garbage", 4, "protocol_error")])
-def test_run_exit_codes(home: Home, tmp_path: Path, text: str, code: int, outcome: str) -> None:
-    done = covenant(home, "run", str(write_manifest(tmp_path)), text, "--json")
+def test_run_exit_codes(home: Home, agent_reachable_dir: Path, text: str, code: int, outcome: str) -> None:
+    done = covenant(home, "run", str(write_manifest(agent_reachable_dir)), text, "--json")
     assert done.returncode == code, done.stderr
     assert json.loads(done.stdout)["outcome"] == outcome
 
 
-def test_run_timeout_leaves_nothing(home: Home, tmp_path: Path) -> None:
-    done = covenant(home, "run", str(write_manifest(tmp_path, cpu_ms_per_task=300)), "escape stay", "--json")
+def test_run_timeout_leaves_nothing(home: Home, agent_reachable_dir: Path) -> None:
+    done = covenant(home, "run", str(write_manifest(agent_reachable_dir, cpu_ms_per_task=300)), "escape stay", "--json")
     assert done.returncode == 4
     record = json.loads(done.stdout)
     assert record["outcome"] == "timeout"

@@ -1,0 +1,157 @@
+"""``covenant sessions``: list, show, verify and remove Rune session transcripts.
+
+Reads ``<home>/state/sessions/<agent id>/<session id>.jsonl`` directly (no
+daemon needed). ``verify`` checks every record's hash and link as a replica
+does before it loads a session; it repairs nothing.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from covenant.cli._common import CliContext, fail, pass_cli, print_json
+from covenant.errors import ExitCode
+from covenant.rune.sessions import SessionCorrupt, Verified, session_path, valid_session_id, verify_file
+
+__all__ = ["sessions"]
+
+
+def _root(cli: CliContext) -> Path:
+    return cli.home.state_dir / "sessions"
+
+
+def _files(cli: CliContext, agent: str | None) -> list[tuple[str, str, Path]]:
+    root = _root(cli)
+    if not root.is_dir():
+        return []
+    agents = [agent] if agent else sorted(p.name for p in root.iterdir() if p.is_dir())
+    out = []
+    for agent_id in agents:
+        folder = root / agent_id
+        if folder.is_dir():
+            out += [(agent_id, p.stem, p) for p in sorted(folder.glob("*.jsonl"))]
+    return out
+
+
+def _check(path: Path) -> tuple[Verified | None, str | None]:
+    try:
+        return verify_file(path), None
+    except SessionCorrupt as exc:
+        return None, str(exc)
+    except OSError as exc:
+        return None, f"{path}: {exc.strerror or exc}"
+
+
+def _agent_id(agent: str) -> str:
+    return agent if "@" in agent else f"{agent}@local"
+
+
+def _path(cli: CliContext, agent: str, session: str) -> Path:
+    if not valid_session_id(session):
+        fail(f"session id {session!r}: use 1-128 of A-Za-z0-9._-", ExitCode.USAGE)
+    if "/" in agent or agent in (".", ".."):
+        fail(f"agent id {agent!r} is not valid", ExitCode.USAGE)
+    path = session_path(_root(cli), _agent_id(agent), session)
+    if not path.is_file():
+        fail(f"no session {session} for agent {_agent_id(agent)} (looked for {path})", ExitCode.USAGE)
+    return path
+
+
+@click.group()
+def sessions() -> None:
+    """Rune session transcripts under <home>/state/sessions/ (hash-linked JSON lines)."""
+
+
+@sessions.command("list")
+@click.option("--agent", metavar="ID", help="Only this agent's sessions.")
+@click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
+@pass_cli
+def list_sessions(cli: CliContext, agent: str | None, as_json: bool) -> None:
+    """List sessions: agent, session id, turns, bytes, and whether each verifies."""
+    rows: list[dict[str, Any]] = []
+    for agent_id, session, path in _files(cli, _agent_id(agent) if agent else None):
+        verified, problem = _check(path)
+        rows.append({
+            "agent": agent_id,
+            "session": session,
+            "turns": len(verified.turns) if verified else None,
+            "bytes": path.stat().st_size,
+            "valid": problem is None,
+            "torn_bytes": verified.torn_bytes if verified else None,
+            "problem": problem,
+        })
+    if as_json:
+        print_json(rows)
+        return
+    for row in rows:
+        state = "ok" if row["valid"] else "CORRUPT"
+        if row["valid"] and row["torn_bytes"]:
+            state = f"ok, torn tail {row['torn_bytes']} B"
+        turns = "-" if row["turns"] is None else row["turns"]
+        click.echo(f"{row['agent']:<24} {row['session']:<34} {turns:>5} turns {row['bytes']:>9} B  {state}")
+
+
+@sessions.command()
+@click.argument("agent")
+@click.argument("session")
+@click.option("--json", "as_json", is_flag=True, help="Print the verified records as JSON.")
+@pass_cli
+def show(cli: CliContext, agent: str, session: str, as_json: bool) -> None:
+    """Show a session's turns (only after it verifies; exit 1 when it does not)."""
+    verified, problem = _check(_path(cli, agent, session))
+    if verified is None:
+        fail(f"refused: {problem}", 1)
+    if as_json:
+        print_json(verified.records)
+        return
+    header = verified.header
+    click.echo(f"session {header.get('session')} of {header.get('agent')}, issuer {header.get('issuer')}")
+    for turn in verified.turns:
+        click.echo(f"--- intent {turn.get('intent')}")
+        for message in turn["messages"]:
+            content = message.get("content")
+            text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
+            calls = message.get("tool_calls") or []
+            names = ", ".join(str((c.get("function") or {}).get("name")) for c in calls if isinstance(c, dict))
+            click.echo(f"{message.get('role')}: {text}" + (f" [tool calls: {names}]" if names else ""))
+
+
+@sessions.command()
+@click.argument("agent", required=False)
+@click.argument("session", required=False)
+@pass_cli
+def verify(cli: CliContext, agent: str | None, session: str | None) -> None:
+    """Verify sessions (all, one agent's, or one). Exit 0 when all verify, 1 otherwise.
+
+    A torn tail (a last line cut by a crash mid-write) is reported, not counted
+    as corruption: the replica cuts it at the next load.
+    """
+    targets = [(_agent_id(agent), session, _path(cli, agent, session))] if agent and session else \
+        _files(cli, _agent_id(agent) if agent else None)
+    bad = 0
+    for agent_id, session_id, path in targets:
+        verified, problem = _check(path)
+        if verified is None:
+            bad += 1
+            click.echo(f"CORRUPT {agent_id} {session_id}: {problem}")
+        elif verified.torn_bytes:
+            click.echo(f"ok      {agent_id} {session_id}: {len(verified.records)} records, torn tail of {verified.torn_bytes} bytes")
+        else:
+            click.echo(f"ok      {agent_id} {session_id}: {len(verified.records)} records")
+    click.echo(f"{len(targets) - bad} of {len(targets)} sessions verify")
+    raise SystemExit(1 if bad else 0)
+
+
+@sessions.command()
+@click.argument("agent")
+@click.argument("session")
+@pass_cli
+def rm(cli: CliContext, agent: str, session: str) -> None:
+    """Remove one session transcript."""
+    path = _path(cli, agent, session)
+    path.unlink()
+    click.echo(f"removed {path}")

@@ -1,0 +1,120 @@
+"""The daemon's gateway for one replica: model and tool calls, on a socket only that replica reaches.
+
+``<home>/state/replicas/<agent id>/gateway.sock``, one per replica, served by
+the daemon. The calling agent is the one the socket belongs to — never a
+field of the body — and only intents the daemon has in flight on that
+replica are accepted (``unknown_intent`` otherwise). A peer other than the
+replica's own process is refused too.
+
+- ``POST /v1/model {"intent_id", "messages", "tools", "alias", "stream"}`` →
+  the model gateway (the key, the token budget, fallback, ``model.call``
+  audit): a ChatResult document, or with ``stream`` events ``token`` … then
+  ``result`` (or ``error``). Errors ``{"error": {"code", "message"}}``.
+- ``POST /v1/tool {"intent_id", "call_id", "name", "arguments"}`` → the tool
+  host (grants, ``tool.call`` audit): ``{"ok", "content", "error_code",
+  "error_message"}``; content is redacted per the agent's ``safety_policy``.
+"""
+
+from __future__ import annotations
+
+import logging
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, Protocol
+
+from covenant.manifest.model import AgentSpec
+from covenant.rune import wire
+from covenant.rune.gateway_client import MODEL_PATH, TOOL_PATH
+
+if TYPE_CHECKING:
+    from covenant.manifest.runefile import RunePackage
+
+__all__ = ["IntentContext", "GatewayCalls", "GatewayRefused", "ReplicaGateway"]
+
+log = logging.getLogger("covenant.rune")
+
+
+@dataclass
+class IntentContext:
+    """What the daemon knows of one intent in flight on a replica."""
+
+    intent_id: str
+    issuer_pubkey: str
+    agent: AgentSpec
+    package: RunePackage
+    deadline: float
+    """``trio.current_time()`` by which the intent must end."""
+    state: dict[str, Any] = field(default_factory=dict)
+    """Per-intent objects of the model and tool layers (the token budget)."""
+
+
+class GatewayCalls(Protocol):
+    """The daemon's model and tool layers as one replica sees them."""
+
+    async def model(
+        self, intent: IntentContext, body: dict[str, Any], on_token: Callable[[str], Awaitable[None]] | None
+    ) -> dict[str, Any]:
+        """A ChatResult document; raise :class:`GatewayRefused` with the outcome code."""
+
+    async def tool(self, intent: IntentContext, body: dict[str, Any]) -> dict[str, Any]:
+        """``{"ok", "content", "error_code", "error_message"}``."""
+
+
+class GatewayRefused(Exception):
+    def __init__(self, code: str, message: str, status: int = 422) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
+        self.status = status
+
+
+def _error(code: str, message: str) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}}
+
+
+class ReplicaGateway:
+    """Request handling of one replica's gateway socket."""
+
+    def __init__(self, agent_id: str, calls: GatewayCalls, intents: dict[str, IntentContext],
+                 replica_pid: Callable[[], int | None]) -> None:
+        self.agent_id = agent_id
+        self.calls = calls
+        self.intents = intents
+        self._replica_pid = replica_pid
+
+    async def handle(self, request: wire.Request) -> wire.JSONResponse | wire.EventStream:
+        pid = self._replica_pid()
+        if request.peer_pid is None or pid is None or request.peer_pid != pid:
+            log.warning("gateway call from a process that is not the replica",
+                        extra={"agent": self.agent_id, "peer_pid": request.peer_pid})
+            return wire.JSONResponse(403, _error("forbidden", "only the agent's replica may use this gateway"))
+        if request.method != "POST" or request.target not in (MODEL_PATH, TOOL_PATH):
+            return wire.JSONResponse(404, _error("not_found", f"no such endpoint: {request.method} {request.target}"))
+        body = request.body
+        if not isinstance(body, dict) or not isinstance(body.get("intent_id"), str):
+            return wire.JSONResponse(400, _error("bad_request", "the body must be a JSON object with intent_id"))
+        intent = self.intents.get(body["intent_id"])
+        if intent is None:
+            return wire.JSONResponse(
+                403, _error("unknown_intent", f"intent {body['intent_id']!r} is not in flight on {self.agent_id}")
+            )
+        if request.target == TOOL_PATH:
+            return wire.JSONResponse(200, await self.calls.tool(intent, body))
+        if not body.get("stream"):
+            try:
+                return wire.JSONResponse(200, await self.calls.model(intent, body, None))
+            except GatewayRefused as exc:
+                return wire.JSONResponse(exc.status, _error(exc.code, exc.message))
+
+        async def produce(emit: wire.Emit) -> None:
+            async def on_token(text: str) -> None:
+                await emit("token", {"text": text})
+
+            try:
+                result = await self.calls.model(intent, body, on_token)
+            except GatewayRefused as exc:
+                await emit("error", _error(exc.code, exc.message))
+                return
+            await emit("result", result)
+
+        return wire.EventStream(produce)

@@ -1,0 +1,150 @@
+"""One allowed intent to a Rune agent: invoke its replica, make the dispatch record.
+
+The daemon's verify → route → decide → audit path is the same as for any
+agent (:mod:`covenant.daemon.service`); this replaces only the one-shot
+runner. The intent's ``timeout_ms`` bounds the whole (the replica also gets
+the deadline), the answer is redacted per ``safety_policy`` (streamed
+tokens line by line), and every way it can end is an outcome of the record.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Awaitable, Callable, Iterable
+from typing import TYPE_CHECKING, Any
+
+import trio
+
+from covenant.clock import iso_now, now_ms
+from covenant.daemon.replica_gateway import IntentContext
+from covenant.daemon.replicas import ReplicaFailed, ReplicaSupervisor
+from covenant.manifest.model import AgentSpec
+from covenant.rune.conversation import new_session_id
+from covenant.rune.safety import LineRedactor, redact, still_secret
+from covenant.runtime.outcome import OUTCOMES, DispatchRecord
+
+if TYPE_CHECKING:
+    from covenant.manifest.runefile import RunePackage
+    from covenant.policy.intents import Intent
+
+__all__ = ["run_rune_intent", "StreamSink"]
+
+Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
+
+
+class StreamSink:
+    """Where a streamed dispatch's events go; ``open`` is called once, before the first event."""
+
+    def __init__(self, open_stream: Callable[[], Awaitable[None]], emit: Emit) -> None:
+        self._open_stream = open_stream
+        self._emit = emit
+        self.opened = False
+
+    async def open(self) -> None:
+        if not self.opened:
+            self.opened = True
+            await self._open_stream()
+
+    async def emit(self, event: str, data: dict[str, Any]) -> None:
+        await self.open()
+        await self._emit(event, data)
+
+
+def _relay(sink: StreamSink, policy: str, secrets: list[str]) -> tuple[Emit, Callable[[], Awaitable[None]]]:
+    """The replica's events to the client, tokens redacted a line at a time; and the final flush."""
+    redactor = LineRedactor(secrets) if policy != "none" else None
+
+    async def relay(event: str, data: dict[str, Any]) -> None:
+        if event == "token":
+            text = str(data.get("text") or "")
+            if redactor is not None:
+                text = redactor.feed(text)
+            if text:
+                await sink.emit("token", {"text": text})
+        elif event in ("tool_start", "tool_done"):
+            await sink.emit(event, data)
+
+    async def flush() -> None:
+        if redactor is not None:
+            rest = redactor.flush()
+            if rest:
+                await sink.emit("token", {"text": rest})
+
+    return relay, flush
+
+
+async def run_rune_intent(
+    replicas: ReplicaSupervisor,
+    intent: Intent,
+    agent: AgentSpec,
+    package: RunePackage,
+    *,
+    session_id: str | None,
+    secrets: Iterable[str],
+    sink: StreamSink | None,
+    cancel_scope: trio.CancelScope,
+) -> DispatchRecord:
+    """Run the intent on the agent's replica; never raises for a fault of the agent or its replica."""
+    rf = package.runefile
+    session_id = session_id or new_session_id()
+    started_at = iso_now()
+    t0 = time.monotonic()
+    secrets = list(secrets)
+    deadline_ms = now_ms() + rf.timeout_ms
+    context = IntentContext(intent.id, intent.issuer.pubkey, agent, package, trio.current_time() + rf.timeout_ms / 1000)
+    body = {"input": intent.text, "session_id": session_id, "intent_id": intent.id,
+            "issuer": intent.issuer.pubkey, "deadline_ms": deadline_ms}
+    relay, flush = (None, None) if sink is None else _relay(sink, rf.models.safety_policy, secrets)
+    outcome, error, document = "ok", None, {}
+    with cancel_scope:
+        with trio.move_on_after(rf.timeout_ms / 1000) as timer:
+            try:
+                document = await replicas.invoke(agent, package, body, context, emit=relay)
+            except ReplicaFailed as exc:
+                outcome = exc.outcome if exc.outcome in OUTCOMES else "protocol_error"
+                error, document = exc.message, exc.document
+        if timer.cancelled_caught:
+            outcome, error = "timeout", f"no answer within the agent's timeout_ms = {rf.timeout_ms}"
+    if cancel_scope.cancelled_caught:
+        outcome, error = "cancelled", "covenant stopped the intent: the daemon is shutting down"
+    text = (document.get("output") or {}).get("text") if outcome == "ok" else None
+    if text is not None and rf.models.safety_policy != "none":
+        text = redact(text, secrets)
+        if rf.models.safety_policy == "strict" and still_secret(text, secrets):
+            outcome, error, text = "unsafe_output", "the answer still matched a secret pattern after redaction (safety_policy: strict)", None
+    if flush is not None and outcome == "ok":
+        await flush()
+    replica = replicas.replicas.get(agent.id)
+    usage = document.get("usage") if isinstance(document.get("usage"), dict) else None
+    return DispatchRecord(
+        intent_id=intent.id,
+        agent_id=agent.id,
+        agent_version=agent.version,
+        runtime="rune",
+        argv=[],
+        limits={
+            "timeout_ms": rf.timeout_ms,
+            "max_steps": rf.max_steps,
+            "token_budget": rf.models.token_budget,
+            "request_timeout_ms": rf.runtime.request_timeout_ms,
+            "concurrency_limit": rf.runtime.concurrency_limit,
+            "resource_profile": rf.runtime.resource_profile,
+        },
+        pid=replica.pid if replica is not None else None,
+        started_at=started_at,
+        ended_at=iso_now(),
+        exit_code=None,
+        signal=None,
+        outcome=outcome,  # type: ignore[arg-type]
+        error=error,
+        duration_ms=int((time.monotonic() - t0) * 1000),
+        cpu_ms=0,
+        peak_rss_kib=0,
+        stdout_bytes=0,
+        scratch_peak_bytes=0,
+        stderr_tail="",
+        result={"intent_id": intent.id, "status": "ok", "text": text, "sources": []} if outcome == "ok" else None,
+        network_enforced=False,
+        session_id=document.get("session_id") if isinstance(document.get("session_id"), str) else session_id,
+        usage={k: v for k, v in usage.items() if type(v) is int} if usage else None,
+    )

@@ -1,0 +1,364 @@
+"""The daemon-held model gateway: every model call of every Rune agent goes through here.
+
+The replica sends its turn (neutral OpenAI-format messages and tools); the gateway picks the
+provider and model (:mod:`covenant.models.plan`), adds the key (read from the daemon's
+environment at call time, sent only as the provider's auth header), enforces the intent's token
+budget from the providers' usage, falls back between providers, and records one ``model.call``
+audit event per provider attempt. The key never appears in an audit event, a log line or an error
+message.
+
+Failure rules (docs/providers.md):
+
+- the budget already spent (``used >= limit``) → ``ModelError("token_budget_exceeded")`` and no
+  request; an answer that crosses the limit is returned, and the *next* call is refused;
+- no provider can be tried → ``provider_unavailable``;
+- connect error, timeout (``timeout_s``, connect to last byte), 429 or 5xx → with
+  ``next_provider`` the next provider is tried (a 429 whose ``retry-after`` is at most
+  :data:`RETRY_AFTER_MAX_S` is first retried once on the same provider); with ``fail``, or after
+  the last provider, ``provider_error`` naming every attempt;
+- any other HTTP error (400, 401, 404 …) or a malformed answer → ``provider_error`` at once;
+- a streamed answer that fails after text was already passed to ``on_token`` is not retried
+  elsewhere (the reader has seen it) → ``provider_error``.
+"""
+
+from __future__ import annotations
+
+import email.utils
+import json
+import logging
+import time
+from collections.abc import Awaitable, Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+import trio
+
+from covenant.audit.events import MODEL_CALL
+from covenant.config import ProviderConfig
+from covenant.models.adapter import Adapter
+from covenant.models.anthropic import AnthropicAdapter
+from covenant.models.openai import OpenAIAdapter
+from covenant.models.plan import ModelPlan, PlannedProvider, plan_models, usable_key
+from covenant.models.sse import iter_sse
+from covenant.models.validate import check_request
+from covenant.models.types import (
+    AgentModels,
+    Answer,
+    AuditSink,
+    CallObserver,
+    ChatResult,
+    ModelCall,
+    ModelError,
+    ProviderProtocolError,
+)
+
+__all__ = ["ModelGateway", "MODEL_CALL", "RETRY_AFTER_MAX_S", "TokenCallback"]
+
+RETRY_AFTER_MAX_S = 2.0
+"""A 429 is retried on the same provider only when its retry-after asks for at most this long."""
+
+TokenCallback = Callable[[str], Awaitable[None]]
+
+_ADAPTERS: dict[str, Adapter] = {"openai": OpenAIAdapter(), "anthropic": AnthropicAdapter()}
+_EXCERPT = 300
+_SHIELDED_RECORD_S = 10.0
+log = logging.getLogger("covenant.models")
+
+
+@dataclass
+class _Attempt:
+    """How one provider request ended."""
+
+    answer: Answer | None = None
+    http_status: int | None = None
+    reason: str = ""
+    may_fall_back: bool = False
+    retry_after: float | None = None
+    text_delivered: bool = False
+
+
+def _retry_after(value: str | None) -> float | None:
+    """Seconds from a retry-after header (delta-seconds or an HTTP date); None when absent or garbled."""
+    if not value:
+        return None
+    try:
+        return max(0.0, float(value))
+    except ValueError:
+        pass
+    try:
+        when = email.utils.parsedate_to_datetime(value)
+    except (TypeError, ValueError):
+        return None
+    return max(0.0, when.timestamp() - time.time())
+
+
+def _estimate(data: Any) -> int:
+    """Tokens by the common rule of thumb (one per 4 bytes), for a provider that reports no usage."""
+    return max(1, len(json.dumps(data, ensure_ascii=False).encode()) // 4)
+
+
+class ModelGateway:
+    """Model calls for every Rune agent of one daemon.
+
+    Example::
+
+        gateway = ModelGateway(config.providers, environ=os.environ, audit=audit_sink)
+        budget = TokenBudget(limit=50_000)
+        call = ModelCall(intent_id, "triage@local", AgentModels.from_runefile(runefile), budget)
+        result = await gateway.chat(call, messages, tools)
+        ...
+        await gateway.aclose()
+
+    ``environ`` is read at every call (a key set or rotated later is picked up). ``observe`` is
+    the metrics hook, called once per provider attempt. One ``httpx.AsyncClient`` per provider,
+    made on first use, keeps connections open between calls.
+    """
+
+    def __init__(
+        self,
+        providers: Mapping[str, ProviderConfig],
+        *,
+        environ: Mapping[str, str],
+        audit: AuditSink,
+        store_text: bool = False,
+        observe: CallObserver | None = None,
+    ) -> None:
+        self._providers = dict(providers)
+        self._environ = environ
+        self._audit = audit
+        self._store_text = store_text
+        self._observe = observe
+        self._clients: dict[str, httpx.AsyncClient] = {}
+
+    # --- configuration ---------------------------------------------------------------------------
+
+    def plan(self, models: AgentModels, alias: str | None = None) -> ModelPlan:
+        """Which provider and model a call would use now, which are skipped and why (for dry-run)."""
+        return plan_models(models, self._providers, self._environ, alias)
+
+    async def reconfigure(self, providers: Mapping[str, ProviderConfig]) -> None:
+        """Take a reloaded ``[providers]``; clients of changed or removed providers are closed."""
+        new = dict(providers)
+        stale = [name for name in self._clients if self._providers.get(name) != new.get(name)]
+        self._providers = new
+        for name in stale:
+            await self._clients.pop(name).aclose()
+
+    async def aclose(self) -> None:
+        clients, self._clients = list(self._clients.values()), {}
+        for client in clients:
+            await client.aclose()
+
+    def _client(self, name: str, config: ProviderConfig) -> httpx.AsyncClient:
+        client = self._clients.get(name)
+        if client is None:
+            client = httpx.AsyncClient(
+                timeout=httpx.Timeout(config.timeout_s),
+                limits=httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=config.max_connections),
+                # No proxies, no .netrc credentials from the daemon's environment: the only
+                # credential sent is the configured key.
+                trust_env=False,
+                follow_redirects=False,
+            )
+            self._clients[name] = client
+        return client
+
+    # --- calls -----------------------------------------------------------------------------------
+
+    async def chat(
+        self,
+        call: ModelCall,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        *,
+        on_token: TokenCallback | None = None,
+    ) -> ChatResult:
+        """One assistant turn for ``messages`` with ``tools`` offered; raises :class:`ModelError`.
+
+        ``messages`` and ``tools`` come from the replica and are checked first
+        (``invalid_request``, no request made).
+
+        With ``on_token`` the provider streams and each text delta is awaited through it as it
+        arrives; the returned :class:`ChatResult` is the same either way.
+        """
+        check_request(messages, tools)
+        budget = call.budget
+        if budget.spent:
+            raise ModelError(
+                "token_budget_exceeded",
+                f"agent {call.agent_id}: the intent's token budget is spent ({budget.used} of {budget.limit} tokens used)",
+            )
+        plan = self.plan(call.models, call.alias)
+        if not plan.attempts:
+            raise ModelError("provider_unavailable", f"agent {call.agent_id}: {plan.problem}")
+        failures: list[str] = []
+        number = 0
+        for planned in plan.attempts:
+            retried = False
+            while True:
+                number += 1
+                attempt = await self._attempt(call, planned, number, messages, tools, on_token)
+                if attempt.answer is not None:
+                    return self._result(call, planned, attempt.answer)
+                failures.append(f"{planned.provider} ({planned.model}): {attempt.reason}")
+                wait = attempt.retry_after
+                if wait is not None and wait <= RETRY_AFTER_MAX_S and not retried and not attempt.text_delivered:
+                    retried = True
+                    await trio.sleep(wait)
+                    continue
+                break
+            if not attempt.may_fall_back or attempt.text_delivered or call.models.fallback_policy == "fail":
+                break
+        raise ModelError("provider_error", f"agent {call.agent_id}: " + "; ".join(failures))
+
+    def _result(self, call: ModelCall, planned: PlannedProvider, answer: Answer) -> ChatResult:
+        return ChatResult(
+            message=answer.message,
+            input_tokens=answer.input_tokens or 0,
+            output_tokens=answer.output_tokens or 0,
+            provider=planned.provider,
+            model=planned.model,
+        )
+
+    async def _attempt(
+        self,
+        call: ModelCall,
+        planned: PlannedProvider,
+        number: int,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_token: TokenCallback | None,
+    ) -> _Attempt:
+        """One provider request, its audit event and metrics; never raises for provider trouble."""
+        config = self._providers[planned.provider]
+        adapter = _ADAPTERS[config.kind]
+        key = self._environ.get(config.api_key_env) if config.api_key_env else None
+        if config.api_key_env and not usable_key(key):
+            # Unset since plan() looked: like a skipped provider, no request and no event.
+            reason = f"the daemon's environment variable {config.api_key_env} is not set or not usable"
+            return _Attempt(reason=reason, may_fall_back=True)
+        started = time.perf_counter()
+        attempt = _Attempt()
+        url, headers, body = adapter.request(config, planned.model, messages, tools, key=key, stream=on_token is not None)
+        try:
+            await self._send(config, planned, adapter, url, headers, body, on_token, attempt)
+        except BaseException:
+            # Cancelled (the intent's timeout, a reader that went away) or on_token failed:
+            # the request was made, so it is still recorded, shielded from that cancellation.
+            attempt.answer, attempt.reason = None, "interrupted"
+            ms = int((time.perf_counter() - started) * 1000)
+            with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_RECORD_S):
+                await self._record(call, planned, number, attempt, ms, messages)
+            raise
+        if attempt.answer is not None:
+            answer = attempt.answer
+            if answer.input_tokens is None:
+                answer.input_tokens = _estimate([body.get("messages"), tools])
+            if answer.output_tokens is None:
+                answer.output_tokens = _estimate(answer.message)
+            call.budget.used += answer.input_tokens + answer.output_tokens
+        ms = int((time.perf_counter() - started) * 1000)
+        if key:
+            attempt.reason = attempt.reason.replace(key, "[redacted]")
+        await self._record(call, planned, number, attempt, ms, messages)
+        if attempt.answer is None:
+            log.warning("model call failed: agent=%s intent=%s provider=%s attempt=%d: %s",
+                        call.agent_id, call.intent_id, planned.provider, number, attempt.reason)
+        return attempt
+
+    async def _send(
+        self,
+        config: ProviderConfig,
+        planned: PlannedProvider,
+        adapter: Adapter,
+        url: str,
+        headers: dict[str, str],
+        body: dict[str, Any],
+        on_token: TokenCallback | None,
+        attempt: _Attempt,
+    ) -> None:
+        """Make the request and fill in ``attempt``; provider trouble is recorded there, not raised."""
+        client = self._client(planned.provider, config)
+        content = json.dumps(body, ensure_ascii=False).encode()
+        try:
+            with trio.fail_after(config.timeout_s):
+                async with client.stream("POST", url, headers=headers, content=content) as response:
+                    attempt.http_status = response.status_code
+                    if response.status_code != 200:
+                        await self._refused(adapter, response, attempt)
+                    elif on_token is None:
+                        attempt.answer = adapter.answer(json.loads(await response.aread()))
+                    else:
+                        attempt.answer = await self._stream(adapter, response, on_token, attempt)
+        except trio.TooSlowError:
+            attempt.reason = f"no complete answer within timeout_s = {config.timeout_s:g} s"
+            attempt.may_fall_back = True
+        except httpx.TransportError as exc:
+            # Connect errors, read/write errors, a peer that hung up, httpx's own timeouts.
+            attempt.reason = f"{type(exc).__name__}: {exc}"[:_EXCERPT]
+            attempt.may_fall_back = True
+        except (ProviderProtocolError, ValueError) as exc:
+            attempt.reason = f"the answer does not follow the {config.kind} format: {exc}"[:_EXCERPT]
+        if attempt.answer is None and not attempt.reason:
+            attempt.reason = "the stream ended before the answer was complete"
+            attempt.may_fall_back = True
+
+    async def _refused(self, adapter: Adapter, response: httpx.Response, attempt: _Attempt) -> None:
+        status = response.status_code
+        raw = await response.aread()
+        try:
+            detail = adapter.error_message(json.loads(raw))
+        except ValueError:
+            detail = None
+        if detail is None:
+            detail = raw[:_EXCERPT].decode("utf-8", "replace").strip()
+        attempt.reason = f"HTTP {status}" + (f": {detail[:_EXCERPT]}" if detail else "")
+        attempt.may_fall_back = status == 429 or status >= 500
+        if status == 429:
+            attempt.retry_after = _retry_after(response.headers.get("retry-after"))
+
+    async def _stream(
+        self, adapter: Adapter, response: httpx.Response, on_token: TokenCallback, attempt: _Attempt
+    ) -> Answer | None:
+        assembler = adapter.assembler()
+        async for event in iter_sse(response.aiter_lines()):
+            text = assembler.feed(event)
+            if text:
+                attempt.text_delivered = True
+                await on_token(text)
+            if assembler.done:
+                return assembler.answer()
+        return None
+
+    async def _record(
+        self,
+        call: ModelCall,
+        planned: PlannedProvider,
+        number: int,
+        attempt: _Attempt,
+        ms: int,
+        messages: list[dict[str, Any]],
+    ) -> None:
+        answer = attempt.answer
+        input_tokens = (answer.input_tokens or 0) if answer else 0
+        output_tokens = (answer.output_tokens or 0) if answer else 0
+        outcome = "ok" if answer is not None else "error"
+        data: dict[str, Any] = {
+            "intent": call.intent_id,
+            "agent": call.agent_id,
+            "provider": planned.provider,
+            "model": planned.model,
+            "attempt": number,
+            "http_status": attempt.http_status,
+            "input_tokens": input_tokens,
+            "output_tokens": output_tokens,
+            "outcome": outcome,
+            "ms": ms,
+        }
+        if self._store_text:
+            data["prompt"] = json.dumps(messages, ensure_ascii=False)
+            data["answer"] = json.dumps(answer.message, ensure_ascii=False) if answer else None
+        if self._observe is not None:
+            self._observe(call.agent_id, planned.provider, outcome, input_tokens, output_tokens)
+        await self._audit(MODEL_CALL, data)

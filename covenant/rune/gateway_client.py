@@ -1,0 +1,82 @@
+"""The replica's side of the daemon's per-replica gateway: a loop :class:`~covenant.rune.loop.Backend`.
+
+The replica holds no provider key and reaches no provider: each model turn
+is ``POST /v1/model`` and each tool call ``POST /v1/tool`` on the gateway
+socket the daemon listens on for this replica only. The daemon knows the
+agent from the socket and accepts only the intents it has in flight there.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from pathlib import Path
+from typing import Any
+
+from covenant.rune import wire
+from covenant.rune.loop import LoopFailed
+
+__all__ = ["GatewayBackend", "MODEL_PATH", "TOOL_PATH"]
+
+MODEL_PATH = "/v1/model"
+TOOL_PATH = "/v1/tool"
+
+
+def _failure(document: Any, status: int) -> LoopFailed:
+    error = document.get("error") if isinstance(document, dict) else None
+    if not isinstance(error, dict):
+        return LoopFailed("provider_error", f"the model gateway answered HTTP {status} without an error document")
+    return LoopFailed(str(error.get("code") or "provider_error"), str(error.get("message") or ""))
+
+
+class GatewayBackend:
+    """Model and tool calls of one intent, through ``gateway`` (a unix socket path)."""
+
+    def __init__(self, gateway: Path, intent_id: str) -> None:
+        self.gateway = gateway
+        self.intent_id = intent_id
+
+    async def chat(
+        self,
+        messages: list[dict[str, Any]],
+        tools: list[dict[str, Any]],
+        on_token: Callable[[str], Awaitable[None]] | None,
+    ) -> dict[str, Any]:
+        body = {"intent_id": self.intent_id, "messages": messages, "tools": tools, "alias": None,
+                "stream": on_token is not None}
+        try:
+            if on_token is None:
+                status, document = await wire.call(self.gateway, "POST", MODEL_PATH, body)
+                if status != 200:
+                    raise _failure(document, status)
+                return document
+            events = wire.stream(self.gateway, MODEL_PATH, body)
+            try:
+                async for event, data in events:
+                    if event == "token":
+                        await on_token(str(data.get("text") or ""))
+                    elif event == "result":
+                        return data
+                    elif event == "error":
+                        raise _failure(data, 502)
+                    elif event == "response":
+                        if data["status"] != 200:
+                            raise _failure(data["document"], data["status"])
+                        return data["document"]
+            finally:
+                await events.aclose()
+        except wire.WireError as exc:
+            raise LoopFailed("provider_unavailable", f"the daemon's model gateway cannot be reached: {exc}") from None
+        raise LoopFailed("provider_error", "the model gateway's stream ended without a result")
+
+    async def tool(self, call_id: str, name: str, arguments: str | dict[str, Any]) -> dict[str, Any]:
+        body = {"intent_id": self.intent_id, "call_id": call_id, "name": name, "arguments": arguments}
+        try:
+            status, document = await wire.call(self.gateway, "POST", TOOL_PATH, body)
+        except wire.WireError as exc:
+            return {"ok": False, "error_code": "tool_unavailable", "error_message": f"the daemon's tool gateway cannot be reached: {exc}"}
+        if status == 200 and isinstance(document, dict) and document.get("ok") is True:
+            return document
+        error = document.get("error") if isinstance(document, dict) else None
+        error = error if isinstance(error, dict) else {}
+        return {"ok": False, "error_code": str(error.get("code") or "tool_failed"),
+                "error_message": str(error.get("message") or f"HTTP {status}")}

@@ -1,0 +1,177 @@
+"""The replica process: ``python -m covenant.rune.host`` serves one Rune agent.
+
+Started by the daemon through the same launcher as any agent (process
+group, built environment, PDEATHSIG, memory limit). Its first stdin line is
+the replica spec (JSON, see :class:`ReplicaSpec`), written by the daemon;
+it then serves the Rune replica API on ``spec.socket``:
+
+- ``GET <health path>`` → 200 ``{"status": "ok"}``;
+- ``POST /invoke {"input", "session_id"?, "stream"?, "intent_id", "issuer", "deadline_ms"?}`` →
+  ``{"request_id", "session_id", "output": {"text"}, "usage"}``, or HTTP 422
+  ``{"error": {"code", "message"}, "request_id", "session_id", "usage"}``
+  with the outcome code; with ``stream`` a ``text/event-stream`` of
+  ``token``, ``tool_start``, ``tool_done`` and finally ``done`` (the
+  document above) or ``error``.
+
+Model and tool calls go to ``spec.gateway``, the daemon's socket for this
+replica alone. Logs are lines on stderr (the daemon logs them with the agent id).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from covenant.rune import wire
+from covenant.rune.conversation import Conversations, SessionPolicy
+from covenant.rune.gateway_client import GatewayBackend
+from covenant.rune.loop import LoopFailed, LoopSpec
+from covenant.rune.skills import with_skills
+
+__all__ = ["ReplicaSpec", "ReplicaApp", "main"]
+
+INVOKE_PATH = "/invoke"
+
+
+@dataclass(frozen=True)
+class ReplicaSpec:
+    agent: str
+    socket: str
+    gateway: str
+    health_path: str
+    sessions_dir: str
+    system_prompt: str
+    tools: list[dict[str, Any]]
+    max_steps: int
+    memory_profile: str
+    standard_turns: int
+    token_budget: int
+    checkpoint_policy: str
+    safety_policy: str
+    skills: dict[str, str]
+
+    @classmethod
+    def from_json(cls, document: dict[str, Any]) -> "ReplicaSpec":
+        return cls(**{name: document[name] for name in cls.__dataclass_fields__})
+
+
+def _log(message: str, **fields: Any) -> None:
+    extra = " ".join(f"{k}={json.dumps(v)}" for k, v in fields.items())
+    sys.stderr.write(f"{message} {extra}\n" if extra else f"{message}\n")
+    sys.stderr.flush()
+
+
+def _error(code: str, message: str, **rest: Any) -> dict[str, Any]:
+    return {"error": {"code": code, "message": message}, **rest}
+
+
+class ReplicaApp:
+    """Request handling of one replica."""
+
+    def __init__(self, spec: ReplicaSpec) -> None:
+        self.spec = spec
+        self.loop_spec = LoopSpec(
+            system_prompt=spec.system_prompt, tools=spec.tools, max_steps=spec.max_steps, safety_policy=spec.safety_policy
+        )
+        self.conversations = Conversations(
+            SessionPolicy(
+                agent_id=spec.agent,
+                sessions_dir=Path(spec.sessions_dir),
+                memory_profile=spec.memory_profile,
+                standard_turns=spec.standard_turns,
+                token_budget=spec.token_budget,
+                checkpoint_policy=spec.checkpoint_policy,
+            )
+        )
+
+    async def handle(self, request: wire.Request) -> wire.JSONResponse | wire.EventStream:
+        if request.method == "GET" and request.target == self.spec.health_path:
+            return wire.JSONResponse(200, {"status": "ok", "agent": self.spec.agent})
+        if request.target != INVOKE_PATH:
+            return wire.JSONResponse(404, _error("not_found", f"no such endpoint: {request.target}"))
+        if request.method != "POST":
+            return wire.JSONResponse(405, _error("method_not_allowed", f"{request.method} is not allowed on {INVOKE_PATH}"))
+        body = request.body
+        problem = self._invalid(body)
+        if problem is not None:
+            return wire.JSONResponse(400, _error("bad_request", problem))
+        if body.get("stream"):
+            return wire.EventStream(lambda emit: self._stream(body, emit))
+        status, document = await self._invoke(body, None)
+        return wire.JSONResponse(status, document)
+
+    @staticmethod
+    def _invalid(body: Any) -> str | None:
+        if not isinstance(body, dict):
+            return "the body must be a JSON object"
+        if not isinstance(body.get("input"), str):
+            return "input must be a string"
+        if not isinstance(body.get("intent_id"), str) or not body["intent_id"]:
+            return "intent_id must be a non-empty string"
+        if not isinstance(body.get("issuer", ""), str):
+            return "issuer must be a string"
+        if body.get("session_id") is not None and not isinstance(body["session_id"], str):
+            return "session_id must be a string"
+        if body.get("deadline_ms") is not None and not isinstance(body["deadline_ms"], int):
+            return "deadline_ms must be an integer (ms since the epoch)"
+        return None
+
+    async def _stream(self, body: dict[str, Any], emit: wire.Emit) -> None:
+        status, document = await self._invoke(body, emit)
+        await emit("done" if status == 200 else "error", document)
+
+    async def _invoke(self, body: dict[str, Any], emit: wire.Emit | None) -> tuple[int, dict[str, Any]]:
+        request_id = os.urandom(8).hex()
+        intent_id = body["intent_id"]
+        backend = with_skills(GatewayBackend(Path(self.spec.gateway), intent_id), self.spec.skills)
+        notes: dict[str, Any] = {}
+        session_id = body.get("session_id")
+        deadline = body.get("deadline_ms")
+        remaining = (deadline - time.time() * 1000) / 1000 if deadline is not None else float("inf")
+        try:
+            with trio.fail_after(max(remaining, 0)):
+                session_id, result = await self.conversations.answer(
+                    self.loop_spec, backend, text=body["input"], intent_id=intent_id, issuer=body.get("issuer", ""),
+                    session_id=session_id, emit=emit, notes=notes,
+                )
+        except LoopFailed as exc:
+            _log("intent failed", intent=intent_id, outcome=exc.code)
+            return 422, _error(exc.code, exc.message, request_id=request_id, session_id=session_id, usage=exc.usage, **notes)
+        except trio.TooSlowError:
+            return 422, _error("timeout", "the intent's deadline passed in the replica", request_id=request_id,
+                               session_id=session_id, **notes)
+        return 200, {"request_id": request_id, "session_id": session_id, "output": {"text": result.text},
+                     "usage": result.usage, **notes}
+
+
+async def _serve(spec: ReplicaSpec) -> None:
+    app = ReplicaApp(spec)
+    sock = wire.bind_socket(Path(spec.socket))
+    _log("replica serving", agent=spec.agent, socket=spec.socket)
+    await wire.serve(sock, app.handle)
+
+
+def main() -> int:
+    """Read the spec line from stdin and serve until killed."""
+    line = sys.stdin.buffer.readline()
+    try:
+        spec = ReplicaSpec.from_json(json.loads(line))
+    except (ValueError, KeyError, TypeError) as exc:
+        _log(f"bad replica spec on stdin: {exc}")
+        return 2
+    try:
+        trio.run(_serve, spec)
+    except KeyboardInterrupt:
+        return 0
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,123 @@
+"""``covenant run`` of a Rune package: the replica's loop, in this process, once.
+
+Same loop, limits and outcomes as under the daemon (``max_steps``,
+``token_budget``, ``timeout_ms``, ``safety_policy``, the tool host's grants
+check is skipped: there is no issuer but the operator running it). Providers
+come from the home's covenant.toml and keys from this process's own
+environment; nothing is written to the audit log (there is no daemon) and the
+conversation is not kept (a one-shot session).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Awaitable, Callable
+from typing import Any
+
+import trio
+
+from covenant.clock import iso_now, now_ms
+from covenant.config import Config
+from covenant.home import Home
+from covenant.manifest.model import AgentSpec
+from covenant.manifest.runefile import RunePackage
+from covenant.models import AgentModels, ModelCall, ModelError, ModelGateway, TokenBudget
+from covenant.rune.conversation import Conversations, SessionPolicy, new_session_id
+from covenant.rune.loop import LoopFailed, LoopSpec
+from covenant.rune.safety import redact, still_secret
+from covenant.rune.skills import with_skills
+from covenant.rune.spec import loop_settings
+from covenant.runtime.outcome import OUTCOMES, DispatchRecord
+from covenant.runtime.runner import Runner
+from covenant.tools import ToolCallContext, ToolHost
+
+__all__ = ["run_package"]
+
+
+class _LocalBackend:
+    """Model calls straight to the gateway, tool calls straight to the tool host."""
+
+    def __init__(self, models: ModelGateway, tools: ToolHost, agent: AgentSpec, package: RunePackage,
+                 intent_id: str, issuer: str, grants: Any, deadline: float, secrets: list[str]) -> None:
+        self.models, self.tools, self.agent, self.package = models, tools, agent, package
+        self.intent_id, self.issuer, self.grants, self.deadline = intent_id, issuer, grants, deadline
+        self.secrets = secrets
+        self.budget = TokenBudget(package.runefile.models.token_budget)
+
+    async def chat(self, messages: list[dict[str, Any]], tools: list[dict[str, Any]],
+                   on_token: Callable[[str], Awaitable[None]] | None) -> dict[str, Any]:
+        call = ModelCall(self.intent_id, self.agent.id, AgentModels.from_runefile(self.package.runefile), self.budget)
+        try:
+            result = await self.models.chat(call, messages, tools, on_token=on_token)
+        except ModelError as exc:
+            raise LoopFailed(exc.code, exc.message) from None
+        return {"message": result.message, "input_tokens": result.input_tokens, "output_tokens": result.output_tokens}
+
+    async def tool(self, call_id: str, name: str, arguments: str | dict[str, Any]) -> dict[str, Any]:
+        context = ToolCallContext(intent_id=self.intent_id, agent=self.agent, issuer_pubkey=self.issuer,
+                                  grants=self.grants, now_ms=now_ms(), deadline=self.deadline)
+        result = await self.tools.call(context, name, arguments)
+        if not result.ok:
+            return {"ok": False, "error_code": result.error_code, "error_message": result.error_message}
+        content = result.content
+        if self.package.runefile.models.safety_policy != "none" and isinstance(content, str):
+            content = redact(content, self.secrets)
+        return {"ok": True, "content": content}
+
+
+async def _no_audit(event: str, data: dict[str, Any]) -> None:
+    """``covenant run`` keeps no audit log."""
+
+
+async def run_package(
+    agent: AgentSpec, package: RunePackage, text: str, *, home: Home, config: Config, runner: Runner,
+    issuer: str, grants: Any,
+) -> DispatchRecord:
+    """Run ``text`` through the package's loop once; every fault is an outcome of the record."""
+    rf = package.runefile
+    intent_id = new_session_id()
+    started_at, t0 = iso_now(), time.monotonic()
+    secrets = [os.environ[p.api_key_env] for p in config.providers.values()
+               if p.api_key_env and os.environ.get(p.api_key_env)]
+    models = ModelGateway(config.providers, environ=os.environ, audit=_no_audit, store_text=False)
+    tools = ToolHost(home, config, runner, _no_audit, packages=lambda a: package if a.id == agent.id else None)
+    skills_path = home.root / config.rune.skills_dir  # an absolute skills_dir replaces the home part
+    outcome, error, answer, usage = "ok", None, None, None
+    try:
+        settings = await trio.to_thread.run_sync(
+            lambda: loop_settings(package, skills_dir=skills_path, offered_tools=tools.offered(agent),
+                                  standard_turns=config.rune.standard_turns))
+    except Exception as exc:  # SkillError, unreadable schema files
+        outcome, error = "spawn_failed", str(exc)
+    else:
+        spec = LoopSpec(settings["system_prompt"], settings["tools"], rf.max_steps, rf.models.safety_policy)
+        deadline = trio.current_time() + rf.timeout_ms / 1000
+        backend = with_skills(_LocalBackend(models, tools, agent, package, intent_id, issuer, grants, deadline, secrets),
+                              settings["skills"])
+        conversations = Conversations(SessionPolicy(agent.id, home.state_dir / "sessions", checkpoint_policy="never"))
+        with trio.move_on_after(rf.timeout_ms / 1000) as timer:
+            try:
+                _, result = await conversations.answer(spec, backend, text=text, intent_id=intent_id, issuer=issuer,
+                                                       session_id=None)
+                answer, usage = result.text, result.usage
+            except LoopFailed as exc:
+                outcome, error, usage = exc.code if exc.code in OUTCOMES else "protocol_error", exc.message, exc.usage
+        if timer.cancelled_caught:
+            outcome, error = "timeout", f"no answer within the agent's timeout_ms = {rf.timeout_ms}"
+    await models.aclose()
+    if answer is not None and rf.models.safety_policy != "none":
+        answer = redact(answer, secrets)
+        if rf.models.safety_policy == "strict" and still_secret(answer, secrets):
+            outcome, error, answer = "unsafe_output", "the answer still matched a secret pattern after redaction", None
+    return DispatchRecord(
+        intent_id=intent_id, agent_id=agent.id, agent_version=agent.version, runtime="rune", argv=[],
+        limits={"timeout_ms": rf.timeout_ms, "max_steps": rf.max_steps, "token_budget": rf.models.token_budget},
+        pid=os.getpid(), started_at=started_at, ended_at=iso_now(), exit_code=None, signal=None,
+        outcome=outcome,  # type: ignore[arg-type]
+        error=error, duration_ms=int((time.monotonic() - t0) * 1000), cpu_ms=0, peak_rss_kib=0, stdout_bytes=0,
+        scratch_peak_bytes=0, stderr_tail="",
+        result={"intent_id": intent_id, "status": "ok", "text": answer, "sources": []} if answer is not None else None,
+        network_enforced=False, session_id=None,
+        usage={k: v for k, v in usage.items() if type(v) is int} if usage else None,
+    )

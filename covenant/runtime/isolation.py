@@ -1,0 +1,360 @@
+"""Which uid each agent runs as, and what the host lets covenant enforce.
+
+When covenant runs as root (the systemd unit, CI) every agent process runs as
+an unprivileged uid/gid that is not covenant's, with no supplementary groups
+(docs/security.md):
+
+- ``[isolation] uid_range`` (default 61184-65519, systemd's DynamicUser
+  range): each agent gets its own uid, gid = uid. The choice is
+  deterministic and persistent: a hash of the agent id picks the first
+  candidate, linear probing skips uids already given to another agent or
+  held by an account in the user database, and the result is kept in
+  ``<home>/state/isolation/uids.json`` (written atomically, 0600), so an
+  agent's files keep their owner across restarts and renames of others.
+- ``[isolation] user = "NAME"``: one fixed account for every agent (its uid
+  and primary gid; it must not be root). The account must be dedicated to
+  covenant: every process it runs is swept when no dispatch is live.
+
+Not root (a laptop): agents run as covenant's own uid, ``isolation:
+same-uid``, said loudly at start, in ``covenant status`` and in every
+dispatch record; ``[isolation] require = true`` refuses to start instead.
+
+:meth:`Isolation.credentials_for` is what the runner (and a replica
+supervisor) asks before a spawn; :meth:`Isolation.workspace_for` gives the
+agent's workspace ``<home>/state/workspaces/<agent id>/``, owned by its uid.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import pwd
+import stat
+import threading
+import time
+from collections.abc import Callable, Iterable
+from pathlib import Path
+from typing import Literal, NamedTuple
+
+from covenant.config import IsolationConfig
+from covenant.errors import ConfigError
+from covenant.policy._files import atomic_write_text
+from covenant.runtime import _procfs, uidkill
+from covenant.runtime.launcher import AgentCredentials, LaunchError
+
+__all__ = [
+    "AgentCredentials",
+    "Isolation",
+    "IsolationMode",
+    "SweepReport",
+    "can_switch_uid",
+    "open_isolation",
+    "reachability_problems",
+]
+
+IsolationMode = Literal["uid", "same-uid"]
+
+_CAP_KILL, _CAP_SETGID, _CAP_SETUID = 5, 6, 7
+_TABLE_NAME = "uids.json"
+
+
+def can_switch_uid() -> bool:
+    """Root, or holding CAP_SETUID, CAP_SETGID and CAP_KILL (a systemd unit with those capabilities)."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"CapEff:"):
+                    caps = int(line.split()[1], 16)
+                    return all(caps >> bit & 1 for bit in (_CAP_KILL, _CAP_SETGID, _CAP_SETUID))
+    except OSError:
+        pass
+    return False
+
+
+def _has_account(uid: int) -> bool:
+    try:
+        pwd.getpwuid(uid)
+    except KeyError:
+        return False
+    return True
+
+
+class _UidTable:
+    """The persistent agent id -> uid allocation (thread-safe: spawn threads ask too)."""
+
+    def __init__(self, path: Path, low: int, high: int) -> None:
+        self.path = path
+        self.low, self.high = low, high
+        self._lock = threading.Lock()
+        self._agents = self._load()
+
+    def _load(self) -> dict[str, int]:
+        try:
+            raw = json.loads(self.path.read_text(encoding="utf-8"))
+        except FileNotFoundError:
+            return {}
+        except (OSError, ValueError) as exc:
+            raise ConfigError(f"{self.path}: unreadable uid table ({exc}); fix or remove it", path=str(self.path)) from None
+        agents = raw.get("agents") if isinstance(raw, dict) else None
+        if not isinstance(agents, dict) or not all(
+            isinstance(k, str) and type(v) is int and v > 0 for k, v in agents.items()
+        ):
+            raise ConfigError(f"{self.path}: field `agents` must map agent ids to uids", path=str(self.path))
+        # Entries outside today's range stay valid: files keep their owner when the range moves.
+        return dict(agents)
+
+    def known(self, agent_id: str) -> int | None:
+        return self._agents.get(agent_id)
+
+    def uid_for(self, agent_id: str) -> int:
+        with self._lock:
+            uid = self._agents.get(agent_id)
+            if uid is not None:
+                return uid
+            size = self.high - self.low + 1
+            start = int.from_bytes(hashlib.sha256(agent_id.encode()).digest()[:8], "big") % size
+            taken = set(self._agents.values())
+            for step in range(size):
+                candidate = self.low + (start + step) % size
+                if candidate not in taken and not _has_account(candidate):
+                    self._agents[agent_id] = candidate
+                    self._save()
+                    return candidate
+            raise LaunchError(
+                f"no free uid left in isolation.uid_range [{self.low}, {self.high}] for agent {agent_id} "
+                f"({len(taken)} agents hold one; see {self.path}): widen the range in covenant.toml"
+            )
+
+    def _save(self) -> None:
+        self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        text = json.dumps({"version": 1, "agents": dict(sorted(self._agents.items()))}, indent=1) + "\n"
+        atomic_write_text(self.path, text, mode=0o600)
+
+    def uids(self) -> set[int]:
+        with self._lock:
+            return set(self._agents.values())
+
+
+class SweepReport(NamedTuple):
+    """What a start-up sweep found and killed."""
+
+    uids: list[int]
+    pids: list[int]
+    survivors: list[int]
+    """Still alive after the wait (stuck in the kernel): reported, never silently ignored."""
+
+
+class Isolation:
+    """The uid decision for every agent process. Use :func:`open_isolation`."""
+
+    def __init__(
+        self,
+        mode: IsolationMode,
+        *,
+        state_dir: Path | None = None,
+        table: _UidTable | None = None,
+        fixed: AgentCredentials | None = None,
+        max_processes: int = 256,
+        reason: str = "",
+    ) -> None:
+        self.mode: IsolationMode = mode
+        self.state_dir = state_dir
+        self._table = table
+        self._fixed = fixed
+        self.max_processes = max_processes
+        self.reason = reason
+        """Why agents share covenant's uid (empty in ``uid`` mode)."""
+        self.problems: list[str] = []
+        """Start-up findings an operator must act on (unreachable interpreters, ...)."""
+
+    @classmethod
+    def same_uid(cls, reason: str = "not requested") -> "Isolation":
+        """Agents run as covenant's own uid."""
+        return cls("same-uid", reason=reason)
+
+    @property
+    def enforced(self) -> bool:
+        return self.mode == "uid"
+
+    def credentials_for(self, agent_id: str) -> AgentCredentials | None:
+        """The uid/gid ``agent_id``'s processes run as; None in ``same-uid`` mode (blocking on first use)."""
+        if self._fixed is not None:
+            return self._fixed
+        if self._table is None:
+            return None
+        uid = self._table.uid_for(agent_id)
+        return AgentCredentials(uid, uid)
+
+    def known_credentials(self, agent_id: str) -> AgentCredentials | None:
+        """:meth:`credentials_for` without I/O: None when not allocated yet (or same-uid)."""
+        if self._fixed is not None:
+            return self._fixed
+        uid = self._table.known(agent_id) if self._table is not None else None
+        return AgentCredentials(uid, uid) if uid is not None else None
+
+    def workspace_for(self, agent_id: str) -> Path:
+        """``<home>/state/workspaces/<agent id>/``, made if missing, 0700 and owned by the agent's uid."""
+        if self.state_dir is None:
+            raise LaunchError("no home: workspaces need covenant's state dir")
+        if not agent_id or "/" in agent_id or agent_id in (".", "..") or "\0" in agent_id:
+            raise LaunchError(f"agent id {agent_id!r} cannot name a workspace directory")
+        root = self.state_dir / "workspaces"
+        root.mkdir(mode=0o711, parents=True, exist_ok=True)
+        path = root / agent_id
+        path.mkdir(mode=0o700, exist_ok=True)
+        creds = self.credentials_for(agent_id)
+        fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+        try:
+            if creds is not None:
+                os.fchown(fd, creds.uid, creds.gid)
+            os.fchmod(fd, 0o700)
+        finally:
+            os.close(fd)
+        return path
+
+    def owns_uid(self, uid: int) -> bool:
+        """Is ``uid`` one covenant gives to agents (the range, the table, or the fixed user)?"""
+        if self._fixed is not None:
+            return uid == self._fixed.uid
+        if self._table is None:
+            return False
+        return self._table.low <= uid <= self._table.high or uid in self._table.uids()
+
+    def gid_of(self, uid: int) -> int:
+        """The gid that goes with an agent uid."""
+        return self._fixed.gid if self._fixed is not None and uid == self._fixed.uid else uid
+
+    def to_json(self) -> dict[str, object]:
+        doc: dict[str, object] = {"mode": self.mode, "problems": list(self.problems)}
+        if self._fixed is not None:
+            doc["user"] = {"uid": self._fixed.uid, "gid": self._fixed.gid}
+        elif self._table is not None:
+            doc["uid_range"] = [self._table.low, self._table.high]
+        if self.reason:
+            doc["reason"] = self.reason
+        return doc
+
+    def sweep_survivors(self, wait_s: float = 10.0) -> SweepReport:
+        """Kill every process running as an agent uid (blocking; call at start, before taking work).
+
+        After ``kill -9`` of covenant, escaped agent processes outlive it.
+        One /proc scan finds them by real uid (read from ``status``, which a
+        non-dumpable process cannot hide), then each uid found is killed
+        from inside (:func:`covenant.runtime.uidkill.kill_uid`), and the
+        scan repeats until none is left or ``wait_s`` passed.
+        """
+        if not self.enforced:
+            return SweepReport([], [], [])
+        found = _processes_by_uid(self.owns_uid)
+        uids = sorted(set(found.values()))
+        for uid in uids:
+            uidkill.kill_uid(uid, self.gid_of(uid))
+        deadline = time.monotonic() + wait_s
+        left = dict(found)
+        while left and time.monotonic() < deadline:
+            left = {pid: uid for pid, uid in _processes_by_uid(self.owns_uid).items()}
+            for uid in sorted(set(left.values())):
+                uidkill.kill_uid(uid, self.gid_of(uid))
+            if left:
+                time.sleep(0.05)
+        return SweepReport(uids, sorted(found), sorted(left))
+
+
+def _processes_by_uid(wanted: Callable[[int], bool]) -> dict[int, int]:
+    """pid -> real uid of every live (non-zombie) process whose uid ``wanted`` accepts."""
+    found: dict[int, int] = {}
+    for pid in _procfs.all_pids():
+        uid = _procfs.read_real_uid(pid)
+        if uid is not None and uid > 0 and wanted(uid):
+            found[pid] = uid
+    return found
+
+
+def open_isolation(config: IsolationConfig, state_dir: Path) -> Isolation:
+    """Decide the isolation of this run of covenant; raise ConfigError when it cannot be what was asked."""
+    if not can_switch_uid():
+        reason = f"covenant runs as uid {os.geteuid()} without CAP_SETUID/CAP_SETGID/CAP_KILL"
+        if config.require:
+            raise ConfigError(
+                f"isolation.require = true, but {reason}: agents would run as covenant's own uid. "
+                "Run the daemon as root (or with those capabilities, see systemd/covenant.service), "
+                "or set isolation.require = false to accept isolation: same-uid",
+                field="isolation.require",
+            )
+        return Isolation.same_uid(reason)
+    if config.user is not None:
+        try:
+            entry = pwd.getpwnam(config.user)
+        except KeyError:
+            raise ConfigError(
+                f"isolation.user = {config.user!r}: no such account (create it, e.g. useradd --system "
+                f"--no-create-home {config.user})",
+                field="isolation.user",
+            ) from None
+        if entry.pw_uid == 0 or entry.pw_gid == 0:
+            raise ConfigError(f"isolation.user = {config.user!r} is root (uid or gid 0): agents never run as root",
+                              field="isolation.user")
+        return Isolation("uid", state_dir=state_dir, fixed=AgentCredentials(entry.pw_uid, entry.pw_gid),
+                         max_processes=config.max_processes)
+    low, high = config.uid_range
+    table = _UidTable(state_dir / "isolation" / _TABLE_NAME, low, high)
+    return Isolation("uid", state_dir=state_dir, table=table, max_processes=config.max_processes)
+
+
+def _may(st: os.stat_result, uid: int, gid: int, bits: int) -> bool:
+    """Would ``uid``/``gid`` (no supplementary groups) get ``bits`` (r=4, w=2, x=1) on this file?"""
+    mode = stat.S_IMODE(st.st_mode)
+    if st.st_uid == uid:
+        granted = mode >> 6
+    elif st.st_gid == gid:
+        granted = mode >> 3
+    else:
+        granted = mode
+    return granted & bits == bits
+
+
+def reachability_problems(
+    needs: Iterable[tuple[str, str, str]], isolation: Isolation, probe_agent: str = "covenant-probe"
+) -> list[str]:
+    """What an agent uid cannot reach among ``needs``: (path, "file" | "read" | "dir", the setting to change).
+
+    A "file" must be executable, a "read" file readable, a dir readable and searchable, and every
+    ancestor directory searchable, for the uid agents run as (for a uid
+    range: a uid that owns nothing). Symlinks are resolved first.
+    """
+    if not isolation.enforced:
+        return []
+    fixed = isolation._fixed
+    uid, gid = (fixed.uid, fixed.gid) if fixed is not None else (isolation._table.low, isolation._table.low)  # type: ignore[union-attr]
+    problems = []
+    for path, kind, setting in needs:
+        real = os.path.realpath(path)
+        try:
+            st = os.stat(real)
+        except OSError as exc:
+            problems.append(f"{path}: {exc.strerror}; set {setting}")
+            continue
+        blocked = None
+        parent = os.path.dirname(real)
+        while True:
+            try:
+                if not _may(os.stat(parent), uid, gid, 1):
+                    blocked = parent
+            except OSError:
+                blocked = parent
+            if parent == "/":
+                break
+            parent = os.path.dirname(parent)
+        want = {"file": 1, "read": 4}.get(kind, 5)
+        if blocked is not None:
+            problems.append(
+                f"{path} is not reachable by agent uids: {blocked} is not searchable by others "
+                f"(mode {stat.S_IMODE(os.stat(blocked).st_mode):04o}); install it elsewhere or set {setting}"
+            )
+        elif not _may(st, uid, gid, want):
+            what = "executable" if kind == "file" else "readable"
+            problems.append(f"{path} is not {what} by agent uids (mode {stat.S_IMODE(st.st_mode):04o}); set {setting}")
+    return problems

@@ -1,0 +1,198 @@
+"""A private /tmp and /dev/shm for each agent uid: a mount namespace held open by covenant.
+
+An agent uid can write to the host's world-writable /tmp and /dev/shm:
+unbounded by ``disk_mb``, shared with every other user, kept after the run.
+So each agent uid gets its own mount namespace in which /tmp and /dev/shm
+are fresh tmpfs instances capped at the agent's ``disk_mb``. The agent's
+processes enter it at exec (``setns`` in covenant's exec helper,
+:func:`covenant.runtime._elf.switch_credentials`): ~10 µs per spawn.
+
+The namespace is made once per uid by a small root process (Python, once,
+~30 ms) that then execs ``sleep infinity`` to hold it (~1 MB) and dies with
+covenant (PDEATHSIG). Paths a private /tmp must not hide — the home and the
+agent's package when they live under /tmp (tests do), interpreters, covenant's
+own code — are bound back: before the new tmpfs covers /tmp, the top-level
+entry of /tmp leading to each is bind-mounted into it.
+
+When the last live run of the uid ends, what it left is measured
+(``statvfs``: counted as the dispatch's disk use) and removed through
+``/proc/<holder>/root``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import shutil
+import subprocess
+import sys
+import threading
+from collections.abc import Iterable
+from pathlib import Path
+
+from covenant.runtime import host
+
+__all__ = ["MountNamespaces", "PRIVATE_DIRS"]
+
+log = logging.getLogger("covenant.runtime")
+
+PRIVATE_DIRS = ("/tmp", "/dev/shm")
+
+_SETUP = r"""
+import ctypes, json, os, sys
+libc = ctypes.CDLL(None, use_errno=True)
+MS_NOSUID, MS_NODEV, MS_BIND, MS_MOVE, MS_REC, MS_PRIVATE = 2, 4, 4096, 8192, 16384, 1 << 18
+def call(what, result):
+    if result != 0:
+        err = ctypes.get_errno()
+        sys.stdout.write("error %s: %s\n" % (what, os.strerror(err)))
+        sys.exit(1)
+def mount(src, dst, fstype, flags, data):
+    enc = lambda v: None if v is None else v.encode()
+    call("mount %s" % dst, libc.mount(enc(src), enc(dst), enc(fstype), flags, enc(data)))
+spec = json.loads(sys.argv[1])
+call("unshare", libc.unshare(0x20000))
+mount(None, "/", None, MS_REC | MS_PRIVATE, None)
+stage = spec["stage"]
+for target, keep in spec["dirs"]:
+    mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=%dk,mode=1777" % spec["size_kib"])
+    for name in keep:
+        src, dst = os.path.join(target, name), os.path.join(stage, name)
+        if os.path.isdir(src):
+            os.mkdir(dst)
+        else:
+            open(dst, "w").close()
+        mount(src, dst, None, MS_BIND | MS_REC, None)
+    mount(stage, target, None, MS_MOVE, None)
+sys.stdout.write("ready\n")
+sys.stdout.flush()
+os.execv(spec["sleep"], [spec["sleep"], "infinity"])
+"""
+
+
+def _kept_entries(target: str, needed: Iterable[str]) -> list[str]:
+    """Top-level names under ``target`` that lead to a needed path (resolved), sorted."""
+    names = set()
+    prefix = target.rstrip("/") + "/"
+    for path in needed:
+        for candidate in {os.path.abspath(path), os.path.realpath(path)}:
+            if candidate.startswith(prefix):
+                names.add(candidate[len(prefix) :].split("/", 1)[0])
+    return sorted(names)
+
+
+class _Holder:
+    def __init__(self, process: subprocess.Popen[bytes], size_kib: int) -> None:
+        self.process = process
+        self.size_kib = size_kib
+
+    @property
+    def namespace(self) -> str:
+        return f"/proc/{self.process.pid}/ns/mnt"
+
+    def alive(self) -> bool:
+        return self.process.poll() is None
+
+
+class MountNamespaces:
+    """One held mount namespace per agent uid. Blocking methods: call them off the trio loop."""
+
+    def __init__(self, stage: Path, always_needed: Iterable[str]) -> None:
+        self.stage = stage
+        self.always_needed = list(always_needed)
+        self._holders: dict[int, _Holder] = {}
+        self._lock = threading.Lock()
+        self._sleep = shutil.which("sleep", path="/usr/bin:/bin")
+
+    @staticmethod
+    def available() -> bool:
+        """Root with mount(2) allowed, and covenant's credentialed exec helper here (cached probes)."""
+        return os.geteuid() == 0 and host.pdeathsig_wrapper(credentials=True) is not None
+
+    def namespace_for(self, uid: int, size_mb: int, needed: Iterable[str]) -> str:
+        """The mount namespace file of ``uid``'s private /tmp and /dev/shm, made on first use.
+
+        Raises OSError (with the reason) when it cannot be made.
+        """
+        with self._lock:
+            holder = self._holders.get(uid)
+            if holder is not None and holder.alive():
+                return holder.namespace
+            holder = self._start(size_mb, [*self.always_needed, *needed])
+            self._holders[uid] = holder
+            return holder.namespace
+
+    def _start(self, size_mb: int, needed: list[str]) -> _Holder:
+        import json
+
+        if self._sleep is None:
+            raise OSError("no sleep(1) on /usr/bin:/bin to hold the mount namespace")
+        self.stage.mkdir(mode=0o700, parents=True, exist_ok=True)
+        size_kib = max(size_mb, 1) * 1024
+        spec = {
+            "stage": str(self.stage),
+            "size_kib": size_kib,
+            "sleep": self._sleep,
+            "dirs": [[target, _kept_entries(target, needed)] for target in PRIVATE_DIRS],
+        }
+        wrapper = host.pdeathsig_wrapper()
+        prefix = list(wrapper.argv) if wrapper is not None else []
+        process = subprocess.Popen(
+            [*prefix, sys.executable, "-I", "-S", "-c", _SETUP, json.dumps(spec)],
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.DEVNULL,
+            env={},
+            close_fds=True,
+            start_new_session=True,
+        )
+        assert process.stdin is not None and process.stdout is not None
+        if wrapper is not None and wrapper.gated:
+            from covenant.runtime.pdeathsig import GATE_BYTE
+
+            process.stdin.write(GATE_BYTE)
+        process.stdin.close()
+        line = process.stdout.readline().decode(errors="replace").strip()
+        process.stdout.close()
+        if line != "ready":
+            process.kill()
+            process.wait()
+            raise OSError(f"cannot make a private /tmp and /dev/shm: {line or 'the setup process died'}")
+        return _Holder(process, size_kib)
+
+    def collect(self, uid: int) -> int:
+        """Bytes ``uid`` left in its private dirs, which are then emptied (the bound-back entries stay)."""
+        with self._lock:
+            holder = self._holders.get(uid)
+        if holder is None or not holder.alive():
+            return 0
+        total = 0
+        root = f"/proc/{holder.process.pid}/root"
+        for target in PRIVATE_DIRS:
+            inside = root + target
+            try:
+                st = os.statvfs(inside)
+                total += (st.f_blocks - st.f_bfree) * st.f_frsize
+                private_dev = os.stat(inside).st_dev
+                entries = list(os.scandir(inside))
+            except OSError:
+                continue
+            for entry in entries:
+                try:
+                    if entry.stat(follow_symlinks=False).st_dev != private_dev:
+                        continue  # bound back from the host: never the agent's to lose
+                    if entry.is_dir(follow_symlinks=False):
+                        shutil.rmtree(entry.path, ignore_errors=True)
+                    else:
+                        os.unlink(entry.path)
+                except OSError:
+                    continue
+        return total
+
+    def close(self) -> None:
+        """Stop every holder (their namespaces and tmpfs contents go with them)."""
+        with self._lock:
+            holders, self._holders = list(self._holders.values()), {}
+        for holder in holders:
+            holder.process.kill()
+            holder.process.wait()

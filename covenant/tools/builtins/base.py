@@ -1,0 +1,42 @@
+"""The shape of a built-in tool: a name, a description, a JSON schema and an async function."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from covenant.tools.context import ToolCallContext
+
+if TYPE_CHECKING:
+    from covenant.tools.services import ToolServices
+
+__all__ = ["Builtin", "BuiltinCall", "BuiltinRun", "NO_ARGUMENTS"]
+
+NO_ARGUMENTS: dict[str, Any] = {"type": "object", "properties": {}, "additionalProperties": False}
+"""The schema of a tool that takes ``{}``."""
+
+
+@dataclass(frozen=True)
+class BuiltinCall:
+    """What a built-in gets: the call's context, its validated arguments, the daemon-side services."""
+
+    ctx: ToolCallContext
+    arguments: dict[str, Any]
+    services: "ToolServices"
+
+
+BuiltinRun = Callable[[BuiltinCall], Awaitable[Any]]
+"""Returns the JSON-able result, or raises :class:`~covenant.tools.result.ToolError`."""
+
+
+@dataclass(frozen=True)
+class Builtin:
+    """One ``rune@…`` tool the daemon runs itself."""
+
+    name: str
+    """The toolset name, ``rune@system-time``; models see it without the prefix."""
+    description: str
+    parameters: dict[str, Any]
+    """JSON schema (draft 2020-12) of the arguments object."""
+    run: BuiltinRun

@@ -1,0 +1,213 @@
+"""An agent's toolset resolved into the tools it is offered and the ones it is not.
+
+Every toolset entry becomes either a :class:`ToolEntry` (offered to the
+model under its model-facing name) or an ``(entry, reason)`` pair. Built-ins
+are offered without their ``rune@`` prefix (``system-time``), custom tools as
+named (design/rune-host.md §8). Pure apart from reading ``input_schema_ref``
+and ``output_schema_ref`` files inside the package.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, Literal
+
+import yaml
+
+from covenant.manifest._yamlio import SafeLoader
+from covenant.manifest.runefile import RunePackage
+from covenant.manifest.security import is_inside
+from covenant.manifest.tools import BUILTIN_PREFIX, ToolDescriptor, tool_action
+from covenant.tools.builtins import BUILTINS, Builtin
+from covenant.tools.unavailable import builtin_unavailable_reason
+
+__all__ = ["ToolEntry", "Toolset", "resolve_toolset", "MODEL_NAME", "model_name", "PROCESS_SCHEMA", "Interpreters"]
+
+MODEL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
+"""What providers accept as a tool name."""
+
+PROCESS_SCHEMA: dict[str, Any] = {"type": "object"}
+"""Arguments of a process tool without ``input_schema_ref``: any JSON object, passed on as is."""
+
+_SCHEMA_MAX_BYTES = 256 * 1024
+
+Interpreters = Callable[[str], str | None]
+"""``"python3"``/``"node"`` -> the absolute interpreter path, or None when it is not installed."""
+
+
+@dataclass(frozen=True)
+class ToolEntry:
+    """One tool the model is offered."""
+
+    entry: str
+    """As the toolset names it: ``rune@system-time``, ``analyse_sentiment``."""
+    model_name: str
+    action: str
+    """The capability action a call needs (``tool.system_time``)."""
+    kind: Literal["builtin", "process"]
+    description: str
+    parameters: dict[str, Any]
+    descriptor: ToolDescriptor
+    builtin: Builtin | None = None
+    argv: tuple[str, ...] = ()
+    """A process tool's command line (interpreter, module); empty for built-ins."""
+    output_schema: dict[str, Any] | None = None
+    validator: Any = field(default=None, compare=False, repr=False)
+    """The compiled argument validator (jsonschema, draft 2020-12)."""
+    output_validator: Any = field(default=None, compare=False, repr=False)
+
+    def openai(self) -> dict[str, Any]:
+        """This tool in OpenAI's ``tools`` format."""
+        return {
+            "type": "function",
+            "function": {"name": self.model_name, "description": self.description, "parameters": self.parameters},
+        }
+
+
+@dataclass(frozen=True)
+class Toolset:
+    """An agent's toolset as this host serves it."""
+
+    available: dict[str, ToolEntry] = field(default_factory=dict)
+    """Model-facing name -> tool, in toolset order."""
+    unavailable: tuple[tuple[str, str], ...] = ()
+    """(toolset entry, why it is not offered)."""
+
+
+def model_name(entry: str) -> str:
+    """The name sent to models: ``rune@file-read`` -> ``file-read``; custom names unchanged."""
+    return entry.removeprefix(BUILTIN_PREFIX)
+
+
+class _Unavailable(Exception):
+    pass
+
+
+def _load_schema(root: Path, ref: str, what: str) -> dict[str, Any]:
+    """A JSON schema file inside the package (JSON or YAML), checked as a draft 2020-12 schema."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
+    path = Path(os.path.normpath(root / ref))
+    if not is_inside(os.path.realpath(path), os.path.realpath(root)):
+        raise _Unavailable(f"{what} {ref!r} leaves the package folder")
+    try:
+        with open(path, "rb") as f:
+            data = f.read(_SCHEMA_MAX_BYTES + 1)
+    except OSError as exc:
+        raise _Unavailable(f"cannot read {what} {path}: {exc.strerror}") from None
+    if len(data) > _SCHEMA_MAX_BYTES:
+        raise _Unavailable(f"{what} {path} is larger than {_SCHEMA_MAX_BYTES} bytes")
+    try:
+        text = data.decode("utf-8")
+        schema = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=SafeLoader)  # noqa: S506
+    except (UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
+        raise _Unavailable(f"{what} {path} is not a JSON/YAML document: {exc}") from None
+    if not isinstance(schema, dict):
+        raise _Unavailable(f"{what} {path} must be a JSON schema object")
+    try:
+        Draft202012Validator.check_schema(schema)
+    except SchemaError as exc:
+        raise _Unavailable(f"{what} {path} is not a valid JSON schema: {exc.message}") from None
+    return schema
+
+
+def _process_entry(package: RunePackage, tool: ToolDescriptor, interpreters: Interpreters) -> ToolEntry:
+    module = Path(os.path.normpath(package.root / tool.module))
+    if not module.is_file():
+        raise _Unavailable(f"its module {module} does not exist")
+    if module.suffix == ".py":
+        interpreter = interpreters("python3")
+        if interpreter is None:
+            raise _Unavailable("needs the python3 interpreter ([runtime] python3), which was not found")
+        argv: tuple[str, ...] = (interpreter, str(module))
+    elif module.suffix == ".js":
+        interpreter = interpreters("node")
+        if interpreter is None:
+            raise _Unavailable("needs the node interpreter ([runtime] node), which was not found")
+        argv = (interpreter, str(module))
+    else:
+        if not os.access(module, os.X_OK):
+            raise _Unavailable(f"its module {module} is neither .py nor .js and not executable (chmod +x it)")
+        argv = (str(module),)
+    parameters = PROCESS_SCHEMA
+    if tool.input_schema_ref:
+        parameters = _load_schema(package.root, tool.input_schema_ref, "input_schema_ref")
+        if parameters.get("type") != "object":
+            raise _Unavailable(f"input_schema_ref {tool.input_schema_ref!r} must describe an object (type: object)")
+    output_schema = _load_schema(package.root, tool.output_schema_ref, "output_schema_ref") if tool.output_schema_ref else None
+    return ToolEntry(
+        entry=tool.name,
+        model_name=tool.name,
+        action=tool_action(tool.name),
+        kind="process",
+        description=f"The package's own tool {tool.name} (version {tool.version}).",
+        parameters=parameters,
+        descriptor=tool,
+        argv=argv,
+        output_schema=output_schema,
+    )
+
+
+def _entry(package: RunePackage, name: str, interpreters: Interpreters) -> ToolEntry:
+    tool = package.tools.get(name)
+    if name.startswith(BUILTIN_PREFIX):
+        builtin = BUILTINS.get(name)
+        if builtin is None:
+            raise _Unavailable(builtin_unavailable_reason(name))
+        return ToolEntry(
+            entry=name,
+            model_name=model_name(name),
+            action=tool_action(name),
+            kind="builtin",
+            description=builtin.description,
+            parameters=builtin.parameters,
+            descriptor=tool or ToolDescriptor.model_construct(name=name, runtime="builtin"),
+            builtin=builtin,
+        )
+    if "/" in name and tool is None:
+        raise _Unavailable("MCP tools are not built yet in this version")
+    if tool is None:
+        raise _Unavailable("no descriptor for it in the package")
+    if not MODEL_NAME.match(name):
+        raise _Unavailable(f"its name cannot be sent to models (must match {MODEL_NAME.pattern})")
+    if tool.runtime == "process":
+        return _process_entry(package, tool, interpreters)
+    if tool.runtime == "agent":
+        raise _Unavailable("agent tools (calls to other agents) are not built yet in this version")
+    raise _Unavailable(f"runtime {tool.runtime!r} has no backend on this host")
+
+
+def _with_validators(entry: ToolEntry) -> ToolEntry:
+    from dataclasses import replace
+
+    from jsonschema import Draft202012Validator
+
+    return replace(
+        entry,
+        validator=Draft202012Validator(entry.parameters),
+        output_validator=Draft202012Validator(entry.output_schema) if entry.output_schema is not None else None,
+    )
+
+
+def resolve_toolset(package: RunePackage, interpreters: Interpreters) -> Toolset:
+    """Split the package's toolset into offered tools and unavailable entries (toolset order, no repeats)."""
+    available: dict[str, ToolEntry] = {}
+    unavailable: list[tuple[str, str]] = []
+    for name in dict.fromkeys(package.runefile.toolset):
+        try:
+            entry = _entry(package, name, interpreters)
+        except _Unavailable as exc:
+            unavailable.append((name, str(exc)))
+            continue
+        clash = available.get(entry.model_name)
+        if clash is not None:
+            unavailable.append((name, f"its model-facing name {entry.model_name!r} is already taken by {clash.entry}"))
+            continue
+        available[entry.model_name] = _with_validators(entry)
+    return Toolset(available=available, unavailable=tuple(unavailable))

@@ -1,0 +1,36 @@
+"""Who is calling a tool, for which intent, under which grants, until when."""
+
+from __future__ import annotations
+
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass
+from typing import Any
+
+from covenant.manifest.model import AgentSpec
+from covenant.policy.grants import GrantSet
+
+__all__ = ["AuditSink", "ToolCallContext"]
+
+AuditSink = Callable[[str, dict[str, Any]], Awaitable[None]]
+"""Records one audit event: ``await sink(event_type, data)`` (the daemon's audit writer)."""
+
+
+@dataclass(frozen=True)
+class ToolCallContext:
+    """One tool call's circumstances; build it per call (or per turn) with the current grants.
+
+    ``grants`` is the daemon's current :class:`~covenant.policy.grants.GrantSet`
+    (the one its capability check uses). Grants are judged at the later of
+    ``now_ms`` and the wall clock when the call is checked, so an expiry
+    during a long intent is never missed.
+    """
+
+    intent_id: str
+    agent: AgentSpec
+    """The Rune agent whose toolset is used."""
+    issuer_pubkey: str
+    """Hex public key of the intent's issuer: the one whose grants decide."""
+    grants: GrantSet
+    now_ms: int
+    deadline: float
+    """``trio.current_time()`` by which the intent must end; no tool runs past it."""

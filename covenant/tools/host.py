@@ -1,0 +1,226 @@
+"""The daemon-side tool host: every tool call of a Rune agent is decided, run and audited here.
+
+The replica runs the model loop and asks the daemon to run each tool call;
+the daemon hands the call to :meth:`ToolHost.call`, which, in order:
+
+1. resolves the model-facing name to an available entry of the agent's
+   toolset (else ``unknown_tool``; nothing runs);
+2. parses the arguments (a JSON object; else ``invalid_arguments``);
+3. validates them against the tool's JSON schema (``invalid_arguments``);
+4. checks the tool's capability action against the issuer's active grants
+   (``capability_denied``);
+5. runs the tool with its ``retry_policy`` and ``timeout_ms``, never past
+   the intent's deadline, and caps the result's size;
+6. records exactly one ``tool.call`` audit event (arguments as SHA-256 only).
+
+Every failure is an error result for the model, never an exception; only
+the caller's cancellation (after the tool's processes are gone) and a
+failing audit sink propagate.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import time
+from typing import Any
+
+import trio
+
+from covenant.config import Config
+from covenant.home import Home
+from covenant.manifest.model import AgentSpec
+from covenant.runtime.runner import Runner
+from covenant.tools.audit import TOOL_CALL, args_sha256, tool_call_event
+from covenant.tools.builtins.base import BuiltinCall
+from covenant.tools.capability import capability_refusal
+from covenant.tools.catalogue import ToolEntry, Toolset, resolve_toolset
+from covenant.tools.context import AuditSink, ToolCallContext
+from covenant.tools.memory_store import MemoryStores
+from covenant.tools.packages import PackageFiles, PackageSource
+from covenant.tools.result import ToolError, ToolResult, capped
+from covenant.tools.retry import run_with_retries
+from covenant.tools.services import ToolServices
+
+__all__ = ["ToolHost", "ARGUMENTS_MAX_BYTES"]
+
+log = logging.getLogger("covenant.tools")
+
+ARGUMENTS_MAX_BYTES = 256 * 1024
+"""Largest arguments document a call may carry."""
+
+_AUDIT_ON_CANCEL_S = 5.0
+
+
+class _BadArguments(Exception):
+    pass
+
+
+def _reject_constant(text: str) -> Any:
+    raise ValueError(f"{text} is not valid JSON")
+
+
+def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for key, value in pairs:
+        if key in out:
+            raise ValueError(f"duplicate key {key!r}")
+        out[key] = value
+    return out
+
+
+def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
+    """The arguments object; a blank string is ``{}``. Raises _BadArguments with a reason."""
+    if isinstance(arguments, dict):
+        return arguments
+    if not isinstance(arguments, str):
+        raise _BadArguments(f"arguments must be a JSON object, got {type(arguments).__name__}")
+    if len(arguments.encode("utf-8", "surrogatepass")) > ARGUMENTS_MAX_BYTES:
+        raise _BadArguments(f"arguments are larger than {ARGUMENTS_MAX_BYTES} bytes")
+    if not arguments.strip():
+        return {}
+    try:
+        value = json.loads(arguments, parse_constant=_reject_constant, object_pairs_hook=_reject_duplicates)
+    except ValueError as exc:
+        raise _BadArguments(f"arguments are not valid JSON: {exc}") from None
+    if not isinstance(value, dict):
+        raise _BadArguments(f"arguments must be a JSON object, got {type(value).__name__}")
+    return value
+
+
+def _schema_problem(entry: ToolEntry, arguments: dict[str, Any]) -> str | None:
+    error = next(iter(sorted(entry.validator.iter_errors(arguments), key=lambda e: list(e.path))), None)
+    if error is None:
+        return None
+    where = "/".join(str(p) for p in error.absolute_path) or "(the arguments object)"
+    return f"arguments do not match the schema of {entry.model_name} at {where}: {error.message}"
+
+
+class ToolHost:
+    """Offers each Rune agent its tools and runs the calls its model makes.
+
+    One per daemon (or ``covenant run``). ``packages`` finds an agent's Rune
+    package; the daemon passes its registry's, the default reads
+    ``agent.root`` (:class:`~covenant.tools.packages.PackageFiles`).
+    """
+
+    def __init__(
+        self,
+        home: Home,
+        config: Config,
+        runner: Runner,
+        audit: AuditSink,
+        *,
+        packages: PackageSource | None = None,
+    ) -> None:
+        self.services = ToolServices(home=home, config=config, runner=runner, audit=audit, memory=MemoryStores(home))
+        self._packages: PackageSource = packages or PackageFiles()
+        self._toolsets: dict[str, tuple[object, Toolset]] = {}
+
+    # -- what an agent is offered -----------------------------------------------------------
+
+    def toolset(self, agent: AgentSpec) -> Toolset:
+        """The agent's toolset as served here (cached per package object; re-resolved after a reload)."""
+        package = self._packages(agent)
+        if package is None:
+            return Toolset()
+        cached = self._toolsets.get(agent.id)
+        if cached is not None and cached[0] is package:
+            return cached[1]
+        toolset = resolve_toolset(package, self.services.runner.interpreter)
+        self._toolsets[agent.id] = (package, toolset)
+        return toolset
+
+    async def load(self, agent: AgentSpec) -> Toolset:
+        """:meth:`toolset` off the event loop (it reads schema files); call when a replica starts."""
+        return await trio.to_thread.run_sync(self.toolset, agent)
+
+    def offered(self, agent: AgentSpec) -> list[dict[str, Any]]:
+        """The OpenAI ``tools`` list: exactly the toolset's available entries, in toolset order."""
+        return [entry.openai() for entry in self.toolset(agent).available.values()]
+
+    def unavailable(self, agent: AgentSpec) -> list[tuple[str, str]]:
+        """(toolset entry, reason) for each entry the model is not offered."""
+        return list(self.toolset(agent).unavailable)
+
+    # -- one call -----------------------------------------------------------------------------
+
+    async def call(self, ctx: ToolCallContext, name: str, arguments: str | dict[str, Any]) -> ToolResult:
+        """Run one tool call of ``ctx.agent``'s model; always one ``tool.call`` event, never raises for the tool."""
+        started = time.monotonic()
+        state: dict[str, Any] = {"action": None, "digest": args_sha256(arguments), "attempts": 0}
+        try:
+            result = await self._decide_and_run(ctx, name, arguments, state)
+        except trio.Cancelled:
+            with trio.CancelScope(shield=True), trio.move_on_after(_AUDIT_ON_CANCEL_S):
+                await self._audit(ctx, name, state, "error", "cancelled", started)
+            raise
+        await self._audit(ctx, name, state, result.outcome, result.error_code, started)
+        return result
+
+    async def _audit(
+        self, ctx: ToolCallContext, name: str, state: dict[str, Any], outcome: str, code: str | None, started: float
+    ) -> None:
+        await self.services.audit(
+            TOOL_CALL,
+            tool_call_event(
+                intent=ctx.intent_id,
+                agent=ctx.agent.id,
+                name=name if isinstance(name, str) else "",
+                action=state["action"],
+                digest=state["digest"],
+                outcome=outcome,
+                error_code=code,
+                attempts=state["attempts"],
+                ms=int((time.monotonic() - started) * 1000),
+            ),
+        )
+
+    async def _decide_and_run(
+        self, ctx: ToolCallContext, name: str, arguments: str | dict[str, Any], state: dict[str, Any]
+    ) -> ToolResult:
+        toolset = self.toolset(ctx.agent)
+        entry = toolset.available.get(name) if isinstance(name, str) else None
+        if entry is None:
+            offered = ", ".join(toolset.available) or "none"
+            return ToolResult.failure("unknown_tool", f"no tool named {name!r} is offered to this agent (offered: {offered})")
+        state["action"] = entry.action
+        try:
+            parsed = parse_arguments(arguments)
+        except _BadArguments as exc:
+            return ToolResult.failure("invalid_arguments", str(exc))
+        state["digest"] = args_sha256(parsed)
+        problem = _schema_problem(entry, parsed)
+        if problem is not None:
+            return ToolResult.failure("invalid_arguments", problem)
+        refusal = capability_refusal(ctx, entry.action)
+        if refusal is not None:
+            return refusal
+
+        async def attempt(ends: float) -> ToolResult:
+            return await self._attempt(ctx, entry, parsed, ends)
+
+        descriptor = entry.descriptor
+        result, state["attempts"] = await run_with_retries(
+            attempt, policy=descriptor.retry_policy, timeout_ms=descriptor.timeout_ms, deadline=ctx.deadline
+        )
+        return result
+
+    async def _attempt(self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float) -> ToolResult:
+        """One try of the tool, ending by ``ends`` (trio time)."""
+        if entry.builtin is not None:
+            return await self._run_builtin(ctx, entry, arguments)
+        from covenant.tools.process import run_process_tool
+
+        return await run_process_tool(self.services, ctx, entry, arguments, ends)
+
+    async def _run_builtin(self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any]) -> ToolResult:
+        assert entry.builtin is not None
+        try:
+            content = await entry.builtin.run(BuiltinCall(ctx=ctx, arguments=arguments, services=self.services))
+        except ToolError as exc:
+            return ToolResult.failure(exc.code, exc.message)
+        except Exception:
+            log.exception("built-in tool failed", extra={"agent": ctx.agent.id, "intent": ctx.intent_id, "tool": entry.entry})
+            return ToolResult.failure("tool_failed", f"{entry.model_name} failed inside covenant (see the daemon log)")
+        return capped(content)

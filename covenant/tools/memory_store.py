@@ -1,0 +1,167 @@
+"""Per-agent memory for ``rune@memory-*``: a hash-linked JSON lines file the daemon alone writes.
+
+``<home>/state/memory/<agent id>/memory.jsonl`` (dirs 0700, file 0600),
+one ``{"key", "value", "at"}`` record per store after a header
+``{"format": "covenant-memory/v1", "agent": <id>}``; the latest record of a
+key wins. The file is verified before it is loaded (:mod:`covenant.chainlog`):
+a torn tail is cut and reported (log and a ``memory.recover`` audit event),
+a changed record makes every memory call of that agent fail with
+``memory_corrupt`` until an operator repairs or removes the file. A file
+changed behind the daemon's back (its inode, size or mtime moved) is
+verified again before the next call. When superseded records outnumber the
+live ones (and there are more than 64) the file is rewritten, compacted,
+atomically.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+from collections.abc import Awaitable, Callable
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from covenant.audit.events import MEMORY_RECOVER
+from covenant.chainlog import Chain, ChainCorrupt, TornTail, append_records, read_chain, rewrite_chain
+from covenant.clock import now_ms
+from covenant.home import Home
+from covenant.tools.result import ToolError
+
+__all__ = [
+    "MemoryStores",
+    "check_key",
+    "AgentMemory",
+    "MEMORY_FORMAT",
+    "MEMORY_RECOVER",
+    "KEY_MAX_BYTES",
+    "VALUE_MAX_BYTES",
+    "MAX_KEYS",
+    "memory_dir",
+]
+
+log = logging.getLogger("covenant.tools")
+
+MEMORY_FORMAT = "covenant-memory/v1"
+KEY_MAX_BYTES = 128
+VALUE_MAX_BYTES = 16 * 1024
+MAX_KEYS = 1000
+_COMPACT_MIN = 64
+
+_AGENT_ID = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._@-]{0,127}$")
+_CONTROL = re.compile(r"[\x00-\x1f\x7f]")
+
+
+def memory_dir(home: Home, agent_id: str) -> Path:
+    """``<home>/state/memory/<agent id>``; refuses an id that could name another path."""
+    if not _AGENT_ID.match(agent_id) or ".." in agent_id:
+        raise ValueError(f"agent id {agent_id!r} cannot name a memory folder")
+    return home.state_dir / "memory" / agent_id
+
+
+def check_key(key: str) -> None:
+    """Raise ``invalid_arguments`` for a key that is empty, too long or holds control characters."""
+    size = len(key.encode("utf-8", "surrogatepass"))
+    if not key or size > KEY_MAX_BYTES:
+        raise ToolError("invalid_arguments", f"key must be 1 to {KEY_MAX_BYTES} bytes of UTF-8, got {size}")
+    if _CONTROL.search(key):
+        raise ToolError("invalid_arguments", "key must not hold control characters")
+
+
+@dataclass
+class AgentMemory:
+    """One agent's memory: its verified file, the latest value of each key, a lock."""
+
+    path: Path
+    header: dict[str, Any]
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    chain: Chain | None = None
+    latest: dict[str, dict[str, Any]] = field(default_factory=dict)
+    loaded: bool = False
+
+    def _index(self, chain: Chain | None) -> None:
+        self.chain = chain
+        self.latest = {}
+        for record in (chain.records[1:] if chain else []):
+            self.latest.pop(record["key"], None)  # re-insert: dict order is most recent last
+            self.latest[record["key"]] = record
+        self.loaded = True
+
+    def _changed_on_disk(self) -> bool:
+        try:
+            st = os.stat(self.path)
+        except FileNotFoundError:
+            return self.chain is not None
+        return self.chain is None or (st.st_ino, st.st_size, st.st_mtime_ns) != self.chain.stamp
+
+    def load(self) -> TornTail | None:
+        """(Re)load and verify when needed (blocking). Raises ChainCorrupt."""
+        if self.loaded and not self._changed_on_disk():
+            return None
+        self.loaded = False
+        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        chain = read_chain(self.path, self.header)
+        self._index(chain)
+        return chain.torn if chain else None
+
+    def store(self, key: str, value: str) -> dict[str, Any]:
+        """Append one record (durable when this returns); compact when superseded records dominate (blocking)."""
+        if key not in self.latest and len(self.latest) >= MAX_KEYS:
+            raise ToolError("memory_full", f"this agent's memory holds {MAX_KEYS} keys, the most allowed; reuse a key")
+        record = {"key": key, "value": value, "at": now_ms()}
+        try:
+            chain = append_records(self.path, self.chain, self.header, [record])
+        except BaseException:
+            self.loaded = False  # the file may hold a torn tail now: read it again next time
+            raise
+        self._index(chain)
+        superseded = len(chain.records) - 1 - len(self.latest)
+        if superseded > max(len(self.latest), _COMPACT_MIN):
+            self._index(rewrite_chain(self.path, self.header, list(self.latest.values())))
+        return self.latest[key]
+
+
+class MemoryStores:
+    """Every agent's memory, loaded on first use; blocking work in worker threads."""
+
+    def __init__(self, home: Home) -> None:
+        self.home = home
+        self._agents: dict[str, AgentMemory] = {}
+
+    def _memory(self, agent_id: str) -> AgentMemory:
+        memory = self._agents.get(agent_id)
+        if memory is None:
+            header = {"format": MEMORY_FORMAT, "agent": agent_id}
+            memory = AgentMemory(memory_dir(self.home, agent_id) / "memory.jsonl", header)
+            self._agents[agent_id] = memory
+        return memory
+
+    async def open(self, agent_id: str, report: Callable[[Path, TornTail], Awaitable[None]]) -> AgentMemory:
+        """The agent's verified memory; its lock must be held by the caller.
+
+        ``report(torn)`` is awaited when a torn tail was cut. A changed record
+        raises ``memory_corrupt``.
+        """
+        memory = self._memory(agent_id)
+        try:
+            torn = await trio.to_thread.run_sync(memory.load)
+        except ChainCorrupt as exc:
+            log.error("memory file fails verification", extra={"agent": agent_id, "path": str(exc.path), "detail": str(exc)})
+            raise ToolError(
+                "memory_corrupt",
+                f"this agent's memory failed verification at line {exc.line} ({exc.reason}) and is not loaded; "
+                "an operator must repair or remove the file",
+            ) from None
+        if torn is not None:
+            log.warning(
+                "memory file had a torn tail; cut",
+                extra={"agent": agent_id, "path": str(memory.path), "discarded_bytes": torn.discarded_bytes},
+            )
+            await report(memory.path, torn)
+        return memory
+
+    def lock(self, agent_id: str) -> trio.Lock:
+        return self._memory(agent_id).lock

@@ -1,0 +1,88 @@
+"""``runtime: process`` tools: one JSON document in, one out, through the runner's tool mode.
+
+The module runs under ``[runtime] python3`` (``.py``), ``[runtime] node``
+(``.js``) or as its own executable, with the agent's limits and the same
+launch path, environment allowlist and kill ladder as agent processes
+(:meth:`covenant.runtime.runner.Runner.run_tool`).
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import secrets
+from typing import Any
+
+import trio
+
+from covenant.runtime.toolrun import ToolRun
+from covenant.tools.catalogue import ToolEntry
+from covenant.tools.context import ToolCallContext
+from covenant.tools.result import ToolResult, capped
+from covenant.tools.services import ToolServices
+
+__all__ = ["run_process_tool", "run_marker"]
+
+log = logging.getLogger("covenant.tools")
+
+_STDERR_HINT_CHARS = 300
+"""How much of the tool's last stderr line a failure message shows the model."""
+
+
+def run_marker(intent_id: str) -> str:
+    """A unique marker for one tool run (``COVENANT_INTENT_ID`` of its processes)."""
+    return f"{intent_id}:tool:{secrets.token_hex(6)}"
+
+
+def _last_stderr_line(run: ToolRun) -> str:
+    lines = [line for line in run.stderr_tail.splitlines() if line.strip()]
+    if not lines:
+        return ""
+    return f"; its last stderr line: {lines[-1][-_STDERR_HINT_CHARS:]!r}"
+
+
+def _result(entry: ToolEntry, run: ToolRun) -> ToolResult:
+    name = entry.model_name
+    match run.outcome:
+        case "ok":
+            if entry.output_validator is not None:
+                error = next(iter(entry.output_validator.iter_errors(run.result)), None)
+                if error is not None:
+                    where = "/".join(str(p) for p in error.absolute_path) or "(the document)"
+                    return ToolResult.failure(
+                        "tool_bad_output", f"{name} answered a document that does not match its output schema at {where}: {error.message}"
+                    )
+            return capped(run.result)
+        case "timeout":
+            return ToolResult.failure("tool_timeout", f"{name} did not finish in time and was stopped")
+        case "spawn_failed":
+            return ToolResult.failure("tool_unavailable", f"{name} could not be started: {run.error}")
+        case "protocol_error" | "no_result":
+            return ToolResult.failure("tool_bad_output", f"{name} did not answer one JSON document: {run.error}")
+        case "cancelled":
+            return ToolResult.failure("tool_failed", f"{name} was stopped: covenant is shutting down")
+        case _:
+            return ToolResult.failure("tool_failed", f"{name} failed: {run.error}{_last_stderr_line(run)}")
+
+
+async def run_process_tool(
+    services: ToolServices, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float
+) -> ToolResult:
+    """One attempt of a process tool, given until ``ends`` (trio time)."""
+    wall_ms = max(1, int((ends - trio.current_time()) * 1000))
+    document = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    run = await services.runner.run_tool(ctx.agent, entry.argv, document, run_id=run_marker(ctx.intent_id), wall_ms=wall_ms)
+    log.info(
+        "tool run",
+        extra={
+            "agent": ctx.agent.id,
+            "intent": ctx.intent_id,
+            "tool": entry.entry,
+            "outcome": run.outcome,
+            "pid": run.pid,
+            "duration_ms": run.duration_ms,
+            "cpu_ms": run.cpu_ms,
+            "detail": run.error,
+        },
+    )
+    return _result(entry, run)

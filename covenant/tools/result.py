@@ -1,0 +1,122 @@
+"""What a tool call gives back: a :class:`ToolResult`, its error codes, and how a model sees it.
+
+A tool never raises at the loop: every failure is an error result with a
+stable ``error_code`` (listed in :data:`ERROR_CODES`, documented in
+docs/tools.md) and a sentence for the model. :func:`model_content` renders a
+result as the content of an OpenAI ``tool`` message; an error becomes
+``{"error": {"code", "message"}}`` (design/rune-host.md §8).
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from typing import Any
+
+__all__ = [
+    "ToolResult",
+    "ToolError",
+    "ERROR_CODES",
+    "DENIED_CODES",
+    "RESULT_MAX_BYTES",
+    "model_content",
+    "capped",
+]
+
+RESULT_MAX_BYTES = 64 * 1024
+"""Largest result (its JSON, UTF-8) handed back to the model; larger is ``result_too_large``."""
+
+ERROR_CODES: dict[str, str] = {
+    "unknown_tool": "the name is not a tool this agent is offered (not in its toolset, or unavailable here)",
+    "invalid_arguments": "the arguments are not a JSON object matching the tool's schema",
+    "capability_denied": "the issuer holds no active grant of the tool's capability action",
+    "tool_timeout": "the tool did not finish within its timeout_ms or the intent's remaining time",
+    "tool_failed": "the tool ran and failed (non-zero exit, killed by a signal, a limit crossed, or an error of a built-in)",
+    "tool_bad_output": "a process tool wrote no JSON document, or more than one, on stdout",
+    "tool_unavailable": "the tool could not be started (interpreter or module missing)",
+    "result_too_large": f"the result is larger than {RESULT_MAX_BYTES} bytes of JSON",
+    "memory_corrupt": "the agent's memory file failed verification and is not loaded",
+    "memory_full": "the agent's memory holds the most keys allowed",
+}
+"""Every ``error_code`` a tool call can end with, and what it means."""
+
+DENIED_CODES = frozenset({"capability_denied"})
+"""Error codes audited with outcome ``denied`` rather than ``error``."""
+
+
+class ToolError(Exception):
+    """Raised inside a tool to end the call with an error result (never reaches the loop)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        if code not in ERROR_CODES:
+            raise ValueError(f"unknown tool error code {code!r}")
+        super().__init__(message)
+        self.code = code
+        self.message = message
+
+
+@dataclass(frozen=True)
+class ToolResult:
+    """The answer to one tool call: ``content`` when ``ok``, else an error code and message."""
+
+    ok: bool
+    content: Any = None
+    """JSON-able, at most :data:`RESULT_MAX_BYTES` once encoded; None on error."""
+    error_code: str | None = None
+    error_message: str | None = None
+
+    @classmethod
+    def success(cls, content: Any) -> "ToolResult":
+        return cls(ok=True, content=content)
+
+    @classmethod
+    def failure(cls, code: str, message: str) -> "ToolResult":
+        if code not in ERROR_CODES:
+            raise ValueError(f"unknown tool error code {code!r}")
+        return cls(ok=False, error_code=code, error_message=message)
+
+    @property
+    def outcome(self) -> str:
+        """``ok``, ``denied`` or ``error``: the ``outcome`` of the ``tool.call`` audit event."""
+        if self.ok:
+            return "ok"
+        return "denied" if self.error_code in DENIED_CODES else "error"
+
+    def to_json(self) -> dict[str, Any]:
+        """``{"ok": true, "content": …}`` or ``{"ok": false, "error": {"code", "message"}}`` (for the replica socket)."""
+        if self.ok:
+            return {"ok": True, "content": self.content}
+        return {"ok": False, "error": {"code": self.error_code, "message": self.error_message}}
+
+
+def _encode(value: Any) -> str:
+    return json.dumps(value, ensure_ascii=False, separators=(",", ":"), allow_nan=False)
+
+
+def model_content(result: ToolResult) -> str:
+    """The OpenAI ``tool`` message content for ``result``.
+
+    Success: the content as JSON text (a string result is sent as is, not
+    quoted again). Error: ``{"error": {"code": …, "message": …}}``. The
+    Anthropic adapter sends the same text in a ``tool_result`` with
+    ``is_error`` set to ``not result.ok``.
+    """
+    if not result.ok:
+        return _encode({"error": {"code": result.error_code, "message": result.error_message}})
+    if isinstance(result.content, str):
+        return result.content
+    return _encode(result.content)
+
+
+def capped(content: Any) -> ToolResult:
+    """``content`` as a success, or ``result_too_large`` when it is not JSON or over the cap."""
+    try:
+        size = len(_encode(content).encode("utf-8", "surrogatepass"))
+    except (TypeError, ValueError) as exc:
+        return ToolResult.failure("tool_bad_output", f"the tool's result is not JSON-encodable: {exc}")
+    if size > RESULT_MAX_BYTES:
+        return ToolResult.failure(
+            "result_too_large",
+            f"the tool's result is {size} bytes of JSON, over the {RESULT_MAX_BYTES}-byte cap; ask for less",
+        )
+    return ToolResult.success(content)

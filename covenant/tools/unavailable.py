@@ -1,0 +1,40 @@
+"""Why a built-in the loader accepts is not offered on this host (design/rune-host.md §8).
+
+Reasons are shown by ``agents show``, ``dispatch --dry-run`` and (later)
+``tools list``; a tool with a reason is never offered to the model and a
+call to it is ``unknown_tool``.
+"""
+
+from __future__ import annotations
+
+from covenant.manifest.tools import BUILTIN_PREFIX
+
+__all__ = ["builtin_unavailable_reason", "NOT_SUPPORTED_HERE", "NEEDS_CONFIG"]
+
+NOT_SUPPORTED_HERE: tuple[str, ...] = (
+    "browser-",
+    "media-",
+    "image-",
+    "location-get",
+    "canvas-present",
+    "docker-exec",
+    "text-to-speech",
+    "speech-to-text",
+)
+"""Built-ins (or prefixes of them) a headless Linux host has no backend for."""
+
+NEEDS_CONFIG: dict[str, str] = {
+    "web-search": '[tools.web_search] url = "…" (a SearXNG-compatible JSON endpoint)',
+    "channel-send": "a [channels.NAME] table (a webhook channel)",
+}
+"""Built-ins that will be offered once covenant.toml configures their backend."""
+
+
+def builtin_unavailable_reason(name: str) -> str:
+    """The reason a ``rune@`` built-in with no implementation here is unavailable."""
+    short = name.removeprefix(BUILTIN_PREFIX)
+    if any(short == p or (p.endswith("-") and short.startswith(p)) for p in NOT_SUPPORTED_HERE):
+        return "not supported on this host (no backend for it)"
+    if short in NEEDS_CONFIG:
+        return f"not built yet in this version; it will need {NEEDS_CONFIG[short]}"
+    return "not built yet in this version"

@@ -1,0 +1,56 @@
+"""[providers.NAME] in covenant.toml: valid tables load, mistakes name the file and the key."""
+
+from __future__ import annotations
+
+import pytest
+
+from covenant.config import load_config
+from covenant.errors import ConfigError
+from covenant.home import Home
+
+
+def write(home: Home, text: str) -> None:
+    home.config_path.write_text(text)
+
+
+def test_providers_load_with_defaults(home: Home) -> None:
+    write(home, """
+[providers.openai]
+kind = "openai"
+base_url = "https://api.openai.com/v1/"
+api_key_env = "OPENAI_API_KEY"
+
+[providers.ollama]
+kind = "openai"
+base_url = "http://localhost:11434/v1"
+timeout_s = 300
+""")
+    providers = load_config(home).providers
+    assert providers["openai"].base_url == "https://api.openai.com/v1"
+    assert providers["openai"].timeout_s == 120 and providers["openai"].api_key_env == "OPENAI_API_KEY"
+    assert providers["ollama"].api_key_env is None and providers["ollama"].timeout_s == 300
+
+
+@pytest.mark.parametrize(
+    ("table", "expected"),
+    [
+        ('kind = "openai"\nbase_url = "http://x/v1"\napi_key = "sk-1"', "providers.p.api_key: Extra inputs are not permitted"),
+        ('kind = "gemini"\nbase_url = "http://x/v1"', "providers.p.kind: Input should be 'openai' or 'anthropic'"),
+        ('kind = "openai"\nbase_url = "file:///etc/passwd"', "providers.p.base_url"),
+        ('kind = "openai"', "providers.p.base_url: Field required"),
+        ('kind = "openai"\nbase_url = "http://x"\napi_key_env = "sk-live-abc"', "must be the name of an environment variable"),
+        ('kind = "openai"\nbase_url = "http://x"\ntimeout_s = 0', "providers.p.timeout_s"),
+    ],
+)
+def test_a_bad_table_names_the_file_and_key(home: Home, table: str, expected: str) -> None:
+    write(home, f"[providers.p]\n{table}\n")
+    with pytest.raises(ConfigError) as caught:
+        load_config(home)
+    assert str(home.config_path) in caught.value.message
+    assert expected in caught.value.message
+
+
+def test_a_bad_provider_name_is_refused(home: Home) -> None:
+    write(home, '[providers."open ai"]\nkind = "openai"\nbase_url = "http://x"\n')
+    with pytest.raises(ConfigError, match=r"\[providers.open ai\]: a provider name is"):
+        load_config(home)

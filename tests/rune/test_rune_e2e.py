@@ -1,0 +1,222 @@
+"""Rune agents end to end: a real daemon, real replicas, the scripted fake model provider."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+
+import psutil
+
+from tests.daemon.conftest import DaemonProcess, agent_processes
+from tests.fakes import FakeModelServer, Reply, ToolCall
+from tests.rune.conftest import KEY_VALUE, add_rune_agent, configure, outcome_of
+
+
+def test_a_dispatch_with_a_tool_round_trip(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon)
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.system_time", check=True)
+    fake_model.script(Reply.tools(ToolCall("system-time", {})), Reply(text="It is late."))
+    result = daemon.cli("dispatch", "what time is it?", "--agent", "chat@local", "--json")
+    outcome = outcome_of(result)
+    assert result.returncode == 0, outcome
+    assert outcome["outcome"] == "ok" and outcome["text"] == "It is late."
+    assert outcome["session_id"] and outcome["usage"]["model_calls"] == 2 and outcome["usage"]["tool_calls"] == 1
+    first, second = fake_model.requests
+    assert first.headers["authorization"] == f"Bearer {KEY_VALUE}"  # the daemon adds the key
+    assert first.tool_names == ["system-time"]
+    assert first.messages[0]["role"] == "system" and "covenant test agent" in first.messages[0]["content"]
+    tool_message = next(m for m in second.messages if m["role"] == "tool")
+    assert "utc" in tool_message["content"] or "iso" in tool_message["content"] or tool_message["content"]
+    records = [json.loads(line) for line in daemon.cli("audit", "tail", "--json", check=True).stdout.splitlines()]
+    types = [r["type"] for r in records if r.get("data", {}).get("intent") == outcome["intent_id"]]
+    assert types.count("model.call") == 2 and types.count("tool.call") == 1
+    assert types[-1] == "intent.completed"
+    status = daemon.api("GET", "/v1/status")
+    (replica,) = status["replicas"]  # type: ignore[index]
+    assert replica["agent"] == "chat@local" and replica["state"] == "ready" and replica["pid"]
+    assert daemon.stop() == 0
+
+
+def _dispatch(d: DaemonProcess, text: str, *extra: str):  # type: ignore[no-untyped-def]
+    return d.cli("dispatch", text, "--agent", "chat@local", "--json", *extra)
+
+
+def _started(d: DaemonProcess, fakes: list[tuple[str, FakeModelServer]], **agent: object) -> None:
+    configure(d, *fakes)
+    add_rune_agent(d, **agent)  # type: ignore[arg-type]
+    d.start()
+    d.cli("grant", "tester@test", "tool.system_time", check=True)
+
+
+def test_max_steps_cuts_the_loop_off(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    _started(daemon, [("fake", fake_model)], max_steps=2)
+    fake_model.script(Reply.tools(ToolCall("system-time", {})), Reply.tools(ToolCall("system-time", {})))
+    result = _dispatch(daemon, "loop forever")
+    outcome = outcome_of(result)
+    assert result.returncode == 4 and outcome["outcome"] == "max_steps_exceeded", outcome
+    assert "max_steps = 2" in outcome["error"]
+    assert len(fake_model.requests) == 2 and outcome["usage"]["model_calls"] == 2
+
+
+def test_token_budget_cuts_off_without_another_request(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    _started(daemon, [("fake", fake_model)], token_budget=50)
+    fake_model.script(Reply.tools(ToolCall("system-time", {}), usage=(40, 20)))
+    result = _dispatch(daemon, "spend it")
+    outcome = outcome_of(result)
+    assert result.returncode == 4 and outcome["outcome"] == "token_budget_exceeded", outcome
+    assert len(fake_model.requests) == 1  # the second call was refused before it was made
+
+
+def test_fallback_to_the_next_provider(daemon: DaemonProcess, fake_model_factory) -> None:  # type: ignore[no-untyped-def]
+    failing, working = fake_model_factory(), fake_model_factory()
+    _started(daemon, [("first", failing), ("second", working)], providers=("first", "second"))
+    failing.script(Reply.error(500))
+    working.script(Reply(text="from the second"))
+    result = _dispatch(daemon, "hello")
+    outcome = outcome_of(result)
+    assert result.returncode == 0 and outcome["text"] == "from the second", outcome
+    assert len(failing.requests) == 1 and len(working.requests) == 1
+    calls = [json.loads(line) for line in daemon.cli("audit", "tail", "--json", "--type", "model.call", check=True).stdout.splitlines()]
+    assert [(c["data"]["provider"], c["data"]["outcome"]) for c in calls] == [("first", "error"), ("second", "ok")]
+
+
+def test_no_provider_configured_is_provider_unavailable(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    _started(daemon, [("fake", fake_model)], providers=("nowhere",))
+    result = _dispatch(daemon, "hello")
+    outcome = outcome_of(result)
+    assert result.returncode == 4 and outcome["outcome"] == "provider_unavailable", outcome
+    assert not fake_model.requests
+
+
+def test_session_continues_and_a_tampered_byte_is_refused_before_any_model_request(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    _started(daemon, [("fake", fake_model)], toolset=())
+    fake_model.script(Reply(text="Nice to meet you, Ada."), Reply(text="You are Ada."))
+    first = outcome_of(_dispatch(daemon, "my name is Ada", "--session", "talk-1"))
+    assert first["outcome"] == "ok" and first["session_id"] == "talk-1"
+    second = outcome_of(_dispatch(daemon, "who am I?", "--session", "talk-1"))
+    assert second["text"] == "You are Ada."
+    sent = [m["content"] for m in fake_model.requests[1].messages]
+    assert sent[1:] == ["my name is Ada", "Nice to meet you, Ada.", "who am I?"]
+    fake_model.script(Reply(text="hello stranger"))
+    fresh = outcome_of(_dispatch(daemon, "no session named"))
+    assert fresh["session_id"] and fresh["session_id"] != "talk-1"  # a new session gets an id
+    assert [m["content"] for m in fake_model.requests[2].messages][1:] == ["no session named"]
+
+    path = daemon.home / "state" / "sessions" / "chat@local" / "talk-1.jsonl"
+    assert daemon.cli("sessions", "verify", "chat@local", "talk-1").returncode == 0
+    raw = path.read_bytes()
+    at = raw.index(b"Ada")
+    path.write_bytes(raw[:at] + b"Eda" + raw[at + 3:])
+    before = len(fake_model.requests)
+    assert before == 3
+    result = _dispatch(daemon, "who am I now?", "--session", "talk-1")
+    outcome = outcome_of(result)
+    assert result.returncode == 4 and outcome["outcome"] == "session_corrupt", outcome
+    assert outcome["session_id"] == "talk-1" and "talk-1.jsonl" in outcome["error"]
+    assert len(fake_model.requests) == before  # nothing was sent to a model
+    verify = daemon.cli("sessions", "verify")
+    assert verify.returncode == 1 and "CORRUPT chat@local talk-1" in verify.stdout
+
+
+def test_another_issuer_cannot_continue_a_session(daemon: DaemonProcess, fake_model: FakeModelServer, tmp_path) -> None:  # type: ignore[no-untyped-def]
+    _started(daemon, [("fake", fake_model)], toolset=())
+    fake_model.script(Reply(text="secret plans"))
+    assert outcome_of(_dispatch(daemon, "remember the plans", "--session", "mine"))["outcome"] == "ok"
+    other = {"XDG_CONFIG_HOME": str(tmp_path / "other-xdg")}
+    created = daemon.cli("identity", "init", "--display", "mallory@test", env=other, check=True)
+    pubkey = json.loads(daemon.cli("identity", "show", "--json", env=other, check=True).stdout)["pubkey"]
+    assert created.returncode == 0
+    daemon.cli("identity", "add", "mallory@test", pubkey, check=True)
+    result = daemon.cli("dispatch", "what were the plans?", "--agent", "chat@local", "--json", "--session", "mine", env=other)
+    outcome = outcome_of(result)
+    assert result.returncode == 3 and outcome["outcome"] == "session_forbidden", outcome
+    assert len(fake_model.requests) == 1
+
+
+def test_streaming_through_the_control_api_and_the_cli(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    _started(daemon, [("fake", fake_model)])
+    fake_model.script(Reply.tools(ToolCall("system-time", {})), Reply(text="Tick tock, it is noon."))
+    result = daemon.cli("dispatch", "time?", "--agent", "chat@local", "--stream", "--json")
+    assert result.returncode == 0, result.stderr
+    events = [json.loads(line) for line in result.stdout.splitlines()]
+    kinds = [e["event"] for e in events]
+    assert kinds[:2] == ["tool_start", "tool_done"] and kinds[-1] == "done" and "token" in kinds
+    assert "".join(e["text"] for e in events if e["event"] == "token") == "Tick tock, it is noon."
+    assert events[-1]["outcome"] == "ok" and events[-1]["text"] == "Tick tock, it is noon."
+    assert fake_model.requests[-1].body.get("stream") is True  # the gateway streams from the provider
+
+    fake_model.script(Reply(text="Plain words arrive."))
+    plain = daemon.cli("dispatch", "again", "--agent", "chat@local", "--stream")
+    assert plain.returncode == 0 and plain.stdout == "Plain words arrive.\n", plain
+
+
+def test_a_streamed_answer_is_redacted_line_by_line(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    _started(daemon, [("fake", fake_model)], toolset=())
+    fake_model.script(Reply(text=f"line one\nthe key is {KEY_VALUE} ok\nend"))
+    result = daemon.cli("dispatch", "leak it", "--agent", "chat@local", "--stream")
+    assert result.returncode == 0, result.stderr
+    assert KEY_VALUE not in result.stdout and "[REDACTED]" in result.stdout
+    assert result.stdout.startswith("line one\nthe key is [REDACTED] ok\nend")
+
+
+def _replica(d: DaemonProcess) -> dict:
+    (replica,) = d.api("GET", "/v1/status")["replicas"]  # type: ignore[index]
+    return replica
+
+
+def test_kill_9_of_a_replica_mid_request_then_recovery(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    _started(daemon, [("fake", fake_model)], toolset=())
+    fake_model.script(Reply(text="warm"))
+    assert outcome_of(_dispatch(daemon, "warm up"))["outcome"] == "ok"
+    pid = _replica(daemon)["pid"]
+    fake_model.script(Reply(text="too late", delay_s=3))
+    pending = daemon.cli_background("dispatch", "slow one", "--agent", "chat@local", "--json")
+    fake_model.wait_for_requests(2)
+    os.kill(pid, signal.SIGKILL)
+    out, err = pending.communicate(timeout=120)
+    outcome = json.loads(out)
+    assert pending.returncode == 4 and outcome["outcome"] == "crashed", outcome
+    assert "went away during the request" in outcome["error"]
+    fake_model.script(Reply(text="back again"))
+    after = outcome_of(_dispatch(daemon, "are you back?"))
+    assert after["outcome"] == "ok" and after["text"] == "back again", after
+    replica = _replica(daemon)
+    assert replica["pid"] != pid and replica["restarts"] == 1 and "signal 9" in (replica["last_error"] or "")
+
+
+def _pids_holding(value: bytes, *, exclude: set[int]) -> list[int]:
+    found = []
+    for entry in os.listdir("/proc"):
+        if not entry.isdigit() or int(entry) in exclude:
+            continue
+        for name in ("environ", "cmdline"):
+            try:
+                with open(f"/proc/{entry}/{name}", "rb") as f:
+                    if value in f.read():
+                        found.append(int(entry))
+            except OSError:
+                pass
+    return found
+
+
+def test_the_key_stays_in_the_daemon_and_no_replica_outlives_it(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    _started(daemon, [("fake", fake_model)])
+    fake_model.script(Reply.tools(ToolCall("system-time", {})), Reply(text=f"echo {KEY_VALUE}"))
+    outcome = outcome_of(_dispatch(daemon, "hello", "--session", "keyed"))
+    assert outcome["outcome"] == "ok" and KEY_VALUE not in outcome["text"]
+    replica_pid = _replica(daemon)["pid"]
+    assert daemon.process is not None
+    holders = _pids_holding(KEY_VALUE.encode(), exclude={daemon.process.pid, os.getpid()})
+    assert holders == [], f"processes other than the daemon hold the key: {holders}"
+    assert psutil.pid_exists(replica_pid)
+    assert daemon.stop() == 0
+    assert not agent_processes(daemon.home), "a replica outlived the daemon"
+    assert not psutil.pid_exists(replica_pid) or psutil.Process(replica_pid).status() == psutil.STATUS_ZOMBIE
+    for path in daemon.home.rglob("*"):
+        if path.is_file():
+            assert KEY_VALUE.encode() not in path.read_bytes(), f"{path} holds the key"

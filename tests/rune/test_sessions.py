@@ -1,0 +1,106 @@
+"""Session files: hash-linked records verified before load; torn tails cut, tampering refused."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from covenant.rune.sessions import SessionCorrupt, SessionLog, session_path, valid_session_id, verify_file
+
+
+def make(tmp_path: Path, turns: int = 3) -> Path:
+    path = session_path(tmp_path, "chat@local", "s1")
+    log = SessionLog.create(path, agent="chat@local", session="s1", issuer="ab" * 32, now_ms=1)
+    for n in range(turns):
+        log.append_turn(f"intent-{n}", [{"role": "user", "content": f"question {n} é"},
+                                        {"role": "assistant", "content": f"answer {n}"}])
+    return path
+
+
+def test_a_written_session_verifies_and_reloads(tmp_path: Path) -> None:
+    path = make(tmp_path)
+    found = verify_file(path)
+    assert [r["seq"] for r in found.records] == [0, 1, 2, 3]
+    assert found.header["issuer"] == "ab" * 32
+    assert found.turns[2]["messages"][1]["content"] == "answer 2"
+    assert "question 0 é" in path.read_text(encoding="utf-8")  # text stored as plain JSON strings
+    again = SessionLog.open(path)
+    again.append_turn("intent-9", [{"role": "user", "content": "more"}])
+    assert len(verify_file(path).records) == 5
+
+
+@pytest.mark.parametrize("target", ["answer 1", "question 2", "intent-0", "chat@local"])
+def test_one_changed_byte_anywhere_is_refused(tmp_path: Path, target: str) -> None:
+    path = make(tmp_path)
+    raw = path.read_bytes()
+    at = raw.index(target.encode())
+    path.write_bytes(raw[:at] + bytes([raw[at] ^ 1]) + raw[at + 1:])
+    with pytest.raises(SessionCorrupt, match=str(path)):
+        SessionLog.open(path)
+
+
+def test_the_last_record_is_covered_too(tmp_path: Path) -> None:
+    path = make(tmp_path)
+    raw = path.read_bytes()
+    at = raw.rindex(b"answer 2")
+    path.write_bytes(raw[:at] + b"ANSWER 2" + raw[at + 8:])
+    with pytest.raises(SessionCorrupt, match="does not match its hash"):
+        verify_file(path)
+
+
+def test_reordered_or_removed_records_are_refused(tmp_path: Path) -> None:
+    path = make(tmp_path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    path.write_bytes(b"".join([lines[0], lines[2], lines[1], lines[3]]))
+    with pytest.raises(SessionCorrupt, match="seq"):
+        verify_file(path)
+    path.write_bytes(b"".join([lines[0], lines[1], lines[3]]))
+    with pytest.raises(SessionCorrupt):
+        verify_file(path)
+
+
+def test_a_recomputed_record_still_breaks_the_chain(tmp_path: Path) -> None:
+    """Rewriting a middle record with a fresh self-hash is caught by the next record's prev."""
+    from covenant.rune.sessions import record_hash
+
+    path = make(tmp_path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    record = json.loads(lines[1])
+    record["messages"][1]["content"] = "forged"
+    record["hash"] = record_hash(record)
+    lines[1] = json.dumps(record, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(SessionCorrupt, match=":3: prev"):
+        verify_file(path)
+
+
+def test_a_torn_tail_is_cut_and_reported(tmp_path: Path) -> None:
+    path = make(tmp_path)
+    whole = path.read_bytes()
+    path.write_bytes(whole + b'{"kind":"turn","intent":"x","mess')
+    log = SessionLog.open(path)
+    assert log.verified.torn_bytes == len(b'{"kind":"turn","intent":"x","mess')
+    assert path.read_bytes() == whole
+    log.append_turn("after", [{"role": "user", "content": "ok"}])
+    assert len(verify_file(path).records) == 5
+
+
+def test_an_invalid_last_line_with_newline_is_corruption_not_a_tear(tmp_path: Path) -> None:
+    path = make(tmp_path)
+    path.write_bytes(path.read_bytes() + b"{not json\n")
+    with pytest.raises(SessionCorrupt, match="not a JSON record"):
+        verify_file(path)
+
+
+def test_create_refuses_to_overwrite(tmp_path: Path) -> None:
+    path = make(tmp_path, turns=0)
+    with pytest.raises(FileExistsError):
+        SessionLog.create(path, agent="chat@local", session="s1", issuer="cd" * 32, now_ms=2)
+
+
+@pytest.mark.parametrize(("value", "ok"), [("a", True), ("A-z_0.9", True), ("x" * 128, True), ("", False),
+                                            ("x" * 129, False), ("a/b", False), ("a b", False), ("é", False)])
+def test_session_ids(value: str, ok: bool) -> None:
+    assert valid_session_id(value) is ok

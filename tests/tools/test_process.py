@@ -1,0 +1,268 @@
+"""Process tools through the runner's tool mode: real python3 and node processes, real limits."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import psutil
+import pytest
+import trio
+
+from covenant.config import RuntimeConfig
+from covenant.manifest.runefile import load_rune_package
+from covenant.runtime.runner import Runner
+from covenant.tools import ToolHost
+
+from ..conftest import require_tool
+from .conftest import Tools
+
+CORPUS_SENTIMENT = Path("/work/shared/corpus/rune-examples/custom-tool-python")
+
+ECHO_PY = """\
+import json, os, sys
+args = json.load(sys.stdin)
+json.dump({"got": args, "cwd": os.getcwd(), "home": os.environ.get("HOME"),
+           "env": sorted(os.environ)}, sys.stdout)
+"""
+
+ECHO_JS = """\
+let data = "";
+process.stdin.on("data", (c) => (data += c));
+process.stdin.on("end", () => {
+  const args = JSON.parse(data);
+  process.stdout.write(JSON.stringify({ got: args, runtime: "node" }));
+});
+"""
+
+
+def descriptor(name: str, module: str, extra: str = "") -> str:
+    return f"name: {name}\nversion: 0.1.0\nruntime: process\nmodule: {module}\n{extra}"
+
+
+def marked_processes(intent: str) -> list[int]:
+    """Live processes whose COVENANT_INTENT_ID marks a tool run of ``intent``."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.status() == psutil.STATUS_ZOMBIE:
+                continue
+            if proc.environ().get("COVENANT_INTENT_ID", "").startswith(f"{intent}:tool:"):
+                found.append(proc.pid)
+        except psutil.Error:
+            continue
+    return found
+
+
+async def test_python_tool_round_trip_with_the_agent_environment(tools: Tools) -> None:
+    agent = tools.package(
+        "echoer", ["echo"], {"tools/echo.yaml": descriptor("echo", "tools/echo.py"), "tools/echo.py": ECHO_PY}
+    )
+    assert [t["function"]["name"] for t in tools.host.offered(agent)] == ["echo"]
+    args = {"texts": ["a", "b"], "n": 1.5, "nested": {"ok": True}}
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.echo")), "echo", json.dumps(args))
+    assert result.ok, result
+    assert result.content["got"] == args
+    assert result.content["cwd"] == str(agent.root)
+    assert result.content["home"].startswith(str(tools.home.state_dir / "scratch"))
+    # built from the allowlist, never inherited: no daemon variable reaches the tool
+    assert set(result.content["env"]) <= {"PATH", "HOME", "TMPDIR", "LANG", "TZ", "COVENANT_AGENT_ID", "COVENANT_INTENT_ID"}
+    [event] = tools.audit.of("tool.call")
+    assert event["outcome"] == "ok" and event["tool"] == "tool.echo" and event["attempts"] == 1
+
+
+async def test_node_tool_round_trip(tools: Tools) -> None:
+    require_tool("node")
+    agent = tools.package(
+        "noder", ["echo_js"], {"tools/echo_js.yaml": descriptor("echo_js", "tools/echo.js"), "tools/echo.js": ECHO_JS}
+    )
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.echo_js")), "echo_js", {"x": [1, 2]})
+    assert result.ok, result
+    assert result.content == {"got": {"x": [1, 2]}, "runtime": "node"}
+
+
+async def test_executable_tool_and_a_non_executable_one(tools: Tools) -> None:
+    script = "#!/bin/sh\ncat >/dev/null\necho '{\"shell\": true}'\n"
+    agent = tools.package(
+        "sheller",
+        ["run_sh", "plain"],
+        {
+            "tools/run_sh.yaml": descriptor("run_sh", "tools/run.sh"),
+            "tools/run.sh": script,
+            "tools/plain.yaml": descriptor("plain", "tools/plain.txt"),
+            "tools/plain.txt": "not a program\n",
+        },
+    )
+    assert [t["function"]["name"] for t in tools.host.offered(agent)] == ["run_sh"]
+    [(entry, reason)] = tools.host.unavailable(agent)
+    assert entry == "plain" and "not executable" in reason
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.run_sh", "tool.plain")), "run_sh", {})
+    assert result.ok and result.content == {"shell": True}
+    refused = await tools.host.call(tools.ctx(agent), "plain", {})
+    assert refused.error_code == "unknown_tool"
+
+
+async def test_corpus_sentiment_tool_runs_with_its_real_python(tools: Tools) -> None:
+    agent = load_rune_package(CORPUS_SENTIMENT).to_agent_spec()
+    assert agent.id == "sentiment-agent@local"
+    [offered] = tools.host.offered(agent)
+    assert offered["function"]["name"] == "analyse_sentiment"
+    ctx = tools.ctx(agent, tools.grant("tool.analyse_sentiment"))
+    texts = ["I love this, it is great", "This is terrible and awful", "It is a table"]
+    result = await tools.host.call(ctx, "analyse_sentiment", json.dumps({"texts": texts}))
+    assert result.ok, result
+    assert result.content["count"] == 3
+    assert [r["sentiment"] for r in result.content["results"]] == ["positive", "negative", "neutral"]
+    [event] = tools.audit.of("tool.call")
+    assert event["tool"] == "tool.analyse_sentiment" and event["outcome"] == "ok"
+    assert "love" not in json.dumps(tools.audit.events)
+
+
+async def test_a_sleeping_tool_is_killed_at_its_timeout_with_its_children(tools: Tools, tmp_path: Path) -> None:
+    pid_file = tmp_path / "child.pid"
+    sleeper = f"""\
+    import json, subprocess, sys, time
+    json.load(sys.stdin)
+    child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
+    open({str(pid_file)!r}, "w").write(str(child.pid))
+    time.sleep(120)
+    """
+    agent = tools.package(
+        "sleepy",
+        ["nap"],
+        {"tools/nap.yaml": descriptor("nap", "tools/nap.py", "timeout_ms: 3000\n"), "tools/nap.py": sleeper},
+    )
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.nap"), intent="nap-intent"), "nap", {})
+    assert result.error_code == "tool_timeout", result
+    child = int(pid_file.read_text())  # the escaped child existed before the timeout
+    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+    assert marked_processes("nap-intent") == []
+    [event] = tools.audit.of("tool.call")
+    assert event["outcome"] == "error" and event["error_code"] == "tool_timeout"
+
+
+async def test_the_intent_deadline_cuts_a_tool_short(tools: Tools) -> None:
+    agent = tools.package(
+        "late",
+        ["nap"],
+        {
+            "tools/nap.yaml": descriptor("nap", "tools/nap.py", "timeout_ms: 60000\n"),
+            "tools/nap.py": "import time\ntime.sleep(120)\n",
+        },
+    )
+    start = trio.current_time()
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.nap"), seconds=1.0, intent="late-intent"), "nap", {})
+    assert result.error_code == "tool_timeout"
+    # Never past the deadline by more than the kill ladder (SIGTERM grace) takes.
+    assert trio.current_time() - start < 1.0 + tools.config.runtime.kill_grace_ms / 1000 + 5
+    assert marked_processes("late-intent") == []
+
+
+FLAKY = """\
+import json, os, sys
+args = json.load(sys.stdin)
+path = args["counter"]
+count = int(open(path).read()) if os.path.exists(path) else 0
+open(path, "w").write(str(count + 1))
+if count + 1 < args["succeed_on"]:
+    sys.exit(3)
+json.dump({"attempt": count + 1}, sys.stdout)
+"""
+
+
+async def test_retry_policy_retries_a_failed_tool(tools: Tools, tmp_path: Path) -> None:
+    agent = tools.package(
+        "flaky",
+        ["flaky"],
+        {
+            "tools/flaky.yaml": descriptor("flaky", "tools/flaky.py", "retry_policy:\n  max_attempts: 3\n  backoff: fixed\n"),
+            "tools/flaky.py": FLAKY,
+        },
+    )
+    counter = tmp_path / "count"
+    ctx = tools.ctx(agent, tools.grant("tool.flaky"))
+    result = await tools.host.call(ctx, "flaky", {"counter": str(counter), "succeed_on": 3})
+    assert result.ok and result.content == {"attempt": 3}
+    assert tools.audit.of("tool.call")[-1]["attempts"] == 3
+    counter.unlink()
+    failed = await tools.host.call(ctx, "flaky", {"counter": str(counter), "succeed_on": 9})
+    assert failed.error_code == "tool_failed" and "exited with code 3" in failed.error_message
+    assert counter.read_text() == "3"
+    assert [e["attempts"] for e in tools.audit.of("tool.call")] == [3, 3]
+
+
+async def test_retry_policy_on_limits_what_is_retried(tools: Tools, tmp_path: Path) -> None:
+    agent = tools.package(
+        "picky",
+        ["flaky"],
+        {
+            "tools/flaky.yaml": descriptor(
+                "flaky", "tools/flaky.py", "retry_policy:\n  max_attempts: 3\n  backoff: none\n  on: [tool_timeout]\n"
+            ),
+            "tools/flaky.py": FLAKY,
+        },
+    )
+    counter = tmp_path / "count"
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.flaky")), "flaky", {"counter": str(counter), "succeed_on": 2})
+    assert result.error_code == "tool_failed"
+    assert counter.read_text() == "1"
+    assert tools.audit.of("tool.call")[-1]["attempts"] == 1
+
+
+@pytest.mark.parametrize(
+    ("body", "expected"),
+    [
+        ("print('not json')", "not a JSON document"),
+        ("print('{\"a\": 1} {\"b\": 2}')", "more than one JSON document"),
+        ("pass", "without writing a JSON document"),
+        ("print('[NaN]')", "not a JSON document"),
+    ],
+)
+async def test_bad_output_is_an_error_result(tools: Tools, body: str, expected: str) -> None:
+    agent = tools.package(
+        "badout", ["bad"], {"tools/bad.yaml": descriptor("bad", "tools/bad.py"), "tools/bad.py": body + "\n"}
+    )
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.bad")), "bad", {})
+    assert result.error_code == "tool_bad_output", result
+    assert expected in result.error_message
+
+
+async def test_input_and_output_schemas(tools: Tools, tmp_path: Path) -> None:
+    counter = tmp_path / "ran"
+    agent = tools.package(
+        "schemed",
+        ["strict"],
+        {
+            "tools/strict.yaml": descriptor(
+                "strict", "tools/strict.py", "input_schema_ref: schemas/in.json\noutput_schema_ref: schemas/out.yaml\n"
+            ),
+            "tools/strict.py": f"import json,sys\nargs=json.load(sys.stdin)\nopen({str(counter)!r},'w').write('x')\n"
+            "json.dump({'n': args['n']} if args['n'] > 0 else {'wrong': 1}, sys.stdout)\n",
+            "schemas/in.json": json.dumps(
+                {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
+            ),
+            "schemas/out.yaml": "type: object\nrequired: [n]\n",
+        },
+    )
+    [offered] = tools.host.offered(agent)
+    assert offered["function"]["parameters"]["required"] == ["n"]
+    ctx = tools.ctx(agent, tools.grant("tool.strict"))
+    bad = await tools.host.call(ctx, "strict", {"n": "three"})
+    assert bad.error_code == "invalid_arguments" and "at n" in bad.error_message
+    assert not counter.exists()  # nothing ran
+    good = await tools.host.call(ctx, "strict", {"n": 3})
+    assert good.ok and good.content == {"n": 3}
+    wrong = await tools.host.call(ctx, "strict", {"n": -1})
+    assert wrong.error_code == "tool_bad_output" and "output schema" in wrong.error_message
+
+
+async def test_a_missing_interpreter_makes_the_tool_unavailable(tools: Tools) -> None:
+    agent = tools.package("nonode", ["js"], {"tools/js.yaml": descriptor("js", "tools/a.js"), "tools/a.js": ECHO_JS})
+    runtime = RuntimeConfig(node="/nonexistent/node")
+    async with Runner.open(runtime, scratch_root=tools.home.state_dir / "scratch2") as runner:
+        host = ToolHost(tools.home, tools.config, runner, tools.audit)
+        assert host.offered(agent) == []
+        [(entry, reason)] = host.unavailable(agent)
+        assert entry == "js" and "node" in reason
+        result = await host.call(tools.ctx(agent, tools.grant("tool.js")), "js", {})
+        assert result.error_code == "unknown_tool"
