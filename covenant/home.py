@@ -118,14 +118,17 @@ class Home(NamedTuple):
 
     @property
     def socket_path(self) -> Path:
-        """env ``COVENANT_SOCKET`` beats ``socket`` in covenant.toml beats ``<home>/run/covenant.sock``.
+        """env ``COVENANT_SOCKET`` beats systemd's ``$RUNTIME_DIRECTORY/covenant.sock`` beats ``socket``
+        in covenant.toml beats ``<home>/run/covenant.sock``.
 
-        Under systemd the unit sets COVENANT_SOCKET to $RUNTIME_DIRECTORY/covenant.sock.
         covenant.toml is 0600 (the daemon's): a user who cannot read it gets the default path.
         """
         env = os.environ.get("COVENANT_SOCKET")
         if env:
             return Path(env)
+        runtime_dir = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+        if runtime_dir:
+            return Path(runtime_dir) / "covenant.sock"
         try:
             raw = self.raw_config()
         except PermissionError:
