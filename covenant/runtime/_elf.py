@@ -94,7 +94,7 @@ def assemble(pieces: Sequence[Piece]) -> bytes:
 
 
 CREDENTIALS_LEN = 16
-"""Bytes :func:`switch_credentials` reads from stdin first: uid, gid (u32), the mount namespace fd
+"""Bytes :func:`read_credentials` reads from stdin first: uid, gid (u32), the mount namespace fd
 (i32, -1 = none) and the length of the cwd path that follows (u32, NUL included), little endian."""
 CLONE_NEWNS = 0x00020000
 

@@ -36,7 +36,8 @@ itself instead of running the agent. Other architectures fall back to setpriv
 (no gate).
 
 The source is ``covenant/runtime/asm/pdeathsig.S`` (GNU as, commented line
-by line; the credentialed variant includes ``switch_credentials.S``).
+by line; the credentialed variant includes ``read_credentials.S`` and
+``become_credentials.S``).
 ``scripts/helper-bytes.sh pdeathsig PID [CREDENTIALS]`` assembles it with
 binutils and prints the bytes; ``tests/runtime/test_helper_sources.py``
 checks they equal :func:`_code`. Change the listing and the pieces together.

@@ -16,26 +16,43 @@
 
         .text
         .globl  _start
-_start:
-.ifdef CREDENTIALS
-        .include "switch_credentials.S" # first: changing credentials clears the parent-death signal
-.endif
+
+        # PR_SET_PDEATHSIG, then check that covenant is still the parent.
+        .macro  arm
         mov     $1, %edi                # PR_SET_PDEATHSIG
         mov     $9, %esi                # SIGKILL: die with the thread that spawned us
+        xor     %edx, %edx
         mov     $157, %eax              # prctl
         syscall
         mov     $110, %eax              # getppid
         syscall
         cmp     $COVENANT_PID, %eax     # still covenant's child? (it may have died during the spawn,
         {disp32} jne abort              #   before the signal was armed: then never run the agent)
+        .endm
 
-        xor     %eax, %eax              # read(0, below the stack top, 1): the exec gate
+        # The exec gate: one byte on stdin releases the agent.
+        .macro  gate
+        xor     %eax, %eax              # read(0, below the stack top, 1)
         xor     %edi, %edi
         lea     -8(%rsp), %rsi
         mov     $1, %edx
         syscall
         cmp     $1, %eax
         {disp32} jne abort              # end of file (or an error): the start was withdrawn
+        .endm
+
+_start:
+.ifdef CREDENTIALS
+        # Still root at the gate (covenant sets the rlimits then, which it may not do to a process of
+        # another uid), the agent's uid after it; PDEATHSIG last, as a credential change clears it.
+        .include "read_credentials.S"
+        gate
+        .include "become_credentials.S"
+        arm
+.else
+        arm
+        gate
+.endif
 
         mov     (%rsp), %rcx            # argc
         lea     16(%rsp), %rsi          # argv + 1: the agent's argv

@@ -1,5 +1,5 @@
 # The uid sweep helper: the code of covenant.runtime.uidkill._code(). GNU as, x86-64, AT&T syntax.
-# Becomes the uid and gid given on stdin (switch_credentials.S), then kill(-1, SIGKILL) twice: as
+# Becomes the uid and gid given on stdin (read_credentials.S, become_credentials.S), then kill(-1, SIGKILL) twice: as
 # that uid, the kernel signals every process of the uid in one pass (see uidkill.py for why twice
 # and why this cannot be raced). Exits 0, or 1 when it could not become that uid.
 #
@@ -9,7 +9,8 @@
         .text
         .globl  _start
 _start:
-        .include "switch_credentials.S"
+        .include "read_credentials.S"
+        .include "become_credentials.S"
         mov     $-1, %edi               # every process we may signal
         mov     $9, %esi                # SIGKILL
         mov     $62, %eax               # kill

@@ -1,11 +1,11 @@
-# Become the agent's uid and gid, for good: the code of covenant.runtime._elf.switch_credentials().
-# Included by pdeathsig.S (credentialed variant) and uidkill.S; jumps to their `abort` label on any
-# failure (fail closed). GNU as, x86-64, AT&T syntax.
+# Read the agent's credentials and enter its mount namespace, still as root: the code of
+# covenant.runtime._elf.read_credentials(). Included by pdeathsig.S (credentialed variant) and
+# uidkill.S; jumps to their `abort` label on any failure (fail closed). GNU as, x86-64, AT&T syntax.
 #
 # stdin first holds the 16-byte block of _elf.credentials_block(): uid, gid (u32), the mount
 # namespace fd (i32, -1 = none) and the length of the cwd path that follows (u32, NUL included),
 # little endian. The block is read to -32(%rsp), the path to -4160(%rsp): below the stack pointer,
-# where nothing else runs.
+# where nothing else runs. become_credentials.S uses the uid and gid it leaves at -32(%rsp).
 #
 # Every conditional jump is written {disp32} because the Python pieces use the rel32 form
 # (0f 8x + 4 bytes) whatever the distance (_elf.Jump); as would otherwise pick rel8 when it fits.
@@ -50,28 +50,3 @@
         {disp32} jne abort
 
 no_mount_ns:
-        xor     %edi, %edi
-        xor     %esi, %esi
-        mov     $116, %eax              # setgroups(0, NULL): no supplementary groups
-        syscall
-        test    %eax, %eax
-        {disp32} jne abort
-        mov     -28(%rsp), %edi
-        mov     $106, %eax              # setgid (as root: real, effective and saved)
-        syscall
-        test    %eax, %eax
-        {disp32} jne abort
-        mov     -32(%rsp), %edi
-        mov     $105, %eax              # setuid (as root: real, effective, saved; capabilities go)
-        syscall
-        test    %eax, %eax
-        {disp32} jne abort
-        mov     $38, %edi               # PR_SET_NO_NEW_PRIVS: no set-uid program gives them back
-        mov     $1, %esi
-        xor     %edx, %edx
-        xor     %r10d, %r10d
-        xor     %r8d, %r8d
-        mov     $157, %eax              # prctl
-        syscall
-        test    %eax, %eax
-        {disp32} jne abort
