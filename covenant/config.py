@@ -272,7 +272,9 @@ def _describe(err: Any, model: type[_Section]) -> str:
         return "must not be empty"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         bound = next(k for k in _BOUNDS if k in ctx)
-        return f"must be {_BOUNDS[bound]} {ctx[bound]}, {got}"
+        limit = ctx[bound]
+        limit = int(limit) if isinstance(limit, float) and limit.is_integer() else limit
+        return f"must be {_BOUNDS[bound]} {limit}, {got}"
     return f"is not valid ({err['msg'].lower()}), {got}"
 
 
