@@ -5,8 +5,8 @@ from __future__ import annotations
 import json
 import os
 import signal
-import time
 import socket
+import time
 
 import psutil
 
