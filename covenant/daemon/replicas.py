@@ -153,6 +153,8 @@ class ReplicaSupervisor:
         self.calls = calls
         self.offered_tools = offered_tools
         self.replicas: dict[str, Replica] = {}
+        self._latest: dict[str, tuple[AgentSpec, RunePackage]] = {}
+        """The package each agent has since the last reload (a dispatch that began before it may hold an older one)."""
         self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -183,7 +185,12 @@ class ReplicaSupervisor:
         return replica.waiting if replica is not None else 0
 
     def ensure(self, agent: AgentSpec, package: RunePackage) -> Replica:
-        """The agent's replica, its supervising task started if it is not running."""
+        """The agent's replica, its supervising task started if it is not running.
+
+        A replica that is still running keeps its package until it is drained and replaced
+        (:meth:`reconcile`); a new one always gets the package of the last reload.
+        """
+        agent, package = self._latest.get(agent.id, (agent, package))
         replica = self.replicas.get(agent.id)
         if replica is None or (replica.package is not package and replica.state == "stopped"):
             previous = replica
@@ -212,27 +219,24 @@ class ReplicaSupervisor:
         while replica.scope is not None:
             await replica.changed.wait()
 
-    async def restart(self, agent_id: str) -> Replica:
-        """``covenant restart``: drain and stop the replica, then start it again."""
-        replica = self.replicas.get(agent_id)
-        if replica is None:
-            raise KeyError(agent_id)
-        await self.stop(agent_id, drain=True)
-        return self.ensure(replica.agent, replica.package)
+    async def restart(self, agent: AgentSpec, package: RunePackage) -> Replica:
+        """``covenant restart``: drain and stop the agent's replica, then start a fresh one."""
+        await self.stop(agent.id, drain=True)
+        return self.ensure(agent, package)
 
     async def reconcile(self, packages: dict[str, tuple[AgentSpec, RunePackage]], *, eager: bool) -> None:
-        """After a reload: stop replicas of removed agents, replace those whose package changed."""
+        """After a reload: stop replicas of removed agents, drain and replace those whose package changed."""
+        self._latest = dict(packages)
         for agent_id, replica in list(self.replicas.items()):
             current = packages.get(agent_id)
-            if current is None:
-                await self.stop(agent_id)
-                self.replicas.pop(agent_id, None)
-            elif current[1] != replica.package:
-                running = replica.scope is not None
-                await self.stop(agent_id)
-                self.replicas.pop(agent_id, None)
-                if running or eager:
-                    self.ensure(*current)
+            if current is not None and current[1] == replica.package:
+                continue
+            running = replica.scope is not None
+            await self.stop(agent_id)
+            if self.replicas.get(agent_id) is replica:  # an invoke may have put its successor there meanwhile
+                del self.replicas[agent_id]
+            if current is not None and (running or eager):
+                self.ensure(*current)
         if eager:
             for agent, package in packages.values():
                 self.ensure(agent, package)
@@ -264,42 +268,59 @@ class ReplicaSupervisor:
         ``concurrency_limit`` places. The caller bounds the whole with the
         intent's ``timeout_ms``; ``request_timeout_ms`` bounds the transport.
         """
-        replica = self.ensure(agent, package)
-        replica.waiting += 1
-        try:
-            await self._ready(replica)
-            await replica.limiter.acquire()
-        finally:
-            replica.waiting -= 1
-        try:
-            await self._ready(replica)
-            replica.intents[context.intent_id] = context
-            replica.idle = trio.Event() if replica.idle.is_set() else replica.idle
-            replica.last_used = time.monotonic()
+        while True:
+            replica = self.ensure(agent, package)
+            if replica.scope is None:  # ensure starts nothing once the supervisor has stopped
+                raise ReplicaFailed("cancelled", f"the replica of {agent.id} cannot start: the daemon is stopping")
+            replica.waiting += 1
             try:
-                timeout_s = package.runefile.runtime.request_timeout_ms / 1000
-                with trio.move_on_after(timeout_s):
-                    return await self._call(replica, body, emit)
-                raise ReplicaFailed(
-                    "timeout",
-                    f"the replica of {agent.id} did not answer within request_timeout_ms = "
-                    f"{package.runefile.runtime.request_timeout_ms}",
-                )
+                if not await self._ready(replica):
+                    continue  # stopped or replaced while we waited: look again
+                await replica.limiter.acquire()
             finally:
-                del replica.intents[context.intent_id]
-                replica.last_used = time.monotonic()
-                if not replica.intents:
-                    replica.idle.set()
-        finally:
-            replica.limiter.release()
+                replica.waiting -= 1
+            try:
+                if await self._ready(replica):
+                    return await self._invoke_on(replica, body, context, emit)
+            finally:
+                replica.limiter.release()
 
-    async def _ready(self, replica: Replica) -> None:
+    async def _invoke_on(
+        self, replica: Replica, body: dict[str, Any], context: IntentContext,
+        emit: Callable[[str, Any], Awaitable[None]] | None,
+    ) -> dict[str, Any]:
+        """One invoke on a ready replica whose place the caller holds; bounded by request_timeout_ms."""
+        agent, package = replica.agent, replica.package
+        replica.intents[context.intent_id] = context
+        replica.idle = trio.Event() if replica.idle.is_set() else replica.idle
+        replica.last_used = time.monotonic()
+        try:
+            timeout_s = package.runefile.runtime.request_timeout_ms / 1000
+            with trio.move_on_after(timeout_s):
+                return await self._call(replica, body, emit)
+            raise ReplicaFailed(
+                "timeout",
+                f"the replica of {agent.id} did not answer within request_timeout_ms = "
+                f"{package.runefile.runtime.request_timeout_ms}",
+            )
+        finally:
+            del replica.intents[context.intent_id]
+            replica.last_used = time.monotonic()
+            if not replica.intents:
+                replica.idle.set()
+
+    async def _ready(self, replica: Replica) -> bool:
+        """Wait until ``replica`` is ready (True); False when it stopped or was replaced meanwhile.
+
+        A start that failed (never healthy) fails the wait at once with ``spawn_failed``.
+        """
         while replica.state != "ready":
             if replica.start_failed and replica.state == "backoff":
                 raise ReplicaFailed("spawn_failed", f"the replica of {replica.agent.id} cannot start: {replica.last_error}")
-            if replica.scope is None:
-                self.ensure(replica.agent, replica.package)
+            if replica.scope is None or self.replicas.get(replica.agent.id) is not replica:
+                return False
             await replica.changed.wait()
+        return self.replicas.get(replica.agent.id) is replica
 
     async def _call(
         self, replica: Replica, body: dict[str, Any], emit: Callable[[str, Any], Awaitable[None]] | None

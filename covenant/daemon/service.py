@@ -228,11 +228,8 @@ class Daemon:
             raise NoAgent(f"no agent with id {agent_id!r} is loaded")
         if agent.runtime != "rune":
             raise NoAgent(f"agent {agent.id} is not a Rune agent: it has no replica to restart (runtime {agent.runtime})")
-        replicas = self.rune.replicas
-        if agent.id in replicas.replicas:
-            await replicas.stop(agent.id, drain=True)
-        replica = replicas.ensure(agent, self.loaded.packages[agent.id])
         log.info("replica restart requested", extra={"agent": agent.id})
+        replica = await self.rune.replicas.restart(agent, self.loaded.packages[agent.id])
         return replica.view()
 
     def cancel_all(self) -> None:
