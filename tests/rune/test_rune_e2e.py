@@ -8,6 +8,8 @@ import signal
 import socket
 import time
 
+from pathlib import Path
+
 import psutil
 
 from tests.daemon.conftest import DaemonProcess, agent_processes
@@ -231,6 +233,9 @@ def test_the_key_stays_in_the_daemon_and_no_replica_outlives_it(daemon: DaemonPr
         assert psutil.Process(replica_pid).uids().real >= 200_000
         folder = daemon.home / "state" / "replicas" / "chat@local"
         assert folder.stat().st_uid == psutil.Process(replica_pid).uids().real and folder.stat().st_mode & 0o777 == 0o700
+    limits = Path(f"/proc/{replica_pid}/limits").read_text()
+    address_space = next(line for line in limits.splitlines() if line.startswith("Max address space")).split()
+    assert address_space[3:5] == [str(256 << 20), str(256 << 20)]  # resource_profile small
     holders = _holding(KEY_VALUE.encode(), descendants)
     assert holders == [], f"processes other than the daemon hold the key: {holders}"
     assert _holding(KEY_VALUE.encode(), [psutil.Process(daemon.process.pid)])  # the daemon does (the check works)
