@@ -7,6 +7,10 @@ exec gate -> one group commit of ``intent.received``, ``policy.decision``
 and ``agent.spawned`` -> release the agent and supervise it -> the outcome,
 durable before the caller is answered. A denied or unroutable intent spawns
 nothing; its received and decision events are committed before the answer.
+
+A Rune agent's intent takes the same path up to the decision; then its
+received and decision events are committed and the agent's replica answers
+it instead of a spawned process (:mod:`covenant.daemon.rune_dispatch`).
 """
 
 from __future__ import annotations
@@ -29,6 +33,8 @@ from covenant.daemon.agents_state import LoadedAgents, merge_reload
 from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.routing import NoAgent, route
+from covenant.daemon.rune_dispatch import StreamSink, run_rune_intent
+from covenant.daemon.rune_host import RuneHost
 from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown
 from covenant.errors import CovenantError
 from covenant.home import Home
@@ -37,14 +43,12 @@ from covenant.manifest.model import AgentSpec
 from covenant.manifest.registry import scan_agents
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.check import check_capabilities
+from covenant.policy.errors import BadIntent
 from covenant.policy.intents import Intent, IntentVerifier
 from covenant.runtime.isolation import Isolation
 from covenant.runtime.outcome import DispatchRecord, outcome_exit_code
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
-from covenant.daemon.rune_dispatch import StreamSink, run_rune_intent
-from covenant.daemon.rune_host import RuneHost
-from covenant.policy.errors import BadIntent
 from covenant.rune.sessions import valid_session_id
 
 __all__ = ["Daemon"]
