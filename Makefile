@@ -16,7 +16,7 @@ RUST_EXAMPLE := agents.d/search-rs
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
 install: $(VENV)/.installed

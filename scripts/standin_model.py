@@ -271,6 +271,7 @@ def _write_port_file(path: str, port: int) -> None:
 
 def serve(port: int = 0, port_file: str | None = None) -> None:
     """Serve on 127.0.0.1 until SIGTERM/SIGINT; then stop cleanly."""
+    ThreadingHTTPServer.request_queue_size = 1024  # listen backlog; the default 5 resets bursts
     server = ThreadingHTTPServer(("127.0.0.1", port), _Handler)
     server.daemon_threads = True
     stop = threading.Event()

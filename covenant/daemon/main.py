@@ -238,7 +238,8 @@ async def serve_daemon(
     """Run the daemon until SIGTERM/SIGINT; return the exit status."""
     with trio.open_signal_receiver(signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as signals, systemd.Notifier() as notifier:
         await trio.to_thread.run_sync(init_home, home)
-        await trio.to_thread.run_sync(check_home_modes, home)
+        for warning in await trio.to_thread.run_sync(check_home_modes, home):
+            log.warning("home mode too wide", extra={"problem": warning})
         key = await trio.to_thread.run_sync(load_private_key, home.daemon_key_path)
         isolation = await trio.to_thread.run_sync(_open_isolation, home, config)
         set_child_subreaper()
@@ -287,6 +288,7 @@ async def serve_daemon(
                     rune=rune,
                     isolation=isolation,
                 )
+                await daemon.restore_replay_window()
                 await audit.record(
                     "daemon.start",
                     {

@@ -27,18 +27,18 @@ import email.utils
 import json
 import logging
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Mapping
-from contextlib import aclosing
+from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import trio
 
 from covenant.audit.events import MODEL_CALL
 from covenant.config import ProviderConfig
 from covenant.models.adapter import Adapter, StreamAssembler
 from covenant.models.anthropic import AnthropicAdapter
+from covenant.models.http import HttpResponse, ProviderHttp, TransportError
 from covenant.models.openai import OpenAIAdapter
 from covenant.models.plan import ModelPlan, PlannedProvider, plan_models, usable_key
 from covenant.models.sse import SseEvent, SseParser
@@ -112,7 +112,7 @@ class ModelGateway:
         await gateway.aclose()
 
     ``environ`` is read at every call (a key set or rotated later is picked up). ``observe`` is
-    the metrics hook, called once per provider attempt. One ``httpx.AsyncClient`` per provider,
+    the metrics hook, called once per provider attempt. One :class:`ProviderHttp` per provider,
     made on first use, keeps connections open between calls.
     """
 
@@ -132,8 +132,8 @@ class ModelGateway:
         self._observe = observe
         # Keyed by name and config, so a call that began before a reload keeps the client it
         # planned with; clients of replaced configs are retired, and closed by aclose().
-        self._clients: dict[tuple[str, ProviderConfig], httpx.AsyncClient] = {}
-        self._retired: list[httpx.AsyncClient] = []
+        self._clients: dict[tuple[str, ProviderConfig], ProviderHttp] = {}
+        self._retired: list[ProviderHttp] = []
 
     # --- configuration ---------------------------------------------------------------------------
 
@@ -158,17 +158,10 @@ class ModelGateway:
         for client in clients:
             await client.aclose()
 
-    def _client(self, name: str, config: ProviderConfig) -> httpx.AsyncClient:
+    def _client(self, name: str, config: ProviderConfig) -> ProviderHttp:
         client = self._clients.get((name, config))
         if client is None:
-            client = httpx.AsyncClient(
-                timeout=httpx.Timeout(config.timeout_s),
-                limits=httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=config.max_connections),
-                # No proxies, no .netrc credentials from the daemon's environment: the only
-                # credential sent is the configured key.
-                trust_env=False,
-                follow_redirects=False,
-            )
+            client = ProviderHttp(config.base_url, max_connections=config.max_connections)
             self._clients[(name, config)] = client
         return client
 
@@ -285,9 +278,9 @@ class ModelGateway:
         content = json.dumps(body, ensure_ascii=False).encode()
         try:
             with trio.fail_after(config.timeout_s):
-                async with client.stream("POST", url, headers=headers, content=content) as response:
-                    attempt.http_status = response.status_code
-                    if response.status_code != 200:
+                async with client.post(urlsplit(url).path, headers, content) as response:
+                    attempt.http_status = response.status
+                    if response.status != 200:
                         await self._refused(adapter, response, attempt)
                     elif on_token is None:
                         attempt.answer = adapter.answer(json.loads(await response.aread()))
@@ -296,19 +289,17 @@ class ModelGateway:
         except trio.TooSlowError:
             attempt.reason = f"no complete answer within timeout_s = {config.timeout_s:g} s"
             attempt.may_fall_back = True
-        except httpx.RequestError as exc:
-            # Transport errors (connect, read/write, a peer that hung up, httpx's own timeouts)
-            # may go to the next provider; a body that does not decode may not.
-            attempt.reason = f"{type(exc).__name__}: {exc}"[:_EXCERPT]
-            attempt.may_fall_back = isinstance(exc, httpx.TransportError)
+        except TransportError as exc:
+            attempt.reason = str(exc)[:_EXCERPT]
+            attempt.may_fall_back = True
         except (ProviderProtocolError, ValueError) as exc:
             attempt.reason = f"the answer does not follow the {config.kind} format: {exc}"[:_EXCERPT]
         if attempt.answer is None and not attempt.reason:
             attempt.reason = "the stream ended before the answer was complete"
             attempt.may_fall_back = True
 
-    async def _refused(self, adapter: Adapter, response: httpx.Response, attempt: _Attempt) -> None:
-        status = response.status_code
+    async def _refused(self, adapter: Adapter, response: HttpResponse, attempt: _Attempt) -> None:
+        status = response.status
         raw = await response.aread()
         try:
             detail = adapter.error_message(json.loads(raw))
@@ -322,21 +313,19 @@ class ModelGateway:
             attempt.retry_after = _retry_after(response.headers.get("retry-after"))
 
     async def _stream(
-        self, adapter: Adapter, response: httpx.Response, on_token: TokenCallback, attempt: _Attempt
+        self, adapter: Adapter, response: HttpResponse, on_token: TokenCallback, attempt: _Attempt
     ) -> Answer | None:
         assembler = adapter.assembler()
         parser = SseParser()
-        lines: AsyncIterator[str] = response.aiter_lines()
-        async with aclosing(lines):  # type: ignore[type-var]  # closed here, not by trio's GC hook
-            async for line in lines:
-                # Read on past the end marker to the end of the body (within timeout_s), so the
-                # connection goes back to the pool instead of being closed half-read.
-                event = parser.feed(line)
-                if event is not None and not assembler.done:
+        # Read on past the end marker to the end of the body (within timeout_s), so the
+        # connection goes back to the pool instead of being closed half-read.
+        while (data := await response.chunk()) is not None:
+            for event in parser.feed(data):
+                if not assembler.done:
                     await self._take(assembler, event, on_token, attempt)
-        event = parser.end()
-        if event is not None and not assembler.done:
-            await self._take(assembler, event, on_token, attempt)
+        for event in parser.end():
+            if not assembler.done:
+                await self._take(assembler, event, on_token, attempt)
         return assembler.answer() if assembler.done else None
 
     @staticmethod

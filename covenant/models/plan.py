@@ -17,7 +17,7 @@ from covenant.models.types import AgentModels
 
 __all__ = ["ModelPlan", "PlannedProvider", "SkippedProvider", "plan_models", "usable_key"]
 
-# What an HTTP header value may hold; anything else would make httpx/h11 raise an error that
+# What an HTTP header value may hold; anything else would make h11 raise an error that
 # quotes the value, so such a key is refused before any request is built.
 _HEADER_SAFE = re.compile(r"^[\x21-\x7e]{1,4096}$")
 

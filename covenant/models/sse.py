@@ -1,12 +1,13 @@
 """Server-sent events, as both providers frame their streams (``event:``/``data:`` lines, blank line ends one).
 
-A line parser rather than an async generator: the gateway stops reading at the provider's end
-marker, and an abandoned async generator would be finalized later by trio's garbage-collection
-hook (a warning and a wake-up per stream).
+A push parser fed the body's bytes as they arrive (no async generator: the gateway stops reading
+at the provider's end marker, and an abandoned async generator would be finalized later by
+trio's garbage-collection hook, with a warning and a wake-up per stream).
 """
 
 from __future__ import annotations
 
+import codecs
 from dataclasses import dataclass
 
 __all__ = ["SseEvent", "SseParser"]
@@ -19,14 +20,27 @@ class SseEvent:
 
 
 class SseParser:
-    """Feed it a stream's lines (without their line ends); it returns each event as it completes."""
+    """Feed it the stream's bytes; it returns each event once its blank line has arrived."""
 
     def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._partial = ""
         self._event = "message"
         self._data: list[str] = []
 
-    def feed(self, line: str) -> SseEvent | None:
-        """Take one line; a blank line ends an event and returns it. Comments, ``id:``, ``retry:`` are ignored."""
+    def feed(self, data: bytes) -> list[SseEvent]:
+        """Take the next bytes of the body (split anywhere, even inside a character)."""
+        text = self._partial + self._decoder.decode(data)
+        *lines, self._partial = text.split("\n")
+        return [event for line in lines if (event := self._line(line.removesuffix("\r"))) is not None]
+
+    def end(self) -> list[SseEvent]:
+        """The body ended: a last line without its line end, and an event without its blank line."""
+        tail, self._partial = self._partial + self._decoder.decode(b"", final=True), ""
+        events = [self._line(tail.removesuffix("\r")) if tail else None, self._line("")]
+        return [event for event in events if event is not None]
+
+    def _line(self, line: str) -> SseEvent | None:
         if not line:
             if not self._data:
                 self._event = "message"
@@ -44,7 +58,3 @@ class SseParser:
         elif name == "event":
             self._event = value
         return None
-
-    def end(self) -> SseEvent | None:
-        """The stream ended: an event not yet closed by a blank line, if any."""
-        return self.feed("") if self._data else None

@@ -26,6 +26,8 @@ silent pass). A reply can also be an HTTP error (``Reply.error(429, retry_after=
 before the answer (``delay_s``), a hang-up without an answer, explicit usage counts, or an answer
 with no usage at all.
 
+``FakeModelServer(tls=context)`` serves HTTPS with that server-side ``ssl.SSLContext``.
+
 The server runs in its own threads (``http.server``), so it serves sync tests, trio tests and
 daemon subprocesses alike; ``close()`` stops it, wakes any reply still sleeping in a delay and
 joins every thread. ``python -m tests.fakes.model_server --text T`` serves one fixed answer
@@ -38,6 +40,7 @@ import argparse
 import json
 import re
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -144,6 +147,7 @@ def _pieces(text: str, size: int = 0) -> list[str]:
 class _Server(ThreadingHTTPServer):
     daemon_threads = False  # close() joins them: no thread outlives the test
     block_on_close = True
+    request_queue_size = 1024  # listen backlog: the default 5 resets a burst of 100 connections
     fake: FakeModelServer
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -160,6 +164,12 @@ class _Server(ThreadingHTTPServer):
         finally:
             with self.connections_lock:
                 self.connections.discard(request)
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up or failed the TLS handshake: expected in hostile tests, kept, not printed."""
+        import sys
+
+        self.fake.handler_errors.append(repr(sys.exc_info()[1]))
 
     def hang_up_everyone(self) -> None:
         """End idle keep-alive connections, whose handler threads would otherwise wait for the client."""
@@ -389,11 +399,13 @@ def _anthropic_stream(reply: Reply, model: str, usage: tuple[int, int]) -> list[
 class FakeModelServer:
     """A scripted provider on ``127.0.0.1:<random port>``; a context manager (or ``start``/``close``)."""
 
-    def __init__(self, *, default: Reply | None = None) -> None:
+    def __init__(self, *, default: Reply | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.default = default
+        self._tls = tls
         self.requests: list[RecordedRequest] = []
         self.unscripted: list[RecordedRequest] = []
         self.connections_seen = 0
+        self.handler_errors: list[str] = []
         """TCP connections accepted so far (to check a client reuses its connections)."""
         self._queue: deque[Reply] = deque()
         self._lock = threading.Lock()
@@ -406,6 +418,8 @@ class FakeModelServer:
 
     def start(self) -> FakeModelServer:
         server = _Server(("127.0.0.1", 0), _Handler)
+        if self._tls is not None:
+            server.socket = self._tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
         server.fake = self
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -440,8 +454,8 @@ class FakeModelServer:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:PORT`` (no path)."""
-        return f"http://127.0.0.1:{self.port}"
+        """``http://127.0.0.1:PORT`` (``https://`` when serving TLS; no path)."""
+        return f"{'https' if self._tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def base_url(self) -> str:
