@@ -193,7 +193,9 @@ class ProviderConfig(_Section):
     max_output_tokens: int | None = Field(
         None, gt=0, le=1_000_000, description="sent as max_tokens; unset: not sent (openai), 4096 (anthropic)"
     )
-    anthropic_version: str = Field("2023-06-01", min_length=1, description="anthropic-version header (kind anthropic)")
+    anthropic_version: str = Field(
+        "2023-06-01", pattern=r"^[0-9A-Za-z._-]{1,64}$", description="anthropic-version header (kind anthropic)"
+    )
     max_connections: int = Field(100, gt=0, le=10_000, description="open connections to this provider at most")
 
 
