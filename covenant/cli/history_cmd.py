@@ -107,7 +107,8 @@ def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
     record, problems = fetch_one(cli.home, intent_id)
     _warn(problems)
     if record is None:
-        fail(f"no dispatch record for intent {intent_id} in {cli.home.dispatches_dir}", 1)
+        fail(f"no dispatch record for intent {intent_id} in {cli.home.dispatches_dir} (a denied intent spawned "
+             "nothing and has none: `covenant history` lists denials with their reason)", 1)
     if as_json:
         print_json(record.model_dump(mode="json"))
         return

@@ -61,15 +61,12 @@ async def _read_body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
-async def _send_json(send: Send, status: int, document: Any) -> None:
+async def _send_json(send: Send, status: int, document: Any, *, retry_after_s: int | None = None) -> None:
     body = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if retry_after_s is not None:
+        headers.append((b"retry-after", str(retry_after_s).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
 
 
@@ -128,7 +125,7 @@ class ControlAPI:
         try:
             await responder(scope, receive, send)
         except CovenantError as exc:
-            await _send_json(send, exc.http_status, exc.to_json())
+            await _send_json(send, exc.http_status, exc.to_json(), retry_after_s=exc.retry_after_s)
         except Exception:
             log.exception("internal error", extra={"path": scope["path"]})
             await _send_json(send, 500, {"error": {"code": "internal_error", "message": "internal error; see the daemon log"}})

@@ -30,7 +30,7 @@ from covenant.daemon.agents_state import LoadedAgents, merge_reload
 from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.routing import NoAgent, route
-from covenant.daemon.scheduler import Scheduler, ShuttingDown
+from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown
 from covenant.daemon.server import Peer
 from covenant.daemon.visibility import sees_every_record
 from covenant.errors import CovenantError
@@ -206,7 +206,8 @@ class Daemon:
                 "message": f"would dispatch to {agent.id} (routed by {routed_by}); nothing was spawned",
             }
             if agent.runtime == "rune":
-                answer["rune"] = self.rune.plan(agent, self.loaded.packages[agent.id])
+                # Resolving the toolset reads schema files: off the event loop.
+                answer["rune"] = await trio.to_thread.run_sync(self.rune.plan, agent, self.loaded.packages[agent.id])
             return answer
         if agent.runtime == "rune":
             return await self._run_rune(intent, agent, routed_by, decision, pending, session_id, sink, peer_uid)
@@ -227,6 +228,14 @@ class Daemon:
         package = self.loaded.packages[agent.id]
         if sink is not None and not package.runefile.runtime.streaming_enabled:
             sink = None
+        waiting = self.rune.replicas.waiting(agent.id)
+        if self.rune.replicas.full(agent.id) and waiting >= self.config.daemon.queue_max:
+            await self.audit.record_many([*pending, ("intent.completed", {
+                "intent": intent.id, "agent": agent.id, "outcome": "overloaded", "status": None})])
+            raise Overloaded(
+                f"{waiting} intents already wait for the replica of {agent.id} (daemon.queue_max = "
+                f"{self.config.daemon.queue_max}); try again later"
+            )
         await self.audit.record_many(list(pending))
         pending.clear()
         if not self.inflight:

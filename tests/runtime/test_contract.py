@@ -67,8 +67,9 @@ def test_intent_line_is_one_line() -> None:
 def test_exit_codes() -> None:
     codes = {o: outcome_exit_code(o) for o in OUTCOMES}  # type: ignore[arg-type]
     assert codes.pop("ok") == 0 and codes.pop("agent_error") == 1 and codes.pop("cancelled") == 5
+    assert codes.pop("session_forbidden") == 3  # a denial: the session belongs to another issuer
     assert set(codes.values()) == {4}
-    assert len(OUTCOMES) == 11
+    assert len(OUTCOMES) == 19
 
 
 def test_record_has_integer_fields_only() -> None:

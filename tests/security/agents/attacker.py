@@ -9,6 +9,7 @@ import ctypes
 import errno
 import json
 import os
+import resource
 import signal
 import socket
 import sys
@@ -165,6 +166,7 @@ def main():
         report = {"succeeded": True, "detail": f"unknown attack {name}"}
     report["attack"] = name
     report["uid"] = os.getuid()
+    report["rlimits"] = {n: list(resource.getrlimit(getattr(resource, n))) for n in ("RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CPU", "RLIMIT_CORE")}
     print(json.dumps({"intent_id": intent["id"], "status": "ok", "text": json.dumps(report), "sources": []}), flush=True)
 
 
