@@ -7,6 +7,11 @@ system calls between fork and exec, where CPython cannot run code without
 no libc, so an exec costs ~0.1 ms. Each lives in a sealed memfd of the
 covenant process (nothing on disk, nobody can modify it) and is executed as
 ``/proc/<covenant pid>/fd/<n>``.
+
+The machine code of each helper is written here as commented byte pieces and
+in ``covenant/runtime/asm/*.S`` as an assembly listing (GNU as);
+``scripts/helper-bytes.sh`` assembles a listing with binutils and
+``tests/runtime/test_helper_sources.py`` checks the two agree. Change both.
 """
 
 from __future__ import annotations
@@ -89,7 +94,7 @@ def assemble(pieces: Sequence[Piece]) -> bytes:
 
 
 CREDENTIALS_LEN = 16
-"""Bytes :func:`switch_credentials` reads from stdin first: uid, gid (u32), the mount namespace fd
+"""Bytes :func:`read_credentials` reads from stdin first: uid, gid (u32), the mount namespace fd
 (i32, -1 = none) and the length of the cwd path that follows (u32, NUL included), little endian."""
 CLONE_NEWNS = 0x00020000
 

@@ -5,7 +5,7 @@ unbounded by ``disk_mb``, shared with every other user, kept after the run.
 So each agent uid gets its own mount namespace in which /tmp and /dev/shm
 are fresh tmpfs instances capped at the agent's ``disk_mb``. The agent's
 processes enter it at exec (``setns`` in covenant's exec helper,
-:func:`covenant.runtime._elf.switch_credentials`): ~10 µs per spawn.
+:func:`covenant.runtime._elf.read_credentials`): ~10 µs per spawn.
 
 The namespace is made once per uid by a small root process (Python, once,
 ~30 ms) that then execs ``sleep infinity`` to hold it (~1 MB) and dies with

@@ -35,41 +35,12 @@ any more when the signal is armed (covenant died during the spawn), it kills
 itself instead of running the agent. Other architectures fall back to setpriv
 (no gate).
 
-The program (AT&T syntax; ``jne abort`` are rel32 jumps)::
-
-    [read_credentials, gate, become_credentials]   # credentialed variant: then arm, then exec
-    mov  $1, %edi             # PR_SET_PDEATHSIG
-    mov  $9, %esi             # SIGKILL
-    xor  %edx, %edx
-    mov  $157, %eax           # prctl
-    syscall
-    mov  $110, %eax           # getppid
-    syscall
-    cmp  $<covenant pid>, %eax
-    jne  abort
-    xor  %eax, %eax           # read
-    xor  %edi, %edi           # fd 0
-    lea  -8(%rsp), %rsi       # into a byte below the stack top (unused)
-    mov  $1, %edx             # one byte: the gate
-    syscall
-    cmp  $1, %eax
-    jne  abort                # end of file: the start was withdrawn
-    mov  (%rsp), %rcx         # argc
-    lea  16(%rsp), %rsi       # argv + 1
-    mov  (%rsi), %rdi         # path = argv[1]
-    lea  16(%rsp,%rcx,8), %rdx  # envp = &argv[argc + 1]
-    mov  $59, %eax            # execve
-    syscall
-    mov  $127, %edi           # exec failed: exit 127, like a shell
-    mov  $231, %eax           # exit_group
-    syscall
-  abort:
-    mov  $39, %eax            # getpid
-    syscall
-    mov  %eax, %edi
-    mov  $9, %esi
-    mov  $62, %eax            # kill(self, SIGKILL)
-    syscall
+The source is ``covenant/runtime/asm/pdeathsig.S`` (GNU as, commented line
+by line; the credentialed variant includes ``read_credentials.S`` and
+``become_credentials.S``).
+``scripts/helper-bytes.sh pdeathsig PID [CREDENTIALS]`` assembles it with
+binutils and prints the bytes; ``tests/runtime/test_helper_sources.py``
+checks they equal :func:`_code`. Change the listing and the pieces together.
 """
 
 from __future__ import annotations

@@ -153,7 +153,13 @@ class Runner:
 
         await trio.to_thread.run_sync(make_root)
         if config.pdeathsig:
-            await trio.to_thread.run_sync(host.pdeathsig_wrapper)
+            wrapper = await trio.to_thread.run_sync(host.pdeathsig_wrapper)
+            if wrapper is None:
+                log.warning(
+                    "agents start without PDEATHSIG: neither covenant's helper (x86-64 only) nor "
+                    "`setpriv --pdeathsig` runs here; install util-linux's setpriv, or set "
+                    "runtime.pdeathsig = false to accept it (docs/runtime.md, PDEATHSIG)"
+                )
             if enforced:
                 await trio.to_thread.run_sync(partial(host.pdeathsig_wrapper, credentials=True))
         mount_namespaces = None
@@ -266,8 +272,8 @@ class Runner:
             )
         if agent.runtime == "rune":
             raise LaunchError(
-                f"agent {agent.id} is a hosted Rune agent (runtime = \"rune\"); the process runner "
-                "cannot spawn it: Rune agents run in the Rune host"
+                f"agent {agent.id} is a Rune package (runtime = \"rune\"): the process runner does not spawn "
+                "Rune agents; the daemon and `covenant run` run them as replicas (docs/rune-packages.md)"
             )
         entry = agent.entry
         if entry is None:

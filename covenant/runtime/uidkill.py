@@ -16,6 +16,10 @@ stdin, drops to them, calls ``kill(-1, SIGKILL)`` twice and exits 0 (1 when
 it could not become that uid). Elsewhere ``setpriv --reuid --regid
 --clear-groups kill -KILL -1`` does the same with two dynamically linked
 programs. Never run it for uid 0: the helper refuses.
+
+Its source is ``covenant/runtime/asm/uidkill.S``; ``scripts/helper-bytes.sh
+uidkill`` assembles it and ``tests/runtime/test_helper_sources.py`` checks
+the bytes equal :func:`_code`.
 """
 
 from __future__ import annotations

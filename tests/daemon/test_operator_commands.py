@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import signal
+import socket
+
+import pytest
 
 from tests.daemon.conftest import DaemonProcess
 
@@ -143,3 +148,36 @@ def test_shell_completion_script_and_completions(daemon: DaemonProcess) -> None:
     flags = daemon.cli(env={"_COVENANT_COMPLETE": "bash_complete", "COMP_WORDS": "covenant dispatch --ag",
                             "COMP_CWORD": "2"})
     assert flags.stdout.split() == ["plain,--agent"]
+
+
+def test_full_queue_answers_503_with_retry_after(daemon: DaemonProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    from covenant.policy.identities import load_user_identity
+    from covenant.policy.signing import new_intent, sign_intent
+    from tests.daemon.test_daemon_e2e import status, wait_for
+
+    daemon.start_with_one_slot()
+    # Long enough that the slot and the queue stay full whatever the load; cancelled at the end.
+    background = [daemon.cli_background("dispatch", "sleep 600", "--json") for _ in range(2)]
+    wait_for(lambda: len(status(daemon)["in_flight"]) == 1 and status(daemon)["queued"] == 1, what="1 running + 1 queued")
+    monkeypatch.setenv("XDG_CONFIG_HOME", daemon.env["XDG_CONFIG_HOME"])
+    me = load_user_identity()
+    intent = new_intent("sleep 0", issuer_display=me.display, issuer_pubkey=me.pubkey, agent=None,
+                        priority="normal", parent=None)
+    body = json.dumps({"intent": intent, "signature": sign_intent(me.key, intent)})
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(60)
+        sock.connect(str(daemon.socket))
+        connection = http.client.HTTPConnection("localhost")
+        connection.sock = sock
+        connection.request("POST", "/v1/dispatch", body, {"content-type": "application/json"})
+        response = connection.getresponse()
+        answer = json.loads(response.read())
+    assert response.status == 503 and response.getheader("Retry-After") == "1"
+    assert answer["error"]["code"] == "overloaded"
+    assert daemon.process is not None
+    daemon.process.send_signal(signal.SIGTERM)
+    wait_for(lambda: daemon.process.poll() is not None or status(daemon)["shutting_down"], what="draining")
+    assert daemon.stop(signal.SIGTERM, timeout=60) == 5  # the second SIGTERM cancels at once
+    for proc in background:  # the running one is cancelled, the queued one refused: both exit 5
+        proc.communicate(timeout=60)
+        assert proc.returncode == 5
