@@ -84,8 +84,15 @@ run "$covenant" history --limit 5
 step "a Rune agent: the daemon asks the model (here the stand-in), runs the tool it calls, audits both"
 run "$covenant" grant demo@local tool.classify_ticket tool.web_fetch
 run "$covenant" dispatch --dry-run --agent triage@local "I was charged twice this month"
-run "$covenant" dispatch --agent triage@local "I was charged twice for my subscription this month, please refund one"
-run "$covenant" dispatch --agent triage@local "The dashboard shows a 502 error since this morning"
+for ticket in "I was charged twice for my subscription this month, please refund one" \
+              "The dashboard shows a 502 error since this morning"; do
+  if [ "${COVENANT_DEMO_MODEL:-standin}" = real ]; then
+    # A 135M-parameter model often fumbles tool calls; show the outcome and go on.
+    run "$covenant" dispatch --agent triage@local "$ticket" || echo "(exit code $?: the small model did not finish)"
+  else
+    run "$covenant" dispatch --agent triage@local "$ticket"
+  fi
+done
 run "$covenant" audit tail --type model.call
 run "$covenant" audit tail --type tool.call
 echo "(each model call's tokens count against the intent's models.token_budget, 50000 for triage; no prompt text is logged)"
