@@ -209,15 +209,17 @@ class ToolHost:
     async def _attempt(self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float) -> ToolResult:
         """One try of the tool, ending by ``ends`` (trio time)."""
         if entry.builtin is not None:
-            return await self._run_builtin(ctx, entry, arguments)
+            return await self._run_builtin(ctx, entry, arguments, ends)
         from covenant.tools.process import run_process_tool
 
         return await run_process_tool(self.services, ctx, entry, arguments, ends)
 
-    async def _run_builtin(self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any]) -> ToolResult:
+    async def _run_builtin(
+        self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float
+    ) -> ToolResult:
         assert entry.builtin is not None
         try:
-            content = await entry.builtin.run(BuiltinCall(ctx=ctx, arguments=arguments, services=self.services))
+            content = await entry.builtin.run(BuiltinCall(ctx=ctx, arguments=arguments, services=self.services, ends=ends))
         except ToolError as exc:
             return ToolResult.failure(exc.code, exc.message)
         except Exception:

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -24,6 +25,8 @@ class BuiltinCall:
     ctx: ToolCallContext
     arguments: dict[str, Any]
     services: "ToolServices"
+    ends: float = math.inf
+    """``trio.current_time()`` by which this attempt must end (its timeout_ms, the intent's deadline)."""
 
 
 BuiltinRun = Callable[[BuiltinCall], Awaitable[Any]]
