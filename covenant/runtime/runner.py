@@ -293,6 +293,7 @@ class Runner:
         scratch: str | None,
         cpu_ms: int,
         creds: AgentCredentials | None,
+        cwd: str | None = None,
     ) -> tuple[str | None, Launched | LaunchError | OSError]:
         """Make the scratch dir if none was ready, build the plan, spawn (blocking; any thread).
 
@@ -315,7 +316,7 @@ class Runner:
             plan = LaunchPlan(
                 argv=tuple(argv),
                 env=env,
-                cwd=str(agent.root),
+                cwd=cwd or str(agent.root),
                 nice=PRIORITY_NICE[agent.settlement.priority],
                 rlimits=self._rlimits(agent, cpu_ms, creds),
                 isolate_network=agent.resources.network == "off",
@@ -413,7 +414,7 @@ class Runner:
         return build_record(dispatch, base, t0, scratch_bytes, self.config.stderr_tail_bytes)
 
     async def run_tool(
-        self, agent: AgentSpec, argv: Sequence[str], document: bytes, *, run_id: str, wall_ms: int
+        self, agent: AgentSpec, argv: Sequence[str], document: bytes, *, run_id: str, wall_ms: int, cwd: str | None = None
     ) -> ToolRun:
         """Run a process tool of ``agent`` once: ``document`` on stdin, one JSON document expected on stdout.
 
@@ -430,7 +431,7 @@ class Runner:
         t0 = time.monotonic()
         cpu_ms = wall_ms
         try:
-            scratch, launched, creds = await self._spawn(agent, run_id, list(argv), cpu_ms)
+            scratch, launched, creds = await self._spawn(agent, run_id, list(argv), cpu_ms, cwd)
         except (LaunchError, OSError) as exc:
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare the tool: {exc}"
             log.warning("tool spawn failed", extra={"agent": agent.id, "intent": run_id, "detail": message})
@@ -441,7 +442,7 @@ class Runner:
         return tool_run_record(run, t0, scratch_bytes, self.config.stderr_tail_bytes)
 
     async def _spawn(
-        self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int
+        self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int, cwd: str | None = None
     ) -> tuple[str, Launched, AgentCredentials | None]:
         """Claim the agent's uid, take (or make) a scratch dir and start the process.
 
@@ -451,9 +452,9 @@ class Runner:
         scratch = self.scratch.take()
         if self._dispatches:
             # Others are in flight: spawn off the loop so they are served meanwhile.
-            made, launched = await self._spawner.run(self._launch, agent, marker, argv, scratch, cpu_ms, creds)
+            made, launched = await self._spawner.run(self._launch, agent, marker, argv, scratch, cpu_ms, creds, cwd)
         else:
-            made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds)
+            made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds, cwd)
         if isinstance(launched, Exception):
             with trio.CancelScope(shield=True):
                 if creds is not None:

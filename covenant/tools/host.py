@@ -201,8 +201,11 @@ class ToolHost:
             return await self._attempt(ctx, entry, parsed, ends)
 
         descriptor = entry.descriptor
+        timeout_ms = descriptor.timeout_ms
+        if entry.builtin is not None and entry.builtin.timeout_ms is not None and "timeout_ms" not in descriptor.model_fields_set:
+            timeout_ms = entry.builtin.timeout_ms(self.services.config, parsed)
         result, state["attempts"] = await run_with_retries(
-            attempt, policy=descriptor.retry_policy, timeout_ms=descriptor.timeout_ms, deadline=ctx.deadline
+            attempt, policy=descriptor.retry_policy, timeout_ms=timeout_ms, deadline=ctx.deadline
         )
         return result
 

@@ -56,3 +56,14 @@ def configure(d: DaemonProcess, *fakes: tuple[str, FakeModelServer], extra: str 
 def outcome_of(result) -> dict:  # type: ignore[no-untyped-def]
     assert result.stdout.strip(), f"no output (exit {result.returncode}): {result.stderr}"
     return json.loads(result.stdout)
+
+
+def own_uid_range() -> str:
+    """An [isolation] table with a uid range no other daemon on this box sweeps.
+
+    Every daemon kills the processes of its uid range when it starts (survivors
+    of a kill -9); test daemons of other runs on a shared box use the default
+    range, so a command of ours in it could be killed by their start.
+    """
+    low = 20000 + secrets.randbelow(390) * 100
+    return f"[isolation]\nuid_range = [{low}, {low + 99}]\n"

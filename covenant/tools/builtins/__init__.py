@@ -7,7 +7,7 @@ audit, retries, the result cap) is the host's.
 
 from __future__ import annotations
 
-from covenant.tools.builtins import files, memory, system_time
+from covenant.tools.builtins import files, memory, shell, system_time
 from covenant.tools.builtins.base import Builtin, BuiltinCall
 
 __all__ = ["BUILTINS", "Builtin", "BuiltinCall"]
@@ -18,5 +18,6 @@ BUILTINS: dict[str, Builtin] = {
         system_time.TOOL,
         *memory.TOOLS,
         *files.TOOLS,
+        shell.TOOL,
     )
 }

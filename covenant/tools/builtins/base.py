@@ -10,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from covenant.tools.context import ToolCallContext
 
 if TYPE_CHECKING:
+    from covenant.config import Config
     from covenant.tools.services import ToolServices
 
 __all__ = ["Builtin", "BuiltinCall", "BuiltinRun", "NO_ARGUMENTS"]
@@ -43,3 +44,6 @@ class Builtin:
     parameters: dict[str, Any]
     """JSON schema (draft 2020-12) of the arguments object."""
     run: BuiltinRun
+    timeout_ms: "Callable[[Config, dict[str, Any]], int] | None" = None
+    """The call's timeout from covenant.toml and its arguments, when the tool has its own
+    (shell-exec, web-fetch); None: the toolset descriptor's ``timeout_ms`` (5000 by default)."""
