@@ -167,13 +167,23 @@ class ShellExecToolConfig(_Section):
     output_max_bytes: int = Field(16384, gt=0, le=30 * 1024, description="most bytes of stdout, and of stderr, returned")
 
 
+def _allow_entries(value: tuple[str, ...]) -> tuple[str, ...]:
+    from covenant.tools.netpolicy import parse_allow_entry
+
+    for entry in value:
+        parse_allow_entry(entry)
+    return value
+
+
 class WebFetchToolConfig(_Section):
     """``[tools.web_fetch]``: rune@web-fetch (docs/tools.md)."""
 
     timeout_ms: int = Field(10_000, gt=0, le=600_000, description="one fetch, redirects included")
     max_bytes: int = Field(32768, gt=0, le=60 * 1024, description="most body bytes returned; the rest is not read")
     max_redirects: int = Field(5, ge=0, le=20, description="redirects followed, each target checked again")
-    allow: tuple[str, ...] = Field((), description="hosts and CIDRs allowed although loopback, private or special")
+    allow: Annotated[tuple[str, ...], AfterValidator(_allow_entries)] = Field(
+        (), description="hosts and CIDRs allowed although loopback, private or special"
+    )
 
 
 class ProcessToolConfig(_Section):
