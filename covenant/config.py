@@ -190,7 +190,7 @@ class ProcessToolConfig(_Section):
     """``[tools.process]``: rune@process-start|poll|write|kill|list (docs/tools.md)."""
 
     max_per_agent: int = Field(8, gt=0, le=1000, description="supervised processes one agent may have at once")
-    output_max_bytes: int = Field(65536, gt=0, le=1 << 24, description="stdout/stderr kept per process, oldest dropped")
+    output_max_bytes: int = Field(16384, gt=0, le=30 * 1024, description="most bytes of stdout, and of stderr, one poll returns")
 
 
 class ToolsConfig(_Section):

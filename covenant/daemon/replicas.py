@@ -45,6 +45,7 @@ from covenant.runtime import teardown
 from covenant.runtime.environment import agent_environment
 from covenant.runtime.launcher import Launched, Launcher, LaunchError, LaunchPlan
 from covenant.runtime.pdeathsig import GATE_BYTE
+from covenant.runtime.spawnthreads import SpawnThreads
 
 __all__ = ["ReplicaSupervisor", "Replica", "ReplicaFailed", "REPLICAS_DIR"]
 
@@ -149,10 +150,15 @@ class ReplicaSupervisor:
         self.offered_tools = offered_tools
         self.replicas: dict[str, Replica] = {}
         self._nursery: trio.Nursery | None = None
+        self._spawner: SpawnThreads | None = None
+        """Replicas are launched from a thread that lives as long as this supervisor: PR_SET_PDEATHSIG
+        fires when the *thread* that spawned a process exits, and trio's thread cache retires threads
+        idle for 10 s, which killed the replica with SIGKILL (docs/runtime.md)."""
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
         """Own the supervising tasks; on cancellation every replica is stopped."""
         await trio.to_thread.run_sync(lambda: self.root.mkdir(parents=True, exist_ok=True, mode=0o700))
+        self._spawner = SpawnThreads(1)
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
@@ -161,6 +167,9 @@ class ReplicaSupervisor:
                 await trio.sleep_forever()
         finally:
             self._nursery = None
+            spawner, self._spawner = self._spawner, None
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(spawner.close)
 
     # -- views and admin --------------------------------------------------------------
 
@@ -368,7 +377,9 @@ class ReplicaSupervisor:
             return f"cannot prepare {replica.folder}: {exc}"
         gateway = ReplicaGateway(replica.agent.id, self.calls, replica.intents, lambda: replica.pid)
         try:
-            launched = await trio.to_thread.run_sync(self.launcher.launch, self._plan(replica))
+            if self._spawner is None:
+                raise LaunchError("the replica supervisor is not running")
+            launched = await self._spawner.run(self.launcher.launch, self._plan(replica))
         except (LaunchError, OSError) as exc:
             gateway_sock.close()
             replica.start_failed = True

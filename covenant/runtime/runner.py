@@ -414,7 +414,15 @@ class Runner:
         return build_record(dispatch, base, t0, scratch_bytes, self.config.stderr_tail_bytes)
 
     async def run_tool(
-        self, agent: AgentSpec, argv: Sequence[str], document: bytes, *, run_id: str, wall_ms: int, cwd: str | None = None
+        self,
+        agent: AgentSpec,
+        argv: Sequence[str],
+        document: bytes,
+        *,
+        run_id: str,
+        wall_ms: int,
+        cwd: str | None = None,
+        on_started: Callable[[RunState], None] | None = None,
     ) -> ToolRun:
         """Run a process tool of ``agent`` once: ``document`` on stdin, one JSON document expected on stdout.
 
@@ -438,6 +446,8 @@ class Runner:
             return ToolRun.spawn_failed(list(argv), message, t0)
         limits = {**self._limits(agent), "wall_ms": wall_ms, "cpu_ms": cpu_ms}
         run = RunState(agent, run_id, launched, limits, wall_ms / 1000, cpu_ms)
+        if on_started is not None:
+            on_started(run)
         scratch_bytes = await self._run_to_end(run, scratch, creds, document, None)
         return tool_run_record(run, t0, scratch_bytes, self.config.stderr_tail_bytes)
 
@@ -504,7 +514,7 @@ class Runner:
         if d.verdict is None:  # not if the hook failed or the run was cancelled meanwhile (cancel_all)
             d.deadline = trio.current_time() + d.wall_s
             rest = self._write_stdin_now(d, GATE_BYTE + line if d.launched.gated else line)
-        if not rest:
+        if not rest and not d.keep_stdin_open:
             await d.launched.stdin.aclose()  # without the gate byte, a gated helper kills itself
         await self._watch(d, rest)
 
@@ -551,7 +561,8 @@ class Runner:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass  # the agent exited or closed stdin without reading: its output decides
         finally:
-            await stream.aclose()
+            if not d.keep_stdin_open:
+                await stream.aclose()
 
     async def _read_stdout(self, d: RunState) -> None:
         cap = self.config.stdout_cap_bytes

@@ -41,6 +41,7 @@ from covenant.tools.packages import PackageFiles, PackageSource
 from covenant.tools.result import ToolError, ToolResult, capped
 from covenant.tools.retry import run_with_retries
 from covenant.tools.services import ToolServices
+from covenant.tools.supervised import ProcessRegistry
 
 __all__ = ["ToolHost", "ARGUMENTS_MAX_BYTES"]
 
@@ -113,7 +114,10 @@ class ToolHost:
         *,
         packages: PackageSource | None = None,
     ) -> None:
-        self.services = ToolServices(home=home, config=config, runner=runner, audit=audit, memory=MemoryStores(home))
+        self.services = ToolServices(
+            home=home, config=config, runner=runner, audit=audit, memory=MemoryStores(home),
+            processes=ProcessRegistry(runner, config.tools.process),
+        )
         self._packages: PackageSource = packages or PackageFiles()
         self._toolsets: dict[str, tuple[object, Toolset]] = {}
 
@@ -142,6 +146,11 @@ class ToolHost:
     def unavailable(self, agent: AgentSpec) -> list[tuple[str, str]]:
         """(toolset entry, reason) for each entry the model is not offered."""
         return list(self.toolset(agent).unavailable)
+
+    async def intent_ended(self, intent_id: str) -> None:
+        """Stop the supervised processes (``rune@process-*``) started for the intent; call when it ends."""
+        with trio.CancelScope(shield=True):
+            await self.services.processes.intent_ended(intent_id)
 
     # -- one call -----------------------------------------------------------------------------
 

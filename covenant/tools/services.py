@@ -1,4 +1,4 @@
-"""What the daemon lends its tools: the home, the config, the runner, the audit sink, agents' memory and workspaces."""
+"""What the daemon lends its tools: the home, the config, the runner, the audit sink, agents' memory, workspaces and processes."""
 
 from __future__ import annotations
 
@@ -10,6 +10,7 @@ from covenant.runtime.runner import Runner
 from covenant.tools.context import AuditSink
 from covenant.runtime.isolation import Isolation
 from covenant.tools.memory_store import MemoryStores
+from covenant.tools.supervised import ProcessRegistry
 from covenant.tools.workspace import Workspace
 
 __all__ = ["ToolServices"]
@@ -24,6 +25,7 @@ class ToolServices:
     runner: Runner
     audit: AuditSink
     memory: MemoryStores
+    processes: ProcessRegistry
 
     def workspace(self, agent_id: str) -> Workspace:
         """The agent's workspace (made if missing, 0700, the agent's uid); blocking.
