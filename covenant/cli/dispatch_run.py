@@ -101,6 +101,22 @@ def _stream(client: DaemonClient, body: dict[str, Any], as_json: bool) -> tuple[
     raise RemoteError("stream_ended", "the daemon's event stream ended without an outcome", 200, {})
 
 
+def _echo_rune_plan(plan: dict[str, Any]) -> None:
+    """A Rune agent's dry-run: the provider and model it would use, what is skipped, what is unavailable."""
+    models = plan["model"]
+    providers = models.get("providers") or []
+    if providers:
+        echo(f"model: {providers[0]['model']} from provider {providers[0]['provider']} (alias {models.get('alias')})")
+        for later in providers[1:]:
+            echo(f"  then, on failure: {later['model']} from {later['provider']}")
+    else:
+        echo(f"model: none usable: {models.get('problem')}")
+    for skipped in models.get("skipped") or []:
+        echo(f"  skipped provider {skipped['provider']}: {skipped['reason']}")
+    for tool in plan.get("unavailable_tools") or []:
+        echo(f"unavailable tool {tool['tool']}: {tool['reason']}")
+
+
 def dispatch_and_exit(home: Home, text: str, agent_id: str | None, priority: str, parent: str | None,
                       as_json: bool, dry_run: bool, session_id: str | None = None, stream: bool = False) -> NoReturn:
     """Sign ``text``, send it, print the answer and exit with DESIGN.md §7's code.
@@ -140,7 +156,7 @@ def dispatch_and_exit(home: Home, text: str, agent_id: str | None, priority: str
             echo(outcome["message"])
             echo(json.dumps(outcome["decision"], indent=2, sort_keys=True))
             if "rune" in outcome:
-                echo(json.dumps(outcome["rune"], indent=2, sort_keys=True))
+                _echo_rune_plan(outcome["rune"])
         sys.exit(ExitCode.OK)
     exit_code = int(outcome["exit_code"])
     if not as_json:

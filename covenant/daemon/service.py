@@ -23,13 +23,16 @@ import trio
 from covenant import __version__
 from covenant.clock import ms_from_iso, now_ms
 from covenant.audit.events import text_digest
+from covenant.audit.recent import records_since
 from covenant.audit.writer import AuditLog
 from covenant.config import Config
 from covenant.daemon.agents_state import LoadedAgents, merge_reload
 from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.routing import NoAgent, route
-from covenant.daemon.scheduler import Scheduler, ShuttingDown
+from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown
+from covenant.daemon.server import Peer
+from covenant.daemon.visibility import sees_every_record
 from covenant.errors import CovenantError
 from covenant.home import Home
 from covenant.manifest.limits import ManifestLimits
@@ -50,6 +53,12 @@ from covenant.rune.sessions import valid_session_id
 __all__ = ["Daemon"]
 
 log = logging.getLogger("covenant.daemon")
+
+_NO_UID = -1
+"""Matches no record's peer_uid: what a client with unknown credentials may read."""
+_RECEIVED = frozenset({"intent.received"})
+_REPLAY_SLACK_MS = 60_000
+"""Read this much further back than two skew windows: audit timestamps and issued_at come from different clocks."""
 
 
 def _log_dispatch(message: str, intent: Intent, agent_id: str | None, **fields: Any) -> None:
@@ -119,13 +128,38 @@ class Daemon:
         self._store_writer = trio.CapacityLimiter(1)
         metrics.set_registry(len(agents.agents), len(agents.problems))
 
+    async def restore_replay_window(self) -> int:
+        """Reload the intent ids of the last skew window from the audit log; call before serving.
+
+        Every intent the daemon acted on has its ``intent.received`` event
+        (with ``intent`` and ``issued_at``) made durable before the agent
+        starts and before the caller is answered, so the audit log is the
+        durable replay store: a request captured before a restart is refused
+        after it (``replayed_intent``), at no cost to the dispatch path.
+        """
+        now = now_ms()
+        since = now - 2 * self.verifier.skew_ms - _REPLAY_SLACK_MS
+        records = await trio.to_thread.run_sync(records_since, self.home.audit_dir, since, _RECEIVED)
+        seen = [
+            (data["intent"], data["issued_at"])
+            for data in (r["data"] for r in records)
+            if isinstance(data.get("intent"), str) and type(data.get("issued_at")) is int
+        ]
+        kept = self.verifier.restore(seen, now)
+        log.info("replay window restored from the audit log", extra={"intents": kept, "read": len(records)})
+        return kept
+
     # -- dispatch -----------------------------------------------------------------
 
-    async def dispatch(self, body: dict[str, Any], *, sink: StreamSink | None = None) -> dict[str, Any]:
+    async def dispatch(
+        self, body: dict[str, Any], *, sink: StreamSink | None = None, peer_uid: int | None = None
+    ) -> dict[str, Any]:
         """Run one signed intent; returns the outcome document or raises CovenantError.
 
         ``body`` may hold ``session_id`` (Rune agents). With ``sink`` (the client asked for a
         stream) a Rune agent whose ``streaming_enabled`` is true streams its events into it.
+        ``peer_uid`` (SO_PEERCRED of the submitting client) is kept in the dispatch record:
+        that uid may read the record back.
         """
         if self.shutting_down:
             raise ShuttingDown("the daemon is shutting down and accepts no new dispatches")
@@ -172,11 +206,12 @@ class Daemon:
                 "message": f"would dispatch to {agent.id} (routed by {routed_by}); nothing was spawned",
             }
             if agent.runtime == "rune":
-                answer["rune"] = self.rune.plan(agent, self.loaded.packages[agent.id])
+                # Resolving the toolset reads schema files: off the event loop.
+                answer["rune"] = await trio.to_thread.run_sync(self.rune.plan, agent, self.loaded.packages[agent.id])
             return answer
         if agent.runtime == "rune":
-            return await self._run_rune(intent, agent, routed_by, decision, pending, session_id, sink)
-        return await self._run(intent, agent, routed_by, decision, pending)
+            return await self._run_rune(intent, agent, routed_by, decision, pending, session_id, sink, peer_uid)
+        return await self._run(intent, agent, routed_by, decision, pending, peer_uid)
 
     async def _run_rune(
         self,
@@ -187,11 +222,20 @@ class Daemon:
         pending: list[tuple[str, dict[str, Any]]],
         session_id: str | None,
         sink: StreamSink | None,
+        peer_uid: int | None,
     ) -> dict[str, Any]:
         """An allowed intent to a Rune agent: its decision is durable, then its replica answers."""
         package = self.loaded.packages[agent.id]
         if sink is not None and not package.runefile.runtime.streaming_enabled:
             sink = None
+        waiting = self.rune.replicas.waiting(agent.id)
+        if self.rune.replicas.full(agent.id) and waiting >= self.config.daemon.queue_max:
+            await self.audit.record_many([*pending, ("intent.completed", {
+                "intent": intent.id, "agent": agent.id, "outcome": "overloaded", "status": None})])
+            raise Overloaded(
+                f"{waiting} intents already wait for the replica of {agent.id} (daemon.queue_max = "
+                f"{self.config.daemon.queue_max}); try again later"
+            )
         await self.audit.record_many(list(pending))
         pending.clear()
         if not self.inflight:
@@ -207,6 +251,7 @@ class Daemon:
                 )
             finally:
                 await self.rune.tools.intent_ended(intent.id)  # its rune@process-* processes die with it
+            record = record.model_copy(update={"peer_uid": peer_uid})
             await self._finish(intent, agent, record, pending)
         finally:
             self._rune_scopes.discard(scope)
@@ -263,6 +308,7 @@ class Daemon:
         routed_by: str,
         decision: dict[str, Any],
         pending: list[tuple[str, dict[str, Any]]],
+        peer_uid: int | None,
     ) -> dict[str, Any]:
         """Run an allowed intent. ``pending`` (its received and decision events) is written at the latest
         together with ``agent.spawned``, in one group commit, while the agent waits at its exec gate."""
@@ -297,6 +343,7 @@ class Daemon:
                 started = True
                 try:
                     record = await self.runner.run(agent, payload, on_spawned=audit_spawn)
+                    record = record.model_copy(update={"peer_uid": peer_uid})
                     await self._finish(intent, agent, record, pending)
                     _log_dispatch("dispatch finished", intent, agent.id, outcome=record.outcome, ms=record.duration_ms)
                 finally:
@@ -533,8 +580,28 @@ class Daemon:
             "replicas": self.rune.replicas.views(),
         }
 
-    async def history(self, limit: int, agent: str | None) -> list[DispatchRecord]:
-        return await trio.to_thread.run_sync(self.store.recent, limit, agent)
+    def _reader_uid(self, viewer: Peer | None) -> int | None:
+        """None when ``viewer`` may read every record, else the uid whose records it may read (blocking)."""
+        if viewer is None:
+            return _NO_UID  # credentials unknown: no record is theirs
+        if sees_every_record(viewer, self.config.isolation.operators_group):
+            return None
+        return viewer.uid
 
-    async def record(self, intent_id: str) -> DispatchRecord | None:
-        return await trio.to_thread.run_sync(self.store.get, intent_id)
+    async def history(self, limit: int, agent: str | None, viewer: Peer | None) -> list[DispatchRecord]:
+        """The newest records ``viewer`` may read (its own; all for root, the daemon's uid, operators)."""
+
+        def read() -> list[DispatchRecord]:
+            return self.store.recent(limit, agent, peer_uid=self._reader_uid(viewer))
+
+        return await trio.to_thread.run_sync(read)
+
+    async def record(self, intent_id: str, viewer: Peer | None) -> DispatchRecord | None:
+        """The record of ``intent_id`` when ``viewer`` may read it; None otherwise (as if absent)."""
+
+        def read() -> DispatchRecord | None:
+            record = self.store.get(intent_id)
+            only = self._reader_uid(viewer)
+            return record if record is not None and (only is None or record.peer_uid == only) else None
+
+        return await trio.to_thread.run_sync(read)

@@ -102,3 +102,6 @@ class DispatchRecord(BaseModel):
     """``uid``: the agent ran as an unprivileged uid of its own; ``same-uid``: as covenant's (docs/security.md)."""
     uid: int | None = None
     """The uid the agent ran as when ``isolation`` is ``uid``."""
+    peer_uid: int | None = None
+    """uid of the local client (SO_PEERCRED) that submitted the dispatch; it may read this record.
+    None for `covenant run` and for records written before it was kept."""

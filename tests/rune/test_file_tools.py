@@ -14,7 +14,7 @@ from pathlib import Path
 
 from tests.daemon.conftest import DaemonProcess
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.rune.conftest import add_rune_agent, configure, outcome_of, own_uid_range
+from tests.rune.conftest import add_rune_agent, configure, outcome_of
 
 FILE_TOOLS = ("rune@file-read", "rune@file-write", "rune@file-list", "rune@apply-patch")
 SECRET = "daemon secret, never for agents\n"
@@ -31,7 +31,7 @@ def tool_events(d: DaemonProcess, intent: str) -> list[dict]:
 
 
 def start(d: DaemonProcess, fake: FakeModelServer, max_steps: int = 4) -> Path:
-    configure(d, ("fake", fake), extra=own_uid_range())
+    configure(d, ("fake", fake))
     add_rune_agent(d, toolset=FILE_TOOLS, max_steps=max_steps)
     d.start()
     d.cli("grant", "tester@test", "tool.file_read", "tool.file_write", "tool.file_list", "tool.apply_patch", check=True)

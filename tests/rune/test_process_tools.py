@@ -8,7 +8,7 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.rune.conftest import add_rune_agent, configure, outcome_of, own_uid_range
+from tests.rune.conftest import add_rune_agent, configure, outcome_of
 from tests.rune.test_file_tools import tool_events, tool_results
 from tests.rune.test_shell_exec import left_behind, wait_none_left
 
@@ -18,7 +18,7 @@ PROCESS_TOOLS = ("rune@process-start", "rune@process-poll", "rune@process-write"
 
 
 def test_start_write_poll_kill_and_everything_dies_with_the_intent(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
-    configure(daemon, ("fake", fake_model), extra=own_uid_range() + "[tools.process]\nmax_per_agent = 3\n")
+    configure(daemon, ("fake", fake_model), extra="[tools.process]\nmax_per_agent = 3\n")
     add_rune_agent(daemon, toolset=PROCESS_TOOLS, max_steps=12)
     daemon.start()
     daemon.cli("grant", "tester@test", *[f"tool.{t.removeprefix('rune@').replace('-', '_')}" for t in PROCESS_TOOLS], check=True)

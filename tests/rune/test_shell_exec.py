@@ -11,14 +11,14 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.rune.conftest import KEY_VALUE, add_rune_agent, configure, outcome_of, own_uid_range
+from tests.rune.conftest import KEY_VALUE, add_rune_agent, configure, outcome_of
 from tests.rune.test_file_tools import tool_events, tool_results
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="shell-exec limits are checked with agents on their own uid")
 
 
 def start(d: DaemonProcess, fake: FakeModelServer, extra: str = "") -> None:
-    configure(d, ("fake", fake), extra=own_uid_range() + extra)
+    configure(d, ("fake", fake), extra=extra)
     add_rune_agent(d, toolset=("rune@shell-exec", "rune@file-write"), max_steps=8)
     d.start()
     d.cli("grant", "tester@test", "tool.shell_exec", "tool.file_write", check=True)

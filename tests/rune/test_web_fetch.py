@@ -10,7 +10,7 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.rune.conftest import KEY_VALUE, add_rune_agent, configure, outcome_of, own_uid_range
+from tests.rune.conftest import KEY_VALUE, add_rune_agent, configure, outcome_of
 from tests.rune.test_file_tools import tool_events, tool_results
 
 BIG = 200_000
@@ -58,7 +58,7 @@ def web() -> Iterator[_Server]:
 
 
 def start(d: DaemonProcess, fake: FakeModelServer, extra: str = "") -> None:
-    configure(d, ("fake", fake), extra=own_uid_range() + extra)
+    configure(d, ("fake", fake), extra=extra)
     add_rune_agent(d, toolset=("rune@web-fetch",), max_steps=6)
     d.start()
     d.cli("grant", "tester@test", "tool.web_fetch", check=True)
