@@ -274,3 +274,13 @@ async def test_through_the_tool_host_one_event_per_call(tools: Tools) -> None:
     assert (workspace / "x.txt").read_text() == "data"
     assert stat.S_IMODE(workspace.stat().st_mode) == 0o700
     assert [e["outcome"] for e in tools.audit.of("tool.call")] == ["ok", "ok", "denied"]
+
+
+def test_every_error_code_is_documented() -> None:
+    from covenant.tools.result import ERROR_CODES
+    from tests.conftest import REPO_ROOT
+
+    doc = (REPO_ROOT / "docs" / "tools.md").read_text()
+    table = doc.split("## Error codes", 1)[1].split("\n## ", 1)[0]
+    missing = [code for code in ERROR_CODES if f"| `{code}` |" not in table]
+    assert not missing, f"docs/tools.md has no Error codes row for {missing}"
