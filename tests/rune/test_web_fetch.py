@@ -118,3 +118,66 @@ def test_allowed_by_config_with_caps_and_redirects_checked_again(
         assert KEY_VALUE not in repr(headers)
         assert lowered["host"] == base.removeprefix("http://")
     assert daemon.stop() == 0
+
+
+def _self_signed(tmp_path) -> tuple[str, str]:  # type: ignore[no-untyped-def]
+    import datetime
+
+    from cryptography import x509
+    from cryptography.hazmat.primitives import hashes, serialization
+    from cryptography.hazmat.primitives.asymmetric import ec
+    from cryptography.x509.oid import NameOID
+
+    key = ec.generate_private_key(ec.SECP256R1())
+    name = x509.Name([x509.NameAttribute(NameOID.COMMON_NAME, "localhost")])
+    now = datetime.datetime.now(datetime.timezone.utc)
+    cert = (
+        x509.CertificateBuilder().subject_name(name).issuer_name(name).public_key(key.public_key())
+        .serial_number(x509.random_serial_number()).not_valid_before(now - datetime.timedelta(minutes=5))
+        .not_valid_after(now + datetime.timedelta(hours=1))
+        .add_extension(x509.SubjectAlternativeName([x509.DNSName("localhost")]), critical=False)
+        .sign(key, hashes.SHA256())
+    )
+    cert_path, key_path = tmp_path / "cert.pem", tmp_path / "key.pem"
+    cert_path.write_bytes(cert.public_bytes(serialization.Encoding.PEM))
+    key_path.write_bytes(key.private_bytes(serialization.Encoding.PEM, serialization.PrivateFormat.PKCS8,
+                                           serialization.NoEncryption()))
+    return str(cert_path), str(key_path)
+
+
+def test_https_keeps_the_name_for_sni_and_the_certificate_while_connecting_to_the_checked_address(
+    daemon: DaemonProcess, fake_model: FakeModelServer, tmp_path
+) -> None:  # type: ignore[no-untyped-def]
+    import socket
+    import ssl
+
+    cert, key = _self_signed(tmp_path)
+    context = ssl.create_default_context(ssl.Purpose.CLIENT_AUTH)
+    context.load_cert_chain(cert, key)
+    names: list[str | None] = []
+    context.sni_callback = lambda conn, name, ctx: names.append(name)  # type: ignore[assignment,func-returns-value]
+    listener = socket.create_server(("127.0.0.1", 0))
+    port = listener.getsockname()[1]
+    peers: list[str] = []
+
+    def serve() -> None:
+        conn, peer = listener.accept()
+        peers.append(peer[0])
+        try:
+            context.wrap_socket(conn, server_side=True).close()
+        except (ssl.SSLError, OSError):
+            pass  # the client refuses our self-signed certificate: what we expect
+        finally:
+            conn.close()
+
+    thread = threading.Thread(target=serve, daemon=True)
+    thread.start()
+    start(daemon, fake_model, extra='[tools.web_fetch]\nallow = ["localhost"]\n')
+    fake_model.script(Reply.tools(ToolCall("web-fetch", {"url": f"https://localhost:{port}/"})), Reply(text="tls"))
+    dispatch(daemon)
+    (result,) = tool_results(fake_model, 1)
+    thread.join(timeout=30)
+    listener.close()
+    assert result["error"]["code"] == "fetch_failed" and "certificate" in result["error"]["message"].lower(), result
+    assert names == ["localhost"] and peers == ["127.0.0.1"]  # SNI kept the name; the socket went to the checked address
+    assert daemon.stop() == 0

@@ -7,9 +7,10 @@ For each hop (the URL, then every redirect target):
    refuses every fetch;
 2. the host is resolved once; every address it resolves to must pass
    :class:`~covenant.tools.netpolicy.AddressPolicy`;
-3. the connection goes to the first checked address (the URL's host is
-   replaced by it; ``Host`` and TLS SNI/certificate checks keep the name), so
-   a second DNS answer (rebinding) is never used.
+3. the connection goes to the checked addresses, in turn until one
+   connects (the URL's host is replaced by it; ``Host`` and TLS
+   SNI/certificate checks keep the name), so a second DNS answer
+   (rebinding) is never used.
 
 The client is made per call with ``trust_env=False``: no proxy, netrc or
 certificate settings from the daemon's environment, no cookies kept, no
@@ -61,8 +62,8 @@ async def _addresses(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-async def _checked_address(url: httpx.URL, policy: AddressPolicy, network: str) -> str:
-    """The address to connect to for ``url``; raise ``address_refused`` when any of its addresses is refused."""
+async def _checked_addresses(url: httpx.URL, policy: AddressPolicy, network: str) -> list[str]:
+    """The addresses to connect to for ``url``; raise ``address_refused`` when any of them is refused."""
     if network == "off":
         raise ToolError("address_refused", "this agent's network is off ([resources] network = \"off\"); it may fetch nothing")
     if url.scheme not in ("http", "https"):
@@ -88,13 +89,39 @@ async def _checked_address(url: httpx.URL, policy: AddressPolicy, network: str) 
             f"{url}: this agent's network is outbound-https-only, so http is refused (use https, or list the host "
             "in [tools.web_fetch] allow)",
         )
-    return addresses[0]
+    return addresses
 
 
 def _body(data: bytes, content_type: str, charset: str | None) -> tuple[str, str]:
     if any(t in content_type for t in _TEXT_TYPES):
         return data.decode(charset or "utf-8", "replace"), "utf-8"
     return base64.b64encode(data).decode("ascii"), "base64"
+
+
+def _why(exc: BaseException) -> str:
+    """The innermost cause with something to say (trio wraps TLS errors in an empty BrokenResourceError)."""
+    text, seen = str(exc), 0
+    inner: BaseException | None = exc
+    while inner is not None and seen < 8:
+        text = str(inner) or text
+        inner, seen = inner.__cause__ or inner.__context__, seen + 1
+    return text or type(exc).__name__
+
+
+async def _connect(client: httpx.AsyncClient, url: httpx.URL, addresses: list[str]) -> httpx.Response:
+    """Send the GET to the checked addresses in turn (never to a name): the first that connects answers."""
+    extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
+    headers = {"Host": url.netloc.decode("ascii"), "User-Agent": _USER_AGENT, "Accept": "*/*"}
+    failures: list[str] = []
+    for address in addresses:
+        request = client.build_request("GET", url.copy_with(host=address), headers=headers, extensions=extensions)
+        try:
+            return await client.send(request, stream=True)
+        except httpx.ConnectError as exc:
+            failures.append(f"{address}: {_why(exc)}")
+        except httpx.HTTPError as exc:
+            raise ToolError("fetch_failed", f"{url}: {type(exc).__name__}: {_why(exc)}") from None
+    raise ToolError("fetch_failed", f"{url}: cannot connect ({'; '.join(failures)})")
 
 
 async def _fetch(url: str, call: BuiltinCall) -> dict[str, Any]:
@@ -105,17 +132,7 @@ async def _fetch(url: str, call: BuiltinCall) -> dict[str, Any]:
     current = httpx.URL(url)
     async with httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=None) as client:
         for _hop in range(limits.max_redirects + 1):
-            address = await _checked_address(current, policy, network)
-            pinned = current.copy_with(host=address)
-            extensions = {"sni_hostname": current.host} if current.scheme == "https" else {}
-            request = client.build_request(
-                "GET", pinned, headers={"Host": current.netloc.decode("ascii"), "User-Agent": _USER_AGENT, "Accept": "*/*"},
-                extensions=extensions,
-            )
-            try:
-                response = await client.send(request, stream=True)
-            except httpx.HTTPError as exc:
-                raise ToolError("fetch_failed", f"{current}: {type(exc).__name__}: {exc}") from None
+            response = await _connect(client, current, await _checked_addresses(current, policy, network))
             try:
                 location = response.headers.get("location")
                 if response.status_code in _REDIRECTS and location:
