@@ -459,6 +459,15 @@ class Runner:
         scratch_bytes = await self._run_to_end(run, scratch, creds, document, None)
         return tool_run_record(run, t0, scratch_bytes, self.config.stderr_tail_bytes)
 
+    async def launch(self, plan: LaunchPlan) -> Launched:
+        """Launch ``plan`` from one of the runner's spawn threads (raises LaunchError/OSError).
+
+        For processes started outside :meth:`run` (Rune replicas): PR_SET_PDEATHSIG fires when the
+        *thread* that spawned a process exits, and trio's thread cache retires a worker idle for
+        10 s, which would kill a process launched from it with SIGKILL.
+        """
+        return await self._spawner.run(self.launcher.launch, plan)
+
     async def _spawn(
         self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int, cwd: str | None = None
     ) -> tuple[str, Launched, AgentCredentials | None]:
