@@ -25,7 +25,6 @@ __all__ = ["Escape", "open_beneath", "has_openat2", "split_relative", "FORCE_WAL
 
 _SYS_OPENAT2 = {"x86_64": 437, "aarch64": 437}.get(platform.machine())
 RESOLVE_NO_MAGICLINKS = 0x02
-RESOLVE_NO_SYMLINKS = 0x04
 RESOLVE_BENEATH = 0x08
 
 FORCE_WALK = False
