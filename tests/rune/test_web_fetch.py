@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import gzip
 import threading
 from collections.abc import Iterator
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -14,6 +15,7 @@ from tests.rune.conftest import KEY_VALUE, add_rune_agent, configure, outcome_of
 from tests.rune.test_file_tools import tool_events, tool_results
 
 BIG = 200_000
+BOMB = gzip.compress(bytes(50_000_000), compresslevel=9)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -28,6 +30,8 @@ class _Handler(BaseHTTPRequestHandler):
             self._send(302, b"", {"Location": "http://169.254.169.254/latest/meta-data/"})
         elif self.path == "/redirect-ok":
             self._send(302, b"", {"Location": "/"})
+        elif self.path == "/bomb":  # 50 MB of zeros in about 50 KB, sent compressed whatever was asked
+            self._send(200, BOMB, {"Content-Type": "text/plain", "Content-Encoding": "gzip"})
         elif self.path == "/big":
             self._send(200, b"x" * BIG, {"Content-Type": "text/plain"})
         else:
@@ -102,21 +106,23 @@ def test_allowed_by_config_with_caps_and_redirects_checked_again(
     start(daemon, fake_model, extra='[tools.web_fetch]\nallow = ["127.0.0.1/32"]\nmax_bytes = 1000\n')
     base = f"http://127.0.0.1:{web.server_address[1]}"
     fake_model.script(
-        Reply.tools(*[ToolCall("web-fetch", {"url": base + p}) for p in ("/", "/redirect-ok", "/big", "/redirect-meta")]),
+        Reply.tools(*[ToolCall("web-fetch", {"url": base + p})
+                      for p in ("/", "/redirect-ok", "/big", "/redirect-meta", "/bomb")]),
         Reply(text="fetched"),
     )
     dispatch(daemon)
-    plain, redirected, big, meta = tool_results(fake_model, 1)
+    plain, redirected, big, meta, bomb = tool_results(fake_model, 1)
+    assert bomb["encoding"] == "base64" and bomb["bytes"] == 1000 and bomb["truncated"] is True  # never inflated
     assert plain["status"] == 200 and plain["content"] == "hello from the test server" and plain["truncated"] is False
     assert redirected["content"] == plain["content"] and redirected["redirects"] == [base + "/redirect-ok"]
     assert big["bytes"] == 1000 and big["truncated"] is True
     assert meta["error"]["code"] == "address_refused" and "169.254.169.254" in meta["error"]["message"]
-    assert {path for path, _ in web.seen} == {"/", "/redirect-ok", "/big", "/redirect-meta"}
+    assert {path for path, _ in web.seen} == {"/", "/redirect-ok", "/big", "/redirect-meta", "/bomb"}
     for _path, headers in web.seen:
         lowered = {k.lower(): v for k, v in headers.items()}
         assert "authorization" not in lowered and "cookie" not in lowered
         assert KEY_VALUE not in repr(headers)
-        assert lowered["host"] == base.removeprefix("http://")
+        assert lowered["host"] == base.removeprefix("http://") and lowered["accept-encoding"] == "identity"
     assert daemon.stop() == 0
 
 

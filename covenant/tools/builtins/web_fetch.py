@@ -14,8 +14,8 @@ For each hop (the URL, then every redirect target):
 
 The client is made per call with ``trust_env=False``: no proxy, netrc or
 certificate settings from the daemon's environment, no cookies kept, no
-credentials of any kind sent. The body is read up to ``max_bytes``; the rest
-is never read.
+credentials of any kind sent. The body is asked for and read without content
+coding (never decompressed), up to ``max_bytes``; the rest is never read.
 """
 
 from __future__ import annotations
@@ -94,7 +94,10 @@ async def _checked_addresses(url: httpx.URL, policy: AddressPolicy, network: str
 
 def _body(data: bytes, content_type: str, charset: str | None) -> tuple[str, str]:
     if any(t in content_type for t in _TEXT_TYPES):
-        return data.decode(charset or "utf-8", "replace"), "utf-8"
+        try:
+            return data.decode(charset or "utf-8", "replace"), "utf-8"
+        except LookupError:  # the server named a charset Python does not know
+            return data.decode("utf-8", "replace"), "utf-8"
     return base64.b64encode(data).decode("ascii"), "base64"
 
 
@@ -111,7 +114,8 @@ def _why(exc: BaseException) -> str:
 async def _connect(client: httpx.AsyncClient, url: httpx.URL, addresses: list[str]) -> httpx.Response:
     """Send the GET to the checked addresses in turn (never to a name): the first that connects answers."""
     extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
-    headers = {"Host": url.netloc.decode("ascii"), "User-Agent": _USER_AGENT, "Accept": "*/*"}
+    # identity: the body is read raw, never decompressed, so a compression bomb costs at most max_bytes
+    headers = {"Host": url.netloc.decode("ascii"), "User-Agent": _USER_AGENT, "Accept": "*/*", "Accept-Encoding": "identity"}
     failures: list[str] = []
     for address in addresses:
         request = client.build_request("GET", url.copy_with(host=address), headers=headers, extensions=extensions)
@@ -142,7 +146,7 @@ async def _fetch(url: str, call: BuiltinCall) -> dict[str, Any]:
                 body = bytearray()
                 truncated = False
                 try:
-                    async for chunk in response.aiter_bytes():
+                    async for chunk in response.aiter_raw():
                         body += chunk
                         if len(body) > limits.max_bytes:
                             del body[limits.max_bytes:]
@@ -153,7 +157,8 @@ async def _fetch(url: str, call: BuiltinCall) -> dict[str, Any]:
             finally:
                 await response.aclose()
             content_type = response.headers.get("content-type", "").lower()
-            content, encoding = _body(bytes(body), content_type, response.charset_encoding)
+            coded = response.headers.get("content-encoding", "identity").strip().lower() not in ("", "identity")
+            content, encoding = _body(bytes(body), "" if coded else content_type, response.charset_encoding)
             return {
                 "url": str(current),
                 "status": response.status_code,
