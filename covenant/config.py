@@ -222,7 +222,8 @@ def _base_url(value: str) -> str:
 
 def _env_name(value: str) -> str:
     if not _ENV_NAME.match(value):
-        raise ValueError(f"{value!r} must be the name of an environment variable (letters, digits, _), not its value")
+        # The value is not repeated: what was pasted here by mistake may be the key itself.
+        raise ValueError("must be the name of an environment variable (letters, digits, _), not the key itself")
     return value
 
 
