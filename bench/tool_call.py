@@ -11,6 +11,12 @@ writer is measured by ``audit_throughput.py``). Also the p50 of a built-in
 (``system-time``) call, which spawns nothing. Goal (issue 14): <= 2 ms p50
 added to a process tool.
 
+The same for the built-ins that do a host's work: ``shell-exec`` of
+``echo hi`` against ``subprocess.run(["/bin/sh", "-c", "echo hi"])`` in the
+workspace, and ``file-read`` / ``file-write`` of a 4 KiB file against a plain
+``open``/``read``/``write`` of it (the host adds openat2 resolution, the
+fstat checks, fchown of a created file, the thread hop off the event loop).
+
     .venv/bin/python bench/tool_call.py [--runs N]
 """
 
@@ -52,7 +58,7 @@ name: bench
 version: 0.1.0
 instructions: bench
 default_model: default
-toolset: [echo, rune@system-time]
+toolset: [echo, rune@system-time, rune@shell-exec, rune@file-read, rune@file-write]
 models:
   model_mapping:
     default: m
@@ -99,30 +105,64 @@ async def measure(root: Path, runs: int) -> dict[str, float]:
         env = {"PATH": config.runtime.path, "HOME": str(root), "LANG": "C.UTF-8"}
         document = json.dumps(ARGUMENTS).encode() + b"\n"
 
-        async def host_once(name: str) -> float:
+        async def host_once(name: str, arguments: Any = None) -> float:
             ctx = ToolCallContext("bench-intent", agent, issuer, grants, now_ms(), trio.current_time() + 60)
             start = time.perf_counter()
-            result = await host.call(ctx, name, json.dumps(ARGUMENTS) if name == "echo" else "{}")
+            result = await host.call(ctx, name, json.dumps(ARGUMENTS) if arguments is None else arguments)
             elapsed = time.perf_counter() - start
             assert result.ok, result
             return elapsed
 
-        for _ in range(3):
-            raw_once(argv, agent.root, env, document)
-            await host_once("echo")
-        raw_times: list[float] = []
-        host_times: list[float] = []
-        while len(raw_times) < runs:
-            raw_times.extend(raw_once(argv, agent.root, env, document) for _ in range(BLOCK))
-            for _ in range(BLOCK):
-                host_times.append(await host_once("echo"))
-        builtin_times = [await host_once("system-time") for _ in range(runs)]
-    assert len(events) == 3 + len(host_times) + len(builtin_times)
-    return {
-        "raw_p50": statistics.median(raw_times),
-        "host_p50": statistics.median(host_times),
-        "builtin_p50": statistics.median(builtin_times),
-    }
+        async def interleaved(raw: Any, hosted: Any) -> tuple[float, float]:
+            for _ in range(3):
+                raw()
+                await hosted()
+            raw_times: list[float] = []
+            host_times: list[float] = []
+            while len(raw_times) < runs:
+                raw_times.extend(raw() for _ in range(BLOCK))
+                for _ in range(BLOCK):
+                    host_times.append(await hosted())
+            return statistics.median(raw_times), statistics.median(host_times)
+
+        out: dict[str, float] = {}
+        out["raw_p50"], out["host_p50"] = await interleaved(
+            lambda: raw_once(argv, agent.root, env, document), lambda: host_once("echo")
+        )
+        out["builtin_p50"] = statistics.median([await host_once("system-time", "{}") for _ in range(runs)])
+
+        workspace = host.services.workspace(agent.id).root
+        shell = ["/bin/sh", "-c", "echo hi"]
+
+        def raw_shell() -> float:
+            start = time.perf_counter()
+            done = subprocess.run(shell, capture_output=True, cwd=workspace, env=env)
+            assert done.stdout == b"hi\n"
+            return time.perf_counter() - start
+
+        out["shell_raw"], out["shell_host"] = await interleaved(
+            raw_shell, lambda: host_once("shell-exec", {"command": "echo hi"})
+        )
+        text = "x" * 4096
+        (workspace / "data.txt").write_text(text)
+
+        def raw_read() -> float:
+            start = time.perf_counter()
+            with open(workspace / "data.txt", "rb") as f:
+                assert len(f.read(32768)) == 4096
+            return time.perf_counter() - start
+
+        def raw_write() -> float:
+            start = time.perf_counter()
+            with open(workspace / "out.txt", "w") as f:
+                f.write(text)
+            return time.perf_counter() - start
+
+        out["read_raw"], out["read_host"] = await interleaved(raw_read, lambda: host_once("file-read", {"path": "data.txt"}))
+        out["write_raw"], out["write_host"] = await interleaved(
+            raw_write, lambda: host_once("file-write", {"path": "out.txt", "content": text})
+        )
+    return out
 
 
 def main() -> None:
@@ -143,6 +183,9 @@ def main() -> None:
         f"| {(m['host_p50'] - m['raw_p50']) * 1000:+.2f} | {m['host_p50'] / m['raw_p50']:.3f} |"
     )
     print(f"| built-in system-time | - | {m['builtin_p50'] * 1000:.3f} | - | - |")
+    for label, key in (("shell-exec `echo hi`", "shell"), ("file-read 4 KiB", "read"), ("file-write 4 KiB", "write")):
+        raw, hosted = m[f"{key}_raw"], m[f"{key}_host"]
+        print(f"| {label} | {raw * 1000:.3f} | {hosted * 1000:.3f} | {(hosted - raw) * 1000:+.3f} | {hosted / raw:.2f} |")
 
 
 if __name__ == "__main__":

@@ -28,6 +28,11 @@ __all__ = [
     "RuneConfig",
     "ProviderConfig",
     "IsolationConfig",
+    "ToolsConfig",
+    "FilesToolConfig",
+    "ShellExecToolConfig",
+    "WebFetchToolConfig",
+    "ProcessToolConfig",
     "load_config",
     "default_python3",
 ]
@@ -155,6 +160,56 @@ class RuneConfig(_Section):
         return {"small": self.memory_small_mb, "medium": self.memory_medium_mb, "large": self.memory_large_mb}[profile]
 
 
+class FilesToolConfig(_Section):
+    """``[tools.files]``: rune@file-read, file-write, file-list, apply-patch (docs/tools.md)."""
+
+    read_max_bytes: int = Field(32768, gt=0, le=60 * 1024, description="most bytes one file-read returns")
+    write_max_bytes: int = Field(262144, gt=0, le=1 << 30, description="largest file file-write or apply-patch writes")
+    list_max_entries: int = Field(1000, gt=0, le=100_000, description="most entries one file-list returns")
+
+
+class ShellExecToolConfig(_Section):
+    """``[tools.shell_exec]``: rune@shell-exec (docs/tools.md)."""
+
+    timeout_ms: int = Field(10_000, gt=0, le=3_600_000, description="default and largest timeout of one command")
+    output_max_bytes: int = Field(16384, gt=0, le=30 * 1024, description="most bytes of stdout, and of stderr, returned")
+
+
+def _allow_entries(value: tuple[str, ...]) -> tuple[str, ...]:
+    from covenant.tools.netpolicy import parse_allow_entry
+
+    for entry in value:
+        parse_allow_entry(entry)
+    return value
+
+
+class WebFetchToolConfig(_Section):
+    """``[tools.web_fetch]``: rune@web-fetch (docs/tools.md)."""
+
+    timeout_ms: int = Field(10_000, gt=0, le=600_000, description="one fetch, redirects included")
+    max_bytes: int = Field(32768, gt=0, le=60 * 1024, description="most body bytes returned; the rest is not read")
+    max_redirects: int = Field(5, ge=0, le=20, description="redirects followed, each target checked again")
+    allow: Annotated[tuple[str, ...], AfterValidator(_allow_entries)] = Field(
+        (), description="hosts and CIDRs allowed although loopback, private or special"
+    )
+
+
+class ProcessToolConfig(_Section):
+    """``[tools.process]``: rune@process-start|poll|write|kill|list (docs/tools.md)."""
+
+    max_per_agent: int = Field(8, gt=0, le=1000, description="supervised processes one agent may have at once")
+    output_max_bytes: int = Field(16384, gt=0, le=30 * 1024, description="most bytes of stdout, and of stderr, one poll returns")
+
+
+class ToolsConfig(_Section):
+    """``[tools.*]``: the built-in tools' limits."""
+
+    files: FilesToolConfig = Field(default_factory=FilesToolConfig)
+    shell_exec: ShellExecToolConfig = Field(default_factory=ShellExecToolConfig)
+    web_fetch: WebFetchToolConfig = Field(default_factory=WebFetchToolConfig)
+    process: ProcessToolConfig = Field(default_factory=ProcessToolConfig)
+
+
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -216,6 +271,7 @@ class Config(_Section):
     rune: RuneConfig = Field(default_factory=RuneConfig)
     providers: Annotated[dict[str, ProviderConfig], AfterValidator(_provider_names)] = Field(default_factory=dict)
     isolation: IsolationConfig = Field(default_factory=IsolationConfig)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
 
 
 def load_config(home: Home) -> Config:

@@ -129,7 +129,6 @@ class ReplicaProcess:
         offered_tools: Offered,
     ) -> None:
         self.runner = runner
-        self.launcher = runner.launcher
         self.root = state_dir / REPLICAS_DIR
         self.sessions_dir = state_dir / "sessions"
         self.config = config
@@ -161,7 +160,7 @@ class ReplicaProcess:
             return f"cannot prepare {replica.folder}: {exc}"
         gateway = ReplicaGateway(replica.agent.id, self.calls, replica.intents, lambda: replica.pid)
         try:
-            launched = await trio.to_thread.run_sync(self.launcher.launch, self._plan(replica, creds))
+            launched = await self.runner.launch(self._plan(replica, creds))  # a thread that outlives it
         except (LaunchError, OSError) as exc:
             gateway_sock.close()
             replica.start_failed = True

@@ -248,10 +248,13 @@ class Daemon:
         scope = trio.CancelScope()
         self._rune_scopes.add(scope)
         try:
-            record = await run_rune_intent(
-                self.rune.replicas, intent, agent, package, session_id=session_id,
-                secrets=self.rune.secret_values(), sink=sink, cancel_scope=scope,
-            )
+            try:
+                record = await run_rune_intent(
+                    self.rune.replicas, intent, agent, package, session_id=session_id,
+                    secrets=self.rune.secret_values(), sink=sink, cancel_scope=scope,
+                )
+            finally:
+                await self.rune.tools.intent_ended(intent.id)  # its rune@process-* processes die with it
             record = record.model_copy(update={"peer_uid": peer_uid})
             await self._finish(intent, agent, record, pending)
         finally:

@@ -105,6 +105,7 @@ async def run_package(
                 outcome, error, usage = exc.code if exc.code in OUTCOMES else "protocol_error", exc.message, exc.usage
         if timer.cancelled_caught:
             outcome, error = "timeout", f"no answer within the agent's timeout_ms = {rf.timeout_ms}"
+    await tools.intent_ended(intent_id)  # its rune@process-* processes end with the run
     await models.aclose()
     if answer is not None and rf.models.safety_policy != "none":
         answer = redact(answer, secrets)

@@ -168,9 +168,9 @@ class Isolation:
         """Start-up findings an operator must act on (unreachable interpreters, ...)."""
 
     @classmethod
-    def same_uid(cls, reason: str = "not requested") -> "Isolation":
-        """Agents run as covenant's own uid."""
-        return cls("same-uid", reason=reason)
+    def same_uid(cls, reason: str = "not requested", state_dir: Path | None = None) -> "Isolation":
+        """Agents run as covenant's own uid (``state_dir`` set: workspaces are available too)."""
+        return cls("same-uid", state_dir=state_dir, reason=reason)
 
     @property
     def enforced(self) -> bool:
@@ -292,7 +292,7 @@ def open_isolation(config: IsolationConfig, state_dir: Path) -> Isolation:
                 "or set isolation.require = false to accept isolation: same-uid",
                 field="isolation.require",
             )
-        return Isolation.same_uid(reason)
+        return Isolation.same_uid(reason, state_dir)
     if config.user is not None:
         try:
             entry = pwd.getpwnam(config.user)

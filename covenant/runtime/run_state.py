@@ -51,6 +51,8 @@ class RunState:
         self.swept = False
         """The kill ladder finished and found no survivor."""
         self.hook_error: Exception | None = None
+        self.keep_stdin_open = False
+        """Leave stdin open after the first document (``rune@process-write`` feeds it later)."""
 
     def decide(self, outcome: Outcome, error: str) -> None:
         """Record the first limit crossed (later ones do not change the outcome) and wake the run."""

@@ -301,6 +301,7 @@ class Runner:
         scratch: str | None,
         cpu_ms: int,
         creds: AgentCredentials | None,
+        cwd: str | None = None,
     ) -> tuple[str | None, Launched | LaunchError | OSError]:
         """Make the scratch dir if none was ready, build the plan, spawn (blocking; any thread).
 
@@ -323,7 +324,7 @@ class Runner:
             plan = LaunchPlan(
                 argv=tuple(argv),
                 env=env,
-                cwd=str(agent.root),
+                cwd=cwd or str(agent.root),
                 nice=PRIORITY_NICE[agent.settlement.priority],
                 rlimits=self._rlimits(agent, cpu_ms, creds),
                 isolate_network=agent.resources.network == "off",
@@ -421,7 +422,15 @@ class Runner:
         return build_record(dispatch, base, t0, scratch_bytes, self.config.stderr_tail_bytes)
 
     async def run_tool(
-        self, agent: AgentSpec, argv: Sequence[str], document: bytes, *, run_id: str, wall_ms: int
+        self,
+        agent: AgentSpec,
+        argv: Sequence[str],
+        document: bytes,
+        *,
+        run_id: str,
+        wall_ms: int,
+        cwd: str | None = None,
+        on_started: Callable[[RunState], None] | None = None,
     ) -> ToolRun:
         """Run a process tool of ``agent`` once: ``document`` on stdin, one JSON document expected on stdout.
 
@@ -438,18 +447,29 @@ class Runner:
         t0 = time.monotonic()
         cpu_ms = wall_ms
         try:
-            scratch, launched, creds = await self._spawn(agent, run_id, list(argv), cpu_ms)
+            scratch, launched, creds = await self._spawn(agent, run_id, list(argv), cpu_ms, cwd)
         except (LaunchError, OSError) as exc:
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare the tool: {exc}"
             log.warning("tool spawn failed", extra={"agent": agent.id, "intent": run_id, "detail": message})
             return ToolRun.spawn_failed(list(argv), message, t0)
         limits = {**self._limits(agent), "wall_ms": wall_ms, "cpu_ms": cpu_ms}
         run = RunState(agent, run_id, launched, limits, wall_ms / 1000, cpu_ms)
+        if on_started is not None:
+            on_started(run)
         scratch_bytes = await self._run_to_end(run, scratch, creds, document, None)
         return tool_run_record(run, t0, scratch_bytes, self.config.stderr_tail_bytes)
 
+    async def launch(self, plan: LaunchPlan) -> Launched:
+        """Launch ``plan`` from one of the runner's spawn threads (raises LaunchError/OSError).
+
+        For processes started outside :meth:`run` (Rune replicas): PR_SET_PDEATHSIG fires when the
+        *thread* that spawned a process exits, and trio's thread cache retires a worker idle for
+        10 s, which would kill a process launched from it with SIGKILL.
+        """
+        return await self._spawner.run(self.launcher.launch, plan)
+
     async def _spawn(
-        self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int
+        self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int, cwd: str | None = None
     ) -> tuple[str, Launched, AgentCredentials | None]:
         """Claim the agent's uid, take (or make) a scratch dir and start the process.
 
@@ -459,9 +479,9 @@ class Runner:
         scratch = self.scratch.take()
         if self._dispatches:
             # Others are in flight: spawn off the loop so they are served meanwhile.
-            made, launched = await self._spawner.run(self._launch, agent, marker, argv, scratch, cpu_ms, creds)
+            made, launched = await self._spawner.run(self._launch, agent, marker, argv, scratch, cpu_ms, creds, cwd)
         else:
-            made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds)
+            made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds, cwd)
         if isinstance(launched, Exception):
             with trio.CancelScope(shield=True):
                 if creds is not None:
@@ -511,7 +531,7 @@ class Runner:
         if d.verdict is None:  # not if the hook failed or the run was cancelled meanwhile (cancel_all)
             d.deadline = trio.current_time() + d.wall_s
             rest = self._write_stdin_now(d, GATE_BYTE + line if d.launched.gated else line)
-        if not rest:
+        if not rest and not d.keep_stdin_open:
             await d.launched.stdin.aclose()  # without the gate byte, a gated helper kills itself
         await self._watch(d, rest)
 
@@ -558,7 +578,8 @@ class Runner:
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
             pass  # the agent exited or closed stdin without reading: its output decides
         finally:
-            await stream.aclose()
+            if not d.keep_stdin_open:
+                await stream.aclose()
 
     async def _read_stdout(self, d: RunState) -> None:
         cap = self.config.stdout_cap_bytes
@@ -690,7 +711,31 @@ class Runner:
                     extra={"agent": d.agent.id, "intent": d.intent_id, "pids": sorted(left)},
                 )
                 return
+        self._reap_group_zombies(tree.root)
         d.swept = True
+
+    def _reap_group_zombies(self, group: int) -> None:
+        """Reap the dead members of a finished run's process group that covenant adopted meanwhile.
+
+        A zombie whose parent died after the sweep looked at it is reparented
+        to covenant (the child subreaper) later; with another live root of the
+        uid (a replica) no uid sweep comes to reap it, and zombies count
+        against the uid's RLIMIT_NPROC. Only zombies of the run's own group
+        (pgid = its root's pid) are taken, never another child of covenant.
+        """
+        for _round in range(64):
+            reaped = 0
+            for pid in _procfs.thread_children(os.getpid()):
+                stat = _procfs.read_stat(pid)
+                if stat is None or stat.state != "Z" or stat.pgrp != group or pid == group:
+                    continue
+                try:
+                    os.waitpid(pid, os.WNOHANG)
+                    reaped += 1
+                except ChildProcessError:
+                    pass
+            if not reaped:
+                return
 
     async def claim_uid(self, agent_id: str) -> AgentCredentials | None:
         """The agent's credentials, registered as a live root of its uid before anything runs as it.

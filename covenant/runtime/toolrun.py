@@ -43,6 +43,8 @@ class ToolRun:
     peak_rss_kib: int
     stdout_bytes: int
     stderr_tail: str
+    stdout: bytes = b""
+    """What was read of stdout (at most ``runtime.stdout_cap_bytes``), whatever the outcome."""
 
     @classmethod
     def spawn_failed(cls, argv: list[str], message: str, t0: float) -> "ToolRun":
@@ -132,4 +134,5 @@ def tool_run_record(d: RunState, t0: float, scratch_bytes: int, stderr_tail_byte
         peak_rss_kib=d.tree.peak_rss_kib,
         stdout_bytes=d.stdout_bytes,
         stderr_tail=tail.decode("utf-8", "replace"),
+        stdout=bytes(d.stdout),
     )

@@ -44,6 +44,7 @@ from covenant.tools.result import MAX_DEPTH, ToolError, ToolResult, capped, too_
 from covenant.tools.schema import first_error
 from covenant.tools.retry import run_with_retries
 from covenant.tools.services import ToolServices
+from covenant.tools.supervised import ProcessRegistry
 
 __all__ = ["ToolHost", "ARGUMENTS_MAX_BYTES"]
 
@@ -144,7 +145,10 @@ class ToolHost:
         *,
         packages: PackageSource | None = None,
     ) -> None:
-        self.services = ToolServices(home=home, config=config, runner=runner, audit=audit, memory=MemoryStores(home))
+        self.services = ToolServices(
+            home=home, config=config, runner=runner, audit=audit, memory=MemoryStores(home),
+            processes=ProcessRegistry(runner, config.tools.process),
+        )
         self._packages: PackageSource = packages or PackageFiles()
         self._toolsets: dict[str, tuple[object, Toolset]] = {}
 
@@ -181,6 +185,11 @@ class ToolHost:
     def unavailable(self, agent: AgentSpec) -> list[tuple[str, str]]:
         """(toolset entry, reason) for each entry the model is not offered."""
         return list(self.toolset(agent).unavailable)
+
+    async def intent_ended(self, intent_id: str) -> None:
+        """Stop the supervised processes (``rune@process-*``) started for the intent; call when it ends."""
+        with trio.CancelScope(shield=True):
+            await self.services.processes.intent_ended(intent_id)
 
     # -- one call -----------------------------------------------------------------------------
 
@@ -243,21 +252,26 @@ class ToolHost:
             return await self._attempt(ctx, entry, parsed, ends)
 
         descriptor = entry.descriptor
+        timeout_ms = descriptor.timeout_ms
+        if entry.builtin is not None and entry.builtin.timeout_ms is not None and "timeout_ms" not in descriptor.model_fields_set:
+            timeout_ms = entry.builtin.timeout_ms(self.services.config, parsed)
         result, state.attempts = await run_with_retries(
-            attempt, policy=descriptor.retry_policy, timeout_ms=descriptor.timeout_ms, deadline=ctx.deadline
+            attempt, policy=descriptor.retry_policy, timeout_ms=timeout_ms, deadline=ctx.deadline
         )
         return result
 
     async def _attempt(self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float) -> ToolResult:
         """One try of the tool, ending by ``ends`` (trio time)."""
         if entry.builtin is not None:
-            return await self._run_builtin(ctx, entry, arguments)
+            return await self._run_builtin(ctx, entry, arguments, ends)
         return await run_process_tool(self.services, ctx, entry, arguments, ends)
 
-    async def _run_builtin(self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any]) -> ToolResult:
+    async def _run_builtin(
+        self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float
+    ) -> ToolResult:
         assert entry.builtin is not None
         try:
-            content = await entry.builtin.run(BuiltinCall(ctx=ctx, arguments=arguments, services=self.services))
+            content = await entry.builtin.run(BuiltinCall(ctx=ctx, arguments=arguments, services=self.services, ends=ends))
         except ToolError as exc:
             return ToolResult.failure(exc.code, exc.message)
         except Exception:

@@ -41,10 +41,21 @@ ERROR_CODES: dict[str, str] = {
     "result_too_large": f"the result is larger than {RESULT_MAX_BYTES} bytes of JSON",
     "memory_corrupt": "the agent's memory file failed verification and is not loaded",
     "memory_full": "the agent's memory holds the most keys allowed",
+    "path_refused": "the path leaves the agent's workspace or goes through something that could (absolute, '..', "
+    "a symlink out, a /proc magic link, a hard-linked file or one the agent's uid does not own)",
+    "file_not_found": "no file or directory at that path in the workspace",
+    "wrong_file_type": "a directory where a file is needed or the reverse, or a device, FIFO or socket",
+    "file_too_large": "the content to write is larger than [tools.files] write_max_bytes",
+    "patch_failed": "the patch does not parse or a hunk does not match; nothing was written",
+    "address_refused": "the URL's scheme or address is refused (not http/https; loopback, link-local, private or "
+    "special without [tools.web_fetch] allow)",
+    "fetch_failed": "the fetch could not connect, or the server broke the exchange",
+    "process_not_found": "no supervised process with that id belongs to this agent",
+    "process_limit": "the agent already has [tools.process] max_per_agent processes",
 }
 """Every ``error_code`` a tool call can end with, and what it means."""
 
-DENIED_CODES = frozenset({"capability_denied"})
+DENIED_CODES = frozenset({"capability_denied", "path_refused", "address_refused"})
 """Error codes audited with outcome ``denied`` rather than ``error``."""
 
 

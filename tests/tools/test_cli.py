@@ -16,7 +16,7 @@ def _install(home: Home) -> None:
     write_package(
         home.root / "agents" / "mixed",
         "mixed",
-        ["rune@system-time", "rune@web-fetch", "rune@browser-click", "echo"],
+        ["rune@system-time", "rune@cron-create", "rune@browser-click", "echo"],
         {"tools/echo.yaml": "name: echo\nruntime: process\nmodule: tools/echo.py\n", "tools/echo.py": "print('{}')\n"},
     )
 
@@ -31,12 +31,12 @@ def test_agents_show_lists_offered_and_unavailable_tools(home: Home) -> None:
         {"entry": "echo", "name": "echo", "action": "tool.echo", "kind": "process"},
     ]
     assert tools["unavailable"] == [
-        {"tool": "rune@web-fetch", "reason": "not built yet in this version"},
+        {"tool": "rune@cron-create", "reason": "not built yet in this version"},
         {"tool": "rune@browser-click", "reason": "not supported on this host (no backend for it)"},
     ]
     text = CliRunner().invoke(cli, ["agents", "show", "mixed@local"]).stdout
     assert "system-time (builtin rune@system-time, needs tool.system_time)" in text
-    assert "rune@web-fetch: not built yet in this version" in text
+    assert "rune@cron-create: not built yet in this version" in text
 
 
 def test_agents_check_warns_about_unavailable_tools_and_exits_0(home: Home) -> None:
@@ -46,8 +46,8 @@ def test_agents_check_warns_about_unavailable_tools_and_exits_0(home: Home) -> N
     report = json.loads(result.stdout)
     assert report["valid"] is True and report["problems"] == []
     messages = [w["message"] for w in report["warnings"]]
-    assert any(m.startswith("tool rune@web-fetch is unavailable here (not built yet") for m in messages)
+    assert any(m.startswith("tool rune@cron-create is unavailable here (not built yet") for m in messages)
     assert any("rune@browser-click" in m for m in messages)
     text = CliRunner().invoke(cli, ["agents", "check"])
     assert text.exit_code == 0
-    assert "warning: tool rune@web-fetch is unavailable here" in text.stderr
+    assert "warning: tool rune@cron-create is unavailable here" in text.stderr

@@ -338,10 +338,10 @@ async def test_no_time_left_means_nothing_runs(tools: Tools, tmp_path: Path) -> 
 
 async def test_the_example_triage_tool_through_the_host(tools: Tools) -> None:
     agent = load_rune_package(EXAMPLES_DIR / "triage-rune").to_agent_spec()
-    [offered] = tools.host.offered(agent)
-    assert offered["function"]["name"] == "classify_ticket"
+    fetch, offered = tools.host.offered(agent)
+    assert fetch["function"]["name"] == "web-fetch" and offered["function"]["name"] == "classify_ticket"
     assert offered["function"]["parameters"]["required"] == ["ticket"]
-    assert dict(tools.host.unavailable(agent)) == {"rune@web-fetch": "not built yet in this version"}
+    assert tools.host.unavailable(agent) == []
     ctx = tools.ctx(agent, tools.grant("tool.classify_ticket"))
     billing = await tools.host.call(ctx, "classify_ticket", {"ticket": "I was charged twice"})
     assert billing.ok and billing.content == {"category": "billing"}

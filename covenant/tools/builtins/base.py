@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
@@ -9,6 +10,7 @@ from typing import TYPE_CHECKING, Any
 from covenant.tools.context import ToolCallContext
 
 if TYPE_CHECKING:
+    from covenant.config import Config
     from covenant.tools.services import ToolServices
 
 __all__ = ["Builtin", "BuiltinCall", "BuiltinRun", "NO_ARGUMENTS"]
@@ -24,6 +26,8 @@ class BuiltinCall:
     ctx: ToolCallContext
     arguments: dict[str, Any]
     services: "ToolServices"
+    ends: float = math.inf
+    """``trio.current_time()`` by which this attempt must end (its timeout_ms, the intent's deadline)."""
 
 
 BuiltinRun = Callable[[BuiltinCall], Awaitable[Any]]
@@ -40,3 +44,6 @@ class Builtin:
     parameters: dict[str, Any]
     """JSON schema (draft 2020-12) of the arguments object."""
     run: BuiltinRun
+    timeout_ms: "Callable[[Config, dict[str, Any]], int] | None" = None
+    """The call's timeout from covenant.toml and its arguments, when the tool has its own
+    (shell-exec, web-fetch); None: the toolset descriptor's ``timeout_ms`` (5000 by default)."""
