@@ -11,7 +11,9 @@ from __future__ import annotations
 import re
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictStr
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictStr, model_validator
 
 from covenant.manifest.tools import AGENT_REF, NonEmptyStr, PositiveInt
 
@@ -19,6 +21,7 @@ __all__ = [
     "WORKFLOW_FILE",
     "Workflow",
     "WorkflowStep",
+    "StepRetries",
     "Condition",
     "parse_condition",
     "step_references",
@@ -36,6 +39,27 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class StepRetries(_Model):
+    """How often a failed step is tried again (docs/workflows.md).
+
+    ``max_attempts`` in all; ``backoff`` as for tools (``exponential`` 200 ms doubling to 5 s,
+    ``fixed`` 200 ms, ``none``); ``on`` the step outcomes worth another attempt (empty: every
+    failure except a refusal).
+    """
+
+    max_attempts: Annotated[int, Strict(), Field(ge=1, le=10)] = 1
+    backoff: Literal["exponential", "fixed", "none"] = "exponential"
+    on: tuple[NonEmptyStr, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on_key(cls, data: Any) -> Any:
+        """YAML 1.1 reads a bare ``on:`` key as the boolean true; here it can only mean ``on``."""
+        if isinstance(data, dict) and True in data and "on" not in data:
+            data = {("on" if key is True else key): value for key, value in data.items()}
+        return data
+
+
 class WorkflowStep(_Model):
     id: StrictStr
     agent_ref: NonEmptyStr
@@ -43,6 +67,7 @@ class WorkflowStep(_Model):
     depends_on: tuple[StrictStr, ...] = ()
     condition: StrictStr | None = None
     timeout_ms: PositiveInt | None = None
+    retries: StepRetries = StepRetries()
 
 
 class Workflow(_Model):

@@ -37,10 +37,12 @@ ERROR_CODES: dict[str, str] = {
     "result_too_large": f"the result is larger than {RESULT_MAX_BYTES} bytes of JSON",
     "memory_corrupt": "the agent's memory file failed verification and is not loaded",
     "memory_full": "the agent's memory holds the most keys allowed",
+    "agent_refused": "a call to another agent was refused before it ran (no shared network, max_depth, the issuer's grants, no such agent)",
+    "agent_failed": "the called agent ran and did not end with outcome ok",
 }
 """Every ``error_code`` a tool call can end with, and what it means."""
 
-DENIED_CODES = frozenset({"capability_denied"})
+DENIED_CODES = frozenset({"capability_denied", "agent_refused"})
 """Error codes audited with outcome ``denied`` rather than ``error``."""
 
 

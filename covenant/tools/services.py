@@ -7,6 +7,7 @@ from dataclasses import dataclass
 from covenant.config import Config
 from covenant.home import Home
 from covenant.runtime.runner import Runner
+from covenant.tools.agents import AgentCalls
 from covenant.tools.context import AuditSink
 from covenant.tools.memory_store import MemoryStores
 
@@ -22,3 +23,5 @@ class ToolServices:
     runner: Runner
     audit: AuditSink
     memory: MemoryStores
+    agents: AgentCalls | None = None
+    """Calls to other agents (agent tools, ``rune@agent-*``); the daemon sets it, ``covenant run`` has none."""
