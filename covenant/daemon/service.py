@@ -182,6 +182,8 @@ class Daemon:
             intent, signature = build_child_intent(self.key, parent, name, call.text)
             verify_child_intent(self.key.public_key(), intent, signature)
             summary["intent"] = intent.id
+            found = self._find_agent(name)
+            summary["agent"] = found.id if found is not None else None
             document = await self._dispatch(
                 intent, dry_run=False, session_id=None, sink=None, child=_Child(parent, call, signature)
             )
