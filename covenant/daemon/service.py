@@ -192,6 +192,9 @@ class Daemon:
         except CovenantError as exc:
             summary["outcome"] = exc.code
             raise
+        except trio.Cancelled:
+            summary["outcome"] = "cancelled"
+            raise
         finally:
             summary["duration_ms"] = int((time.monotonic() - t0) * 1000)
 

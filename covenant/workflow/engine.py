@@ -32,6 +32,8 @@ NEVER_RETRIED = frozenset({
 
 _BACKOFF_BASE_MS = 200
 _BACKOFF_MAX_MS = 5000
+_GRACE_S = 10.0
+"""Past the deadline, how long steps get to record their own ``timeout`` (they end by the deadline themselves)."""
 
 
 @dataclass(frozen=True)
@@ -92,8 +94,9 @@ def _condition_holds(step: WorkflowStep, outputs: dict[str, str]) -> bool:
 
 
 class _Run:
-    def __init__(self, workflow: Workflow, input_text: str, run_step: RunStep) -> None:
+    def __init__(self, workflow: Workflow, input_text: str, run_step: RunStep, deadline: float) -> None:
         self.workflow = workflow
+        self.deadline = deadline
         self.input_text = input_text
         self.run_step = run_step
         self.outputs: dict[str, str] = {}
@@ -123,7 +126,10 @@ class _Run:
                 return
             if state.attempts >= step.retries.max_attempts or not _retryable(step.retries, result.outcome):
                 break
-            await trio.sleep(backoff_s(step.retries, state.attempts))
+            pause = backoff_s(step.retries, state.attempts)
+            if trio.current_time() + pause >= self.deadline:
+                break
+            await trio.sleep(pause)
         state.status = "failed"
         if self.failed is None:
             self.failed = (step.id, result)
@@ -140,14 +146,19 @@ class _Run:
 
 async def run_workflow(workflow: Workflow, input_text: str, run_step: RunStep, *, deadline: float) -> WorkflowResult:
     """Run ``workflow`` on ``input_text`` until done, a step fails for good, or ``deadline`` (trio time)."""
-    run = _Run(workflow, input_text, run_step)
-    with trio.move_on_at(deadline) as timer:
+    run = _Run(workflow, input_text, run_step, deadline)
+    # Each step is a child intent bounded by ``deadline`` already; the grace lets it record its own end.
+    with trio.move_on_at(deadline + _GRACE_S) as timer:
         async with trio.open_nursery() as nursery:
             for step in workflow.steps:
                 nursery.start_soon(run.step, step, nursery.cancel_scope)
     for state in run.states.values():
         if state.status in ("pending", "running"):
             state.status = "cancelled"
+    if run.failed is not None and run.failed[1].outcome == "timeout" and trio.current_time() >= deadline:
+        step_id = run.failed[0]
+        return WorkflowResult("timeout", None, f"the workflow did not finish within its time (step {step_id!r} was cut off)",
+                              step_id, run.states)
     if run.failed is not None:
         step_id, result = run.failed
         state = run.states[step_id]
