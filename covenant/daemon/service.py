@@ -47,7 +47,7 @@ from covenant.daemon.rune_dispatch import StreamSink, run_rune_intent
 from covenant.daemon.rune_host import RuneHost
 from covenant.policy.errors import BadIntent
 from covenant.rune.sessions import valid_session_id
-from covenant.manifest.workflow import WorkflowStep
+from covenant.manifest.workflow import Workflow, WorkflowStep
 from covenant.policy.intents import verify_child_intent
 from covenant.workflow import ChainLink, ChildCall, ChildRefused, IntentChain, agent_from_ref, build_child_intent
 from covenant.workflow.engine import StepResult, run_workflow
@@ -247,15 +247,32 @@ class Daemon:
             }
             if agent.runtime == "rune":
                 answer["rune"] = self.rune.plan(agent, self.loaded.packages[agent.id])
-            if agent.runtime == "workflow":
-                answer["workflow"] = workflow_plan(self.loaded.workflows[agent.id], self._find_agent)
+            workflow = self._workflow_for(agent, child)
+            if workflow is not None:
+                answer["workflow"] = workflow_plan(workflow, self._find_agent)
             return answer
-        link = self._link(intent, agent, child)
-        if agent.runtime == "workflow":
-            return await self._run_workflow(intent, agent, routed_by, decision, pending, link)
+        workflow = self._workflow_for(agent, child)
+        link = self._link(intent, agent, child, workflow)
+        if workflow is not None:
+            return await self._run_workflow(intent, agent, routed_by, decision, pending, link, workflow)
         if agent.runtime == "rune":
             return await self._run_rune(intent, agent, routed_by, decision, pending, session_id, sink, link)
         return await self._run(intent, agent, routed_by, decision, pending)
+
+    def _workflow_for(self, agent: AgentSpec, child: _Child | None) -> Workflow | None:
+        """The workflow an intent to ``agent`` runs: a workflow folder's, or its Rune package's own.
+
+        A step of a package's workflow that names the package's own agent runs that agent's
+        model loop (not the workflow again).
+        """
+        if agent.runtime == "workflow":
+            return self.loaded.workflows[agent.id]
+        package = self.loaded.packages.get(agent.id)
+        if package is None or package.workflow is None:
+            return None
+        if child is not None and child.call.via == "workflow" and child.parent.agent_id == agent.id:
+            return None
+        return package.workflow
 
     def _find_agent(self, name: str) -> AgentSpec | None:
         try:
@@ -283,9 +300,9 @@ class Daemon:
                 )
         return None
 
-    def _link(self, intent: Intent, agent: AgentSpec, child: _Child | None) -> ChainLink:
+    def _link(self, intent: Intent, agent: AgentSpec, child: _Child | None, workflow: Workflow | None) -> ChainLink:
         """The chain entry of an intent about to run: depth, root issuer, and its deadline."""
-        own_ms = self._own_timeout_ms(agent)
+        own_ms = workflow.timeout_ms if workflow is not None else self._own_timeout_ms(agent)
         deadline = trio.current_time() + own_ms / 1000
         depth = 0
         if child is not None:
@@ -298,8 +315,6 @@ class Daemon:
     def _own_timeout_ms(self, agent: AgentSpec) -> int:
         if agent.runtime == "rune":
             return self.loaded.packages[agent.id].runefile.timeout_ms
-        if agent.runtime == "workflow":
-            return self.loaded.workflows[agent.id].timeout_ms
         return agent.resources.cpu_ms_per_task
 
     def _enter(self, intent: Intent, agent: AgentSpec) -> None:
@@ -354,9 +369,9 @@ class Daemon:
         decision: dict[str, Any],
         pending: list[tuple[str, dict[str, Any]]],
         link: ChainLink,
+        workflow: Workflow,
     ) -> dict[str, Any]:
         """An allowed intent to a workflow agent: each step a child intent, run by the DAG engine."""
-        workflow = self.loaded.workflows[agent.id]
         await self.audit.record_many(list(pending))
         pending.clear()
         self._enter(intent, agent)

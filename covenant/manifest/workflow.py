@@ -9,6 +9,7 @@ The cycle is found with a topological sort and named step by step.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated
 
 from typing import Any, Literal
@@ -27,6 +28,7 @@ __all__ = [
     "step_references",
     "topological_order",
     "workflow_problems",
+    "step_agent_warnings",
 ]
 
 WORKFLOW_FILE = "workflow.yaml"
@@ -209,3 +211,22 @@ def _ancestors(step_id: str, by_id: dict[str, WorkflowStep]) -> set[str]:
         found.add(dep)
         stack.extend(by_id[dep].depends_on)
     return found
+
+
+def step_agent_warnings(workflow: Workflow, known: Callable[[str], bool]) -> list[str]:
+    """Warnings (not problems) for steps whose agent is not loaded now, or is remote.
+
+    An unknown agent may appear later (another folder, a reload); until then a
+    dispatch fails at that step (outcome ``no_agent``).
+    """
+    out: list[str] = []
+    for step in workflow.steps:
+        if not step.agent_ref.startswith("local://"):
+            out.append(f"workflow {workflow.name}: step {step.id!r}: remote agent {step.agent_ref} is not supported "
+                       "in this version; the step will be refused (remote_agent)")
+            continue
+        name = step.agent_ref.removeprefix("local://")
+        if not known(name):
+            out.append(f"workflow {workflow.name}: step {step.id!r}: no agent {name!r} is loaded "
+                       "(the step fails with no_agent until one appears)")
+    return out

@@ -194,3 +194,41 @@ steps:
     assert child["outcome"] == "timeout"
     assert record(daemon, child["intent"])["outcome"] == "timeout"  # the step got no more than the workflow's time
     assert daemon.stop() == 0
+
+
+def test_a_packages_own_workflow_runs_and_a_step_naming_the_package_runs_its_model(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    configure(daemon, ("fake", fake_model))
+    package = rune_agent(daemon, "pipeline")
+    (package / "workflow.yaml").write_text(textwrap.dedent("""\
+        name: pipeline-flow
+        version: 0.1.0
+        steps:
+          - id: think
+            agent_ref: local://pipeline
+            input_template: "think about {{ input }}"
+          - id: shout
+            agent_ref: local://echo
+            input_template: "{{ steps.think.output }}!"
+            depends_on: [think]
+          - id: later
+            agent_ref: local://not-installed
+            depends_on: [shout]
+            condition: "{{ steps.shout.output }} == never"
+        """))
+    daemon.add_agent("echo", "echo.py")
+    checked = daemon.cli("agents", "check", "--json")
+    warnings = [w["message"] for w in json.loads(checked.stdout)["warnings"]]
+    assert checked.returncode == 0 and any("'later'" in w and "not-installed" in w for w in warnings), checked.stdout
+    daemon.start()
+    fake_model.script(Reply(text="a thought"))
+    outcome = outcome_of(daemon.cli("dispatch", "rain", "--agent", "pipeline@local", "--json"))
+    assert outcome["outcome"] == "ok" and outcome["text"] == "", outcome  # the last step was skipped: its output is empty
+    (request,) = fake_model.requests
+    assert request.messages[-1]["content"] == "think about rain"
+    children = record(daemon, outcome["intent_id"])["children"]
+    assert [(c["step"], c["agent"], c["outcome"]) for c in children] == [
+        ("think", "pipeline@local", "ok"), ("shout", "echo@local", "ok")]
+    assert record(daemon, children[1]["intent"])["result"]["text"] == "a thought!"
+    assert daemon.stop() == 0
