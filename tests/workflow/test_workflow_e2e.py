@@ -23,6 +23,8 @@ def test_the_corpus_multi_agent_workflow_runs_researcher_then_analyst(daemon: Da
     waves = plan["workflow"]["waves"]
     assert [[s["step"] for s in wave] for wave in waves] == [["researcher"], ["analyst"]]
     assert waves[0][0]["agent"] == "researcher@local" and "tool.web_fetch" in waves[0][0]["capabilities"]
+    human = daemon.cli("dispatch", "tidal power", "--agent", WORKFLOW, "--dry-run", check=True).stdout
+    assert "wave 0:" in human and "researcher: researcher@local;" in human and "analyst: analyst@local after researcher" in human
     assert not fake_model.requests  # a dry run calls no model
 
     fake_model.script(Reply(text="FINDINGS: tides move 2 TW."), Reply(text="SUMMARY: tides are steady."))
