@@ -11,12 +11,12 @@ VENV   ?= .venv
 PY     := $(VENV)/bin/python
 RUST_EXAMPLE := agents.d/search-rs
 
-.PHONY: demo test install examples bench clean
+.PHONY: demo demo-real test install examples bench clean
 
 $(VENV)/.installed: pyproject.toml
 	$(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install --quiet --upgrade pip
-	$(PY) -m pip install --quiet -e '.[test]' --config-settings editable_mode=compat
+	$(PY) -m pip install --quiet -e '.[test]'
 	touch $@
 
 install: $(VENV)/.installed
@@ -29,6 +29,12 @@ examples:
 
 demo: install examples
 	COVENANT=$(VENV)/bin/covenant scripts/demo.sh
+
+# The same demo against a real small model (SmolLM2-135M via llama-cpp-python's server, compiled
+# on first use: ~4 min on 2 cores). See docs/providers.md.
+demo-real: install examples
+	scripts/real_model.sh install
+	COVENANT_DEMO_MODEL=real COVENANT=$(VENV)/bin/covenant scripts/demo.sh
 
 test: install examples
 	$(PY) -m pytest -q

@@ -277,6 +277,7 @@ def main() -> int:
     args = parser.parse_args()
 
     tmp = Path(tempfile.mkdtemp(prefix="covenant-dd-"))
+    os.chmod(tmp, 0o711)  # a root daemon runs agents as other uids: they must traverse to their package
     home = tmp / "home"
     socket_path = tmp / "covenant.sock"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),

@@ -184,11 +184,17 @@ class DaemonClient:
             ) from None
         except (httptools.HttpParserError, _ConnectionLost, OSError) as exc:
             self.close()
-            raise DaemonUnreachable(f"lost the connection to the daemon at {self.socket_path}: {exc}") from None
+            raise DaemonUnreachable(
+                f"lost the connection to the daemon at {self.socket_path}: {exc} "
+                "(it may be restarting or stopping; `covenant status` says whether it answers)"
+            ) from None
 
     def _lost_while_reading(self, exc: Exception) -> DaemonUnreachable:
         self.close()
-        return DaemonUnreachable(f"lost the connection to the daemon while reading its answer: {exc}")
+        return DaemonUnreachable(
+            f"lost the connection to the daemon while reading its answer: {exc} "
+            "(it may have stopped; `covenant status` says whether it answers, `covenant history` what ran)"
+        )
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
         """Send one request and return the decoded JSON; raise RemoteError for an error answer."""
@@ -206,7 +212,8 @@ class DaemonClient:
         try:
             document = json.loads(raw) if raw else None
         except ValueError:
-            raise DaemonUnreachable(f"the daemon answered HTTP {status} with a body that is not JSON") from None
+            raise DaemonUnreachable(f"the daemon answered HTTP {status} with a body that is not JSON "
+                                    f"(is something other than covenant listening on {self.socket_path}?)") from None
         if status != 200:
             error = (document or {}).get("error") if isinstance(document, dict) else None
             if not isinstance(error, dict):

@@ -6,10 +6,12 @@ Documented in docs/configuration.md; keep the two in step.
 
 from __future__ import annotations
 
+import difflib
+import json
 import os
 import re
 import sys
-from typing import Annotated, Literal
+from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
@@ -112,6 +114,12 @@ class IsolationConfig(_Section):
     user: str | None = Field(None, min_length=1, description="one fixed account for every agent instead of the range")
     require: bool = Field(False, description="refuse to start unless agents really run as other uids")
     max_processes: int = Field(256, gt=0, le=1_000_000, description="RLIMIT_NPROC of each agent uid")
+    operators_group: str | None = Field(
+        None,
+        min_length=1,
+        max_length=64,
+        description="group whose members see every dispatch record (GET /v1/dispatches, history, show)",
+    )
 
     @model_validator(mode="after")
     def _range_is_unprivileged(self) -> "IsolationConfig":
@@ -179,6 +187,9 @@ class ProviderConfig(_Section):
     api_key_env: Annotated[str, AfterValidator(_env_name)] | None = Field(
         None, description="name of the daemon's env var holding the key; unset for local servers"
     )
+    model: str | None = Field(
+        None, min_length=1, description="always ask this provider for this model id (a local server with one model)"
+    )
     timeout_s: float = Field(120, gt=0, le=3600, description="one request, connect to last byte")
     max_output_tokens: int | None = Field(
         None, gt=0, le=1_000_000, description="sent as max_tokens; unset: not sent (openai), 4096 (anthropic)"
@@ -206,12 +217,96 @@ class Config(_Section):
 
 
 def load_config(home: Home) -> Config:
-    """Load and validate ``<home>/covenant.toml``; errors name the file and field."""
+    """Load and validate ``<home>/covenant.toml``.
+
+    Each problem names the file, the line, the key and what to write instead
+    (for an unknown key: the accepted keys of its table), in covenant's words.
+    """
     raw = home.raw_config()
     try:
-        return Config.model_validate(raw)
+        # Strict, through JSON: TOML values keep their types, so "5" is not an integer and "yes" is not
+        # a boolean (a lax coercion would hide a mistake); JSON mode still reads arrays as tuples.
+        return Config.model_validate_json(json.dumps(raw, default=str), strict=True)
     except ValidationError as exc:
-        problems = "; ".join(
-            f"{'.'.join(str(p) for p in err['loc']) or '(top)'}: {err['msg']}" for err in exc.errors()
-        )
-        raise ConfigError(f"{home.config_path}: {problems}", path=str(home.config_path)) from None
+        try:
+            text = home.config_path.read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError):
+            text = ""
+        problems = sorted((_problem(home, text, err) for err in exc.errors()), key=_line_of)
+        raise ConfigError(
+            "\n".join(text for _, text in problems) + "\n(docs/configuration.md lists every key; fix the file and start again)",
+            path=str(home.config_path),
+        ) from None
+
+
+_BOUNDS = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}
+
+
+def _describe(err: Any, model: type[_Section]) -> str:
+    """What is wrong with one value, and what to write instead, without pydantic's wording."""
+    kind, ctx, value = err["type"], err.get("ctx") or {}, err["input"]
+    got = f"got {value!r}"
+    if kind == "extra_forbidden":
+        accepted = list(model.model_fields)
+        close = difflib.get_close_matches(str(err["loc"][-1]), accepted, n=1)
+        hint = f"did you mean {close[0]!r}? " if close else ""
+        return f"unknown key ({hint}accepted keys here: {', '.join(accepted)})"
+    if kind in ("model_type", "dict_type"):
+        return f"must be a table, {got}"
+    if kind in ("int_parsing", "int_type", "int_from_float"):
+        return f"must be an integer (written without quotes), {got}"
+    if kind in ("float_parsing", "float_type"):
+        return f"must be a number (written without quotes), {got}"
+    if kind in ("bool_parsing", "bool_type"):
+        return f"must be true or false (without quotes), {got}"
+    if kind == "string_type":
+        return f"must be a string in quotes, {got}"
+    if kind in ("tuple_type", "list_type"):
+        return f"must be an array, [ … ], {got}"
+    if kind == "missing":
+        return "is required in this table"
+    if kind == "value_error":
+        return str(ctx.get("error") or err["msg"].removeprefix("Value error, "))
+    if kind == "literal_error":
+        return f"must be one of {ctx.get('expected')}, {got}"
+    if kind in ("string_too_short", "too_short"):
+        return "must not be empty"
+    if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
+        bound = next(k for k in _BOUNDS if k in ctx)
+        return f"must be {_BOUNDS[bound]} {ctx[bound]}, {got}"
+    return f"is not valid ({err['msg'].lower()}), {got}"
+
+
+def _line_of(problem: tuple[int | None, str]) -> int:
+    return problem[0] or 0
+
+
+def _table_model(name: str) -> type[_Section] | None:
+    """The model of top-level table ``name`` (``runtime``, ``providers``…), None for a plain key."""
+    field = Config.model_fields.get(name)
+    annotation = field.annotation if field is not None else None
+    if isinstance(annotation, type) and issubclass(annotation, _Section):
+        return annotation
+    return ProviderConfig if name == "providers" else None
+
+
+def _problem(home: Home, text: str, err: Any) -> tuple[int | None, str]:
+    """(line, ``path:line: [table] key: what is wrong``)."""
+    from covenant.manifest.agent_toml import key_line  # the manifest parser's TOML line finder
+
+    loc = [str(part) for part in err["loc"]]
+    model = _table_model(loc[0])
+    if model is None:  # a top-level key
+        table, keys, model = None, loc, Config
+    elif loc[0] == "providers" and len(loc) > 1:  # [providers.NAME] key
+        table, keys = f"providers.{loc[1]}", loc[2:]
+    else:
+        table, keys = loc[0], loc[1:]
+    key = keys[0] if keys else None
+    line = None
+    if text:  # a whole table (`[isolation]` failing its own check, or `runtime = 5`): its header or its key
+        line = key_line(text, table, key) if key or table is None else (
+            key_line(text, table, None) or key_line(text, None, table))
+    where = f"{home.config_path}:{line}" if line else str(home.config_path)
+    field = " ".join(part for part in (f"[{table}]" if table else "", ".".join(keys)) if part)
+    return line, f"{where}: {field}: {_describe(err, model)}"

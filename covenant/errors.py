@@ -33,12 +33,14 @@ class CovenantError(Exception):
 
     ``code`` is the machine-readable error code used on the wire,
     ``exit_code`` what the CLI exits with, ``http_status`` what the control
-    API answers with, ``details`` extra JSON fields.
+    API answers with, ``details`` extra JSON fields, ``retry_after_s`` (when
+    set) the ``Retry-After`` header of that answer.
     """
 
     code = "error"
     exit_code = ExitCode.USAGE
     http_status = 400
+    retry_after_s: int | None = None
 
     def __init__(self, message: str, **details: Any) -> None:
         super().__init__(message)

@@ -30,7 +30,7 @@ def read_raw_config(path: Path) -> dict[str, Any]:
     except FileNotFoundError:
         return {}
     except tomllib.TOMLDecodeError as exc:
-        raise ConfigError(f"{path}: {exc}", path=str(path)) from None
+        raise ConfigError(f"{path}: not valid TOML: {exc}; fix the syntax there", path=str(path)) from None
 
 
 def user_identity_path() -> Path:
@@ -103,7 +103,11 @@ class Home(NamedTuple):
     def _path_setting(self, raw: dict[str, Any], key: str, default: str) -> Path:
         value = raw.get(key, default)
         if not isinstance(value, str) or not value:
-            raise ConfigError(f"{self.config_path}: `{key}` must be a non-empty string", field=key)
+            raise ConfigError(
+                f"{self.config_path}: {key}: must be a non-empty string in quotes, like {key} = \"{default}\", "
+                f"got {value!r}",
+                field=key,
+            )
         path = Path(value)
         return path if path.is_absolute() else self.root / path
 
@@ -114,14 +118,17 @@ class Home(NamedTuple):
 
     @property
     def socket_path(self) -> Path:
-        """env ``COVENANT_SOCKET`` beats ``socket`` in covenant.toml beats ``<home>/run/covenant.sock``.
+        """env ``COVENANT_SOCKET`` beats systemd's ``$RUNTIME_DIRECTORY/covenant.sock`` beats ``socket``
+        in covenant.toml beats ``<home>/run/covenant.sock``.
 
-        Under systemd the unit sets COVENANT_SOCKET to $RUNTIME_DIRECTORY/covenant.sock.
         covenant.toml is 0600 (the daemon's): a user who cannot read it gets the default path.
         """
         env = os.environ.get("COVENANT_SOCKET")
         if env:
             return Path(env)
+        runtime_dir = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+        if runtime_dir:
+            return Path(runtime_dir) / "covenant.sock"
         try:
             raw = self.raw_config()
         except PermissionError:

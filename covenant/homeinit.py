@@ -151,21 +151,33 @@ def init_home(home: Home) -> list[str]:
     return created
 
 
-def check_home_modes(home: Home) -> None:
+_ADVISORY = {"covenant.toml"}
+"""Holds no secret (provider keys are named, never written): too wide is a warning, not a refusal.
+Under the systemd unit it is a link to /etc/covenant/covenant.toml, which root owns."""
+
+
+def check_home_modes(home: Home) -> list[str]:
     """Refuse (ConfigError) when a path of the home grants more than its mode; the message has the fix.
 
     Run at daemon start after :func:`init_home`, which narrows what covenant
     owns: what is left is owned by someone else (a key copied in by root).
+    Returns the warnings for paths where a wider mode is only advisory.
     """
+    warnings = []
     for path, mode in home_modes(home):
         try:
             st = os.stat(path)
         except FileNotFoundError:
             continue
         extra = stat.S_IMODE(st.st_mode) & ~mode & 0o777
-        if extra:
-            raise ConfigError(
-                f"{path}: mode {stat.S_IMODE(st.st_mode):04o} gives others access they must not have "
-                f"(agents run as other uids); fix: chmod {mode:o} {path}",
-                path=str(path),
-            )
+        if not extra:
+            continue
+        message = (
+            f"{path}: mode {stat.S_IMODE(st.st_mode):04o} gives others access they must not have "
+            f"(agents run as other uids); fix: chmod {mode:o} {path}"
+        )
+        if path.name in _ADVISORY:
+            warnings.append(message)
+            continue
+        raise ConfigError(message, path=str(path))
+    return warnings

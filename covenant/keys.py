@@ -85,12 +85,12 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
         raise KeyFileError(f"{path}: key file not found (run `covenant init`)", path=str(path)) from None
     except OSError as exc:
         if os.path.islink(path):
-            raise KeyFileError(f"{path}: key file is a symlink; refusing to follow it", path=str(path)) from None
-        raise KeyFileError(f"{path}: cannot open key file: {exc.strerror}", path=str(path)) from None
+            raise KeyFileError(f"{path}: key file is a symlink; refusing to follow it (put the key file itself there)", path=str(path)) from None
+        raise KeyFileError(f"{path}: cannot open key file: {exc.strerror} (run as its owner, or as root)", path=str(path)) from None
     with os.fdopen(fd, "rb") as f:
         st = os.fstat(f.fileno())
         if not stat.S_ISREG(st.st_mode):
-            raise KeyFileError(f"{path}: key file is not a regular file", path=str(path))
+            raise KeyFileError(f"{path}: key file is not a regular file (put the PEM key file itself there)", path=str(path))
         if st.st_mode & 0o077:
             raise KeyFileError(
                 f"{path}: key file mode is {stat.S_IMODE(st.st_mode):04o}; it must not be readable by "
@@ -101,9 +101,9 @@ def load_private_key(path: Path) -> Ed25519PrivateKey:
     try:
         key = _pem_private_key_loader()(data, password=None)
     except (ValueError, TypeError) as exc:
-        raise KeyFileError(f"{path}: not a PEM PKCS#8 private key ({exc})", path=str(path)) from None
+        raise KeyFileError(f"{path}: not a PEM PKCS#8 private key ({exc}); restore it from a backup (`openssl pkey -in FILE` reads a good one)", path=str(path)) from None
     if not isinstance(key, Ed25519PrivateKey):
-        raise KeyFileError(f"{path}: key is not Ed25519", path=str(path))
+        raise KeyFileError(f"{path}: key is not Ed25519; covenant signs with Ed25519 keys only (`openssl genpkey -algorithm ed25519`)", path=str(path))
     return key
 
 

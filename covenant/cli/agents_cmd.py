@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import sys
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
@@ -18,17 +18,52 @@ from covenant.errors import ExitCode
 from covenant.home import Home
 from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.model import AgentSpec
-from covenant.manifest.problems import Problem
+from covenant.manifest.problems import ManifestError, Problem
 from covenant.manifest.registry import Registry, check_paths, scan_agents
+
+if TYPE_CHECKING:
+    from covenant.config import RuntimeConfig
+    from covenant.manifest.runefile import RunePackage
 
 __all__ = ["agents"]
 
 
-def _limits(home: Home) -> ManifestLimits:
-    """The manifest limits of the home's covenant.toml (a bad covenant.toml is a usage error, exit 2)."""
+def _runtime(home: Home) -> RuntimeConfig:
+    """``[runtime]`` of the home's covenant.toml (a bad covenant.toml is a usage error, exit 2)."""
     from covenant.config import load_config
 
-    return ManifestLimits.from_config(load_config(home).runtime)
+    return load_config(home).runtime
+
+
+def _limits(home: Home) -> ManifestLimits:
+    """The manifest limits of the home's covenant.toml."""
+    return ManifestLimits.from_config(_runtime(home))
+
+
+def _tools(package: RunePackage, runtime: RuntimeConfig) -> dict[str, Any]:
+    """A Rune agent's toolset as the daemon serves it: offered tools and unavailable entries with the reason."""
+    from covenant.tools.catalogue import configured_toolset
+
+    toolset = configured_toolset(package, runtime)
+    return {
+        "offered": [
+            {"entry": t.entry, "name": t.model_name, "action": t.action, "kind": t.kind} for t in toolset.available.values()
+        ],
+        "unavailable": [{"tool": entry, "reason": reason} for entry, reason in toolset.unavailable],
+    }
+
+
+def _rune_tools(spec: AgentSpec, home: Home) -> dict[str, Any] | None:
+    """:func:`_tools` of a Rune agent read from its folder; None for other agents."""
+    if spec.runtime != "rune":
+        return None
+    from covenant.manifest.runefile import load_rune_package
+
+    try:
+        package = load_rune_package(spec.root)
+    except ManifestError as exc:
+        return {"offered": [], "unavailable": [], "error": str(exc)}
+    return _tools(package, _runtime(home))
 
 
 def _load_registry(home: Home) -> Registry:
@@ -124,8 +159,9 @@ def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
         if registry.problems:
             hint += f", `covenant agents check` the {len(registry.problems)} problem(s) of rejected manifests"
         fail(f"no valid agent {agent_id!r} in {cli.home.agents_dir}{hint}", ExitCode.NO_AGENT)
+    tools = _rune_tools(spec, cli.home)
     if as_json:
-        print_json(_agent_json(spec))
+        print_json({**_agent_json(spec), **({"tools": tools} if tools is not None else {})})
         return
     data = _agent_json(spec)
     for key in ("id", "name", "version", "runtime", "kind", "manifest_path", "root", "entry"):
@@ -135,6 +171,13 @@ def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
             shown = ", ".join(value) if isinstance(value, list) else value
             click.echo(f"{section + '.' + key + ':':<36}{shown if shown != '' else '-'}")
     click.echo(f"{'keywords:':<36}{', '.join(spec.keywords) or '-'}")
+    if tools is not None:
+        for tool in tools["offered"]:
+            click.echo(f"{'tool:':<36}{tool['name']} ({tool['kind']} {tool['entry']}, needs {tool['action']})")
+        for tool in tools["unavailable"]:
+            click.echo(f"{'tool unavailable:':<36}{tool['tool']}: {tool['reason']}")
+        if "error" in tools:
+            click.echo(f"warning: cannot read the package's tools: {tools['error']}")
     for warning in spec.warnings:
         click.echo(f"warning: {warning}")
 
@@ -153,9 +196,18 @@ def check(cli: CliContext, paths: tuple[Path, ...], as_json: bool) -> None:
     valid and 1 otherwise.
     """
     # Always the files, never the daemon: a check must see an edit the daemon has not reloaded yet.
-    limits = _limits(cli.home)
+    runtime = _runtime(cli.home)
+    limits = ManifestLimits.from_config(runtime)
     registry = check_paths(list(paths), limits) if paths else scan_agents(cli.home.agents_dir, limits)
     warnings = [(s.manifest_path, w) for s in registry.agents.values() for w in s.warnings]
+    for agent_id, package in registry.rune_packages.items():
+        for tool in _tools(package, runtime)["unavailable"]:
+            warnings.append(
+                (
+                    registry.agents[agent_id].manifest_path,
+                    f"tool {tool['tool']} is unavailable here ({tool['reason']}): it is never offered to the model",
+                )
+            )
     if as_json:
         print_json(
             {

@@ -75,7 +75,8 @@ def tail(
 
     directory = ctx.home.audit_dir
     if not directory.is_dir() and not follow_:
-        fail(f"no audit log at {directory} (the daemon creates it on start)", 1)
+        fail(f"no audit log at {directory} (the daemon creates it on start: run `covenant daemon`, "
+             "or point --home at the daemon's home)", 1)
     # SIGTERM ends a `tail -f` as quietly as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
@@ -168,7 +169,7 @@ def head(ctx: CliContext, pubkey: str | None) -> None:
     except FileNotFoundError:
         fail(f"{path} not found (the daemon writes it when it opens the audit log)", 1)
     except (OSError, ValueError) as exc:
-        fail(f"{path}: cannot read it ({exc})", 1)
+        fail(f"{path}: cannot read it ({exc}); run as root or as the daemon's user", 1)
     try:
         key = pinned_public_key(ctx.home, load_config(ctx.home), pubkey)
     except CovenantError as exc:
@@ -177,5 +178,6 @@ def head(ctx: CliContext, pubkey: str | None) -> None:
         if not isinstance(doc, dict) or type(doc.get("seq")) is not int or not checkpoint_signature_ok(
             key, str(doc.get("log")), doc.get("seq"), str(doc.get("hash")), doc.get("sig")
         ):
-            fail(f"{path}: the checkpoint signature does not verify under the pinned key", 1)
+            fail(f"{path}: the checkpoint signature does not verify under the pinned key; do not use it as a "
+                 "witness, and run `covenant audit verify` to check the log itself", 1)
     click.echo(json.dumps(doc, sort_keys=True, indent=2))

@@ -113,6 +113,20 @@ def _workflow_plan_lines(plan: dict[str, Any]) -> list[str]:
             lines.append(f"    {step['step']}: {agent}{after}; needs {needs}")
     lines.append(f"  capabilities needed in all: {', '.join(plan['capabilities']) or 'none'}")
     return lines
+def _echo_rune_plan(plan: dict[str, Any]) -> None:
+    """A Rune agent's dry-run: the provider and model it would use, what is skipped, what is unavailable."""
+    models = plan["model"]
+    providers = models.get("providers") or []
+    if providers:
+        echo(f"model: {providers[0]['model']} from provider {providers[0]['provider']} (alias {models.get('alias')})")
+        for later in providers[1:]:
+            echo(f"  then, on failure: {later['model']} from {later['provider']}")
+    else:
+        echo(f"model: none usable: {models.get('problem')}")
+    for skipped in models.get("skipped") or []:
+        echo(f"  skipped provider {skipped['provider']}: {skipped['reason']}")
+    for tool in plan.get("unavailable_tools") or []:
+        echo(f"unavailable tool {tool['tool']}: {tool['reason']}")
 
 
 def dispatch_and_exit(home: Home, text: str, agent_id: str | None, priority: str, parent: str | None,
@@ -154,7 +168,7 @@ def dispatch_and_exit(home: Home, text: str, agent_id: str | None, priority: str
             echo(outcome["message"])
             echo(json.dumps(outcome["decision"], indent=2, sort_keys=True))
             if "rune" in outcome:
-                echo(json.dumps(outcome["rune"], indent=2, sort_keys=True))
+                _echo_rune_plan(outcome["rune"])
             if "workflow" in outcome:
                 for line in _workflow_plan_lines(outcome["workflow"]):
                     echo(line)

@@ -55,7 +55,8 @@ class LazyGroup(click.Group):
 @click.group(cls=LazyGroup)
 @click.option(
     "--home",
-    type=click.Path(file_okay=False),
+    # not readable=True: a shared home is 0711 (traversable, not listable) for users other than its owner
+    type=click.Path(file_okay=False, readable=False),
     envvar="COVENANT_HOME",
     help="The covenant home (default: $COVENANT_HOME, else ~/.covenant).",
 )

@@ -72,6 +72,8 @@ def _warn(problems: list[str]) -> None:
 def history(cli: CliContext, agent_id: str | None, limit: int, as_json: bool) -> None:
     """List recent dispatches and denied intents, newest first.
 
+    Through the daemon you see the dispatches you submitted; root, the
+    daemon's user and members of [isolation] operators_group see all.
     A denied intent (outcome `denied`, with the reason and the issuer) spawned
     nothing; it comes from the audit log, shown when this user can read it.
     """
@@ -101,7 +103,7 @@ def history(cli: CliContext, agent_id: str | None, limit: int, as_json: bool) ->
 @pass_cli
 @reports_errors
 def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
-    """Show the dispatch record of INTENT_ID (exit 1 when there is none).
+    """Show the dispatch record of INTENT_ID (exit 1 when there is none, or it is not yours to read).
 
     An intent that called other agents (agent tools, workflow steps) lists its child
     intents as a tree: step, agent, outcome, duration, start and intent id of each.
@@ -109,7 +111,8 @@ def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
     record, problems = fetch_one(cli.home, intent_id)
     _warn(problems)
     if record is None:
-        fail(f"no dispatch record for intent {intent_id} in {cli.home.dispatches_dir}", 1)
+        fail(f"no dispatch record for intent {intent_id} in {cli.home.dispatches_dir} (a denied intent spawned "
+             "nothing and has none: `covenant history` lists denials with their reason)", 1)
     if as_json:
         print_json(record.model_dump(mode="json"))
         return

@@ -65,6 +65,13 @@ def run_once(cli: CliContext, path: Path, text: str) -> Any:
     if agent.entry is not None:
         kind = "file" if agent.runtime == "rust-bin" else "read"
         needs.append((str(agent.entry), kind, "nothing: move the package where agent uids can read it"))
+    if agent.runtime == "rune":  # the loop runs here; its process tools run as the agent's uid
+        from covenant.manifest.runefile import load_rune_package
+
+        for tool in load_rune_package(agent.root).tools.values():
+            if tool.runtime == "process" and tool.module:
+                needs.append((str(agent.root / tool.module), "read",
+                              "nothing: move the package where agent uids can read it"))
     unreachable = reachability_problems(needs, isolation)
     if unreachable:
         raise ConfigError(f"agent {agent.id}: " + "; ".join(unreachable), path=str(agent.root))

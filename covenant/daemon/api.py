@@ -2,7 +2,9 @@
 
 JSON in, JSON out; every error is ``{"error": {"code", "message", ...}}`` with
 a fitting HTTP status. Administrative calls (reload) are allowed only to a peer
-whose uid is root or the daemon's own (SO_PEERCRED, see server.py).
+whose uid is root or the daemon's own (SO_PEERCRED, see server.py). Dispatch
+records are read per user: a peer sees the dispatches it submitted; root, the
+daemon's uid and ``[isolation] operators_group`` see all (visibility.py).
 """
 
 from __future__ import annotations
@@ -59,16 +61,23 @@ async def _read_body(receive: Receive) -> bytes:
             return b"".join(chunks)
 
 
-async def _send_json(send: Send, status: int, document: Any) -> None:
+async def _send_json(send: Send, status: int, document: Any, *, retry_after_s: int | None = None) -> None:
     body = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
-    await send(
-        {
-            "type": "http.response.start",
-            "status": status,
-            "headers": [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())],
-        }
-    )
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(body)).encode())]
+    if retry_after_s is not None:
+        headers.append((b"retry-after", str(retry_after_s).encode()))
+    await send({"type": "http.response.start", "status": status, "headers": headers})
     await send({"type": "http.response.body", "body": body})
+
+
+def _peer(scope: dict) -> Peer | None:
+    """The client's SO_PEERCRED credentials, set per connection by server.py."""
+    return (scope.get("extensions") or {}).get("covenant.peer")
+
+
+def _peer_uid(scope: dict) -> int | None:
+    peer = _peer(scope)
+    return None if peer is None else peer.uid
 
 
 def _wants_events(scope: dict) -> bool:
@@ -116,7 +125,7 @@ class ControlAPI:
         try:
             await responder(scope, receive, send)
         except CovenantError as exc:
-            await _send_json(send, exc.http_status, exc.to_json())
+            await _send_json(send, exc.http_status, exc.to_json(), retry_after_s=exc.retry_after_s)
         except Exception:
             log.exception("internal error", extra={"path": scope["path"]})
             await _send_json(send, 500, {"error": {"code": "internal_error", "message": "internal error; see the daemon log"}})
@@ -162,7 +171,7 @@ class ControlAPI:
         return {key: values[-1] for key, values in parsed.items()}
 
     def _require_admin(self, scope: dict) -> None:
-        peer: Peer | None = (scope.get("extensions") or {}).get("covenant.peer")
+        peer = _peer(scope)
         if peer is None or peer.uid not in (0, os.getuid()):
             uid = "unknown" if peer is None else str(peer.uid)
             raise ApiError(
@@ -183,7 +192,7 @@ class ControlAPI:
         return body
 
     async def _dispatch(self, *, scope: dict, receive: Receive) -> Any:
-        return await self.daemon.dispatch(await self._json_body(receive))
+        return await self.daemon.dispatch(await self._json_body(receive), peer_uid=_peer_uid(scope))
 
     async def _dispatch_events(self, scope: dict, receive: Receive, send: Send) -> None:
         """A dispatch whose client accepts ``text/event-stream``.
@@ -205,7 +214,7 @@ class ControlAPI:
 
         sink = StreamSink(open_stream, emit)
         try:
-            outcome = await self.daemon.dispatch(body, sink=sink)
+            outcome = await self.daemon.dispatch(body, sink=sink, peer_uid=_peer_uid(scope))
         except CovenantError as exc:
             if not sink.opened:
                 raise
@@ -251,11 +260,11 @@ class ControlAPI:
             raise ApiError("bad_request", "limit must be an integer", 400) from None
         if not 0 < limit <= 10_000:
             raise ApiError("bad_request", "limit must be between 1 and 10000", 400)
-        records = await self.daemon.history(limit, query.get("agent"))
+        records = await self.daemon.history(limit, query.get("agent"), _peer(scope))
         return {"dispatches": [r.model_dump(mode="json") for r in records]}
 
     async def _dispatch_record(self, *, scope: dict, receive: Receive, intent_id: str) -> Any:
-        record = await self.daemon.record(intent_id)
+        record = await self.daemon.record(intent_id, _peer(scope))
         if record is None:
             raise ApiError("not_found", f"no dispatch record for intent {intent_id!r}", 404)
         return record.model_dump(mode="json")

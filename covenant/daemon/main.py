@@ -119,7 +119,7 @@ def _open_isolation(home: Home, config: Config) -> Isolation:
     runtime = config.runtime
     needs = [
         (Runner.resolve_program(runtime.python3, runtime.path) or runtime.python3, "file", "runtime.python3"),
-        (sys.executable, "file", "rune.python (replicas run covenant's own code under it)"),
+        (config.rune.python or sys.executable, "file", "rune.python (replicas run covenant's own code under it)"),
         (os.path.dirname(covenant.__file__), "dir", "rune.python (covenant's package must be readable)"),
         (str(home.agents_dir), "dir", "agents_dir"),
     ]
@@ -146,16 +146,19 @@ def _open_sockets(options: DaemonOptions) -> tuple[list[socket.socket], list[str
     return [bind_unix_socket(options.socket_path)], [str(options.socket_path)], False
 
 
-def _rune_host(home: Home, config: Config, runner: Runner, audit: AuditLog, grants: GrantsWatch) -> RuneHost:
+def _rune_host(
+    home: Home, config: Config, runner: Runner, audit: AuditLog, grants: GrantsWatch, metrics: Metrics
+) -> RuneHost:
     """Replicas, the model gateway (it alone reads the provider keys) and the tool host."""
-    models = ModelGateway(config.providers, environ=os.environ, audit=audit.record, store_text=config.audit.store_text)
+    models = ModelGateway(config.providers, environ=os.environ, audit=audit.record, store_text=config.audit.store_text,
+                          observe=metrics.observe_model_call)
     tools = ToolHost(home, config, runner, audit.record, packages=lambda agent: rune.packages.get(agent.id))
     skills = Path(config.rune.skills_dir)
     rune = RuneHost(
         state_dir=home.state_dir,
         skills_dir=skills if skills.is_absolute() else home.root / skills,
         config=config,
-        launcher=runner.launcher,
+        runner=runner,
         models=models,
         tools=tools,
         grants=lambda: grants.current,
@@ -236,7 +239,8 @@ async def serve_daemon(
     """Run the daemon until SIGTERM/SIGINT; return the exit status."""
     with trio.open_signal_receiver(signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as signals, systemd.Notifier() as notifier:
         await trio.to_thread.run_sync(init_home, home)
-        await trio.to_thread.run_sync(check_home_modes, home)
+        for warning in await trio.to_thread.run_sync(check_home_modes, home):
+            log.warning("home mode too wide", extra={"problem": warning})
         key = await trio.to_thread.run_sync(load_private_key, home.daemon_key_path)
         isolation = await trio.to_thread.run_sync(_open_isolation, home, config)
         set_child_subreaper()
@@ -268,7 +272,7 @@ async def serve_daemon(
                 isolation=isolation,
                 live_roots=LiveRoots(),
             ) as runner:
-                rune = _rune_host(home, config, runner, audit, grants)
+                rune = _rune_host(home, config, runner, audit, grants, metrics)
                 daemon = Daemon(
                     home=home,
                     config=config,
@@ -287,6 +291,7 @@ async def serve_daemon(
                     isolation=isolation,
                 )
                 rune.tools.services.agents = DaemonAgentCalls(daemon)
+                await daemon.restore_replay_window()
                 await audit.record(
                     "daemon.start",
                     {
@@ -313,6 +318,7 @@ async def serve_daemon(
                     await lifecycle.serve_until_stop_signal(signals)
                     await lifecycle.drain(signals)
                     await rune.replicas.stop_all()
+                    await rune.models.aclose()
                     nursery.cancel_scope.cancel()
                 try:
                     await audit.record(

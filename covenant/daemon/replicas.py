@@ -43,8 +43,9 @@ from covenant.rune import wire
 from covenant.rune.spec import loop_settings
 from covenant.runtime import teardown
 from covenant.runtime.environment import agent_environment
-from covenant.runtime.launcher import Launched, Launcher, LaunchError, LaunchPlan
+from covenant.runtime.launcher import AgentCredentials, Launched, LaunchError, LaunchPlan
 from covenant.runtime.pdeathsig import GATE_BYTE
+from covenant.runtime.runner import Runner
 
 __all__ = ["ReplicaSupervisor", "Replica", "ReplicaFailed", "REPLICAS_DIR"]
 
@@ -87,6 +88,8 @@ class Replica:
     start_failed: bool = False
     """The last start never became healthy (invokes fail fast instead of waiting)."""
     intents: dict[str, IntentContext] = field(default_factory=dict)
+    waiting: int = 0
+    """Invokes waiting in the daemon for the replica to be ready or for one of its places."""
     last_used: float = field(default_factory=time.monotonic)
     stop_requested: bool = False
     scope: trio.CancelScope | None = None
@@ -120,6 +123,7 @@ class Replica:
             "pid": self.pid,
             "restarts": self.restarts,
             "in_flight": len(self.intents),
+            "waiting": self.waiting,
             "last_error": self.last_error,
         }
 
@@ -136,15 +140,16 @@ class ReplicaSupervisor:
         state_dir: Path,
         config: Config,
         skills_dir: Path,
-        launcher: Launcher,
+        runner: Runner,
         calls: GatewayCalls,
         offered_tools: Offered,
     ) -> None:
+        self.runner = runner
+        self.launcher = runner.launcher
         self.root = state_dir / REPLICAS_DIR
         self.sessions_dir = state_dir / "sessions"
         self.config = config
         self.skills_dir = skills_dir
-        self.launcher = launcher
         self.calls = calls
         self.offered_tools = offered_tools
         self.replicas: dict[str, Replica] = {}
@@ -167,6 +172,16 @@ class ReplicaSupervisor:
     def views(self) -> list[dict[str, Any]]:
         return [r.view() for _, r in sorted(self.replicas.items())]
 
+    def full(self, agent_id: str) -> bool:
+        """Are all of the replica's ``concurrency_limit`` places taken?"""
+        replica = self.replicas.get(agent_id)
+        return replica is not None and replica.limiter.value == 0
+
+    def waiting(self, agent_id: str) -> int:
+        """Invokes of the agent waiting in the daemon (not yet on its replica)."""
+        replica = self.replicas.get(agent_id)
+        return replica.waiting if replica is not None else 0
+
     def ensure(self, agent: AgentSpec, package: RunePackage) -> Replica:
         """The agent's replica, its supervising task started if it is not running."""
         replica = self.replicas.get(agent.id)
@@ -188,6 +203,8 @@ class ReplicaSupervisor:
         if replica is None:
             return
         replica.stop_requested = True
+        if replica.scope is not None:
+            replica.set_state("stopping")
         if drain:
             await replica.idle.wait()
         if replica.scope is not None:
@@ -248,8 +265,13 @@ class ReplicaSupervisor:
         intent's ``timeout_ms``; ``request_timeout_ms`` bounds the transport.
         """
         replica = self.ensure(agent, package)
-        await self._ready(replica)
-        async with replica.limiter:
+        replica.waiting += 1
+        try:
+            await self._ready(replica)
+            await replica.limiter.acquire()
+        finally:
+            replica.waiting -= 1
+        try:
             await self._ready(replica)
             replica.intents[context.intent_id] = context
             replica.idle = trio.Event() if replica.idle.is_set() else replica.idle
@@ -268,6 +290,8 @@ class ReplicaSupervisor:
                 replica.last_used = time.monotonic()
                 if not replica.intents:
                     replica.idle.set()
+        finally:
+            replica.limiter.release()
 
     async def _ready(self, replica: Replica) -> None:
         while replica.state != "ready":
@@ -335,7 +359,11 @@ class ReplicaSupervisor:
             with replica.scope:
                 while not replica.stop_requested:
                     started = time.monotonic()
-                    error = await self._one_life(replica)
+                    try:
+                        error = await self._one_life(replica)
+                    except Exception as exc:  # a bug here must cost this replica a restart, never the daemon
+                        log.exception("replica supervision failed", extra={"agent": replica.agent.id})
+                        error = f"supervision error: {type(exc).__name__}: {exc}"
                     replica.pid = None
                     if replica.stop_requested:
                         break
@@ -361,14 +389,23 @@ class ReplicaSupervisor:
         except Exception as exc:  # SkillError, OSError: the package cannot run as it is
             replica.start_failed = True
             return f"cannot prepare the replica: {exc}"
+        creds = await self.runner.claim_uid(replica.agent.id)
         try:
-            gateway_sock = await trio.to_thread.run_sync(self._prepare_folder, replica)
+            return await self._run_as(replica, settings, creds)
+        finally:
+            if creds is not None:
+                with trio.CancelScope(shield=True):
+                    await self.runner.release_uid(creds, replica.agent.id, f"replica:{replica.agent.id}")
+
+    async def _run_as(self, replica: Replica, settings: dict[str, Any], creds: AgentCredentials | None) -> str:
+        try:
+            gateway_sock = await trio.to_thread.run_sync(self._prepare_folder, replica, creds)
         except OSError as exc:
             replica.start_failed = True
             return f"cannot prepare {replica.folder}: {exc}"
         gateway = ReplicaGateway(replica.agent.id, self.calls, replica.intents, lambda: replica.pid)
         try:
-            launched = await trio.to_thread.run_sync(self.launcher.launch, self._plan(replica))
+            launched = await trio.to_thread.run_sync(self.launcher.launch, self._plan(replica, creds))
         except (LaunchError, OSError) as exc:
             gateway_sock.close()
             replica.start_failed = True
@@ -485,15 +522,33 @@ class ReplicaSupervisor:
         return {**settings, "health_path": replica.package.runefile.runtime.health_probe.path,
                 "sessions_dir": str(self.sessions_dir)}
 
-    def _prepare_folder(self, replica: Replica) -> Any:
-        replica.folder.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(replica.folder, 0o700)
-        (self.sessions_dir / replica.agent.id).mkdir(parents=True, exist_ok=True, mode=0o700)
+    def _prepare_folder(self, replica: Replica, creds: AgentCredentials | None) -> Any:
+        """The replica's folder and its sessions folder, 0700 and the agent uid's; the gateway socket.
+
+        The gateway socket is the agent uid's too (so its replica can connect); inside the 0700
+        folder nobody else reaches it, and the gateway serves only the replica's own pid.
+        """
+        for parent in (self.root, self.sessions_dir):
+            parent.mkdir(parents=True, exist_ok=True, mode=0o711)
+            os.chmod(parent, 0o711)
+        for folder in (replica.folder, self.sessions_dir / replica.agent.id):
+            folder.mkdir(exist_ok=True, mode=0o700)
+            fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
+            try:
+                if creds is not None:
+                    os.fchown(fd, creds.uid, creds.gid)
+                    _chown_tree(folder, creds)
+                os.fchmod(fd, 0o700)
+            finally:
+                os.close(fd)
         if replica.socket.exists() or replica.socket.is_symlink():
             replica.socket.unlink()
-        return wire.bind_socket(replica.gateway_socket)
+        sock = wire.bind_socket(replica.gateway_socket)
+        if creds is not None:
+            os.chown(replica.gateway_socket, creds.uid, creds.gid, follow_symlinks=False)
+        return sock
 
-    def _plan(self, replica: Replica) -> LaunchPlan:
+    def _plan(self, replica: Replica, creds: AgentCredentials | None) -> LaunchPlan:
         rune = self.config.rune
         python = rune.python or sys.executable
         env = agent_environment(self.config.runtime, agent_id=replica.agent.id, intent_id=f"replica:{replica.agent.id}",
@@ -506,4 +561,12 @@ class ReplicaSupervisor:
             cwd=str(replica.folder),
             rlimits={resource.RLIMIT_AS: (memory, memory), resource.RLIMIT_CORE: (0, 0)},
             pdeathsig=self.config.runtime.pdeathsig,
+            credentials=creds,
         )
+
+
+def _chown_tree(folder: Path, creds: AgentCredentials) -> None:
+    """Files left by an earlier replica (a uid change) become the current uid's; links are not followed."""
+    for entry in os.scandir(folder):
+        if entry.stat(follow_symlinks=False).st_uid != creds.uid:
+            os.chown(entry.path, creds.uid, creds.gid, follow_symlinks=False)

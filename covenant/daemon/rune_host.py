@@ -10,7 +10,6 @@ environment, never passed on).
 
 from __future__ import annotations
 
-import logging
 import os
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -25,7 +24,7 @@ from covenant.daemon.replicas import ReplicaSupervisor
 from covenant.manifest.model import AgentSpec
 from covenant.models import AgentModels, ModelCall, ModelError, ModelGateway, TokenBudget
 from covenant.rune.safety import LineRedactor, redact
-from covenant.runtime.launcher import Launcher
+from covenant.runtime.runner import Runner
 from covenant.tools import ToolCallContext, ToolHost
 
 if TYPE_CHECKING:
@@ -33,8 +32,6 @@ if TYPE_CHECKING:
     from covenant.policy.grants import GrantSet
 
 __all__ = ["RuneHost", "ModelAndToolCalls"]
-
-log = logging.getLogger("covenant.rune")
 
 
 class ModelAndToolCalls:
@@ -122,7 +119,7 @@ class RuneHost:
     """
 
     def __init__(
-        self, *, state_dir: Path, skills_dir: Path, config: Config, launcher: Launcher,
+        self, *, state_dir: Path, skills_dir: Path, config: Config, runner: Runner,
         models: ModelGateway, tools: ToolHost, grants: Callable[[], GrantSet],
     ) -> None:
         self.config = config
@@ -131,7 +128,7 @@ class RuneHost:
         self.packages: dict[str, RunePackage] = {}
         self.calls = ModelAndToolCalls(models, tools, grants, self.secret_values)
         self.replicas = ReplicaSupervisor(
-            state_dir=state_dir, config=config, skills_dir=skills_dir, launcher=launcher, calls=self.calls,
+            state_dir=state_dir, config=config, skills_dir=skills_dir, runner=runner, calls=self.calls,
             offered_tools=lambda agent, package: self.tools.offered(agent),
         )
 

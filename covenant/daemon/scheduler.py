@@ -23,9 +23,13 @@ __all__ = ["Scheduler", "Overloaded", "ShuttingDown"]
 
 
 class Overloaded(CovenantError):
+    """The wait queue is full: 503 with ``Retry-After`` (the daemon is fine, only busy; a slot
+    frees as soon as any dispatch ends, so a short wait is the honest hint)."""
+
     code = "overloaded"
     exit_code = ExitCode.UNREACHABLE
     http_status = 503
+    retry_after_s = 1
 
 
 class ShuttingDown(CovenantError):

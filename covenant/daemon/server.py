@@ -65,14 +65,16 @@ def bind_unix_socket(path: Path, *, mode: int = 0o660) -> socket.socket:
         pass
     else:
         if not stat.S_ISSOCK(st.st_mode):
-            raise ConfigError(f"{path}: exists and is not a socket; refusing to replace it")
+            raise ConfigError(f"{path}: exists and is not a socket; refusing to replace it (move the file away, or give the "
+                              "daemon another path with --socket or COVENANT_SOCKET)")
         probe = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
         try:
             probe.connect(str(path))
         except OSError:
             os.unlink(path)  # stale: nobody listens
         else:
-            raise ConfigError(f"{path}: another daemon is already listening there")
+            raise ConfigError(f"{path}: another daemon is already listening there (`covenant status` shows it; stop it "
+                              "first, or give this one another path with --socket)")
         finally:
             probe.close()
     sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)

@@ -24,13 +24,16 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from covenant import __version__
 from covenant.clock import iso_now, ms_from_iso, now_ms
 from covenant.audit.events import text_digest
+from covenant.audit.recent import records_since
 from covenant.audit.writer import AuditLog
 from covenant.config import Config
 from covenant.daemon.agents_state import LoadedAgents, merge_reload
 from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.routing import NoAgent, route
-from covenant.daemon.scheduler import Scheduler, ShuttingDown
+from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown
+from covenant.daemon.server import Peer
+from covenant.daemon.visibility import sees_every_record
 from covenant.errors import CovenantError
 from covenant.home import Home
 from covenant.manifest.limits import ManifestLimits
@@ -57,6 +60,12 @@ from covenant.daemon.workflow_record import workflow_record
 __all__ = ["Daemon"]
 
 log = logging.getLogger("covenant.daemon")
+
+_NO_UID = -1
+"""Matches no record's peer_uid: what a client with unknown credentials may read."""
+_RECEIVED = frozenset({"intent.received"})
+_REPLAY_SLACK_MS = 60_000
+"""Read this much further back than two skew windows: audit timestamps and issued_at come from different clocks."""
 
 
 def _log_dispatch(message: str, intent: Intent, agent_id: str | None, **fields: Any) -> None:
@@ -139,13 +148,38 @@ class Daemon:
         self._store_writer = trio.CapacityLimiter(1)
         metrics.set_registry(len(agents.agents), len(agents.problems))
 
+    async def restore_replay_window(self) -> int:
+        """Reload the intent ids of the last skew window from the audit log; call before serving.
+
+        Every intent the daemon acted on has its ``intent.received`` event
+        (with ``intent`` and ``issued_at``) made durable before the agent
+        starts and before the caller is answered, so the audit log is the
+        durable replay store: a request captured before a restart is refused
+        after it (``replayed_intent``), at no cost to the dispatch path.
+        """
+        now = now_ms()
+        since = now - 2 * self.verifier.skew_ms - _REPLAY_SLACK_MS
+        records = await trio.to_thread.run_sync(records_since, self.home.audit_dir, since, _RECEIVED)
+        seen = [
+            (data["intent"], data["issued_at"])
+            for data in (r["data"] for r in records)
+            if isinstance(data.get("intent"), str) and type(data.get("issued_at")) is int
+        ]
+        kept = self.verifier.restore(seen, now)
+        log.info("replay window restored from the audit log", extra={"intents": kept, "read": len(records)})
+        return kept
+
     # -- dispatch -----------------------------------------------------------------
 
-    async def dispatch(self, body: dict[str, Any], *, sink: StreamSink | None = None) -> dict[str, Any]:
+    async def dispatch(
+        self, body: dict[str, Any], *, sink: StreamSink | None = None, peer_uid: int | None = None
+    ) -> dict[str, Any]:
         """Run one signed intent; returns the outcome document or raises CovenantError.
 
         ``body`` may hold ``session_id`` (Rune agents). With ``sink`` (the client asked for a
         stream) a Rune agent whose ``streaming_enabled`` is true streams its events into it.
+        ``peer_uid`` (SO_PEERCRED of the submitting client) is kept in the dispatch record:
+        that uid may read the record back.
         """
         if self.shutting_down:
             raise ShuttingDown("the daemon is shutting down and accepts no new dispatches")
@@ -159,7 +193,7 @@ class Daemon:
         session_id = body.get("session_id")
         if session_id is not None and (not isinstance(session_id, str) or not valid_session_id(session_id)):
             raise BadIntent(f"session_id {session_id!r}: use 1-128 of A-Za-z0-9._-", field="session_id")
-        return await self._dispatch(intent, dry_run=dry_run, session_id=session_id, sink=sink, child=None)
+        return await self._dispatch(intent, dry_run=dry_run, session_id=session_id, sink=sink, child=None, peer_uid=peer_uid)
 
     async def dispatch_child(self, call: ChildCall) -> dict[str, Any]:
         """Run a child intent of a running intent (an agent tool, ``rune@agent-send``, a workflow step).
@@ -185,7 +219,8 @@ class Daemon:
             found = self._find_agent(name)
             summary["agent"] = found.id if found is not None else None
             document = await self._dispatch(
-                intent, dry_run=False, session_id=None, sink=None, child=_Child(parent, call, signature)
+                intent, dry_run=False, session_id=None, sink=None, child=_Child(parent, call, signature),
+                peer_uid=parent.peer_uid,
             )
             summary.update(agent=document["agent"], outcome=document["outcome"])
             return document
@@ -199,7 +234,8 @@ class Daemon:
             summary["duration_ms"] = int((time.monotonic() - t0) * 1000)
 
     async def _dispatch(
-        self, intent: Intent, *, dry_run: bool, session_id: str | None, sink: StreamSink | None, child: _Child | None
+        self, intent: Intent, *, dry_run: bool, session_id: str | None, sink: StreamSink | None, child: _Child | None,
+        peer_uid: int | None,
     ) -> dict[str, Any]:
         """A verified intent (signed by its issuer, or a child the daemon signed): route, decide, run."""
         received = ("intent.received", self._intent_event(intent, dry_run, child))
@@ -246,18 +282,19 @@ class Daemon:
                 "message": f"would dispatch to {agent.id} (routed by {routed_by}); nothing was spawned",
             }
             if agent.runtime == "rune":
-                answer["rune"] = self.rune.plan(agent, self.loaded.packages[agent.id])
+                # Resolving the toolset reads schema files: off the event loop.
+                answer["rune"] = await trio.to_thread.run_sync(self.rune.plan, agent, self.loaded.packages[agent.id])
             workflow = self._workflow_for(agent, child)
             if workflow is not None:
                 answer["workflow"] = workflow_plan(workflow, self._find_agent)
             return answer
         workflow = self._workflow_for(agent, child)
-        link = self._link(intent, agent, child, workflow)
+        link = self._link(intent, agent, child, workflow, peer_uid)
         if workflow is not None:
             return await self._run_workflow(intent, agent, routed_by, decision, pending, link, workflow)
         if agent.runtime == "rune":
             return await self._run_rune(intent, agent, routed_by, decision, pending, session_id, sink, link)
-        return await self._run(intent, agent, routed_by, decision, pending)
+        return await self._run(intent, agent, routed_by, decision, pending, link.peer_uid)
 
     def _workflow_for(self, agent: AgentSpec, child: _Child | None) -> Workflow | None:
         """The workflow an intent to ``agent`` runs: a workflow folder's, or its Rune package's own.
@@ -300,7 +337,9 @@ class Daemon:
                 )
         return None
 
-    def _link(self, intent: Intent, agent: AgentSpec, child: _Child | None, workflow: Workflow | None) -> ChainLink:
+    def _link(
+        self, intent: Intent, agent: AgentSpec, child: _Child | None, workflow: Workflow | None, peer_uid: int | None
+    ) -> ChainLink:
         """The chain entry of an intent about to run: depth, root issuer, and its deadline."""
         own_ms = workflow.timeout_ms if workflow is not None else self._own_timeout_ms(agent)
         deadline = trio.current_time() + own_ms / 1000
@@ -310,7 +349,7 @@ class Daemon:
             deadline = min(deadline, child.parent.deadline)
             if child.call.timeout_s is not None:
                 deadline = min(deadline, trio.current_time() + child.call.timeout_s)
-        return ChainLink(intent.id, agent.id, intent.issuer, depth, deadline, intent.priority)
+        return ChainLink(intent.id, agent.id, intent.issuer, depth, deadline, intent.priority, peer_uid)
 
     def _own_timeout_ms(self, agent: AgentSpec) -> int:
         if agent.runtime == "rune":
@@ -342,6 +381,14 @@ class Daemon:
         package = self.loaded.packages[agent.id]
         if sink is not None and not package.runefile.runtime.streaming_enabled:
             sink = None
+        waiting = self.rune.replicas.waiting(agent.id)
+        if self.rune.replicas.full(agent.id) and waiting >= self.config.daemon.queue_max:
+            await self.audit.record_many([*pending, ("intent.completed", {
+                "intent": intent.id, "agent": agent.id, "outcome": "overloaded", "status": None})])
+            raise Overloaded(
+                f"{waiting} intents already wait for the replica of {agent.id} (daemon.queue_max = "
+                f"{self.config.daemon.queue_max}); try again later"
+            )
         await self.audit.record_many(list(pending))
         pending.clear()
         self._enter(intent, agent)
@@ -353,7 +400,8 @@ class Daemon:
                 self.rune.replicas, intent, agent, package, session_id=session_id,
                 secrets=self.rune.secret_values(), sink=sink, cancel_scope=scope, deadline=link.deadline,
             )
-            record.parent, record.children = intent.parent, self.chain.close(intent.id)
+            record = record.model_copy(update={
+                "peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id)})
             await self._finish(intent, agent, record, pending)
         finally:
             self.chain.close(intent.id)
@@ -383,8 +431,8 @@ class Daemon:
             result = None
             with scope:
                 result = await run_workflow(workflow, intent.text, partial(self._run_step, intent), deadline=link.deadline)
-            record = workflow_record(intent, agent, workflow, result, started_at, t0)
-            record.parent, record.children = intent.parent, self.chain.close(intent.id)
+            record = workflow_record(intent, agent, workflow, result, started_at, t0).model_copy(update={
+                "peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id)})
             await self._finish(intent, agent, record, pending)
         finally:
             self.chain.close(intent.id)
@@ -453,6 +501,7 @@ class Daemon:
         routed_by: str,
         decision: dict[str, Any],
         pending: list[tuple[str, dict[str, Any]]],
+        peer_uid: int | None,
     ) -> dict[str, Any]:
         """Run an allowed intent. ``pending`` (its received and decision events) is written at the latest
         together with ``agent.spawned``, in one group commit, while the agent waits at its exec gate."""
@@ -487,6 +536,7 @@ class Daemon:
                 started = True
                 try:
                     record = await self.runner.run(agent, payload, on_spawned=audit_spawn)
+                    record = record.model_copy(update={"peer_uid": peer_uid, "parent": intent.parent})
                     await self._finish(intent, agent, record, pending)
                     _log_dispatch("dispatch finished", intent, agent.id, outcome=record.outcome, ms=record.duration_ms)
                 finally:
@@ -728,8 +778,28 @@ class Daemon:
             "replicas": self.rune.replicas.views(),
         }
 
-    async def history(self, limit: int, agent: str | None) -> list[DispatchRecord]:
-        return await trio.to_thread.run_sync(self.store.recent, limit, agent)
+    def _reader_uid(self, viewer: Peer | None) -> int | None:
+        """None when ``viewer`` may read every record, else the uid whose records it may read (blocking)."""
+        if viewer is None:
+            return _NO_UID  # credentials unknown: no record is theirs
+        if sees_every_record(viewer, self.config.isolation.operators_group):
+            return None
+        return viewer.uid
 
-    async def record(self, intent_id: str) -> DispatchRecord | None:
-        return await trio.to_thread.run_sync(self.store.get, intent_id)
+    async def history(self, limit: int, agent: str | None, viewer: Peer | None) -> list[DispatchRecord]:
+        """The newest records ``viewer`` may read (its own; all for root, the daemon's uid, operators)."""
+
+        def read() -> list[DispatchRecord]:
+            return self.store.recent(limit, agent, peer_uid=self._reader_uid(viewer))
+
+        return await trio.to_thread.run_sync(read)
+
+    async def record(self, intent_id: str, viewer: Peer | None) -> DispatchRecord | None:
+        """The record of ``intent_id`` when ``viewer`` may read it; None otherwise (as if absent)."""
+
+        def read() -> DispatchRecord | None:
+            record = self.store.get(intent_id)
+            only = self._reader_uid(viewer)
+            return record if record is not None and (only is None or record.peer_uid == only) else None
+
+        return await trio.to_thread.run_sync(read)

@@ -30,17 +30,18 @@ import time
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import urlsplit
 
-import httpx
 import trio
 
 from covenant.audit.events import MODEL_CALL
 from covenant.config import ProviderConfig
-from covenant.models.adapter import Adapter
+from covenant.models.adapter import Adapter, StreamAssembler
 from covenant.models.anthropic import AnthropicAdapter
+from covenant.models.http import HttpResponse, ProviderHttp, TransportError
 from covenant.models.openai import OpenAIAdapter
 from covenant.models.plan import ModelPlan, PlannedProvider, plan_models, usable_key
-from covenant.models.sse import iter_sse
+from covenant.models.sse import SseEvent, SseParser
 from covenant.models.validate import check_request
 from covenant.models.types import (
     AgentModels,
@@ -111,7 +112,7 @@ class ModelGateway:
         await gateway.aclose()
 
     ``environ`` is read at every call (a key set or rotated later is picked up). ``observe`` is
-    the metrics hook, called once per provider attempt. One ``httpx.AsyncClient`` per provider,
+    the metrics hook, called once per provider attempt. One :class:`ProviderHttp` per provider,
     made on first use, keeps connections open between calls.
     """
 
@@ -129,7 +130,10 @@ class ModelGateway:
         self._audit = audit
         self._store_text = store_text
         self._observe = observe
-        self._clients: dict[str, httpx.AsyncClient] = {}
+        # Keyed by name and config, so a call that began before a reload keeps the client it
+        # planned with; clients of replaced configs are retired, and closed by aclose().
+        self._clients: dict[tuple[str, ProviderConfig], ProviderHttp] = {}
+        self._retired: list[ProviderHttp] = []
 
     # --- configuration ---------------------------------------------------------------------------
 
@@ -137,31 +141,28 @@ class ModelGateway:
         """Which provider and model a call would use now, which are skipped and why (for dry-run)."""
         return plan_models(models, self._providers, self._environ, alias)
 
-    async def reconfigure(self, providers: Mapping[str, ProviderConfig]) -> None:
-        """Take a reloaded ``[providers]``; clients of changed or removed providers are closed."""
-        new = dict(providers)
-        stale = [name for name in self._clients if self._providers.get(name) != new.get(name)]
-        self._providers = new
-        for name in stale:
-            await self._clients.pop(name).aclose()
+    def reconfigure(self, providers: Mapping[str, ProviderConfig]) -> None:
+        """Take a reloaded ``[providers]`` for the calls that start from now on.
+
+        Calls already under way finish with the config they started with; the clients of changed
+        or removed providers are retired (closed by :meth:`aclose`, not under a running request).
+        """
+        self._providers = dict(providers)
+        for key in [key for key in self._clients if self._providers.get(key[0]) != key[1]]:
+            self._retired.append(self._clients.pop(key))
 
     async def aclose(self) -> None:
-        clients, self._clients = list(self._clients.values()), {}
+        """Close every HTTP client (and so every connection to a provider)."""
+        clients = [*self._clients.values(), *self._retired]
+        self._clients, self._retired = {}, []
         for client in clients:
             await client.aclose()
 
-    def _client(self, name: str, config: ProviderConfig) -> httpx.AsyncClient:
-        client = self._clients.get(name)
+    def _client(self, name: str, config: ProviderConfig) -> ProviderHttp:
+        client = self._clients.get((name, config))
         if client is None:
-            client = httpx.AsyncClient(
-                timeout=httpx.Timeout(config.timeout_s),
-                limits=httpx.Limits(max_connections=config.max_connections, max_keepalive_connections=config.max_connections),
-                # No proxies, no .netrc credentials from the daemon's environment: the only
-                # credential sent is the configured key.
-                trust_env=False,
-                follow_redirects=False,
-            )
-            self._clients[name] = client
+            client = ProviderHttp(config.base_url, max_connections=config.max_connections)
+            self._clients[(name, config)] = client
         return client
 
     # --- calls -----------------------------------------------------------------------------------
@@ -189,7 +190,8 @@ class ModelGateway:
                 "token_budget_exceeded",
                 f"agent {call.agent_id}: the intent's token budget is spent ({budget.used} of {budget.limit} tokens used)",
             )
-        plan = self.plan(call.models, call.alias)
+        providers = self._providers  # this call's view, whatever a reload does meanwhile
+        plan = plan_models(call.models, providers, self._environ, call.alias)
         if not plan.attempts:
             raise ModelError("provider_unavailable", f"agent {call.agent_id}: {plan.problem}")
         failures: list[str] = []
@@ -198,9 +200,11 @@ class ModelGateway:
             retried = False
             while True:
                 number += 1
-                attempt = await self._attempt(call, planned, number, messages, tools, on_token)
+                attempt = await self._attempt(call, planned, providers[planned.provider], number, messages, tools, on_token)
                 if attempt.answer is not None:
-                    return self._result(call, planned, attempt.answer)
+                    answer = attempt.answer
+                    return ChatResult(answer.message, answer.input_tokens or 0, answer.output_tokens or 0,
+                                      planned.provider, planned.model)
                 failures.append(f"{planned.provider} ({planned.model}): {attempt.reason}")
                 wait = attempt.retry_after
                 if wait is not None and wait <= RETRY_AFTER_MAX_S and not retried and not attempt.text_delivered:
@@ -212,26 +216,17 @@ class ModelGateway:
                 break
         raise ModelError("provider_error", f"agent {call.agent_id}: " + "; ".join(failures))
 
-    def _result(self, call: ModelCall, planned: PlannedProvider, answer: Answer) -> ChatResult:
-        return ChatResult(
-            message=answer.message,
-            input_tokens=answer.input_tokens or 0,
-            output_tokens=answer.output_tokens or 0,
-            provider=planned.provider,
-            model=planned.model,
-        )
-
     async def _attempt(
         self,
         call: ModelCall,
         planned: PlannedProvider,
+        config: ProviderConfig,
         number: int,
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         on_token: TokenCallback | None,
     ) -> _Attempt:
         """One provider request, its audit event and metrics; never raises for provider trouble."""
-        config = self._providers[planned.provider]
         adapter = _ADAPTERS[config.kind]
         key = self._environ.get(config.api_key_env) if config.api_key_env else None
         if config.api_key_env and not usable_key(key):
@@ -283,9 +278,9 @@ class ModelGateway:
         content = json.dumps(body, ensure_ascii=False).encode()
         try:
             with trio.fail_after(config.timeout_s):
-                async with client.stream("POST", url, headers=headers, content=content) as response:
-                    attempt.http_status = response.status_code
-                    if response.status_code != 200:
+                async with client.post(urlsplit(url).path, headers, content) as response:
+                    attempt.http_status = response.status
+                    if response.status != 200:
                         await self._refused(adapter, response, attempt)
                     elif on_token is None:
                         attempt.answer = adapter.answer(json.loads(await response.aread()))
@@ -294,9 +289,8 @@ class ModelGateway:
         except trio.TooSlowError:
             attempt.reason = f"no complete answer within timeout_s = {config.timeout_s:g} s"
             attempt.may_fall_back = True
-        except httpx.TransportError as exc:
-            # Connect errors, read/write errors, a peer that hung up, httpx's own timeouts.
-            attempt.reason = f"{type(exc).__name__}: {exc}"[:_EXCERPT]
+        except TransportError as exc:
+            attempt.reason = str(exc)[:_EXCERPT]
             attempt.may_fall_back = True
         except (ProviderProtocolError, ValueError) as exc:
             attempt.reason = f"the answer does not follow the {config.kind} format: {exc}"[:_EXCERPT]
@@ -304,8 +298,8 @@ class ModelGateway:
             attempt.reason = "the stream ended before the answer was complete"
             attempt.may_fall_back = True
 
-    async def _refused(self, adapter: Adapter, response: httpx.Response, attempt: _Attempt) -> None:
-        status = response.status_code
+    async def _refused(self, adapter: Adapter, response: HttpResponse, attempt: _Attempt) -> None:
+        status = response.status
         raw = await response.aread()
         try:
             detail = adapter.error_message(json.loads(raw))
@@ -319,17 +313,28 @@ class ModelGateway:
             attempt.retry_after = _retry_after(response.headers.get("retry-after"))
 
     async def _stream(
-        self, adapter: Adapter, response: httpx.Response, on_token: TokenCallback, attempt: _Attempt
+        self, adapter: Adapter, response: HttpResponse, on_token: TokenCallback, attempt: _Attempt
     ) -> Answer | None:
         assembler = adapter.assembler()
-        async for event in iter_sse(response.aiter_lines()):
-            text = assembler.feed(event)
-            if text:
-                attempt.text_delivered = True
-                await on_token(text)
-            if assembler.done:
-                return assembler.answer()
-        return None
+        parser = SseParser()
+        # Read on past the end marker to the end of the body (within timeout_s), so the
+        # connection goes back to the pool instead of being closed half-read.
+        while (data := await response.chunk()) is not None:
+            for event in parser.feed(data):
+                if not assembler.done:
+                    await self._take(assembler, event, on_token, attempt)
+        for event in parser.end():
+            if not assembler.done:
+                await self._take(assembler, event, on_token, attempt)
+        return assembler.answer() if assembler.done else None
+
+    @staticmethod
+    async def _take(assembler: StreamAssembler, event: SseEvent, on_token: TokenCallback, attempt: _Attempt) -> None:
+        """Feed one event to the assembler and pass the text it adds on."""
+        text = assembler.feed(event)
+        if text:
+            attempt.text_delivered = True
+            await on_token(text)
 
     async def _record(
         self,

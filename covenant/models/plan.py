@@ -17,7 +17,7 @@ from covenant.models.types import AgentModels
 
 __all__ = ["ModelPlan", "PlannedProvider", "SkippedProvider", "plan_models", "usable_key"]
 
-# What an HTTP header value may hold; anything else would make httpx/h11 raise an error that
+# What an HTTP header value may hold; anything else would make h11 raise an error that
 # quotes the value, so such a key is refused before any request is built.
 _HEADER_SAFE = re.compile(r"^[\x21-\x7e]{1,4096}$")
 
@@ -80,7 +80,10 @@ def plan_models(
     environ: Mapping[str, str],
     alias: str | None = None,
 ) -> ModelPlan:
-    """The providers a call would try, in order, with the model id the alias maps to."""
+    """The providers a call would try, in order, each with the model id it would be sent.
+
+    That id is the one the alias maps to, unless the provider's ``model`` pins its own.
+    """
     alias = alias or models.default_alias
     model = models.alias_map.get(alias)
     if model is None:
@@ -100,7 +103,7 @@ def plan_models(
             skipped.append(SkippedProvider(name, reason))
         else:
             assert config is not None
-            attempts.append(PlannedProvider(name, config.kind, config.base_url, model))
+            attempts.append(PlannedProvider(name, config.kind, config.base_url, config.model or model))
     problem = None
     if not attempts:
         listed = ", ".join(models.providers)

@@ -1,11 +1,16 @@
-"""Server-sent events, as both providers frame their streams (``event:``/``data:`` lines, blank line ends one)."""
+"""Server-sent events, as both providers frame their streams (``event:``/``data:`` lines, blank line ends one).
+
+A push parser fed the body's bytes as they arrive (no async generator: the gateway stops reading
+at the provider's end marker, and an abandoned async generator would be finalized later by
+trio's garbage-collection hook, with a warning and a wake-up per stream).
+"""
 
 from __future__ import annotations
 
-from collections.abc import AsyncIterator
+import codecs
 from dataclasses import dataclass
 
-__all__ = ["SseEvent", "iter_sse"]
+__all__ = ["SseEvent", "SseParser"]
 
 
 @dataclass(frozen=True)
@@ -14,24 +19,42 @@ class SseEvent:
     data: str
 
 
-async def iter_sse(lines: AsyncIterator[str]) -> AsyncIterator[SseEvent]:
-    """Events from a response's text lines; comments and ``id:``/``retry:`` fields are ignored."""
-    event = "message"
-    data: list[str] = []
-    async for line in lines:
+class SseParser:
+    """Feed it the stream's bytes; it returns each event once its blank line has arrived."""
+
+    def __init__(self) -> None:
+        self._decoder = codecs.getincrementaldecoder("utf-8")("replace")
+        self._partial = ""
+        self._event = "message"
+        self._data: list[str] = []
+
+    def feed(self, data: bytes) -> list[SseEvent]:
+        """Take the next bytes of the body (split anywhere, even inside a character)."""
+        text = self._partial + self._decoder.decode(data)
+        *lines, self._partial = text.split("\n")
+        return [event for line in lines if (event := self._line(line.removesuffix("\r"))) is not None]
+
+    def end(self) -> list[SseEvent]:
+        """The body ended: a last line without its line end, and an event without its blank line."""
+        tail, self._partial = self._partial + self._decoder.decode(b"", final=True), ""
+        events = [self._line(tail.removesuffix("\r")) if tail else None, self._line("")]
+        return [event for event in events if event is not None]
+
+    def _line(self, line: str) -> SseEvent | None:
         if not line:
-            if data:
-                yield SseEvent(event, "\n".join(data))
-            event, data = "message", []
-            continue
+            if not self._data:
+                self._event = "message"
+                return None
+            event = SseEvent(self._event, "\n".join(self._data))
+            self._event, self._data = "message", []
+            return event
         if line.startswith(":"):
-            continue
+            return None
         name, _, value = line.partition(":")
         if value.startswith(" "):
             value = value[1:]
         if name == "data":
-            data.append(value)
+            self._data.append(value)
         elif name == "event":
-            event = value
-    if data:
-        yield SseEvent(event, "\n".join(data))
+            self._event = value
+        return None

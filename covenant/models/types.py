@@ -11,7 +11,7 @@ it into ``tool_result.is_error``.
 from __future__ import annotations
 
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any, Literal
 
 __all__ = [
@@ -139,7 +139,6 @@ class Answer:
     message: dict[str, Any]
     input_tokens: int | None = None
     output_tokens: int | None = None
-    text_parts: list[str] = field(default_factory=list)
 
 
 class ProviderProtocolError(Exception):

@@ -78,7 +78,8 @@ def parse_duration_ms(text: str) -> int:
         )
     ms = int(match[1]) * _UNIT_MS[match[2]]
     if ms > _MAX_MS // 2:
-        raise GrantError(f"duration {text!r} is too long", field="expires")
+        raise GrantError(f"duration {text!r} is too long; give a shorter one, or none for a grant that never "
+                         "expires", field="expires")
     return ms
 
 

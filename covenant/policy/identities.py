@@ -199,7 +199,8 @@ class KnownIdentities:
         except FileNotFoundError:
             return {}
         except tomllib.TOMLDecodeError as exc:
-            raise IdentityError(f"{self.path}: {exc}", path=str(self.path)) from None
+            raise IdentityError(f"{self.path}: not valid TOML: {exc}; fix the syntax (or re-add names with "
+                                "`covenant identity add`)", path=str(self.path)) from None
         table = data.get("identities", {})
         if not isinstance(table, dict):
             raise IdentityError(f"{self.path}: `identities` must be a table of name = \"pubkey\"",

@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import heapq
 import threading
+from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
@@ -118,6 +119,25 @@ class IntentVerifier:
         self._remember(intent, now_ms)
         return intent
 
+    def restore(self, seen: Iterable[tuple[str, int]], now_ms: int) -> int:
+        """Remember ``(intent id, issued_at)`` pairs accepted before a restart; returns how many are kept.
+
+        Replay protection across restarts: the daemon feeds the ids of the
+        last skew window, read back from its durable audit log, before it
+        serves anyone. Ids already outside the window are dropped (their
+        replay fails the skew check); past ``replay_cache_size`` the oldest
+        are evicted and raise the floor, exactly as at run time.
+        """
+        horizon = now_ms - self.skew_ms
+        with self._lock:
+            for intent_id, issued_at in seen:
+                if issued_at < horizon or intent_id in self._seen:
+                    continue
+                self._seen[intent_id] = issued_at
+                heapq.heappush(self._by_age, (issued_at, intent_id))
+            self._evict_overflow()
+            return len(self._seen)
+
     def _check_shape(self, body: Any) -> tuple[Intent, dict[str, Any]]:
         if not isinstance(body, dict):
             raise BadIntent('dispatch body must be a JSON object {"intent": {...}, "signature": "<hex>"}')
@@ -166,10 +186,13 @@ class IntentVerifier:
                 )
             self._seen[intent.id] = intent.issued_at
             heapq.heappush(self._by_age, (intent.issued_at, intent.id))
-            while len(self._seen) > self.replay_cache_size:
-                issued_at, evicted = heapq.heappop(self._by_age)
-                del self._seen[evicted]
-                self._floor_ms = max(self._floor_ms, issued_at)
+            self._evict_overflow()
+
+    def _evict_overflow(self) -> None:
+        while len(self._seen) > self.replay_cache_size:
+            issued_at, evicted = heapq.heappop(self._by_age)
+            del self._seen[evicted]
+            self._floor_ms = max(self._floor_ms, issued_at)
 
     def _prune(self, now_ms: int) -> None:
         # An entry whose issued_at is older than the skew window can be dropped

@@ -28,6 +28,7 @@ __all__ = ["SessionPolicy", "Conversations", "new_session_id"]
 log = logging.getLogger("covenant.rune")
 
 _MEMORY_SESSIONS_MAX = 1000
+_FILE_THREADS = 4
 
 
 def new_session_id() -> str:
@@ -67,6 +68,8 @@ class Conversations:
 
     def __init__(self, policy: SessionPolicy) -> None:
         self.policy = policy
+        # Session file work runs in threads; few of them: a replica lives under an address-space limit.
+        self._files = trio.CapacityLimiter(_FILE_THREADS)
         self._locks: dict[str, trio.Lock] = {}
         self._memory: dict[str, _Memory] = {}
 
@@ -106,7 +109,7 @@ class Conversations:
                 raise LoopFailed("session_forbidden", f"session {session_id} belongs to another issuer")
             turns = memory.turns if memory else []
         else:
-            store = await trio.to_thread.run_sync(self._open, session_id, issuer, notes)
+            store = await trio.to_thread.run_sync(self._open, session_id, issuer, notes, limiter=self._files)
             turns = _group_turns(store.verified.turns)
         history = window(turns, profile=policy.memory_profile, standard_turns=policy.standard_turns,
                          token_budget=policy.token_budget)
@@ -114,11 +117,11 @@ class Conversations:
         on_step = None
         if store is not None and policy.checkpoint_policy == "each_step":
             async def on_step(messages: list[dict[str, Any]]) -> None:
-                await trio.to_thread.run_sync(store.append_turn, intent_id, messages)
+                await trio.to_thread.run_sync(store.append_turn, intent_id, messages, limiter=self._files)
 
         result = await run_loop(spec, backend, history, text, emit=emit, on_step=on_step)
         if store is not None and policy.checkpoint_policy == "on_finish":
-            await trio.to_thread.run_sync(store.append_turn, intent_id, result.messages)
+            await trio.to_thread.run_sync(store.append_turn, intent_id, result.messages, limiter=self._files)
         elif store is None:
             memory = self._memory.setdefault(session_id, _Memory(issuer))
             memory.turns.append(result.messages)
@@ -131,8 +134,8 @@ class Conversations:
         try:
             store = SessionLog.open(path)
         except FileNotFoundError:
-            return SessionLog.create(path, agent=self.policy.agent_id, session=session_id, issuer=issuer,
-                                     now_ms=int(time.time() * 1000))
+            return SessionLog.new(path, agent=self.policy.agent_id, session=session_id, issuer=issuer,
+                                  now_ms=int(time.time() * 1000))
         except SessionCorrupt as exc:
             raise LoopFailed("session_corrupt", f"session {session_id} refused: {exc}") from None
         except OSError as exc:

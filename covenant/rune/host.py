@@ -22,6 +22,7 @@ from __future__ import annotations
 import json
 import os
 import sys
+import threading
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -147,6 +148,9 @@ class ReplicaApp:
         except trio.TooSlowError:
             return 422, _error("timeout", "the intent's deadline passed in the replica", request_id=request_id,
                                session_id=session_id, **notes)
+        except OSError as exc:  # a session file that cannot be written (disk full, permissions)
+            _log("intent failed", intent=intent_id, error=str(exc))
+            return 500, _error("crashed", f"the replica failed: {exc}", request_id=request_id, session_id=session_id)
         return 200, {"request_id": request_id, "session_id": session_id, "output": {"text": result.text},
                      "usage": result.usage, **notes}
 
@@ -160,6 +164,8 @@ async def _serve(spec: ReplicaSpec) -> None:
 
 def main() -> int:
     """Read the spec line from stdin and serve until killed."""
+    # Worker threads (session files) need little stack; the default 8 MiB each counts against RLIMIT_AS.
+    threading.stack_size(512 * 1024)
     line = sys.stdin.buffer.readline()
     try:
         spec = ReplicaSpec.from_json(json.loads(line))

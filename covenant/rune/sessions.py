@@ -132,7 +132,9 @@ class SessionLog:
     """One session's file: verified when opened, appended to with fsync.
 
     :meth:`open` returns the log and the verified records; a torn tail is cut
-    (``torn_bytes`` says how much) before anything is appended.
+    (``torn_bytes`` says how much) before anything is appended. :meth:`new`
+    is a session whose file is created by its first checkpoint, header and
+    turn in one write.
     """
 
     def __init__(self, path: Path, verified: Verified) -> None:
@@ -140,6 +142,8 @@ class SessionLog:
         self.verified = verified
         self._next_seq = len(verified.records)
         self._head = verified.head
+        self._header: dict[str, Any] | None = None
+        """Set while the file does not exist yet: its first write starts with this header."""
 
     @classmethod
     def open(cls, path: Path) -> "SessionLog":
@@ -155,29 +159,48 @@ class SessionLog:
         return cls(path, verified)
 
     @classmethod
-    def create(cls, path: Path, *, agent: str, session: str, issuer: str, now_ms: int) -> "SessionLog":
-        """Start a new session file with its header record (refuses to overwrite one)."""
-        path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    def new(cls, path: Path, *, agent: str, session: str, issuer: str, now_ms: int) -> "SessionLog":
+        """A session not on disk yet: its header is written with the first turn (one write, one fsync)."""
         log = cls(path, Verified(path))
-        header = {"kind": "session", "agent": agent, "session": session, "issuer": issuer, "created_ms": now_ms}
-        log.verified.records.append(log._append(header, exclusive=True))
-        _fsync_dir(path.parent)
+        log._header = {"kind": "session", "agent": agent, "session": session, "issuer": issuer, "created_ms": now_ms}
+        log.verified.records.append({**log._header, "seq": 0, "prev": GENESIS, "hash": ""})  # completed when written
+        return log
+
+    @classmethod
+    def create(cls, path: Path, *, agent: str, session: str, issuer: str, now_ms: int) -> "SessionLog":
+        """Start a new session file with its header record now (refuses to overwrite one)."""
+        log = cls.new(path, agent=agent, session=session, issuer=issuer, now_ms=now_ms)
+        log._write([])
         return log
 
     def append_turn(self, intent: str, messages: list[dict[str, Any]]) -> None:
-        self.verified.records.append(self._append({"kind": "turn", "intent": intent, "messages": messages}))
+        self._write([{"kind": "turn", "intent": intent, "messages": messages}])
 
-    def _append(self, payload: dict[str, Any], *, exclusive: bool = False) -> dict[str, Any]:
-        record = {**payload, "seq": self._next_seq, "prev": self._head}
-        record["hash"] = record_hash(record)
-        line = _canonical(record) + b"\n"
-        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if exclusive else 0)
+    def _write(self, payloads: list[dict[str, Any]]) -> None:
+        header = self._header
+        records = []
+        if header is not None:  # the file does not exist yet: it starts with the header
+            records.append(self._record(header))
+        records += [self._record(p) for p in payloads]
+        data = b"".join(_canonical(r) + b"\n" for r in records)
+        if header is not None:
+            self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | (os.O_CREAT | os.O_EXCL if header is not None else 0)
         fd = os.open(self.path, flags, 0o600)
         try:
-            os.write(fd, line)
+            os.write(fd, data)
             os.fsync(fd)
         finally:
             os.close(fd)
+        if header is not None:
+            _fsync_dir(self.path.parent)
+            self._header = None
+            self.verified.records.pop(0)
+        self.verified.records.extend(records)
+
+    def _record(self, payload: dict[str, Any]) -> dict[str, Any]:
+        record = {**payload, "seq": self._next_seq, "prev": self._head}
+        record["hash"] = record_hash(record)
         self._next_seq += 1
         self._head = record["hash"]
         return record

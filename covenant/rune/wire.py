@@ -14,6 +14,7 @@ Server: :func:`serve` with a handler returning :class:`JSONResponse` or
 from __future__ import annotations
 
 import json
+import logging
 import os
 import socket
 import stat
@@ -26,6 +27,8 @@ from typing import Any
 
 import h11
 import trio
+
+log = logging.getLogger("covenant.rune")
 
 __all__ = [
     "Request",
@@ -178,7 +181,11 @@ async def _handle(stream: trio.SocketStream, handler: Handler) -> None:
             return
         if request is None:
             return
-        answer = await handler(request)
+        try:
+            answer = await handler(request)
+        except Exception as exc:  # a bug in a handler must not take the server (and its owner) down
+            log.exception("request handler failed", extra={"target": request.target})
+            answer = JSONResponse(500, {"error": {"code": "internal_error", "message": f"{type(exc).__name__}: {exc}"}})
         await _answer(stream, conn, answer)
     except (trio.BrokenResourceError, trio.ClosedResourceError, h11.LocalProtocolError):
         pass  # the client went away

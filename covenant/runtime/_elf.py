@@ -7,6 +7,11 @@ system calls between fork and exec, where CPython cannot run code without
 no libc, so an exec costs ~0.1 ms. Each lives in a sealed memfd of the
 covenant process (nothing on disk, nobody can modify it) and is executed as
 ``/proc/<covenant pid>/fd/<n>``.
+
+The machine code of each helper is written here as commented byte pieces and
+in ``covenant/runtime/asm/*.S`` as an assembly listing (GNU as);
+``scripts/helper-bytes.sh`` assembles a listing with binutils and
+``tests/runtime/test_helper_sources.py`` checks the two agree. Change both.
 """
 
 from __future__ import annotations
@@ -28,7 +33,8 @@ __all__ = [
     "CLONE_NEWNS",
     "assemble",
     "credentials_block",
-    "switch_credentials",
+    "read_credentials",
+    "become_credentials",
     "elf_image",
     "supported",
     "install_sealed",
@@ -88,7 +94,7 @@ def assemble(pieces: Sequence[Piece]) -> bytes:
 
 
 CREDENTIALS_LEN = 16
-"""Bytes :func:`switch_credentials` reads from stdin first: uid, gid (u32), the mount namespace fd
+"""Bytes :func:`read_credentials` reads from stdin first: uid, gid (u32), the mount namespace fd
 (i32, -1 = none) and the length of the cwd path that follows (u32, NUL included), little endian."""
 CLONE_NEWNS = 0x00020000
 
@@ -105,20 +111,20 @@ def credentials_block(uid: int, gid: int, mount_ns_fd: int = -1, cwd: str | None
     return struct.pack("<IIiI", uid, gid, mount_ns_fd, len(path)) + path
 
 
-def switch_credentials() -> list[Piece]:
-    """Code that takes the credentials from stdin and becomes them, for good.
+def read_credentials() -> list[Piece]:
+    """Code that reads the credentials from stdin and enters the mount namespace (still as root).
 
     Reads the :data:`CREDENTIALS_LEN` bytes of :func:`credentials_block`
     (the supervisor wrote them into the pipe before the spawn); a short
     read, uid 0 or gid 0 aborts. With a mount namespace fd it then reads the
     cwd path, ``setns(fd, CLONE_NEWNS)`` (the agent's private /tmp and
     /dev/shm, see :mod:`covenant.runtime.mountns`), closes the fd and
-    ``chdir``s (setns moved it to the namespace's root). Then
-    ``setgroups(0, NULL)`` (no supplementary groups), ``setgid``, ``setuid``
-    (as root these set real, effective and saved ids, and the capabilities
-    go), and ``PR_SET_NO_NEW_PRIVS`` so no set-uid program can give them
-    back. Any failing call aborts: fail closed. The block sits just below
-    the stack pointer, the path 4 KiB further down (nothing else uses them).
+    ``chdir``s (setns moved it to the namespace's root). Any failing call
+    aborts: fail closed. The block sits just below the stack pointer, the
+    path 4 KiB further down (nothing else uses them). :func:`become_credentials`
+    comes later: between the two the supervisor sets the rlimits and nice
+    value from outside, which needs the process to still be root when
+    covenant lacks CAP_SYS_RESOURCE (the systemd unit).
     """
     check = b"\x85\xc0"  # test %eax, %eax
     syscall = b"\x0f\x05"
@@ -161,6 +167,23 @@ def switch_credentials() -> list[Piece]:
         check,
         JNE,
         Label("no_mount_ns"),
+    ]
+
+
+def become_credentials() -> list[Piece]:
+    """Code that becomes the uid/gid :func:`read_credentials` read, for good.
+
+    ``setgroups(0, NULL)`` (no supplementary groups), ``setgid``, ``setuid``
+    (as root these set real, effective and saved ids), every capability
+    dropped (ambient cleared, then ``capset`` to empty sets: a non-root
+    daemon holding CAP_SETUID would otherwise pass it on), and
+    ``PR_SET_NO_NEW_PRIVS`` so no set-uid program can give them back. Any
+    failing call aborts. The kernel clears PR_SET_PDEATHSIG on a credential
+    change: arm it after this.
+    """
+    check = b"\x85\xc0"  # test %eax, %eax
+    syscall = b"\x0f\x05"
+    return [
         b"\x31\xff",  # xor %edi, %edi
         b"\x31\xf6",  # xor %esi, %esi
         b"\xb8\x74\x00\x00\x00",  # mov $116, %eax        setgroups(0, NULL)
@@ -174,6 +197,29 @@ def switch_credentials() -> list[Piece]:
         JNE,
         b"\x8b\x7c\x24\xe0",  # mov -32(%rsp), %edi
         b"\xb8\x69\x00\x00\x00",  # mov $105, %eax        setuid
+        syscall,
+        check,
+        JNE,
+        # A daemon that is not root but holds capabilities (the systemd unit) keeps them across a
+        # setuid between two non-zero uids: drop every one, ambient first, then capset(all zero).
+        b"\xbf\x2f\x00\x00\x00",  # mov $47, %edi         PR_CAP_AMBIENT
+        b"\xbe\x04\x00\x00\x00",  # mov $4, %esi          PR_CAP_AMBIENT_CLEAR_ALL
+        b"\x31\xd2",  # xor %edx, %edx
+        b"\x45\x31\xd2",  # xor %r10d, %r10d
+        b"\x45\x31\xc0",  # xor %r8d, %r8d
+        b"\xb8\x9d\x00\x00\x00",  # mov $157, %eax        prctl
+        syscall,
+        check,
+        JNE,
+        b"\xc7\x44\x24\xa0\x22\x05\x08\x20",  # movl $0x20080522, -96(%rsp)   header: version 3
+        b"\x31\xc0",  # xor %eax, %eax
+        b"\x89\x44\x24\xa4",  # mov %eax, -92(%rsp)                      header: pid 0 (self)
+        b"\x48\x89\x44\x24\xa8",  # mov %rax, -88(%rsp)                data: all zero
+        b"\x48\x89\x44\x24\xb0",  # mov %rax, -80(%rsp)
+        b"\x48\x89\x44\x24\xb8",  # mov %rax, -72(%rsp)
+        b"\x48\x8d\x7c\x24\xa0",  # lea -96(%rsp), %rdi
+        b"\x48\x8d\x74\x24\xa8",  # lea -88(%rsp), %rsi
+        b"\xb8\x7e\x00\x00\x00",  # mov $126, %eax        capset
         syscall,
         check,
         JNE,

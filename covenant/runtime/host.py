@@ -22,6 +22,7 @@ __all__ = [
     "network_isolation_available",
     "netns_wrapper",
     "pdeathsig_wrapper",
+    "can_switch_uid",
     "ExecWrapper",
 ]
 
@@ -47,6 +48,24 @@ def is_child_subreaper() -> bool:
     if _libc().prctl(_PR_GET_CHILD_SUBREAPER, ctypes.byref(value), 0, 0, 0) != 0:
         return False
     return bool(value.value)
+
+
+_CAP_KILL, _CAP_SETGID, _CAP_SETUID = 5, 6, 7
+
+
+def can_switch_uid() -> bool:
+    """Root, or holding CAP_SETUID, CAP_SETGID and CAP_KILL (a systemd unit with those capabilities)."""
+    if os.geteuid() == 0:
+        return True
+    try:
+        with open("/proc/self/status", "rb") as f:
+            for line in f:
+                if line.startswith(b"CapEff:"):
+                    caps = int(line.split()[1], 16)
+                    return all(caps >> bit & 1 for bit in (_CAP_KILL, _CAP_SETGID, _CAP_SETUID))
+    except OSError:
+        pass
+    return False
 
 
 def _works(argv: list[str], stdin: bytes = b"") -> bool:
@@ -117,7 +136,7 @@ def pdeathsig_wrapper(*, credentials: bool = False) -> ExecWrapper | None:
 def _credentialed_wrapper(pid: int) -> ExecWrapper | None:
     true = shutil.which("true", path="/usr/bin:/bin")
     helper = pdeathsig.install_helper(credentials=True)
-    if true is None or helper is None or os.geteuid() != 0:
+    if true is None or helper is None or not can_switch_uid():
         return None
     probe = _elf.credentials_block(_PROBE_UID, _PROBE_UID) + pdeathsig.GATE_BYTE
     return ExecWrapper((helper,), gated=True, switches_credentials=True) if _works([helper, true], probe) else None

@@ -6,11 +6,14 @@ an unprivileged uid/gid that is not covenant's, with no supplementary groups
 
 - ``[isolation] uid_range`` (default 61184-65519, systemd's DynamicUser
   range): each agent gets its own uid, gid = uid. The choice is
-  deterministic and persistent: a hash of the agent id picks the first
-  candidate, linear probing skips uids already given to another agent or
-  held by an account in the user database, and the result is kept in
-  ``<home>/state/isolation/uids.json`` (written atomically, 0600), so an
-  agent's files keep their owner across restarts and renames of others.
+  deterministic and persistent: a hash of the home's salt (random, made
+  once) and the agent id picks the first candidate, linear probing skips
+  uids already given to another agent or held by an account in the user
+  database, and the result is kept in ``<home>/state/isolation/uids.json``
+  (written atomically, 0600), so an agent's files keep their owner across
+  restarts. The salt keeps two homes on one host (tests, staging) from
+  giving the same agent id the same uid, whose sweeps would kill each
+  other's agents.
 - ``[isolation] user = "NAME"``: one fixed account for every agent (its uid
   and primary gid; it must not be root). The account must be dedicated to
   covenant: every process it runs is swept when no dispatch is live.
@@ -41,6 +44,7 @@ from covenant.config import IsolationConfig
 from covenant.errors import ConfigError
 from covenant.policy._files import atomic_write_text
 from covenant.runtime import _procfs, uidkill
+from covenant.runtime.host import can_switch_uid
 from covenant.runtime.launcher import AgentCredentials, LaunchError
 
 __all__ = [
@@ -55,23 +59,7 @@ __all__ = [
 
 IsolationMode = Literal["uid", "same-uid"]
 
-_CAP_KILL, _CAP_SETGID, _CAP_SETUID = 5, 6, 7
 _TABLE_NAME = "uids.json"
-
-
-def can_switch_uid() -> bool:
-    """Root, or holding CAP_SETUID, CAP_SETGID and CAP_KILL (a systemd unit with those capabilities)."""
-    if os.geteuid() == 0:
-        return True
-    try:
-        with open("/proc/self/status", "rb") as f:
-            for line in f:
-                if line.startswith(b"CapEff:"):
-                    caps = int(line.split()[1], 16)
-                    return all(caps >> bit & 1 for bit in (_CAP_KILL, _CAP_SETGID, _CAP_SETUID))
-    except OSError:
-        pass
-    return False
 
 
 def _has_account(uid: int) -> bool:
@@ -89,6 +77,7 @@ class _UidTable:
         self.path = path
         self.low, self.high = low, high
         self._lock = threading.Lock()
+        self._salt = ""
         self._agents = self._load()
 
     def _load(self) -> dict[str, int]:
@@ -103,6 +92,10 @@ class _UidTable:
             isinstance(k, str) and type(v) is int and v > 0 for k, v in agents.items()
         ):
             raise ConfigError(f"{self.path}: field `agents` must map agent ids to uids", path=str(self.path))
+        salt = raw.get("salt", "")
+        if not isinstance(salt, str):
+            raise ConfigError(f"{self.path}: field `salt` must be a string", path=str(self.path))
+        self._salt = salt
         # Entries outside today's range stay valid: files keep their owner when the range moves.
         return dict(agents)
 
@@ -115,7 +108,10 @@ class _UidTable:
             if uid is not None:
                 return uid
             size = self.high - self.low + 1
-            start = int.from_bytes(hashlib.sha256(agent_id.encode()).digest()[:8], "big") % size
+            if not self._salt:
+                self._salt = os.urandom(16).hex()
+            digest = hashlib.sha256(f"{self._salt}\0{agent_id}".encode()).digest()
+            start = int.from_bytes(digest[:8], "big") % size
             taken = set(self._agents.values())
             for step in range(size):
                 candidate = self.low + (start + step) % size
@@ -130,7 +126,8 @@ class _UidTable:
 
     def _save(self) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-        text = json.dumps({"version": 1, "agents": dict(sorted(self._agents.items()))}, indent=1) + "\n"
+        doc = {"version": 1, "salt": self._salt, "agents": dict(sorted(self._agents.items()))}
+        text = json.dumps(doc, indent=1) + "\n"
         atomic_write_text(self.path, text, mode=0o600)
 
     def uids(self) -> set[int]:
@@ -215,13 +212,24 @@ class Isolation:
             os.close(fd)
         return path
 
+    def probe_credentials(self) -> AgentCredentials | None:
+        """Credentials that stand for every agent in access checks: the fixed user, or a range uid
+        that owns nothing; None in ``same-uid`` mode."""
+        if self._fixed is not None:
+            return self._fixed
+        if self._table is not None:
+            return AgentCredentials(self._table.low, self._table.low)
+        return None
+
     def owns_uid(self, uid: int) -> bool:
-        """Is ``uid`` one covenant gives to agents (the range, the table, or the fixed user)?"""
+        """Is ``uid`` one this home gave to an agent (its table), or the fixed user?
+
+        Not the whole range: another home on the host (or a systemd
+        ``DynamicUser=`` service) may hold other uids of it.
+        """
         if self._fixed is not None:
             return uid == self._fixed.uid
-        if self._table is None:
-            return False
-        return self._table.low <= uid <= self._table.high or uid in self._table.uids()
+        return self._table is not None and uid in self._table.uids()
 
     def gid_of(self, uid: int) -> int:
         """The gid that goes with an agent uid."""
@@ -238,7 +246,7 @@ class Isolation:
         return doc
 
     def sweep_survivors(self, wait_s: float = 10.0) -> SweepReport:
-        """Kill every process running as an agent uid (blocking; call at start, before taking work).
+        """Kill every process running as one of this home's agent uids (blocking; call at start, before work).
 
         After ``kill -9`` of covenant, escaped agent processes outlive it.
         One /proc scan finds them by real uid (read from ``status``, which a
@@ -317,7 +325,7 @@ def _may(st: os.stat_result, uid: int, gid: int, bits: int) -> bool:
 
 
 def reachability_problems(
-    needs: Iterable[tuple[str, str, str]], isolation: Isolation, probe_agent: str = "covenant-probe"
+    needs: Iterable[tuple[str, str, str]], isolation: Isolation
 ) -> list[str]:
     """What an agent uid cannot reach among ``needs``: (path, "file" | "read" | "dir", the setting to change).
 
@@ -325,10 +333,10 @@ def reachability_problems(
     ancestor directory searchable, for the uid agents run as (for a uid
     range: a uid that owns nothing). Symlinks are resolved first.
     """
-    if not isolation.enforced:
+    probe = isolation.probe_credentials()
+    if probe is None:
         return []
-    fixed = isolation._fixed
-    uid, gid = (fixed.uid, fixed.gid) if fixed is not None else (isolation._table.low, isolation._table.low)  # type: ignore[union-attr]
+    uid, gid = probe
     problems = []
     for path, kind, setting in needs:
         real = os.path.realpath(path)

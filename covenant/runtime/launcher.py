@@ -16,6 +16,7 @@ import os
 import resource
 import subprocess
 from dataclasses import dataclass, field
+from collections.abc import Callable
 from typing import NamedTuple
 
 import trio
@@ -174,6 +175,14 @@ class Launched:
             self._pidfd = -1
 
 
+def _rlimit_setter(rlimits: dict[int, tuple[int, int]]) -> Callable[[], None]:
+    def apply() -> None:
+        for which, limits in rlimits.items():
+            resource.setrlimit(which, limits)
+
+    return apply
+
+
 class Launcher(abc.ABC):
     """Starts agent processes. Implementations decide the isolation mechanism."""
 
@@ -247,7 +256,15 @@ class ProcessGroupLauncher(Launcher):
                 if switch_in_helper:
                     credentials_block = _elf.credentials_block(creds.uid, creds.gid, ns_fd, plan.cwd)
                 else:
-                    switch_in_popen = {"user": creds.uid, "group": creds.gid, "extra_groups": []}
+                    # CPython switches in the child (a full fork); the rlimits are set there too,
+                    # after the switch: lowering one's own needs no privilege, prlimit(2) on
+                    # another uid's process needs CAP_SYS_RESOURCE.
+                    switch_in_popen = {
+                        "user": creds.uid,
+                        "group": creds.gid,
+                        "extra_groups": [],
+                        "preexec_fn": _rlimit_setter(plan.rlimits),
+                    }
         except (LaunchError, OSError) as exc:
             for fd in (in_r, in_w, out_r, out_w, err_r, err_w, ns_fd):
                 if fd >= 0:
@@ -277,23 +294,23 @@ class ProcessGroupLauncher(Launcher):
                 os.close(fd)
             if ns_fd >= 0:
                 os.close(ns_fd)
-        # The helper is still root here, blocked reading its credentials block: rlimits go on
-        # now, while covenant may still change them without CAP_SYS_RESOURCE (a process of
-        # another uid it may not touch), and only then may the helper switch uid.
-        self._apply_limits(popen.pid, plan)
+        # The helper is still covenant's uid here, blocked reading its credentials block (and
+        # after that at its gate, still covenant's uid): rlimits go on now, while covenant may still
+        # change them without CAP_SYS_RESOURCE (a process of another uid it may not touch).
+        self._apply_limits(popen.pid, plan, rlimits=not switch_in_popen)
         if credentials_block:
             os.write(in_w, credentials_block)  # pipe capacity is far above its size
         return Launched(popen, (in_w, out_r, err_r), argv, network_enforced, gated, creds)
 
     @staticmethod
-    def _apply_limits(pid: int, plan: LaunchPlan) -> None:
-        for which, limits in plan.rlimits.items():
+    def _apply_limits(pid: int, plan: LaunchPlan, *, rlimits: bool = True) -> None:
+        for which, limits in plan.rlimits.items() if rlimits else ():
             try:
                 resource.prlimit(pid, which, limits)
             except ProcessLookupError:
                 return
             except (OSError, ValueError) as exc:
-                log.warning("cannot set rlimit", extra={"pid": pid, "rlimit": which, "detail": str(exc)})
+                log.warning("cannot set rlimit %s on %s: %s", which, pid, exc, extra={"pid": pid, "rlimit": which, "detail": str(exc)})
         if plan.nice:
             try:
                 os.setpriority(os.PRIO_PROCESS, pid, plan.nice)

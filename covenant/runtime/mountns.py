@@ -5,7 +5,7 @@ unbounded by ``disk_mb``, shared with every other user, kept after the run.
 So each agent uid gets its own mount namespace in which /tmp and /dev/shm
 are fresh tmpfs instances capped at the agent's ``disk_mb``. The agent's
 processes enter it at exec (``setns`` in covenant's exec helper,
-:func:`covenant.runtime._elf.switch_credentials`): ~10 µs per spawn.
+:func:`covenant.runtime._elf.read_credentials`): ~10 µs per spawn.
 
 The namespace is made once per uid by a small root process (Python, once,
 ~30 ms) that then execs ``sleep infinity`` to hold it (~1 MB) and dies with
@@ -106,8 +106,9 @@ class MountNamespaces:
 
     @staticmethod
     def available() -> bool:
-        """Root with mount(2) allowed, and covenant's credentialed exec helper here (cached probes)."""
-        return os.geteuid() == 0 and host.pdeathsig_wrapper(credentials=True) is not None
+        """Allowed to switch uid, with covenant's credentialed exec helper here (cached probe); whether
+        mount(2) is allowed too is found by making a namespace."""
+        return host.pdeathsig_wrapper(credentials=True) is not None
 
     def namespace_for(self, uid: int, size_mb: int, needed: Iterable[str]) -> str:
         """The mount namespace file of ``uid``'s private /tmp and /dev/shm, made on first use.
@@ -159,6 +160,21 @@ class MountNamespaces:
             process.wait()
             raise OSError(f"cannot make a private /tmp and /dev/shm: {line or 'the setup process died'}")
         return _Holder(process, size_kib)
+
+    def used_bytes(self, uid: int) -> int:
+        """Bytes in ``uid``'s private dirs now (two ``statvfs`` on tmpfs: memory only, ~10 µs)."""
+        with self._lock:
+            holder = self._holders.get(uid)
+        if holder is None or not holder.alive():
+            return 0
+        total = 0
+        for target in PRIVATE_DIRS:
+            try:
+                st = os.statvfs(f"/proc/{holder.process.pid}/root{target}")
+            except OSError:
+                continue
+            total += (st.f_blocks - st.f_bfree) * st.f_frsize
+        return total
 
     def collect(self, uid: int) -> int:
         """Bytes ``uid`` left in its private dirs, which are then emptied (the bound-back entries stay)."""

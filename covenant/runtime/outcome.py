@@ -109,3 +109,6 @@ class DispatchRecord(BaseModel):
     children: list[dict[str, Any]] = []
     """The child intents this one made, in start order: ``{intent, agent, outcome, started_at, duration_ms}``
     (``step`` for a workflow step); a refused child has its refusal reason as outcome."""
+    peer_uid: int | None = None
+    """uid of the local client (SO_PEERCRED) that submitted the dispatch; it may read this record.
+    None for `covenant run` and for records written before it was kept."""

@@ -8,14 +8,17 @@ program: ~1.2 ms per spawn on the reference box. This helper is ~120 bytes of
 x86-64 machine code in a hand-built ELF (:mod:`covenant.runtime._elf`), no
 loader and no libc: ~0.1 ms.
 
-The credentialed variant (a daemon running as root, docs/security.md) first
-becomes the agent's uid and gid: it reads them from its stdin, 8 bytes the
-launcher wrote into the pipe before the spawn, and runs
-:func:`~covenant.runtime._elf.switch_credentials` (no supplementary groups,
-no new privileges). That must come before PR_SET_PDEATHSIG: the kernel
-clears the parent-death signal whenever the credentials change. CPython's
-own ``Popen(user=...)`` would do the switch too, but only on its slow fork
-path (no vfork once uid or gid are given).
+The credentialed variant (a daemon running as root, docs/security.md) also
+becomes the agent's uid and gid: it reads them from its stdin (a block the
+launcher wrote into the pipe before the spawn, :func:`~covenant.runtime._elf.
+read_credentials`, which also enters the agent uid's mount namespace), waits
+at the gate *as root* (so the supervisor may set rlimits and nice without
+CAP_SYS_RESOURCE), then drops to the uid (:func:`~covenant.runtime._elf.
+become_credentials`: no supplementary groups, no new privileges) and only
+then arms PR_SET_PDEATHSIG: the kernel clears the parent-death signal
+whenever the credentials change. CPython's own ``Popen(user=...)`` would
+switch too, but only on its slow fork path (no vfork once uid or gid are
+given).
 
 The gate: before exec the helper reads exactly one byte from its stdin (the
 agent's stdin pipe). The supervisor writes that byte, followed by the
@@ -32,40 +35,12 @@ any more when the signal is armed (covenant died during the spawn), it kills
 itself instead of running the agent. Other architectures fall back to setpriv
 (no gate).
 
-The program (AT&T syntax; ``jne abort`` are rel32 jumps)::
-
-    [switch_credentials]      # credentialed variant only
-    mov  $1, %edi             # PR_SET_PDEATHSIG
-    mov  $9, %esi             # SIGKILL
-    mov  $157, %eax           # prctl
-    syscall
-    mov  $110, %eax           # getppid
-    syscall
-    cmp  $<covenant pid>, %eax
-    jne  abort
-    xor  %eax, %eax           # read
-    xor  %edi, %edi           # fd 0
-    lea  -8(%rsp), %rsi       # into a byte below the stack top (unused)
-    mov  $1, %edx             # one byte: the gate
-    syscall
-    cmp  $1, %eax
-    jne  abort                # end of file: the start was withdrawn
-    mov  (%rsp), %rcx         # argc
-    lea  16(%rsp), %rsi       # argv + 1
-    mov  (%rsi), %rdi         # path = argv[1]
-    lea  16(%rsp,%rcx,8), %rdx  # envp = &argv[argc + 1]
-    mov  $59, %eax            # execve
-    syscall
-    mov  $127, %edi           # exec failed: exit 127, like a shell
-    mov  $231, %eax           # exit_group
-    syscall
-  abort:
-    mov  $39, %eax            # getpid
-    syscall
-    mov  %eax, %edi
-    mov  $9, %esi
-    mov  $62, %eax            # kill(self, SIGKILL)
-    syscall
+The source is ``covenant/runtime/asm/pdeathsig.S`` (GNU as, commented line
+by line; the credentialed variant includes ``read_credentials.S`` and
+``become_credentials.S``).
+``scripts/helper-bytes.sh pdeathsig PID [CREDENTIALS]`` assembles it with
+binutils and prints the bytes; ``tests/runtime/test_helper_sources.py``
+checks they equal :func:`_code`. Change the listing and the pieces together.
 """
 
 from __future__ import annotations
@@ -83,16 +58,7 @@ GATE_BYTE = b"\x01"
 
 def _code(parent_pid: int, credentials: bool) -> bytes:
     syscall = b"\x0f\x05"
-    pieces: list[_elf.Piece] = _elf.switch_credentials() if credentials else []
-    pieces += [
-        b"\xbf\x01\x00\x00\x00",  # mov $1, %edi            PR_SET_PDEATHSIG
-        b"\xbe\x09\x00\x00\x00",  # mov $9, %esi            SIGKILL
-        b"\xb8\x9d\x00\x00\x00",  # mov $157, %eax          prctl
-        syscall,
-        b"\xb8\x6e\x00\x00\x00",  # mov $110, %eax          getppid
-        syscall,
-        b"\x3d" + struct.pack("<I", parent_pid),  # cmp $pid, %eax
-        _elf.JNE,
+    gate = [
         b"\x31\xc0",  # xor %eax, %eax                        read
         b"\x31\xff",  # xor %edi, %edi                        fd 0
         b"\x48\x8d\x74\x24\xf8",  # lea -8(%rsp), %rsi
@@ -100,6 +66,25 @@ def _code(parent_pid: int, credentials: bool) -> bytes:
         syscall,
         b"\x83\xf8\x01",  # cmp $1, %eax
         _elf.JNE,  # end of file: the start was withdrawn
+    ]
+    arm = [
+        b"\xbf\x01\x00\x00\x00",  # mov $1, %edi            PR_SET_PDEATHSIG
+        b"\xbe\x09\x00\x00\x00",  # mov $9, %esi            SIGKILL
+        b"\x31\xd2",  # xor %edx, %edx
+        b"\xb8\x9d\x00\x00\x00",  # mov $157, %eax          prctl
+        syscall,
+        b"\xb8\x6e\x00\x00\x00",  # mov $110, %eax          getppid
+        syscall,
+        b"\x3d" + struct.pack("<I", parent_pid),  # cmp $pid, %eax
+        _elf.JNE,
+    ]
+    if credentials:
+        # Still root at the gate (the supervisor's prlimit needs that), the agent's uid after it;
+        # PDEATHSIG is armed last because a credential change clears it.
+        pieces = [*_elf.read_credentials(), *gate, *_elf.become_credentials(), *arm]
+    else:
+        pieces = [*arm, *gate]
+    pieces += [
         b"\x48\x8b\x0c\x24",  # mov (%rsp), %rcx                argc
         b"\x48\x8d\x74\x24\x10",  # lea 16(%rsp), %rsi       argv + 1
         b"\x48\x8b\x3e",  # mov (%rsi), %rdi                     path = argv[1]

@@ -119,16 +119,21 @@ class DispatchStore:
             return []
         return sorted(self.directory.glob(f"{_PREFIX}*{_SUFFIX}"))
 
-    def recent(self, limit: int, agent: str | None = None) -> list[DispatchRecord]:
-        """Up to ``limit`` records, newest first, optionally only those of agent ``agent``."""
-        return list(itertools.islice(self.newest_first(agent), max(limit, 0)))
+    def recent(self, limit: int, agent: str | None = None, *, peer_uid: int | None = None) -> list[DispatchRecord]:
+        """Up to ``limit`` records, newest first, optionally only those of agent ``agent``.
 
-    def newest_first(self, agent: str | None = None) -> Iterator[DispatchRecord]:
-        """Every record, newest first, read lazily (optionally only agent ``agent``'s)."""
+        With ``peer_uid``, only the records that uid submitted (per-user visibility).
+        """
+        return list(itertools.islice(self.newest_first(agent, peer_uid=peer_uid), max(limit, 0)))
+
+    def newest_first(self, agent: str | None = None, *, peer_uid: int | None = None) -> Iterator[DispatchRecord]:
+        """Every record, newest first, read lazily (optionally only agent ``agent``'s, or ``peer_uid``'s)."""
         for path in reversed(self.segments()):
             for offset, line in _reverse_lines(path):
                 record = self._parse(path, offset, line)
-                if record is not None and (agent is None or record.agent_id == agent):
+                if record is None or (agent is not None and record.agent_id != agent):
+                    continue
+                if peer_uid is None or record.peer_uid == peer_uid:
                     yield record
 
     def get(self, intent_id: str) -> DispatchRecord | None:

@@ -153,7 +153,13 @@ class Runner:
 
         await trio.to_thread.run_sync(make_root)
         if config.pdeathsig:
-            await trio.to_thread.run_sync(host.pdeathsig_wrapper)
+            wrapper = await trio.to_thread.run_sync(host.pdeathsig_wrapper)
+            if wrapper is None:
+                log.warning(
+                    "agents start without PDEATHSIG: neither covenant's helper (x86-64 only) nor "
+                    "`setpriv --pdeathsig` runs here; install util-linux's setpriv, or set "
+                    "runtime.pdeathsig = false to accept it (docs/runtime.md, PDEATHSIG)"
+                )
             if enforced:
                 await trio.to_thread.run_sync(partial(host.pdeathsig_wrapper, credentials=True))
         mount_namespaces = None
@@ -195,7 +201,9 @@ class Runner:
                                cls.resolve_program(config.node, config.path)) if p]
         spaces = MountNamespaces(scratch_root.parent / "isolation" / "stage", needed)
         problem = None
-        if not spaces.available():
+        if not config.pdeathsig:
+            problem = "runtime.pdeathsig = false: agents start without covenant's exec helper, which enters it"
+        elif not spaces.available():
             problem = "covenant's credentialed exec helper is not available here (x86-64 only)"
         else:
             try:
@@ -264,8 +272,8 @@ class Runner:
             )
         if agent.runtime == "rune":
             raise LaunchError(
-                f"agent {agent.id} is a hosted Rune agent (runtime = \"rune\"); the process runner "
-                "cannot spawn it: Rune agents run in the Rune host"
+                f"agent {agent.id} is a Rune package (runtime = \"rune\"): the process runner does not spawn "
+                "Rune agents; the daemon and `covenant run` run them as replicas (docs/rune-packages.md)"
             )
         entry = agent.entry
         if entry is None:
@@ -684,6 +692,16 @@ class Runner:
                 return
         d.swept = True
 
+    async def claim_uid(self, agent_id: str) -> AgentCredentials | None:
+        """For a long-lived process run as the agent (a Rune replica): its credentials, registered as a
+        live root of the uid so no sweep kills it; None when agents run as covenant's own uid.
+        Give it back with :meth:`release_uid` once the process is gone."""
+        return await self._claim_uid(agent_id)
+
+    async def release_uid(self, creds: AgentCredentials, agent_id: str, marker: str) -> None:
+        """The process :meth:`claim_uid` was for is gone: sweep its uid if it was the last live root."""
+        await self._release_uid(creds, agent_id, marker)
+
     async def _claim_uid(self, agent_id: str) -> AgentCredentials | None:
         """The agent's credentials, registered as a live root of its uid before anything runs as it.
 
@@ -704,8 +722,10 @@ class Runner:
         """The run's tree is gone: if it was the last live root of its uid, sweep the uid.
 
         Kills every process still running as the uid (escapes that left the
-        tree: setsid, double fork, emptied environment), reaps those covenant
-        adopted, and removes what the uid left in :data:`SHARED_TMP_DIRS`;
+        tree: setsid, double fork, emptied environment; see
+        :meth:`_adopted_of_uid` for when), reaps those covenant adopted, and
+        empties the uid's private /tmp and /dev/shm (or removes what it left
+        in :data:`SHARED_TMP_DIRS`);
         returns those bytes (they count as the dispatch's disk use). New runs
         of the uid wait until the sweep is over.
         """
@@ -713,16 +733,31 @@ class Runner:
             return 0
         done = self._sweeping[creds.uid] = trio.Event()
         try:
-            killed = await trio.to_thread.run_sync(uidkill.kill_uid, creds.uid, creds.gid)
-            if not killed:
-                log.error("cannot sweep agent uid", extra={"agent": agent_id, "intent": intent_id, "uid": creds.uid})
+            if not self._subreaper or self._adopted_of_uid(creds.uid):
+                killed = await trio.to_thread.run_sync(uidkill.kill_uid, creds.uid, creds.gid)
+                if not killed:
+                    log.error("cannot sweep agent uid", extra={"agent": agent_id, "intent": intent_id, "uid": creds.uid})
             self._reap_adopted()
             if self.mount_namespaces is not None:
+                if not self.mount_namespaces.used_bytes(creds.uid):
+                    return 0  # nothing left there (the usual case): no thread hop
                 return await trio.to_thread.run_sync(self.mount_namespaces.collect, creds.uid)
             return await trio.to_thread.run_sync(remove_owned_entries, SHARED_TMP_DIRS, creds.uid)
         finally:
             del self._sweeping[creds.uid]
             done.set()
+
+    def _adopted_of_uid(self, uid: int) -> bool:
+        """Does covenant have a live child of ``uid`` that is no run's root (an escape)? ~20 µs.
+
+        As child subreaper covenant is the parent of last resort of every
+        process an agent starts: once a run's tree is gone, anything left
+        of its uid is an orphan covenant adopted, or a descendant of one.
+        So the uid kill (a process spawn, ~0.3 ms) runs only when there is
+        such an orphan; without subreaper it always runs.
+        """
+        roots = {o.launched.pid for o in self._dispatches}
+        return any(pid not in roots and _procfs.read_real_uid(pid) == uid for pid in _procfs.thread_children(os.getpid()))
 
     def _reap_adopted(self) -> None:
         """Reap the zombies covenant adopted as child subreaper (never the root of a live run)."""

@@ -78,6 +78,8 @@ def parse_document(stdout: bytes) -> tuple[Any, str | None, bool]:
     start = len(text) - len(text.lstrip())
     try:
         value, end = decoder.raw_decode(text, start)
+    except RecursionError:
+        return None, f"stdout holds a JSON document nested too deep to read: {preview(stdout)}", False
     except ValueError as exc:
         return None, f"stdout is not a JSON document ({exc}): {preview(stdout)}", False
     if text[end:].strip():

@@ -16,6 +16,10 @@ stdin, drops to them, calls ``kill(-1, SIGKILL)`` twice and exits 0 (1 when
 it could not become that uid). Elsewhere ``setpriv --reuid --regid
 --clear-groups kill -KILL -1`` does the same with two dynamically linked
 programs. Never run it for uid 0: the helper refuses.
+
+Its source is ``covenant/runtime/asm/uidkill.S``; ``scripts/helper-bytes.sh
+uidkill`` assembles it and ``tests/runtime/test_helper_sources.py`` checks
+the bytes equal :func:`_code`.
 """
 
 from __future__ import annotations
@@ -26,7 +30,7 @@ import shutil
 import subprocess
 import threading
 
-from covenant.runtime import _elf
+from covenant.runtime import _elf, host
 
 __all__ = ["helper_elf", "kill_uid", "available"]
 
@@ -42,7 +46,8 @@ def _code() -> bytes:
         syscall,
     ]
     pieces: list[_elf.Piece] = [
-        *_elf.switch_credentials(),
+        *_elf.read_credentials(),
+        *_elf.become_credentials(),
         *kill_all,
         *kill_all,
         b"\x31\xff",  # xor %edi, %edi
@@ -77,8 +82,8 @@ def _fallback() -> tuple[str, ...] | None:
 
 
 def available() -> bool:
-    """Can this process kill by uid here (root, and a helper or setpriv)? (cached helper)"""
-    return os.geteuid() == 0 and (_helper(os.getpid()) is not None or _fallback() is not None)
+    """Can this process kill by uid here (may switch uid, and a helper or setpriv)? (cached helper)"""
+    return host.can_switch_uid() and (_helper(os.getpid()) is not None or _fallback() is not None)
 
 
 def kill_uid(uid: int, gid: int) -> bool:

@@ -18,7 +18,7 @@ def args_sha256(arguments: Any) -> str:
     else:
         try:
             raw = canonical_bytes(arguments)
-        except (TypeError, ValueError):
+        except (TypeError, ValueError, RecursionError):
             raw = repr(arguments).encode("utf-8", "surrogatepass")
     return hashlib.sha256(raw).hexdigest()
 

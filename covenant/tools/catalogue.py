@@ -13,21 +13,32 @@ import json
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Literal
 
 import yaml
 
+from covenant.config import RuntimeConfig
 from covenant.manifest._yamlio import SafeLoader
 from covenant.manifest.runefile import RunePackage
-from covenant.manifest.security import is_inside
-from covenant.manifest.tools import BUILTIN_PREFIX, ToolDescriptor, tool_action
+from covenant.manifest.security import is_inside, ownership_problems
+from covenant.manifest.tools import BUILTIN_PREFIX, MCP_SEPARATOR, ToolDescriptor, tool_action
 from covenant.tools.agents import AGENT_TOOL_SCHEMA
 from covenant.tools.builtins import BUILTINS, Builtin
+from covenant.tools.schema import schema_problem, validator_for
 from covenant.tools.unavailable import builtin_unavailable_reason
 
-__all__ = ["ToolEntry", "Toolset", "resolve_toolset", "MODEL_NAME", "model_name", "PROCESS_SCHEMA", "Interpreters"]
+__all__ = [
+    "ToolEntry",
+    "Toolset",
+    "resolve_toolset",
+    "configured_toolset",
+    "MODEL_NAME",
+    "model_name",
+    "PROCESS_SCHEMA",
+    "Interpreters",
+]
 
 MODEL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 """What providers accept as a tool name."""
@@ -91,12 +102,12 @@ class _Unavailable(Exception):
 
 def _load_schema(root: Path, ref: str, what: str) -> dict[str, Any]:
     """A JSON schema file inside the package (JSON or YAML), checked as a draft 2020-12 schema."""
-    from jsonschema import Draft202012Validator
-    from jsonschema.exceptions import SchemaError
-
     path = Path(os.path.normpath(root / ref))
     if not is_inside(os.path.realpath(path), os.path.realpath(root)):
         raise _Unavailable(f"{what} {ref!r} leaves the package folder")
+    problems = ownership_problems(path, what)
+    if problems:
+        raise _Unavailable(problems[0].message)
     try:
         with open(path, "rb") as f:
             data = f.read(_SCHEMA_MAX_BYTES + 1)
@@ -111,10 +122,9 @@ def _load_schema(root: Path, ref: str, what: str) -> dict[str, Any]:
         raise _Unavailable(f"{what} {path} is not a JSON/YAML document: {exc}") from None
     if not isinstance(schema, dict):
         raise _Unavailable(f"{what} {path} must be a JSON schema object")
-    try:
-        Draft202012Validator.check_schema(schema)
-    except SchemaError as exc:
-        raise _Unavailable(f"{what} {path} is not a valid JSON schema: {exc.message}") from None
+    problem = schema_problem(schema)
+    if problem is not None:
+        raise _Unavailable(f"{what} {path}: {problem}")
     return schema
 
 
@@ -171,7 +181,7 @@ def _entry(package: RunePackage, name: str, interpreters: Interpreters) -> ToolE
             descriptor=tool or ToolDescriptor.model_construct(name=name, runtime="builtin"),
             builtin=builtin,
         )
-    if "/" in name and tool is None:
+    if MCP_SEPARATOR in name and tool is None:
         raise _Unavailable("MCP tools are not built yet in this version")
     if tool is None:
         raise _Unavailable("no descriptor for it in the package")
@@ -196,14 +206,10 @@ def _entry(package: RunePackage, name: str, interpreters: Interpreters) -> ToolE
 
 
 def _with_validators(entry: ToolEntry) -> ToolEntry:
-    from dataclasses import replace
-
-    from jsonschema import Draft202012Validator
-
     return replace(
         entry,
-        validator=Draft202012Validator(entry.parameters),
-        output_validator=Draft202012Validator(entry.output_schema) if entry.output_schema is not None else None,
+        validator=validator_for(entry.parameters),
+        output_validator=validator_for(entry.output_schema) if entry.output_schema is not None else None,
     )
 
 
@@ -223,3 +229,13 @@ def resolve_toolset(package: RunePackage, interpreters: Interpreters) -> Toolset
             continue
         available[entry.model_name] = _with_validators(entry)
     return Toolset(available=available, unavailable=tuple(unavailable))
+
+
+def configured_toolset(package: RunePackage, runtime: RuntimeConfig) -> Toolset:
+    """The toolset as a daemon with this ``[runtime]`` would serve it, without a runner (``agents show``/``check``)."""
+    from covenant.runtime.runner import Runner
+
+    def interpreters(name: str) -> str | None:
+        return Runner.resolve_program(getattr(runtime, name), runtime.path)
+
+    return resolve_toolset(package, interpreters)

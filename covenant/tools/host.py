@@ -23,6 +23,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from dataclasses import dataclass
 from typing import Any
 
 import trio
@@ -39,7 +40,9 @@ from covenant.tools.catalogue import ToolEntry, Toolset, resolve_toolset
 from covenant.tools.context import AuditSink, ToolCallContext
 from covenant.tools.memory_store import MemoryStores
 from covenant.tools.packages import PackageFiles, PackageSource
-from covenant.tools.result import ToolError, ToolResult, capped
+from covenant.tools.process import run_process_tool
+from covenant.tools.result import MAX_DEPTH, ToolError, ToolResult, capped, too_deep
+from covenant.tools.schema import first_error
 from covenant.tools.retry import run_with_retries
 from covenant.tools.services import ToolServices
 
@@ -51,6 +54,23 @@ ARGUMENTS_MAX_BYTES = 256 * 1024
 """Largest arguments document a call may carry."""
 
 _AUDIT_ON_CANCEL_S = 5.0
+_NAME_SHOWN = 80
+"""How much of an unknown name the error message repeats to the model."""
+
+
+@dataclass
+class _CallState:
+    """What the ``tool.call`` event of a call records, filled in as the call goes."""
+
+    digest: str
+    action: str | None = None
+    attempts: int = 0
+
+
+def _only_cancelled(exc: BaseException) -> bool:
+    if isinstance(exc, BaseExceptionGroup):
+        return exc.split(trio.Cancelled)[1] is None
+    return isinstance(exc, trio.Cancelled)
 
 
 class _BadArguments(Exception):
@@ -73,24 +93,35 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
     """The arguments object; a blank string is ``{}``. Raises _BadArguments with a reason."""
     if isinstance(arguments, dict):
-        return arguments
-    if not isinstance(arguments, str):
+        value: Any = arguments
+    elif not isinstance(arguments, str):
         raise _BadArguments(f"arguments must be a JSON object, got {type(arguments).__name__}")
-    if len(arguments.encode("utf-8", "surrogatepass")) > ARGUMENTS_MAX_BYTES:
+    elif len(arguments.encode("utf-8", "surrogatepass")) > ARGUMENTS_MAX_BYTES:
         raise _BadArguments(f"arguments are larger than {ARGUMENTS_MAX_BYTES} bytes")
-    if not arguments.strip():
+    elif not arguments.strip():
         return {}
-    try:
-        value = json.loads(arguments, parse_constant=_reject_constant, object_pairs_hook=_reject_duplicates)
-    except ValueError as exc:
-        raise _BadArguments(f"arguments are not valid JSON: {exc}") from None
+    else:
+        try:
+            value = json.loads(arguments, parse_constant=_reject_constant, object_pairs_hook=_reject_duplicates)
+        except RecursionError:
+            raise _BadArguments(f"arguments nest deeper than {MAX_DEPTH} levels") from None
+        except ValueError as exc:
+            raise _BadArguments(f"arguments are not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise _BadArguments(f"arguments must be a JSON object, got {type(value).__name__}")
+    if too_deep(value):
+        raise _BadArguments(f"arguments nest deeper than {MAX_DEPTH} levels")
+    try:
+        json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")
+    except UnicodeEncodeError:
+        raise _BadArguments("arguments hold text that is not valid Unicode (a lone surrogate such as \\ud800)") from None
+    except (TypeError, ValueError) as exc:
+        raise _BadArguments(f"arguments are not JSON: {exc}") from None
     return value
 
 
 def _schema_problem(entry: ToolEntry, arguments: dict[str, Any]) -> str | None:
-    error = next(iter(sorted(entry.validator.iter_errors(arguments), key=lambda e: list(e.path))), None)
+    error = first_error(entry.validator, arguments)
     if error is None:
         return None
     where = "/".join(str(p) for p in error.absolute_path) or "(the arguments object)"
@@ -121,7 +152,11 @@ class ToolHost:
     # -- what an agent is offered -----------------------------------------------------------
 
     def toolset(self, agent: AgentSpec) -> Toolset:
-        """The agent's toolset as served here (cached per package object; re-resolved after a reload)."""
+        """The agent's toolset as served here (cached per package object; resolved again after a reload).
+
+        Resolving reads the package's schema files: the daemon calls
+        :meth:`load` (or :meth:`call`, which resolves off the event loop).
+        """
         package = self._packages(agent)
         if package is None:
             return Toolset()
@@ -133,7 +168,11 @@ class ToolHost:
         return toolset
 
     async def load(self, agent: AgentSpec) -> Toolset:
-        """:meth:`toolset` off the event loop (it reads schema files); call when a replica starts."""
+        """:meth:`toolset`, resolved in a worker thread when it is not cached yet."""
+        package = self._packages(agent)
+        cached = self._toolsets.get(agent.id)
+        if package is not None and cached is not None and cached[0] is package:
+            return cached[1]
         return await trio.to_thread.run_sync(self.toolset, agent)
 
     def offered(self, agent: AgentSpec) -> list[dict[str, Any]]:
@@ -149,18 +188,20 @@ class ToolHost:
     async def call(self, ctx: ToolCallContext, name: str, arguments: str | dict[str, Any]) -> ToolResult:
         """Run one tool call of ``ctx.agent``'s model; always one ``tool.call`` event, never raises for the tool."""
         started = time.monotonic()
-        state: dict[str, Any] = {"action": None, "digest": args_sha256(arguments), "attempts": 0}
+        state = _CallState(digest=args_sha256(arguments))
         try:
             result = await self._decide_and_run(ctx, name, arguments, state)
-        except trio.Cancelled:
+        except BaseException as exc:
+            # Cancelled (possibly grouped by a nursery on the way out); anything else is a bug, still audited.
+            code = "cancelled" if _only_cancelled(exc) else "internal_error"
             with trio.CancelScope(shield=True), trio.move_on_after(_AUDIT_ON_CANCEL_S):
-                await self._audit(ctx, name, state, "error", "cancelled", started)
+                await self._audit(ctx, name, state, "error", code, started)
             raise
         await self._audit(ctx, name, state, result.outcome, result.error_code, started)
         return result
 
     async def _audit(
-        self, ctx: ToolCallContext, name: str, state: dict[str, Any], outcome: str, code: str | None, started: float
+        self, ctx: ToolCallContext, name: str, state: "_CallState", outcome: str, code: str | None, started: float
     ) -> None:
         await self.services.audit(
             TOOL_CALL,
@@ -168,29 +209,30 @@ class ToolHost:
                 intent=ctx.intent_id,
                 agent=ctx.agent.id,
                 name=name if isinstance(name, str) else "",
-                action=state["action"],
-                digest=state["digest"],
+                action=state.action,
+                digest=state.digest,
                 outcome=outcome,
                 error_code=code,
-                attempts=state["attempts"],
+                attempts=state.attempts,
                 ms=int((time.monotonic() - started) * 1000),
             ),
         )
 
     async def _decide_and_run(
-        self, ctx: ToolCallContext, name: str, arguments: str | dict[str, Any], state: dict[str, Any]
+        self, ctx: ToolCallContext, name: str, arguments: str | dict[str, Any], state: "_CallState"
     ) -> ToolResult:
-        toolset = self.toolset(ctx.agent)
+        toolset = await self.load(ctx.agent)
         entry = toolset.available.get(name) if isinstance(name, str) else None
         if entry is None:
             offered = ", ".join(toolset.available) or "none"
-            return ToolResult.failure("unknown_tool", f"no tool named {name!r} is offered to this agent (offered: {offered})")
-        state["action"] = entry.action
+            shown = repr(name[:_NAME_SHOWN]) + ("…" if len(name) > _NAME_SHOWN else "") if isinstance(name, str) else "?"
+            return ToolResult.failure("unknown_tool", f"no tool named {shown} is offered to this agent (offered: {offered})")
+        state.action = entry.action
         try:
             parsed = parse_arguments(arguments)
         except _BadArguments as exc:
             return ToolResult.failure("invalid_arguments", str(exc))
-        state["digest"] = args_sha256(parsed)
+        state.digest = args_sha256(parsed)
         problem = _schema_problem(entry, parsed)
         if problem is not None:
             return ToolResult.failure("invalid_arguments", problem)
@@ -202,7 +244,7 @@ class ToolHost:
             return await self._attempt(ctx, entry, parsed, ends)
 
         descriptor = entry.descriptor
-        result, state["attempts"] = await run_with_retries(
+        result, state.attempts = await run_with_retries(
             attempt, policy=descriptor.retry_policy, timeout_ms=descriptor.timeout_ms, deadline=ctx.deadline
         )
         return result
@@ -213,8 +255,6 @@ class ToolHost:
             return await self._run_builtin(ctx, entry, arguments)
         if entry.kind == "agent":
             return await self._run_agent_tool(ctx, entry, arguments, ends)
-        from covenant.tools.process import run_process_tool
-
         return await run_process_tool(self.services, ctx, entry, arguments, ends)
 
     async def _run_agent_tool(self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float) -> ToolResult:

@@ -102,7 +102,11 @@ class AgentMemory:
         if self.loaded and not self._changed_on_disk():
             return None
         self.loaded = False
-        self.path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+        folder = self.path.parent
+        if not folder.is_dir():
+            folder.parent.parent.mkdir(parents=True, exist_ok=True)  # state/, normally made by init
+            folder.parent.mkdir(exist_ok=True, mode=0o700)  # state/memory: agent uids may not list it
+            folder.mkdir(exist_ok=True, mode=0o700)
         chain = read_chain(self.path, self.header)
         self._index(chain)
         return chain.torn if chain else None

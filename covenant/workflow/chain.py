@@ -32,6 +32,8 @@ class ChainLink:
     deadline: float
     """``trio.current_time()`` by which this intent must end; children never run past it."""
     priority: str
+    peer_uid: int | None = None
+    """The uid of the client that submitted the root intent: it may read every record of the chain."""
     children: list[dict[str, Any]] = field(default_factory=list)
     """Summaries of the child intents it made (copied into its dispatch record)."""
 

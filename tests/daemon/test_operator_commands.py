@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
+import http.client
 import json
+import socket
+
+import pytest
 
 from tests.daemon.conftest import DaemonProcess
 
@@ -143,3 +147,31 @@ def test_shell_completion_script_and_completions(daemon: DaemonProcess) -> None:
     flags = daemon.cli(env={"_COVENANT_COMPLETE": "bash_complete", "COMP_WORDS": "covenant dispatch --ag",
                             "COMP_CWORD": "2"})
     assert flags.stdout.split() == ["plain,--agent"]
+
+
+def test_full_queue_answers_503_with_retry_after(daemon: DaemonProcess, monkeypatch: pytest.MonkeyPatch) -> None:
+    from covenant.policy.identities import load_user_identity
+    from covenant.policy.signing import new_intent, sign_intent
+    from tests.daemon.test_daemon_e2e import status, wait_for
+
+    daemon.start_with_one_slot()
+    background = [daemon.cli_background("dispatch", "sleep 3") for _ in range(2)]
+    wait_for(lambda: len(status(daemon)["in_flight"]) == 1 and status(daemon)["queued"] == 1, what="1 running + 1 queued")
+    monkeypatch.setenv("XDG_CONFIG_HOME", daemon.env["XDG_CONFIG_HOME"])
+    me = load_user_identity()
+    intent = new_intent("sleep 0", issuer_display=me.display, issuer_pubkey=me.pubkey, agent=None,
+                        priority="normal", parent=None)
+    body = json.dumps({"intent": intent, "signature": sign_intent(me.key, intent)})
+    with socket.socket(socket.AF_UNIX) as sock:
+        sock.settimeout(60)
+        sock.connect(str(daemon.socket))
+        connection = http.client.HTTPConnection("localhost")
+        connection.sock = sock
+        connection.request("POST", "/v1/dispatch", body, {"content-type": "application/json"})
+        response = connection.getresponse()
+        answer = json.loads(response.read())
+    assert response.status == 503 and response.getheader("Retry-After") == "1"
+    assert answer["error"]["code"] == "overloaded"
+    for proc in background:
+        proc.communicate(timeout=120)
+        assert proc.returncode == 0

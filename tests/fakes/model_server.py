@@ -26,6 +26,8 @@ silent pass). A reply can also be an HTTP error (``Reply.error(429, retry_after=
 before the answer (``delay_s``), a hang-up without an answer, explicit usage counts, or an answer
 with no usage at all.
 
+``FakeModelServer(tls=context)`` serves HTTPS with that server-side ``ssl.SSLContext``.
+
 The server runs in its own threads (``http.server``), so it serves sync tests, trio tests and
 daemon subprocesses alike; ``close()`` stops it, wakes any reply still sleeping in a delay and
 joins every thread. ``python -m tests.fakes.model_server --text T`` serves one fixed answer
@@ -38,6 +40,7 @@ import argparse
 import json
 import re
 import socket
+import ssl
 import threading
 import time
 from collections import deque
@@ -73,7 +76,8 @@ class Reply:
     the request's messages and of the answer (never 0). ``no_usage`` leaves usage out entirely.
     ``delay_s`` waits before the response head; ``chunk_delay_s`` between streamed chunks.
     ``hangup`` closes the connection without answering; ``cut_after_events`` ends a streamed
-    answer (closes the connection) after that many events.
+    answer (closes the connection) after that many events; ``end_marker=False`` ends a stream
+    cleanly but without ``data: [DONE]`` / ``message_stop``.
     """
 
     text: str = ""
@@ -86,6 +90,7 @@ class Reply:
     no_usage: bool = False
     hangup: bool = False
     cut_after_events: int | None = None
+    end_marker: bool = True
     error_message: str = "scripted error"
 
     @classmethod
@@ -142,6 +147,7 @@ def _pieces(text: str, size: int = 0) -> list[str]:
 class _Server(ThreadingHTTPServer):
     daemon_threads = False  # close() joins them: no thread outlives the test
     block_on_close = True
+    request_queue_size = 1024  # listen backlog: the default 5 resets a burst of 100 connections
     fake: FakeModelServer
 
     def __init__(self, *args: Any, **kwargs: Any) -> None:
@@ -159,6 +165,12 @@ class _Server(ThreadingHTTPServer):
             with self.connections_lock:
                 self.connections.discard(request)
 
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        """A client that hung up or failed the TLS handshake: expected in hostile tests, kept, not printed."""
+        import sys
+
+        self.fake.handler_errors.append(repr(sys.exc_info()[1]))
+
     def hang_up_everyone(self) -> None:
         """End idle keep-alive connections, whose handler threads would otherwise wait for the client."""
         with self.connections_lock:
@@ -171,6 +183,7 @@ class _Server(ThreadingHTTPServer):
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"
+    disable_nagle_algorithm = True  # head and body are two writes: no 40 ms Nagle/delayed-ACK stall
     server: _Server
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
@@ -253,12 +266,12 @@ class _Handler(BaseHTTPRequestHandler):
         self._send_json(status, data, {"retry-after": retry_after} if retry_after is not None else None)
 
     def _stream(self, api: Api, reply: Reply, model: str, usage: tuple[int, int], body: dict[str, Any]) -> None:
+        """Server-sent events in HTTP/1.1 chunks on a kept-alive connection, as the real services send them."""
         self.send_response(200)
         self.send_header("content-type", "text/event-stream")
         self.send_header("cache-control", "no-cache")
-        self.send_header("connection", "close")
+        self.send_header("transfer-encoding", "chunked")
         self.end_headers()
-        self.close_connection = True
         events = (
             _openai_stream(reply, model, usage, include_usage=bool((body.get("stream_options") or {}).get("include_usage")))
             if api == "openai"
@@ -266,15 +279,18 @@ class _Handler(BaseHTTPRequestHandler):
         )
         stopping = self.server.fake._stopping
         try:
+            if not reply.end_marker:
+                events = events[:-1]
             for index, event in enumerate(events):
-                if index == reply.cut_after_events:
+                if index == reply.cut_after_events or (index and reply.chunk_delay_s and stopping.wait(reply.chunk_delay_s)):
+                    self.close_connection = True  # no terminating chunk: the client sees a cut stream
                     return
-                if index and reply.chunk_delay_s and stopping.wait(reply.chunk_delay_s):
-                    return
-                self.wfile.write(event.encode())
+                data = event.encode()
+                self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
+            self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
-            return
+            self.close_connection = True
 
 
 # --- the two wire formats ------------------------------------------------------------------------
@@ -383,11 +399,13 @@ def _anthropic_stream(reply: Reply, model: str, usage: tuple[int, int]) -> list[
 class FakeModelServer:
     """A scripted provider on ``127.0.0.1:<random port>``; a context manager (or ``start``/``close``)."""
 
-    def __init__(self, *, default: Reply | None = None) -> None:
+    def __init__(self, *, default: Reply | None = None, tls: ssl.SSLContext | None = None) -> None:
         self.default = default
+        self._tls = tls
         self.requests: list[RecordedRequest] = []
         self.unscripted: list[RecordedRequest] = []
         self.connections_seen = 0
+        self.handler_errors: list[str] = []
         """TCP connections accepted so far (to check a client reuses its connections)."""
         self._queue: deque[Reply] = deque()
         self._lock = threading.Lock()
@@ -400,6 +418,8 @@ class FakeModelServer:
 
     def start(self) -> FakeModelServer:
         server = _Server(("127.0.0.1", 0), _Handler)
+        if self._tls is not None:
+            server.socket = self._tls.wrap_socket(server.socket, server_side=True, do_handshake_on_connect=False)
         server.fake = self
         self._server = server
         self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05},
@@ -434,8 +454,8 @@ class FakeModelServer:
 
     @property
     def url(self) -> str:
-        """``http://127.0.0.1:PORT`` (no path)."""
-        return f"http://127.0.0.1:{self.port}"
+        """``http://127.0.0.1:PORT`` (``https://`` when serving TLS; no path)."""
+        return f"{'https' if self._tls else 'http'}://127.0.0.1:{self.port}"
 
     @property
     def base_url(self) -> str:

@@ -89,6 +89,9 @@ def test_search_rust_finds_its_corpus_from_any_directory(built_examples: Path, t
 
 def test_triage_classifier_tool(built_examples: Path) -> None:
     tool = built_examples / "triage-rune" / "tools" / "classify_ticket.py"
-    run = lambda text: subprocess.run([sys.executable, str(tool)], input=text, capture_output=True, text=True).stdout.strip()  # noqa: E731
-    assert run("I was charged twice, please refund") == "billing"
-    assert run("the server returns 500") == "technical"
+    def run(text: str) -> dict[str, str]:
+        document = json.dumps({"ticket": text})
+        return json.loads(subprocess.run([sys.executable, str(tool)], input=document, capture_output=True, text=True).stdout)
+
+    assert run("I was charged twice, please refund") == {"category": "billing"}
+    assert run("the server returns 500") == {"category": "technical"}

@@ -10,7 +10,7 @@ import pytest
 
 from covenant.config import ProviderConfig
 from covenant.models import ModelError, TokenBudget
-from tests.fakes import FakeModelServer, Reply
+from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.models.helpers import KEY, Recorder, gateway, model_call, provider
 
 USER = {"role": "user", "content": "hello"}
@@ -149,7 +149,7 @@ async def test_a_stream_cut_after_text_was_shown_is_not_replayed_elsewhere(fake_
             await gw.chat(model_call("a", "b"), [USER], [], on_token=on_token)
     finally:
         await gw.aclose()
-    assert caught.value.code == "provider_error" and "ended before the answer was complete" in caught.value.message
+    assert caught.value.code == "provider_error" and "the connection closed before the answer was complete" in caught.value.message
     assert tokens == ["one", " two"]
     assert second.requests == []
 
@@ -320,12 +320,17 @@ async def test_store_text_adds_the_prompt_and_answer(fake_model: FakeModelServer
     assert json.loads(event["answer"])["content"] == "again"
 
 
-async def test_connections_are_reused_between_calls(fake_model: FakeModelServer) -> None:
-    fake_model.script(*[Reply(text=str(i)) for i in range(5)])
-    gw = gateway({"a": provider(fake_model)}, Recorder())
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_connections_are_reused_between_calls_plain_and_streamed(fake_model: FakeModelServer, kind: str) -> None:
+    fake_model.script(*[Reply(text=f"answer number {i}") for i in range(6)])
+    gw = gateway({"a": provider(fake_model, kind)}, Recorder())
+
+    async def on_token(text: str) -> None:
+        return None
+
     try:
-        for _ in range(5):
-            await gw.chat(model_call("a"), [USER], [])
+        for i in range(6):
+            await gw.chat(model_call("a"), [USER], [], on_token=on_token if i % 2 else None)
     finally:
         await gw.aclose()
     assert fake_model.connections_seen == 1
@@ -403,3 +408,78 @@ async def test_an_interrupted_call_is_still_recorded(fake_model: FakeModelServer
     finally:
         await gw.aclose()
     assert summary(recorder) == [("a", 1, None, "error"), ("a", 1, 200, "error")]
+
+
+async def test_a_provider_model_pins_the_id_sent_to_it(fake_model_factory) -> None:
+    cloud, local = fake_model_factory(), fake_model_factory()
+    cloud.script(Reply.error(500))
+    local.script(Reply(text="local"))
+    recorder = Recorder()
+    gw = gateway({"cloud": provider(cloud), "ollama": provider(local, model="llama3.2")}, recorder)
+    call = model_call("cloud", "ollama")
+    assert [p.model for p in gw.plan(call.models).attempts] == ["model-a", "llama3.2"]
+    try:
+        result = await gw.chat(call, [USER], [])
+    finally:
+        await gw.aclose()
+    assert (result.provider, result.model) == ("ollama", "llama3.2")
+    assert [r.body["model"] for r in cloud.requests + local.requests] == ["model-a", "llama3.2"]
+    assert [e["model"] for e in recorder.calls()] == ["model-a", "llama3.2"]
+
+
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_a_stream_without_its_end_marker_is_not_taken_for_an_answer(fake_model_factory, kind: str) -> None:
+    first, second = fake_model_factory(), fake_model_factory()
+    first.script(Reply.tools(ToolCall("classify_ticket", {"text": "x"}), end_marker=False))  # no text shown yet
+    second.script(Reply(text="complete"))
+    recorder = Recorder()
+
+    async def on_token(text: str) -> None:
+        return None
+
+    gw = gateway({"a": provider(first, kind), "b": provider(second)}, recorder)
+    try:
+        result = await gw.chat(model_call("a", "b"), [USER], [], on_token=on_token)
+    finally:
+        await gw.aclose()
+    assert result.text == "complete"
+    assert summary(recorder) == [("a", 1, 200, "error"), ("b", 2, 200, "ok")]
+
+
+async def test_reconfigure_points_a_provider_elsewhere_and_drops_its_old_connections(fake_model_factory) -> None:
+    old, new = fake_model_factory(), fake_model_factory()
+    old.script(Reply(text="old"))
+    new.script(Reply(text="new"))
+    gw = gateway({"a": provider(old), "b": provider(new)}, Recorder())
+    try:
+        assert (await gw.chat(model_call("a"), [USER], [])).text == "old"
+        gw.reconfigure({"a": provider(new)})
+        assert (await gw.chat(model_call("a"), [USER], [])).text == "new"
+        assert gw.plan(model_call("b").models).skipped[0].reason == "no [providers.b] table in covenant.toml"
+    finally:
+        await gw.aclose()
+    assert len(old.requests) == 1 and len(new.requests) == 1
+
+
+async def test_a_call_under_way_finishes_with_its_config_when_a_reload_removes_its_provider(fake_model: FakeModelServer) -> None:
+    import trio
+
+    fake_model.script(Reply(text="finished", delay_s=1.0))
+    gw = gateway({"a": provider(fake_model)}, Recorder())
+    results = []
+
+    async def one() -> None:
+        results.append(await gw.chat(model_call("a"), [USER], []))
+
+    try:
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(one)
+            with trio.fail_after(30):
+                while not fake_model.requests:
+                    await trio.sleep(0.01)
+            gw.reconfigure({})
+        with pytest.raises(ModelError, match="provider_unavailable"):
+            await gw.chat(model_call("a"), [USER], [])
+    finally:
+        await gw.aclose()
+    assert [r.text for r in results] == ["finished"]

@@ -84,8 +84,20 @@ def test_service_has_the_directives_operations_rely_on() -> None:
         assert d[hardening] == ["yes"], hardening
     assert d["ProtectSystem"] == ["strict"]
     assert d["SystemCallArchitectures"] == ["native"]
-    # Agents with network = "off" need unprivileged user + network namespaces.
-    assert set(d["RestrictNamespaces"][0].split()) == {"user", "net"}
+    # Agents run as other uids (docs/security.md): exactly these capabilities, each said why in the unit.
+    caps = {"CAP_SETUID", "CAP_SETGID", "CAP_KILL", "CAP_CHOWN", "CAP_DAC_OVERRIDE", "CAP_FOWNER",
+            "CAP_SYS_ADMIN", "CAP_SYS_CHROOT"}
+    assert set(d["CapabilityBoundingSet"][0].split()) == caps == set(d["AmbientCapabilities"][0].split())
+    why = (UNITS / "covenant.service").read_text().split("CapabilityBoundingSet=")[0]
+    assert all(cap in why for cap in caps), "each capability is explained in a comment above it"
+    # The daemon watches agent processes of other uids: /proc must show them.
+    assert "ProtectProc" not in d
+    # network = "off" (network namespaces) and private /tmp (mount namespaces); no user namespaces.
+    assert set(d["RestrictNamespaces"][0].split()) == {"net", "mnt"}
+    # The home is traversable by agent uids (0711), never listable.
+    assert d["StateDirectoryMode"] == ["0711"]
+    # setuid and friends must not be filtered out (the exec helper needs them).
+    assert not any("@privileged" in f or "@setuid" in f for f in d["SystemCallFilter"] if f.startswith("~"))
     socket_d = directives(UNITS / "covenant.socket")
     assert socket_d["ListenStream"] == ["%t/covenant/covenant.sock"]
     assert socket_d["SocketMode"] == ["0660"]
@@ -113,7 +125,7 @@ def test_tmpfiles_creates_the_layout(tmp_path: Path) -> None:
     root.mkdir()
     out = subprocess.run([tool, f"--root={root}", "--create", str(config)], capture_output=True, text=True, timeout=60)
     assert out.returncode == 0, out.stderr
-    assert oct((root / "var/lib/covenant").stat().st_mode & 0o777) == "0o700"
+    assert oct((root / "var/lib/covenant").stat().st_mode & 0o777) == "0o711"
     assert oct((root / "run/covenant").stat().st_mode & 0o777) == "0o750"
     link = root / "var/lib/covenant/covenant.toml"
     assert link.is_symlink() and str(link.readlink()) == "/etc/covenant/covenant.toml"

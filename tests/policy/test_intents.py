@@ -202,3 +202,26 @@ def test_intent_ids_are_random_version_4_uuids() -> None:
     for text in ids:
         parsed = uuid.UUID(text)
         assert str(parsed) == text and parsed.version == 4 and parsed.variant == uuid.RFC_4122
+
+
+def test_restored_ids_are_refused_as_replays(alice: Ed25519PrivateKey) -> None:
+    body = body_for(alice)
+    restarted = verifier()
+    kept = restarted.restore([(body["intent"]["id"], NOW), ("old", NOW - SKEW_S * 1000 - 1)], NOW + 1000)
+    assert kept == 1  # the old id is outside the window: its replay already fails the skew check
+    with pytest.raises(ReplayedIntent):
+        restarted.verify(copy.deepcopy(body), NOW + 1000)
+    restarted.verify(body_for(alice), NOW + 1000)  # a fresh intent is accepted
+
+
+def test_restoring_more_ids_than_the_cache_raises_the_floor(alice: Ed25519PrivateKey) -> None:
+    restarted = verifier(size=2)
+    assert restarted.restore([("a", NOW - 3), ("b", NOW - 2), ("c", NOW - 1)], NOW) == 2
+    body = body_for(alice)  # issued at NOW - 0: above the floor, accepted
+    restarted.verify(body, NOW)
+    older = body_for(alice)
+    older["intent"]["issued_at"] = NOW - 3
+    older["signature"] = sign_intent(alice, older["intent"])
+    with pytest.raises(ReplayedIntent) as err:  # cannot be proven fresh: at or below an evicted id
+        restarted.verify(older, NOW)
+    assert err.value.details.get("cache_full") is True

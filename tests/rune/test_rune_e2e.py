@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import socket
 
 import psutil
 
@@ -155,6 +156,20 @@ def test_streaming_through_the_control_api_and_the_cli(daemon: DaemonProcess, fa
     assert plain.returncode == 0 and plain.stdout == "Plain words arrive.\n", plain
 
 
+def test_stream_asked_of_an_agent_that_does_not_stream(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    """Not a Rune agent, or streaming_enabled false: the answer comes as usual, exit code and all."""
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, "quiet", toolset=(), runtime="streaming_enabled: false\nstartup_timeout_ms: 30000")
+    daemon.add_agent("echo", "echo.py")
+    daemon.start()
+    fake_model.script(Reply(text="all at once"))
+    quiet = daemon.cli("dispatch", "hi", "--agent", "quiet@local", "--stream", "--json")
+    assert quiet.returncode == 0 and json.loads(quiet.stdout)["text"] == "all at once", quiet
+    assert fake_model.requests[-1].body.get("stream") in (None, False)
+    echo = daemon.cli("dispatch", "echo me", "--agent", "echo@local", "--stream")
+    assert echo.returncode == 0 and echo.stdout == "echo me\n", echo
+
+
 def test_a_streamed_answer_is_redacted_line_by_line(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
     _started(daemon, [("fake", fake_model)], toolset=())
     fake_model.script(Reply(text=f"line one\nthe key is {KEY_VALUE} ok\nend"))
@@ -189,16 +204,14 @@ def test_kill_9_of_a_replica_mid_request_then_recovery(daemon: DaemonProcess, fa
     assert replica["pid"] != pid and replica["restarts"] == 1 and "signal 9" in (replica["last_error"] or "")
 
 
-def _pids_holding(value: bytes, *, exclude: set[int]) -> list[int]:
+def _holding(value: bytes, processes: list[psutil.Process]) -> list[int]:
     found = []
-    for entry in os.listdir("/proc"):
-        if not entry.isdigit() or int(entry) in exclude:
-            continue
+    for proc in processes:
         for name in ("environ", "cmdline"):
             try:
-                with open(f"/proc/{entry}/{name}", "rb") as f:
+                with open(f"/proc/{proc.pid}/{name}", "rb") as f:
                     if value in f.read():
-                        found.append(int(entry))
+                        found.append(proc.pid)
             except OSError:
                 pass
     return found
@@ -211,8 +224,15 @@ def test_the_key_stays_in_the_daemon_and_no_replica_outlives_it(daemon: DaemonPr
     assert outcome["outcome"] == "ok" and KEY_VALUE not in outcome["text"]
     replica_pid = _replica(daemon)["pid"]
     assert daemon.process is not None
-    holders = _pids_holding(KEY_VALUE.encode(), exclude={daemon.process.pid, os.getpid()})
+    descendants = psutil.Process(daemon.process.pid).children(recursive=True)
+    assert replica_pid in [p.pid for p in descendants]
+    if os.geteuid() == 0:  # a root daemon runs the replica as the agent's own unprivileged uid
+        assert psutil.Process(replica_pid).uids().real >= 200_000
+        folder = daemon.home / "state" / "replicas" / "chat@local"
+        assert folder.stat().st_uid == psutil.Process(replica_pid).uids().real and folder.stat().st_mode & 0o777 == 0o700
+    holders = _holding(KEY_VALUE.encode(), descendants)
     assert holders == [], f"processes other than the daemon hold the key: {holders}"
+    assert _holding(KEY_VALUE.encode(), [psutil.Process(daemon.process.pid)])  # the daemon does (the check works)
     assert psutil.pid_exists(replica_pid)
     assert daemon.stop() == 0
     assert not agent_processes(daemon.home), "a replica outlived the daemon"
@@ -220,3 +240,42 @@ def test_the_key_stays_in_the_daemon_and_no_replica_outlives_it(daemon: DaemonPr
     for path in daemon.home.rglob("*"):
         if path.is_file():
             assert KEY_VALUE.encode() not in path.read_bytes(), f"{path} holds the key"
+
+
+def test_the_gateway_serves_only_its_replica(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    """Another process (even root) on a replica's gateway socket is refused before anything is looked at."""
+    _started(daemon, [("fake", fake_model)], toolset=())
+    fake_model.script(Reply(text="hi"))
+    intent_id = outcome_of(_dispatch(daemon, "hello"))["intent_id"]
+    gateway = daemon.home / "state" / "replicas" / "chat@local" / "gateway.sock"
+    body = json.dumps({"intent_id": intent_id, "messages": [{"role": "user", "content": "free tokens"}],
+                       "tools": [], "alias": None, "stream": False}).encode()
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(gateway))
+        s.sendall(b"POST /v1/model HTTP/1.1\r\nhost: x\r\ncontent-type: application/json\r\n"
+                  b"content-length: %d\r\n\r\n" % len(body) + body)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 403") and b'"forbidden"' in answer
+    assert len(fake_model.requests) == 1  # nothing reached a provider
+
+
+def test_checkpoint_policies_each_step_and_never(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, "stepwise", runtime="checkpoint_policy: each_step\nstartup_timeout_ms: 30000")
+    add_rune_agent(daemon, "forgetful", toolset=(), runtime="checkpoint_policy: never\nstartup_timeout_ms: 30000")
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.system_time", check=True)
+    fake_model.script(Reply.tools(ToolCall("system-time", {})), Reply(text="done"))
+    outcome = outcome_of(daemon.cli("dispatch", "x", "--agent", "stepwise@local", "--json", "--session", "s"))
+    assert outcome["outcome"] == "ok"
+    lines = (daemon.home / "state" / "sessions" / "stepwise@local" / "s.jsonl").read_text().splitlines()
+    kinds = [(json.loads(line)["kind"], len(json.loads(line).get("messages", []))) for line in lines]
+    assert kinds == [("session", 0), ("turn", 3), ("turn", 1)]  # one record per model turn
+
+    fake_model.script(Reply(text="I am Bob's helper."), Reply(text="You said Bob."))
+    assert outcome_of(daemon.cli("dispatch", "I am Bob", "--agent", "forgetful@local", "--json", "--session", "m"))["outcome"] == "ok"
+    assert outcome_of(daemon.cli("dispatch", "who?", "--agent", "forgetful@local", "--json", "--session", "m"))["outcome"] == "ok"
+    assert not (daemon.home / "state" / "sessions" / "forgetful@local" / "m.jsonl").exists()
+    assert "I am Bob" in [m["content"] for m in fake_model.requests[-1].messages]  # kept in the replica's memory

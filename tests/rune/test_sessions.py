@@ -104,3 +104,14 @@ def test_create_refuses_to_overwrite(tmp_path: Path) -> None:
                                             ("x" * 129, False), ("a/b", False), ("a b", False), ("é", False)])
 def test_session_ids(value: str, ok: bool) -> None:
     assert valid_session_id(value) is ok
+
+
+def test_a_new_session_is_written_by_its_first_checkpoint(tmp_path: Path) -> None:
+    path = session_path(tmp_path, "chat@local", "fresh")
+    log = SessionLog.new(path, agent="chat@local", session="fresh", issuer="ab" * 32, now_ms=5)
+    assert not path.exists() and log.verified.turns == []
+    log.append_turn("i1", [{"role": "user", "content": "hi"}])
+    log.append_turn("i2", [{"role": "user", "content": "again"}])
+    found = verify_file(path)
+    assert [r["seq"] for r in found.records] == [0, 1, 2] and found.header["created_ms"] == 5
+    assert found.records == log.verified.records

@@ -23,6 +23,9 @@ from tests.daemon.conftest import DaemonProcess
 ATTACKER = Path(__file__).parent / "agents" / "attacker.py"
 MAX_PROCESSES = 48
 DISK_MB = 8
+UID_RANGE = (600000, 604335)
+"""A range of its own: other covenant homes on a shared CI box use the default one, and a daemon
+sweeps its uids when a run ends or it starts (the default range is checked in tests/runtime)."""
 
 
 def processes_of_uid(uid: int) -> list[int]:
@@ -79,6 +82,7 @@ def attacked(tmp_path: Path) -> Iterator[AttackedDaemon]:
         [isolation]
         require = true
         max_processes = {MAX_PROCESSES}
+        uid_range = [{UID_RANGE[0]}, {UID_RANGE[1]}]
     """)
     for name, network in (("attacker", "full"), ("attacker-offline", "off")):
         folder = home / "agents" / name

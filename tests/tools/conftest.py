@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import os
 import textwrap
-from collections.abc import AsyncIterator, Callable
+from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -22,6 +22,7 @@ from covenant.manifest.runefile import load_rune_package
 from covenant.policy.grants import GrantSet, GrantStore
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolCallContext, ToolHost
+from tests.conftest import REPO_ROOT
 
 RUNEFILE = """\
 name: {name}
@@ -116,4 +117,12 @@ async def tools(home: Home, tmp_path: Path) -> AsyncIterator[Tools]:
         yield Tools(home, config, runner, audit, host, daemon_key, public_key_hex(issuer), store, tmp_path)
 
 
-ToolsFactory = Callable[..., Tools]
+def rune_examples() -> Path:
+    """shared/corpus/rune-examples beside the checkout (CI) or beside the worktrees folder (as tests/manifest/test_corpus.py finds it)."""
+    for shared in (REPO_ROOT.parent / "shared", REPO_ROOT.parent.parent / "shared"):
+        corpus = shared / "corpus" / "rune-examples"
+        if corpus.is_dir():
+            return corpus
+    if os.environ.get("CI"):
+        pytest.fail("shared/corpus/rune-examples is missing beside the checkout, and CI must run every test")
+    pytest.skip("shared/corpus/rune-examples is not beside this checkout")

@@ -7,10 +7,12 @@ import json
 import re
 
 from covenant.clock import now_ms
+from covenant.manifest.runefile import load_rune_package
 from covenant.tools import ERROR_CODES, ToolResult, model_content
+from covenant.tools.catalogue import MODEL_NAME, model_name
 from covenant.tools.audit import args_sha256
 
-from .conftest import Tools
+from .conftest import Tools, rune_examples
 
 
 async def test_system_time_offered_and_answers(tools: Tools) -> None:
@@ -68,6 +70,7 @@ async def test_unknown_and_out_of_toolset_names(tools: Tools) -> None:
     for name in ("system-time", "nonexistent", "memory-store", "../../etc", "x" * 500):
         result = await tools.host.call(ctx, name, "{}")
         assert result.error_code == "unknown_tool" and not result.ok
+        assert len(result.error_message) < 200  # a long name is not echoed back whole
     events = tools.audit.of("tool.call")
     assert len(events) == 5
     assert all(e["outcome"] == "error" and e["error_code"] == "unknown_tool" and e["tool"] is None for e in events)
@@ -180,3 +183,50 @@ async def test_a_model_name_clash_keeps_the_built_in(tools: Tools) -> None:
     assert [t["function"]["name"] for t in tools.host.offered(agent)] == ["system-time"]
     [(entry, reason)] = tools.host.unavailable(agent)
     assert entry == "system-time" and "already taken by rune@system-time" in reason
+
+
+async def test_every_corpus_toolset_entry_is_offered_or_said_unavailable(tools: Tools) -> None:
+    corpus = rune_examples()
+    packages = sorted(p.parent for p in corpus.rglob("Runefile"))
+    assert len(packages) == 10
+    reasons: dict[str, str] = {}
+    offered_anywhere: set[str] = set()
+    for folder in packages:
+        package = load_rune_package(folder)
+        agent = package.to_agent_spec()
+        offered = [t["function"]["name"] for t in tools.host.offered(agent)]
+        unavailable = dict(tools.host.unavailable(agent))
+        assert all(MODEL_NAME.match(name) for name in offered)
+        for entry in package.runefile.toolset:
+            assert (model_name(entry) in offered) != (entry in unavailable), (folder.name, entry)
+        reasons.update(unavailable)
+        offered_anywhere.update(offered)
+    assert reasons["filesystem/read_file"] == "MCP tools are not built yet in this version"
+    assert {"researcher", "analyst"} <= offered_anywhere  # the router's agent tools (local://) are offered
+    assert "[tools.web_search]" in reasons["rune@web-search"]
+
+
+async def test_deeply_nested_arguments_are_refused_not_crashed_on(tools: Tools) -> None:
+    agent = tools.package("deep", ["rune@memory-store"])
+    ctx = tools.ctx(agent, tools.grant("tool.memory_store"))
+    for depth in (65, 5000, 100_000):  # past the depth limit; past json's recursion limit
+        text = '{"key": "k", "value": ' + "[" * depth + "]" * depth + "}"
+        result = await tools.host.call(ctx, "memory-store", text)
+        assert result.error_code == "invalid_arguments" and "deeper than 64" in result.error_message, depth
+    nested: dict = {}
+    inner = nested
+    for _ in range(70):
+        inner["x"] = {}
+        inner = inner["x"]
+    result = await tools.host.call(ctx, "memory-store", nested)
+    assert result.error_code == "invalid_arguments" and "deeper than 64" in result.error_message
+    assert [e["error_code"] for e in tools.audit.of("tool.call")] == ["invalid_arguments"] * 4
+
+
+async def test_lone_surrogates_in_arguments_are_refused(tools: Tools) -> None:
+    agent = tools.package("surrogate", ["rune@memory-store"])
+    ctx = tools.ctx(agent, tools.grant("tool.memory_store"))
+    for args in ('{"key": "k", "value": "\\ud800"}', {"key": "k", "value": "\ud800"}):
+        result = await tools.host.call(ctx, "memory-store", args)
+        assert result.error_code == "invalid_arguments" and "Unicode" in result.error_message
+    assert memory_untouched(tools, agent)

@@ -38,6 +38,7 @@ async def test_store_recall_list_latest_wins(tools: Tools) -> None:
     path = memory_file(tools, agent)
     assert stat.S_IMODE(os.stat(path).st_mode) == 0o600
     assert stat.S_IMODE(os.stat(path.parent).st_mode) == 0o700
+    assert stat.S_IMODE(os.stat(path.parent.parent).st_mode) == 0o700
     assert [e["outcome"] for e in tools.audit.of("tool.call")] == ["ok"] * 6
 
 
@@ -168,3 +169,16 @@ async def test_no_argument_text_in_the_audit(tools: Tools) -> None:
     await tools.host.call(ctx, "memory-recall", {"key": "api-note"})
     dumped = json.dumps(tools.audit.events)
     assert "s3cr3t-VALUE-123" not in dumped and "api-note" not in dumped
+
+
+async def test_memory_list_stays_under_the_result_cap(tools: Tools) -> None:
+    agent = tools.package("wide", MEMORY_TOOLS)
+    path = memory_file(tools, agent)
+    path.parent.mkdir(parents=True, mode=0o700)
+    header = {"format": MEMORY_FORMAT, "agent": agent.id}
+    append_records(path, None, header, [{"key": f"{i:04d}" + "k" * 120, "value": "v", "at": 1} for i in range(MAX_KEYS)])
+    listed = await tools.host.call(tools.ctx(agent, tools.grant(*ACTIONS)), "memory-list", {})
+    assert listed.ok, listed
+    assert listed.content["count"] == MAX_KEYS and listed.content["truncated"] is True
+    assert 0 < len(listed.content["keys"]) < MAX_KEYS
+    assert listed.content["keys"][0].startswith("0999")

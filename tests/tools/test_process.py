@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import psutil
@@ -14,10 +15,9 @@ from covenant.manifest.runefile import load_rune_package
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolHost
 
-from ..conftest import require_tool
-from .conftest import Tools
+from ..conftest import EXAMPLES_DIR, require_tool
+from .conftest import Tools, rune_examples
 
-CORPUS_SENTIMENT = Path("/work/shared/corpus/rune-examples/custom-tool-python")
 
 ECHO_PY = """\
 import json, os, sys
@@ -103,7 +103,7 @@ async def test_executable_tool_and_a_non_executable_one(tools: Tools) -> None:
 
 
 async def test_corpus_sentiment_tool_runs_with_its_real_python(tools: Tools) -> None:
-    agent = load_rune_package(CORPUS_SENTIMENT).to_agent_spec()
+    agent = load_rune_package(rune_examples() / "custom-tool-python").to_agent_spec()
     assert agent.id == "sentiment-agent@local"
     [offered] = tools.host.offered(agent)
     assert offered["function"]["name"] == "analyse_sentiment"
@@ -266,3 +266,124 @@ async def test_a_missing_interpreter_makes_the_tool_unavailable(tools: Tools) ->
         assert entry == "js" and "node" in reason
         result = await host.call(tools.ctx(agent, tools.grant("tool.js")), "js", {})
         assert result.error_code == "unknown_tool"
+
+
+async def test_results_over_the_cap_and_floods_over_the_stdout_cap(tools: Tools) -> None:
+    agent = tools.package(
+        "chatty",
+        ["big", "flood"],
+        {
+            "tools/big.yaml": descriptor("big", "tools/big.py"),
+            "tools/big.py": "import json,sys\njson.load(sys.stdin)\njson.dump({'x': 'a' * 70000}, sys.stdout)\n",
+            "tools/flood.yaml": descriptor("flood", "tools/flood.py"),
+            "tools/flood.py": "import sys\nwhile True:\n    sys.stdout.write('a' * 65536)\n",
+        },
+    )
+    ctx = tools.ctx(agent, tools.grant("tool.big", "tool.flood"), intent="flood-intent")
+    big = await tools.host.call(ctx, "big", {})
+    assert big.error_code == "result_too_large" and "65536" in big.error_message
+    flood = await tools.host.call(ctx, "flood", {})
+    assert flood.error_code == "tool_failed" and "stdout_cap_bytes" in flood.error_message
+    assert marked_processes("flood-intent") == []
+
+
+async def test_a_memory_hog_is_killed_at_the_agents_memory_limit(tools: Tools) -> None:
+    agent = tools.package(
+        "hungry",
+        ["hog"],
+        {
+            "tools/hog.yaml": descriptor("hog", "tools/hog.py", "timeout_ms: 20000\n"),
+            "tools/hog.py": "import time\nblocks = []\nwhile True:\n    blocks.append(bytearray(8 << 20))\n    time.sleep(0.01)\n",
+        },
+    )
+    small = agent.model_copy(update={"resources": agent.resources.model_copy(update={"memory_mb": 64})})
+    result = await tools.host.call(tools.ctx(small, tools.grant("tool.hog"), intent="hog-intent"), "hog", {})
+    assert result.error_code == "tool_failed" and "memory_mb = 64" in result.error_message
+    assert marked_processes("hog-intent") == []
+
+
+async def test_a_cancelled_call_tears_the_tool_down_and_is_still_audited(tools: Tools, tmp_path: Path) -> None:
+    started = tmp_path / "started"
+    agent = tools.package(
+        "doomed",
+        ["nap"],
+        {
+            "tools/nap.yaml": descriptor("nap", "tools/nap.py", "timeout_ms: 60000\n"),
+            "tools/nap.py": f"import time\nopen({str(started)!r}, 'w').write('x')\ntime.sleep(120)\n",
+        },
+    )
+    ctx = tools.ctx(agent, tools.grant("tool.nap"), intent="doomed-intent")
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(tools.host.call, ctx, "nap", {})
+        with trio.fail_after(30):
+            while not started.exists():
+                await trio.sleep(0.02)
+        nursery.cancel_scope.cancel()
+    assert marked_processes("doomed-intent") == []
+    [event] = tools.audit.of("tool.call")
+    assert event["outcome"] == "error" and event["error_code"] == "cancelled"
+
+
+async def test_no_time_left_means_nothing_runs(tools: Tools, tmp_path: Path) -> None:
+    ran = tmp_path / "ran"
+    agent = tools.package(
+        "expired",
+        ["mark"],
+        {"tools/mark.yaml": descriptor("mark", "tools/mark.py"), "tools/mark.py": f"open({str(ran)!r}, 'w')\nprint('{{}}')\n"},
+    )
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.mark"), seconds=-1), "mark", {})
+    assert result.error_code == "tool_timeout" and not ran.exists()
+    assert tools.audit.of("tool.call")[-1]["attempts"] == 0
+
+
+async def test_the_example_triage_tool_through_the_host(tools: Tools) -> None:
+    agent = load_rune_package(EXAMPLES_DIR / "triage-rune").to_agent_spec()
+    [offered] = tools.host.offered(agent)
+    assert offered["function"]["name"] == "classify_ticket"
+    assert offered["function"]["parameters"]["required"] == ["ticket"]
+    assert dict(tools.host.unavailable(agent)) == {"rune@web-fetch": "not built yet in this version"}
+    ctx = tools.ctx(agent, tools.grant("tool.classify_ticket"))
+    billing = await tools.host.call(ctx, "classify_ticket", {"ticket": "I was charged twice"})
+    assert billing.ok and billing.content == {"category": "billing"}
+    missing = await tools.host.call(ctx, "classify_ticket", {"text": "x"})
+    assert missing.error_code == "invalid_arguments"
+
+
+async def test_a_schema_file_others_may_write_makes_the_tool_unavailable(tools: Tools) -> None:
+    agent = tools.package(
+        "loose",
+        ["t"],
+        {
+            "tools/t.yaml": descriptor("t", "tools/t.py", "input_schema_ref: tools/t.json\n"),
+            "tools/t.py": "print('{}')\n",
+            "tools/t.json": '{"type": "object"}',
+        },
+    )
+    os.chmod(agent.root / "tools" / "t.json", 0o666)
+    assert tools.host.offered(agent) == []
+    [(entry, reason)] = tools.host.unavailable(agent)
+    assert entry == "t" and "writable by group or others" in reason
+
+
+@pytest.mark.parametrize("depth", [65, 100_000])
+async def test_a_deeply_nested_result_is_bad_output(tools: Tools, depth: int) -> None:
+    agent = tools.package(
+        f"deep{depth}",
+        ["deep"],
+        {
+            "tools/deep.yaml": descriptor("deep", "tools/deep.py"),
+            "tools/deep.py": f"import sys\nsys.stdout.write('[' * {depth} + ']' * {depth})\n",
+        },
+    )
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.deep")), "deep", {})
+    assert result.error_code == "tool_bad_output", result
+
+
+async def test_a_result_with_a_lone_surrogate_is_bad_output(tools: Tools) -> None:
+    agent = tools.package(
+        "surrogates",
+        ["s"],
+        {"tools/s.yaml": descriptor("s", "tools/s.py"), "tools/s.py": "print('{\"a\": \"\\\\ud800\"}')\n"},
+    )
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.s")), "s", {})
+    assert result.error_code == "tool_bad_output" and "Unicode" in result.error_message

@@ -1,9 +1,11 @@
 #!/usr/bin/env python3
-"""classify_ticket: read a ticket on stdin, print "billing" or "technical".
+"""classify_ticket: a process tool. stdin {"ticket": "..."}, stdout {"category": "billing" | "technical"}.
 
 Deterministic keyword rule: any billing word wins, everything else is technical.
+One JSON document in, one out (docs/tools.md, "Process tools").
 """
 
+import json
 import sys
 
 BILLING = ("invoice", "refund", "charge", "charged", "billing", "payment", "price", "subscription")
@@ -15,4 +17,5 @@ def classify(text: str) -> str:
 
 
 if __name__ == "__main__":
-    print(classify(sys.stdin.read()))
+    arguments = json.load(sys.stdin)
+    json.dump({"category": classify(arguments["ticket"])}, sys.stdout)

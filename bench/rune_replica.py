@@ -1,0 +1,250 @@
+"""Rune replicas: cold start to healthy, idle RSS, and 100 concurrent sessions against a 200 ms model.
+
+1. **Cold start**: ``python -I -m covenant.rune.host`` given a replica spec on
+   stdin, timed from spawn until ``GET /health`` answers on its socket (no
+   daemon: what a replica costs by itself). Baseline in the same run: the same
+   interpreter running a bare stdlib unix-socket server that answers the same
+   probe (the floor of an interpreter that serves anything at all).
+2. **Idle RSS** of that replica once healthy, next to the bare server's.
+3. **100 concurrent sessions**: a real daemon on a temp home, one Rune agent
+   (``concurrency_limit: 100``) whose provider is the fake model server
+   answering every request after 200 ms; 100 signed dispatches at once, each in
+   its own session, through the control API, for a few rounds. Baseline: 100
+   concurrent requests straight to the same fake (its own limit). The ratio is
+   the wall time of a round through covenant over the fake's own.
+
+    .venv/bin/python bench/rune_replica.py [--starts N] [--rounds N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import secrets
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+_PROBE = b"GET /health HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+_BARE = """
+import os, socket, sys
+path = sys.argv[1]
+s = socket.socket(socket.AF_UNIX); s.bind(path); s.listen(16)
+while True:
+    c, _ = s.accept(); c.recv(65536)
+    c.sendall(b"HTTP/1.1 200 OK\\r\\ncontent-length: 2\\r\\nconnection: close\\r\\n\\r\\n{}"); c.close()
+"""
+
+
+def _probe(path: Path) -> bool:
+    try:
+        with socket.socket(socket.AF_UNIX) as s:
+            s.connect(str(path))
+            s.sendall(_PROBE)
+            return s.recv(64).startswith(b"HTTP/1.1 200")
+    except OSError:
+        return False
+
+
+def _rss_kib(pid: int) -> int:
+    for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+        if line.startswith("VmRSS:"):
+            return int(line.split()[1])
+    return 0
+
+
+def _start(argv: list[str], sock: Path, stdin: bytes | None) -> tuple[float, subprocess.Popen[bytes]]:
+    t0 = time.perf_counter()
+    proc = subprocess.Popen(argv, stdin=subprocess.PIPE if stdin is not None else subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+    if stdin is not None:
+        assert proc.stdin is not None
+        proc.stdin.write(stdin)
+        proc.stdin.flush()
+    while not _probe(sock):
+        if proc.poll() is not None:
+            raise SystemExit(f"{argv} exited {proc.returncode}")
+        time.sleep(0.001)
+    return time.perf_counter() - t0, proc
+
+
+def cold_start(starts: int) -> None:
+    tmp = Path(tempfile.mkdtemp(prefix="rune-bench-"))
+    replica_ms, bare_ms, replica_rss, bare_rss = [], [], [], []
+    try:
+        for n in range(starts):
+            sock = tmp / f"r{n}.sock"
+            spec = {"agent": "bench@local", "socket": str(sock), "gateway": str(tmp / "g.sock"), "health_path": "/health",
+                    "sessions_dir": str(tmp / "sessions"), "system_prompt": "x", "tools": [], "max_steps": 4,
+                    "memory_profile": "minimal", "standard_turns": 20, "token_budget": 1000,
+                    "checkpoint_policy": "never", "safety_policy": "standard", "skills": {}}
+            seconds, proc = _start([sys.executable, "-I", "-m", "covenant.rune.host"], sock,
+                                   json.dumps(spec).encode() + b"\n")
+            replica_ms.append(seconds * 1000)
+            time.sleep(0.2)
+            replica_rss.append(_rss_kib(proc.pid))
+            proc.kill()
+            proc.wait()
+            bare_sock = tmp / f"b{n}.sock"
+            seconds, proc = _start([sys.executable, "-I", "-c", _BARE, str(bare_sock)], bare_sock, None)
+            bare_ms.append(seconds * 1000)
+            time.sleep(0.2)
+            bare_rss.append(_rss_kib(proc.pid))
+            proc.kill()
+            proc.wait()
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    r, b = statistics.median(replica_ms), statistics.median(bare_ms)
+    print(f"cold start to healthy, p50 of {starts}: replica {r:.0f} ms, bare stdlib server {b:.0f} ms "
+          f"(ratio {r / b:.2f}; max replica {max(replica_ms):.0f} ms; goal <= 300 ms)")
+    rr, br = statistics.median(replica_rss) / 1024, statistics.median(bare_rss) / 1024
+    print(f"idle RSS: replica {rr:.1f} MB, bare stdlib server {br:.1f} MB (goal <= 30 MB)")
+
+
+_FAKE = """
+import sys
+from tests.fakes import model_server
+# 100 clients connect at once: the stdlib server's listen backlog of 5 would reset most of them.
+model_server._Server.request_queue_size = 1024
+sys.argv[1:] = ["--text", "pong", "--delay-s", sys.argv[1]]
+model_server.main()
+"""
+
+
+def _fake(delay_s: float) -> tuple[subprocess.Popen[str], int]:
+    proc = subprocess.Popen([sys.executable, "-c", _FAKE, str(delay_s)], cwd=REPO, stdout=subprocess.PIPE, text=True)
+    assert proc.stdout is not None
+    return proc, int(proc.stdout.readline().strip())
+
+
+def _fake_round(port: int, concurrency: int) -> float:
+    import http.client
+
+    body = json.dumps({"model": "m", "messages": [{"role": "user", "content": "ping"}]})
+    errors: list[BaseException] = []
+
+    def one() -> None:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+            conn.request("POST", "/v1/chat/completions", body, {"content-type": "application/json"})
+            response = conn.getresponse()
+            response.read()
+            conn.close()
+            if response.status != 200:
+                raise RuntimeError(f"HTTP {response.status}")
+        except BaseException as exc:  # noqa: BLE001 - reported below
+            errors.append(exc)
+
+    threads = [threading.Thread(target=one) for _ in range(concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    if errors:
+        raise SystemExit(f"direct request failed: {errors[0]}")
+    return time.perf_counter() - t0
+
+
+def sessions(rounds: int, concurrency: int, delay_s: float) -> None:
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from covenant.client import DaemonClient, DaemonUnreachable
+    from covenant.keys import public_key_hex
+    from covenant.policy.signing import new_intent, sign_intent
+
+    fake, port = _fake(delay_s)
+    base = Path(tempfile.mkdtemp(prefix="rune-bench-"))
+    os.chmod(base, 0o711)
+    home, sock = base / "home", base / "covenant.sock"
+    env = {**os.environ, "COVENANT_HOME": str(home), "COVENANT_SOCKET": str(sock), "XDG_CONFIG_HOME": str(base / "xdg")}
+    daemon = None
+    try:
+        subprocess.run([sys.executable, "-m", "covenant", "init", "--display", "bench@bench"], env=env, check=True,
+                       capture_output=True)
+        # Agent uids from a range of this run's own: a starting daemon sweeps its whole range (other
+        # daemons on a shared box use the default one).
+        low = secrets.randbelow(2_000_000_000 - 300_000) + 200_000
+        (home / "covenant.toml").write_text(
+            f'[providers.fake]\nkind = "openai"\nbase_url = "http://127.0.0.1:{port}/v1"\n\n[daemon]\nqueue_max = 1000\n'
+            f'\n[isolation]\nuid_range = [{low}, {low + 9}]\n')
+        folder = home / "agents" / "bench"
+        folder.mkdir(parents=True)
+        (folder / "Runefile").write_text(
+            "name: bench\nversion: 0.1.0\ninstructions: answer\ndefault_model: default\nmemory_profile: standard\n"
+            f"runtime:\n  concurrency_limit: {concurrency}\n  request_timeout_ms: 60000\n"
+            "models:\n  providers: [fake]\n  model_mapping:\n    default: m\n")
+        daemon = subprocess.Popen([sys.executable, "-m", "covenant", "daemon"], env=env, stderr=open(os.environ.get("RUNE_BENCH_LOG", os.devnull), "ab"))
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                DaemonClient(sock, timeout=5).request("GET", "/v1/status")
+                break
+            except DaemonUnreachable:
+                if time.monotonic() > deadline:
+                    raise SystemExit("daemon did not start")
+                time.sleep(0.05)
+        key = Ed25519PrivateKey.generate()
+        pubkey = public_key_hex(key)
+
+        def dispatch(session: str, results: list[str]) -> None:
+            intent = new_intent("ping", issuer_display="bench@bench", issuer_pubkey=pubkey, agent="bench@local",
+                                priority="normal", parent=None)
+            body = {"intent": intent, "signature": sign_intent(key, intent), "session_id": session}
+            outcome = DaemonClient(sock, timeout=120).request("POST", "/v1/dispatch", body)
+            results.append(outcome["outcome"] if outcome["outcome"] == "ok" else f"{outcome['outcome']}: {outcome['error']}")
+
+        def one_round(label: str) -> float:
+            results: list[str] = []
+            threads = [threading.Thread(target=dispatch, args=(f"{label}-{n}", results)) for n in range(concurrency)]
+            t0 = time.perf_counter()
+            for t in threads:
+                t.start()
+            for t in threads:
+                t.join()
+            took = time.perf_counter() - t0
+            bad = [r for r in results if r != "ok"]
+            if bad or len(results) != concurrency:
+                raise SystemExit(f"round {label}: {len(results)} answers, not ok: {bad[:3]}")
+            return took
+
+        one_round("warm")  # starts the replica
+        covenant_s = [one_round(f"r{n}") for n in range(rounds)]
+        direct_s = [_fake_round(port, concurrency) for _ in range(rounds)]
+        c, d = statistics.median(covenant_s), statistics.median(direct_s)
+        print(f"{concurrency} concurrent sessions, fake answering in {delay_s * 1000:.0f} ms, median of {rounds} rounds: "
+              f"through covenant {c * 1000:.0f} ms, straight to the fake {d * 1000:.0f} ms "
+              f"(ratio {c / d:.2f}; goal <= 1.10)")
+    finally:
+        if daemon is not None:
+            daemon.send_signal(signal.SIGTERM)
+            daemon.wait(timeout=120)
+        fake.kill()
+        fake.wait()
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--starts", type=int, default=15)
+    parser.add_argument("--rounds", type=int, default=5)
+    parser.add_argument("--concurrency", type=int, default=100)
+    parser.add_argument("--delay-ms", type=int, default=200)
+    args = parser.parse_args()
+    cold_start(args.starts)
+    sessions(args.rounds, args.concurrency, args.delay_ms / 1000)
+
+
+if __name__ == "__main__":
+    main()

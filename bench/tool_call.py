@@ -1,0 +1,149 @@
+"""Tool host overhead: ``ToolHost.call`` of a process tool against a raw ``subprocess.run`` of it.
+
+A python3 process tool that echoes its arguments (one JSON document in, one
+out) is run with the same document both ways, sequentially, raw and through
+the host interleaved in small blocks in one process so load from elsewhere on
+the box hits both alike. The host path is everything the daemon does for a
+call: name lookup, argument parsing and schema validation, the grant check,
+the runner's tool mode (PDEATHSIG gate, limits, sampler, kill ladder), the
+result cap and the ``tool.call`` event (to an in-memory sink: the audit
+writer is measured by ``audit_throughput.py``). Also the p50 of a built-in
+(``system-time``) call, which spawns nothing. Goal (issue 14): <= 2 ms p50
+added to a process tool.
+
+    .venv/bin/python bench/tool_call.py [--runs N]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+from typing import Any
+
+import trio
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey  # noqa: E402
+
+from covenant.clock import now_ms  # noqa: E402
+from covenant.config import Config  # noqa: E402
+from covenant.home import Home  # noqa: E402
+from covenant.keys import create_key_file, public_key_hex  # noqa: E402
+from covenant.manifest.runefile import load_rune_package  # noqa: E402
+from covenant.policy.grants import GrantStore  # noqa: E402
+from covenant.runtime.host import set_child_subreaper  # noqa: E402
+from covenant.runtime.runner import Runner  # noqa: E402
+from covenant.tools import ToolCallContext, ToolHost  # noqa: E402
+
+BLOCK = 5
+ECHO = "import json, sys\njson.dump({'got': json.load(sys.stdin)}, sys.stdout)\n"
+RUNEFILE = """\
+name: bench
+version: 0.1.0
+instructions: bench
+default_model: default
+toolset: [echo, rune@system-time]
+models:
+  model_mapping:
+    default: m
+"""
+ARGUMENTS = {"texts": ["I love this", "This is terrible"], "n": 3}
+
+
+def make_package(root: Path) -> Path:
+    package = root / "agents" / "bench"
+    (package / "tools").mkdir(parents=True)
+    (package / "Runefile").write_text(RUNEFILE)
+    (package / "tools" / "echo.yaml").write_text("name: echo\nruntime: process\nmodule: tools/echo.py\n")
+    (package / "tools" / "echo.py").write_text(ECHO)
+    return package
+
+
+def raw_once(argv: list[str], cwd: Path, env: dict[str, str], document: bytes) -> float:
+    start = time.perf_counter()
+    done = subprocess.run(argv, input=document, capture_output=True, cwd=cwd, env=env)
+    elapsed = time.perf_counter() - start
+    assert done.returncode == 0 and json.loads(done.stdout)["got"] == ARGUMENTS, done
+    return elapsed
+
+
+async def measure(root: Path, runs: int) -> dict[str, float]:
+    home = Home(root / "home")
+    home.root.mkdir()
+    config = Config()
+    daemon_key = create_key_file(home.daemon_key_path)
+    issuer = public_key_hex(Ed25519PrivateKey.generate())
+    store = GrantStore(home.grants_path, daemon_key.public_key())
+    store.add(daemon_key, issuer, ["tool.*"], None, None)
+    grants = store.load()
+    agent = load_rune_package(make_package(root)).to_agent_spec()
+    events: list[tuple[str, dict[str, Any]]] = []
+
+    async def sink(type_: str, data: dict[str, Any]) -> None:
+        events.append((type_, data))
+
+    async with Runner.open(config.runtime, scratch_root=home.state_dir / "scratch") as runner:
+        host = ToolHost(home, config, runner, sink)
+        await host.load(agent)
+        argv = [runner.interpreter("python3") or sys.executable, str(agent.root / "tools" / "echo.py")]
+        env = {"PATH": config.runtime.path, "HOME": str(root), "LANG": "C.UTF-8"}
+        document = json.dumps(ARGUMENTS).encode() + b"\n"
+
+        async def host_once(name: str) -> float:
+            ctx = ToolCallContext("bench-intent", agent, issuer, grants, now_ms(), trio.current_time() + 60)
+            start = time.perf_counter()
+            result = await host.call(ctx, name, json.dumps(ARGUMENTS) if name == "echo" else "{}")
+            elapsed = time.perf_counter() - start
+            assert result.ok, result
+            return elapsed
+
+        for _ in range(3):
+            raw_once(argv, agent.root, env, document)
+            await host_once("echo")
+        raw_times: list[float] = []
+        host_times: list[float] = []
+        while len(raw_times) < runs:
+            raw_times.extend(raw_once(argv, agent.root, env, document) for _ in range(BLOCK))
+            for _ in range(BLOCK):
+                host_times.append(await host_once("echo"))
+        builtin_times = [await host_once("system-time") for _ in range(runs)]
+    assert len(events) == 3 + len(host_times) + len(builtin_times)
+    return {
+        "raw_p50": statistics.median(raw_times),
+        "host_p50": statistics.median(host_times),
+        "builtin_p50": statistics.median(builtin_times),
+    }
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--runs", type=int, default=60, help="sequential calls per side")
+    args = parser.parse_args()
+    set_child_subreaper()
+    load = os.getloadavg()
+    print(f"{platform.machine()}, {os.cpu_count()} CPUs, load {load[0]:.2f} {load[1]:.2f} {load[2]:.2f}; "
+          f"{args.runs} sequential calls per side")
+    with tempfile.TemporaryDirectory() as tmp:
+        m = trio.run(measure, Path(tmp), args.runs)
+    print()
+    print("| tool | raw p50 ms | host p50 ms | added ms | ratio |")
+    print("|---|---:|---:|---:|---:|")
+    print(
+        f"| python3 process tool | {m['raw_p50'] * 1000:.2f} | {m['host_p50'] * 1000:.2f} "
+        f"| {(m['host_p50'] - m['raw_p50']) * 1000:+.2f} | {m['host_p50'] / m['raw_p50']:.3f} |"
+    )
+    print(f"| built-in system-time | - | {m['builtin_p50'] * 1000:.3f} | - | - |")
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,149 @@
+"""Per-user visibility of dispatch records, with real other uids on the real control socket.
+
+Clients run as other uids under /usr/bin/python3 (the system interpreter,
+reachable by every uid): a stdlib-only HTTP client for the API, and the real
+CLI for `history` and `show`. The operators group is `nogroup` (gid 65534),
+which `nobody` has as its passwd primary group.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import sysconfig
+from pathlib import Path
+
+import pytest
+
+from tests.conftest import REPO_ROOT
+from tests.daemon.conftest import DaemonProcess
+
+SYSTEM_PYTHON = "/usr/bin/python3"
+OWNER_A, OWNER_B = 65533, 65532  # no passwd entry: members of no group
+NOBODY = 65534  # passwd primary group nogroup: an operator when operators_group = "nogroup"
+OUTSIDER_IN_GROUP = 65531  # runs with primary gid 65534 (SO_PEERCRED): an operator too
+
+_CLIENT = r"""
+import json, socket, sys
+path, method, target = sys.argv[1:4]
+body = sys.argv[4].encode() if len(sys.argv) > 4 else b""
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(path)
+head = f"{method} {target} HTTP/1.1\r\nhost: covenant\r\nconnection: close\r\n"
+if body:
+    head += f"content-type: application/json\r\ncontent-length: {len(body)}\r\n"
+s.sendall(head.encode() + b"\r\n" + body)
+data = b""
+while chunk := s.recv(65536):
+    data += chunk
+head, _, body = data.partition(b"\r\n\r\n")
+print(json.dumps({"status": int(head.split()[1]), "body": json.loads(body)}))
+"""
+
+
+def _require_system_python() -> None:
+    if not os.access(SYSTEM_PYTHON, os.X_OK):
+        if os.environ.get("CI"):
+            pytest.fail(f"{SYSTEM_PYTHON} is missing, and CI must run every test")
+        pytest.skip(f"{SYSTEM_PYTHON} is missing: no interpreter another uid can run")
+    if os.geteuid() != 0:
+        pytest.skip("switching to other uids needs root")
+
+
+def _as(uid: int, gid: int, argv: list[str], env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(argv, user=uid, group=gid, extra_groups=[], env=env or {"PATH": "/usr/bin:/bin"},
+                          capture_output=True, text=True, timeout=120, cwd="/")
+
+
+def _get(daemon: DaemonProcess, uid: int, gid: int, target: str) -> tuple[int, dict]:
+    done = _as(uid, gid, [SYSTEM_PYTHON, "-c", _CLIENT, str(daemon.socket), "GET", target])
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    return answer["status"], answer["body"]
+
+
+def _open_socket_to_everyone(daemon: DaemonProcess) -> None:
+    os.chmod(daemon.socket.parent, 0o755)
+    os.chmod(daemon.socket, 0o666)
+
+
+@pytest.fixture
+def served(daemon: DaemonProcess) -> DaemonProcess:
+    _require_system_python()
+    daemon.write_config('[isolation]\noperators_group = "nogroup"\n')
+    daemon.add_agent("echo", "echo.py", keywords=("echo",))
+    daemon.start()
+    _open_socket_to_everyone(daemon)
+    return daemon
+
+
+def _dispatch_via_api_as(daemon: DaemonProcess, uid: int, text: str) -> str:
+    """Sign an intent here (the signature is not what is tested) and submit it as ``uid``."""
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from covenant.keys import public_key_hex
+    from covenant.policy.signing import new_intent, sign_intent
+
+    key = Ed25519PrivateKey.generate()
+    intent = new_intent(text, issuer_display=f"u{uid}@test", issuer_pubkey=public_key_hex(key), agent="echo@local")
+    body = json.dumps({"intent": intent, "signature": sign_intent(key, intent), "dry_run": False})
+    done = _as(uid, uid, [SYSTEM_PYTHON, "-c", _CLIENT, str(daemon.socket), "POST", "/v1/dispatch", body])
+    assert done.returncode == 0, done.stderr
+    answer = json.loads(done.stdout)
+    assert answer["status"] == 200 and answer["body"]["outcome"] == "ok", answer
+    assert answer["body"]["record"]["peer_uid"] == uid
+    return answer["body"]["intent_id"]
+
+
+def test_each_uid_sees_its_own_dispatches_and_operators_see_all(served: DaemonProcess) -> None:
+    mine = _dispatch_via_api_as(served, OWNER_A, "echo from a")
+    theirs = _dispatch_via_api_as(served, OWNER_B, "echo from b")
+    root_run = served.cli("dispatch", "echo from root", "--agent", "echo@local", "--json")
+    assert root_run.returncode == 0, root_run.stderr
+    roots = json.loads(root_run.stdout)["intent_id"]
+
+    status, listed = _get(served, OWNER_A, OWNER_A, "/v1/dispatches?limit=100")
+    assert status == 200 and [d["intent_id"] for d in listed["dispatches"]] == [mine]
+    assert _get(served, OWNER_A, OWNER_A, f"/v1/dispatches/{mine}")[0] == 200
+    for other in (theirs, roots):
+        status, refused = _get(served, OWNER_A, OWNER_A, f"/v1/dispatches/{other}")
+        assert status == 404 and refused["error"]["code"] == "not_found"  # as if absent: no existence leak
+    status, listed = _get(served, OWNER_B, OWNER_B, "/v1/dispatches?agent=echo@local")
+    assert [d["intent_id"] for d in listed["dispatches"]] == [theirs]
+
+    everything = {mine, theirs, roots}
+    for uid, gid in ((NOBODY, NOBODY), (OUTSIDER_IN_GROUP, NOBODY)):  # operators: passwd group, peer gid
+        status, listed = _get(served, uid, gid, "/v1/dispatches?limit=100")
+        assert status == 200 and {d["intent_id"] for d in listed["dispatches"]} == everything, (uid, listed)
+        assert _get(served, uid, gid, f"/v1/dispatches/{mine}")[0] == 200
+    root_view = served.api("GET", "/v1/dispatches?limit=100")
+    assert {d["intent_id"] for d in root_view["dispatches"]} == everything
+    assert {d["intent_id"]: d["peer_uid"] for d in root_view["dispatches"]}[roots] == os.getuid()
+
+
+def _cli_env_for_other_uids() -> dict[str, str] | None:
+    """PYTHONPATH that lets the system interpreter import covenant and its dependencies; None if unreachable."""
+    paths = [str(REPO_ROOT), sysconfig.get_paths()["purelib"], sysconfig.get_paths()["platlib"]]
+    env = {"PATH": "/usr/bin:/bin", "PYTHONPATH": os.pathsep.join(dict.fromkeys(paths)), "HOME": "/"}
+    probe = _as(OWNER_A, OWNER_A, [SYSTEM_PYTHON, "-c", "import covenant.cli.group"], env)
+    return env if probe.returncode == 0 else None
+
+
+def test_history_and_show_from_the_cli_as_another_uid(served: DaemonProcess) -> None:
+    env = _cli_env_for_other_uids()
+    if env is None or sys.version_info[:2] != (3, 11):
+        pytest.skip(f"this checkout or its venv is not readable by other uids ({REPO_ROOT}); the API test covers the rule")
+    mine = _dispatch_via_api_as(served, OWNER_A, "echo from a")
+    theirs = _dispatch_via_api_as(served, OWNER_B, "echo from b")
+    env = {**env, "COVENANT_SOCKET": str(served.socket), "COVENANT_HOME": str(served.home)}
+    history = _as(OWNER_A, OWNER_A, [SYSTEM_PYTHON, "-m", "covenant", "history", "--json"], env)
+    assert history.returncode == 0, history.stderr
+    assert [r["intent_id"] for r in json.loads(history.stdout)] == [mine]
+    shown = _as(OWNER_A, OWNER_A, [SYSTEM_PYTHON, "-m", "covenant", "show", mine], env)
+    assert shown.returncode == 0 and mine in shown.stdout, shown.stderr
+    hidden = _as(OWNER_A, OWNER_A, [SYSTEM_PYTHON, "-m", "covenant", "show", theirs], env)
+    assert hidden.returncode == 1 and "no dispatch record" in hidden.stderr
+    operator = _as(NOBODY, NOBODY, [SYSTEM_PYTHON, "-m", "covenant", "history", "--json"], env)
+    assert {r["intent_id"] for r in json.loads(operator.stdout)} == {mine, theirs}

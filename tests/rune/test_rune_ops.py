@@ -1,0 +1,256 @@
+"""Operating Rune agents: covenant run, dry-run, status, restart, logs, eager start, idle stop, reload, drain."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+
+import psutil
+import pytest
+
+from tests.daemon.conftest import DaemonProcess
+from tests.fakes import FakeModelServer, Reply, ToolCall
+from tests.rune.conftest import KEY_ENV, add_rune_agent, configure, outcome_of
+
+
+def wait_for(predicate, timeout: float = 60, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return
+        time.sleep(0.05)
+    raise AssertionError(f"timed out waiting for {what}")
+
+
+def replicas(d: DaemonProcess) -> list[dict]:
+    return d.api("GET", "/v1/status")["replicas"]  # type: ignore[index]
+
+
+def test_covenant_run_of_a_rune_package(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    package = add_rune_agent(daemon)
+    fake_model.script(Reply.tools(ToolCall("system-time", {})), Reply(text="It is now."))
+    result = daemon.cli("run", str(package), "what time?")
+    assert result.returncode == 0 and result.stdout == "It is now.\n", result
+    assert [m["role"] for m in fake_model.requests[1].messages] == ["system", "user", "assistant", "tool"]
+    fake_model.script(Reply.tools(ToolCall("system-time", {})), Reply.tools(ToolCall("system-time", {})))
+    add_rune_agent(daemon, "stepper", max_steps=2)
+    failed = daemon.cli("run", str(daemon.home / "agents" / "stepper"), "again", "--json")
+    assert failed.returncode == 4 and json.loads(failed.stdout)["outcome"] == "max_steps_exceeded"
+
+
+def test_dry_run_names_provider_model_and_unavailable_tools(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, toolset=("rune@system-time", "rune@browser-click"), providers=("missing", "fake"))
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.system_time", "tool.browser_click", check=True)
+    result = daemon.cli("dispatch", "hi", "--agent", "chat@local", "--dry-run", "--json")
+    plan = outcome_of(result)["rune"]
+    assert result.returncode == 0
+    first = plan["model"]["providers"][0]
+    assert first["provider"] == "fake" and first["model"] == "fake-model"
+    assert plan["model"]["skipped"][0]["provider"] == "missing"
+    assert [u["tool"] for u in plan["unavailable_tools"]] == ["rune@browser-click"]
+    assert not fake_model.requests and replicas(daemon) == []  # nothing started
+    text = daemon.cli("dispatch", "hi", "--agent", "chat@local", "--dry-run", check=True).stdout
+    assert "model: fake-model from provider fake" in text and "skipped provider missing" in text
+    assert "unavailable tool rune@browser-click" in text
+
+
+def test_status_restart_and_replica_logs(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    fake_model.script(Reply(text="one"), Reply(text="two"))
+    assert outcome_of(daemon.cli("dispatch", "a", "--agent", "chat@local", "--json"))["outcome"] == "ok"
+    (before,) = replicas(daemon)
+    assert before["state"] == "ready" and before["in_flight"] == 0 and before["restarts"] == 0
+    text = daemon.cli("status", check=True).stdout
+    assert f"replica    chat@local: ready, pid {before['pid']}" in text
+    restarted = daemon.cli("restart", "chat", check=True)
+    assert "restarted the replica of chat@local" in restarted.stdout
+    wait_for(lambda: replicas(daemon)[0]["state"] == "ready", what="the new replica")
+    assert replicas(daemon)[0]["pid"] != before["pid"]
+    assert not psutil.pid_exists(before["pid"]) or psutil.Process(before["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert outcome_of(daemon.cli("dispatch", "b", "--agent", "chat@local", "--json"))["text"] == "two"
+    logs = daemon.cli("logs", check=True).stdout
+    assert "replica serving" in logs and "chat@local" in logs
+    not_rune = daemon.cli("restart", "nobody")
+    assert not_rune.returncode == 6
+
+
+def test_eager_start_and_idle_stop(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model), extra="[rune]\nstart = \"eager\"\nidle_stop_s = 2\n")
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    wait_for(lambda: [r["state"] for r in replicas(daemon)] == ["ready"], what="an eager replica")
+    pid = replicas(daemon)[0]["pid"]
+    wait_for(lambda: replicas(daemon)[0]["state"] == "stopped", what="the idle stop")
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    fake_model.script(Reply(text="woken"))
+    assert outcome_of(daemon.cli("dispatch", "a", "--agent", "chat@local", "--json"))["text"] == "woken"
+
+
+def test_a_replica_that_cannot_start_fails_fast_and_shows_why(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    folder = add_rune_agent(daemon, toolset=())
+    runefile = folder / "Runefile"
+    runefile.write_text(runefile.read_text().replace("toolset: []", "toolset: []\nskills: [acme/kit/missing]"))
+    daemon.start()
+    result = daemon.cli("dispatch", "a", "--agent", "chat@local", "--json")
+    outcome = outcome_of(result)
+    assert result.returncode == 4 and outcome["outcome"] == "spawn_failed", outcome
+    assert "skills/acme/kit/skills/missing/SKILL.md" in outcome["error"]
+    (replica,) = replicas(daemon)
+    assert "acme/kit/missing" in replica["last_error"]
+
+
+def test_reload_with_a_changed_package_replaces_the_replica(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    folder = add_rune_agent(daemon, toolset=())
+    daemon.start()
+    fake_model.script(Reply(text="v1"), Reply(text="v2"))
+    assert outcome_of(daemon.cli("dispatch", "a", "--agent", "chat@local", "--json"))["text"] == "v1"
+    old = replicas(daemon)[0]["pid"]
+    runefile = folder / "Runefile"
+    runefile.write_text(runefile.read_text().replace("covenant test agent.", "covenant test agent, version two."))
+    daemon.cli("reload", check=True)
+    wait_for(lambda: replicas(daemon)[0]["pid"] not in (old, None) and replicas(daemon)[0]["state"] == "ready",
+             what="the replacement replica")
+    assert outcome_of(daemon.cli("dispatch", "b", "--agent", "chat@local", "--json"))["text"] == "v2"
+    assert "version two" in fake_model.requests[-1].messages[0]["content"]
+
+
+def test_sigterm_drains_an_in_flight_rune_intent(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    fake_model.script(Reply(text="finished in time", delay_s=2))
+    pending = daemon.cli_background("dispatch", "slow", "--agent", "chat@local", "--json")
+    fake_model.wait_for_requests(1)
+    pid = replicas(daemon)[0]["pid"]
+    assert daemon.process is not None
+    daemon.process.send_signal(signal.SIGTERM)
+    out, _ = pending.communicate(timeout=120)
+    assert json.loads(out)["text"] == "finished in time"
+    assert daemon.process.wait(timeout=120) == 0
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+
+
+def test_sessions_commands_without_a_daemon(daemon: DaemonProcess) -> None:
+    from covenant.rune.sessions import SessionLog, session_path
+
+    root = daemon.home / "state" / "sessions"
+    for name in ("one", "two"):
+        log = SessionLog.new(session_path(root, "chat@local", name), agent="chat@local", session=name,
+                             issuer="ab" * 32, now_ms=1)
+        log.append_turn("i1", [{"role": "user", "content": f"hello {name}"}, {"role": "assistant", "content": "hi"}])
+    listed = json.loads(daemon.cli("sessions", "list", "--json", check=True).stdout)
+    assert [(r["agent"], r["session"], r["turns"], r["valid"]) for r in listed] == [
+        ("chat@local", "one", 1, True), ("chat@local", "two", 1, True)]
+    shown = daemon.cli("sessions", "show", "chat", "one", check=True).stdout
+    assert "user: hello one" in shown and "assistant: hi" in shown
+    two = session_path(root, "chat@local", "two")
+    two.write_bytes(two.read_bytes().replace(b"hello two", b"hello 2wo"))
+    refused = daemon.cli("sessions", "show", "chat@local", "two")
+    assert refused.returncode == 1 and "refused" in refused.stderr and "hello 2wo" not in refused.stdout
+    assert daemon.cli("sessions", "verify", "chat@local").returncode == 1
+    daemon.cli("sessions", "rm", "chat@local", "two", check=True)
+    assert not two.exists() and daemon.cli("sessions", "verify").returncode == 0
+    assert daemon.cli("sessions", "show", "chat@local", "../x").returncode == 2
+
+
+def test_concurrency_limit_waits_in_the_daemon_and_request_timeout(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, toolset=(), runtime="""
+        concurrency_limit: 1
+        request_timeout_ms: 4000
+        startup_timeout_ms: 30000
+    """)
+    daemon.start()
+    fake_model.script(Reply(text="first", delay_s=1.5), Reply(text="second", delay_s=1.5))
+    clients = [daemon.cli_background("dispatch", f"n{n}", "--agent", "chat@local", "--json") for n in range(2)]
+    seen_two = False
+    while any(c.poll() is None for c in clients):
+        status = daemon.api("GET", "/v1/status")
+        for replica in status["replicas"]:  # type: ignore[index]
+            assert replica["in_flight"] <= 1
+        seen_two = seen_two or len(status["in_flight"]) == 2  # type: ignore[index, arg-type]
+        time.sleep(0.05)
+    texts = sorted(json.loads(c.communicate()[0])["text"] for c in clients)
+    assert texts == ["first", "second"] and seen_two
+
+    fake_model.script(Reply(text="far too late", delay_s=8))
+    result = daemon.cli("dispatch", "slow", "--agent", "chat@local", "--json")
+    outcome = outcome_of(result)
+    assert result.returncode == 4 and outcome["outcome"] == "timeout" and "request_timeout_ms = 4000" in outcome["error"]
+
+
+def test_a_replica_that_stops_answering_probes_is_replaced(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model), extra="[rune]\nstart = \"eager\"\n")
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    wait_for(lambda: [r["state"] for r in replicas(daemon)] == ["ready"], what="the replica")
+    frozen = replicas(daemon)[0]["pid"]
+    os.kill(frozen, signal.SIGSTOP)  # alive, but it answers nothing
+    wait_for(lambda: replicas(daemon)[0]["restarts"] == 1 and replicas(daemon)[0]["state"] == "ready", timeout=90,
+             what="a replacement after three failed probes")
+    (replica,) = replicas(daemon)
+    assert replica["pid"] != frozen and "health probes in a row failed" in replica["last_error"]
+    assert not psutil.pid_exists(frozen) or psutil.Process(frozen).status() == psutil.STATUS_ZOMBIE
+    fake_model.script(Reply(text="fresh"))
+    assert outcome_of(daemon.cli("dispatch", "a", "--agent", "chat@local", "--json"))["text"] == "fresh"
+
+
+def test_a_full_replica_with_a_full_queue_answers_overloaded(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model), extra="[daemon]\nqueue_max = 1\n")
+    add_rune_agent(daemon, toolset=(), runtime="""
+        concurrency_limit: 1
+        startup_timeout_ms: 30000
+    """)
+    daemon.start()
+    fake_model.script(Reply(text="one", delay_s=3), Reply(text="two"))
+    first = daemon.cli_background("dispatch", "a", "--agent", "chat@local", "--json")
+    wait_for(lambda: [r["in_flight"] for r in replicas(daemon)] == [1], what="the first on the replica")
+    second = daemon.cli_background("dispatch", "b", "--agent", "chat@local", "--json")
+    wait_for(lambda: replicas(daemon)[0]["waiting"] == 1, what="the second waiting in the daemon")
+    third = daemon.cli("dispatch", "c", "--agent", "chat@local", "--json")
+    assert third.returncode == 5 and "already wait for the replica of chat@local" in third.stderr, third
+    assert [json.loads(c.communicate()[0])["text"] for c in (first, second)] == ["one", "two"]
+
+
+def test_covenant_run_refuses_a_tool_agent_uids_cannot_read(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("needs root: an unprivileged covenant runs tools as its own uid, so nothing is unreachable")
+    configure(daemon, ("fake", fake_model))
+    package = add_rune_agent(daemon, toolset=("shout",))
+    (package / "tools").mkdir()
+    (package / "tools" / "shout.yaml").write_text("name: shout\nruntime: process\nmodule: tools/shout.py\n")
+    (package / "tools" / "shout.py").write_text("import json, sys\nprint(json.dumps(json.load(sys.stdin)))\n")
+    os.chmod(package / "tools", 0o700)
+    result = daemon.cli("run", str(package), "hi")
+    assert result.returncode == 2 and str(package / "tools" / "shout.py") in result.stderr, result
+    assert not fake_model.requests
+
+
+def test_a_crash_loop_backs_off_and_shows_in_status(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model), extra='[rune]\npython = "/bin/false"\n')  # exits at once, every time
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    t0 = time.monotonic()
+    result = daemon.cli("dispatch", "a", "--agent", "chat@local", "--json")
+    outcome = outcome_of(result)
+    assert result.returncode == 4 and outcome["outcome"] == "spawn_failed", outcome
+    assert "exited before it became healthy" in outcome["error"]
+    wait_for(lambda: replicas(daemon)[0]["restarts"] >= 3, timeout=60, what="three restarts")
+    took = time.monotonic() - t0
+    assert took >= 1 + 2  # the backoff doubles: 1 s, then 2 s, before the third restart
+    (replica,) = replicas(daemon)
+    assert replica["state"] in ("backoff", "starting") and "exited before it became healthy" in replica["last_error"]
+    text = daemon.cli("status", check=True).stdout
+    assert "replica    chat@local:" in text and "restarts; last error: the replica exited before it became healthy" in text
+    assert not fake_model.requests

@@ -1,0 +1,62 @@
+"""The replica wire: JSON and event streams over a real unix socket; a failing handler answers 500."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import trio
+
+from covenant.rune import wire
+
+
+async def handler(request: wire.Request) -> wire.JSONResponse | wire.EventStream:
+    if request.target == "/boom":
+        raise KeyError("bug")
+    if request.target == "/events":
+        async def produce(emit: wire.Emit) -> None:
+            for n in range(3):
+                await emit("token", {"text": f"t{n}"})
+            await emit("done", {"ok": True})
+        return wire.EventStream(produce)
+    return wire.JSONResponse(200, {"echo": request.body, "method": request.method})
+
+
+async def test_json_events_and_a_failing_handler(tmp_path: Path) -> None:
+    path = tmp_path / "s.sock"
+    sock = wire.bind_socket(path)
+    assert path.stat().st_mode & 0o777 == 0o600
+    async with trio.open_nursery() as nursery:
+        await nursery.start(wire.serve, sock, handler)
+        status, document = await wire.call(path, "POST", "/x", {"a": "é"})
+        assert (status, document) == (200, {"echo": {"a": "é"}, "method": "POST"})
+        status, document = await wire.call(path, "POST", "/boom", {})
+        assert status == 500 and document["error"]["code"] == "internal_error" and "KeyError" in document["error"]["message"]
+        events: list[tuple[str, Any]] = [e async for e in wire.stream(path, "/events", {})]
+        assert events == [("token", {"text": "t0"}), ("token", {"text": "t1"}), ("token", {"text": "t2"}), ("done", {"ok": True})]
+        plain = [e async for e in wire.stream(path, "/x", {"b": 1})]
+        assert plain == [("response", {"status": 200, "document": {"echo": {"b": 1}, "method": "POST"}})]
+        status, _ = await wire.call(path, "GET", "/still-serving")
+        assert status == 200
+        nursery.cancel_scope.cancel()
+
+
+async def test_an_unreachable_peer_is_a_wire_error(tmp_path: Path) -> None:
+    try:
+        await wire.call(tmp_path / "nobody.sock", "GET", "/")
+    except wire.WireError as exc:
+        assert "nobody.sock" in str(exc)
+    else:
+        raise AssertionError("no WireError")
+
+
+def test_bind_refuses_to_replace_a_file(tmp_path: Path) -> None:
+    target = tmp_path / "file"
+    target.write_text("keep me")
+    try:
+        wire.bind_socket(target)
+    except OSError as exc:
+        assert "not a socket" in str(exc)
+    else:
+        raise AssertionError("replaced a regular file")
+    assert target.read_text() == "keep me"

@@ -1,0 +1,96 @@
+"""A daemon that cannot switch uid still runs agents, and says so loudly; `require` refuses instead.
+
+Run as root, the test starts the daemon as ``nobody`` (setpriv): the same
+situation as a daemon on a laptop.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from covenant.client import DaemonClient, DaemonUnreachable
+from tests.conftest import traversable_tmpdir
+
+NOBODY = 65534
+SETPRIV = shutil.which("setpriv")
+
+
+@pytest.fixture
+def nobody_home() -> Iterator[Path]:
+    if os.geteuid() != 0 or SETPRIV is None:
+        pytest.skip("starting a daemon as another (unprivileged) user needs root and setpriv")
+    base = traversable_tmpdir()
+    home = base / "home"
+    home.mkdir()
+    agent = home / "agents" / "echo"
+    agent.mkdir(parents=True)
+    shutil.copy(Path(__file__).parents[1] / "daemon" / "agents" / "echo.py", agent / "echo.py")
+    (agent / "agent.toml").write_text(
+        '[agent]\nid = "echo@local"\nname = "echo"\nversion = "0.1.0"\nruntime = "python3"\nentry = "echo.py"\n'
+    )
+    for path in [base, *base.rglob("*")]:
+        os.chown(path, NOBODY, NOBODY)
+    yield home
+    shutil.rmtree(base, ignore_errors=True)
+
+
+def as_nobody(home: Path, *args: str) -> list[str]:
+    return [SETPRIV, "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups",  # type: ignore[list-item]
+            sys.executable, "-m", "covenant", "--home", str(home), *args]
+
+
+def env_for(home: Path) -> dict[str, str]:
+    return {"PATH": "/usr/bin:/bin", "HOME": str(home.parent), "XDG_CONFIG_HOME": str(home.parent / "xdg"),
+            "LANG": "C.UTF-8"}
+
+
+def test_same_uid_is_said_at_start_in_status_and_in_every_record(nobody_home: Path) -> None:
+    env = env_for(nobody_home)
+    subprocess.run(as_nobody(nobody_home, "init", "--display", "nobody@test"), env=env, check=True, capture_output=True)
+    (nobody_home / "covenant.toml").write_text('[runtime]\npython3 = "/usr/bin/python3"\n')
+    log_path = nobody_home.parent / "daemon.log"
+    with open(log_path, "wb") as log:
+        daemon = subprocess.Popen(as_nobody(nobody_home, "daemon"), env=env, stdout=log, stderr=subprocess.STDOUT)
+    sock = nobody_home / "run" / "covenant.sock"
+    try:
+        deadline = time.monotonic() + 60
+        doc = None
+        while doc is None and time.monotonic() < deadline:
+            assert daemon.poll() is None, log_path.read_text()
+            try:
+                with DaemonClient(sock, timeout=5) as client:
+                    doc = client.request("GET", "/v1/status")
+            except DaemonUnreachable:
+                time.sleep(0.05)
+        assert doc is not None and doc["isolation"] == "same-uid"
+        assert "CAP_SETUID" in doc["isolation_detail"]["reason"]
+        assert "isolation: same-uid" in log_path.read_text()
+        status = subprocess.run(as_nobody(nobody_home, "status"), env=env, capture_output=True, text=True, check=True)
+        assert "isolation  same-uid: agents run as the daemon's own uid (NOT isolated" in status.stdout
+        done = subprocess.run(as_nobody(nobody_home, "dispatch", "hello", "--agent", "echo@local", "--json"),
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        record = json.loads(done.stdout)["record"]
+        assert record["isolation"] == "same-uid" and record["uid"] is None
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
+
+
+def test_require_refuses_to_start_without_isolation(nobody_home: Path) -> None:
+    env = env_for(nobody_home)
+    subprocess.run(as_nobody(nobody_home, "init", "--display", "nobody@test"), env=env, check=True, capture_output=True)
+    (nobody_home / "covenant.toml").write_text("[isolation]\nrequire = true\n")
+    done = subprocess.run(as_nobody(nobody_home, "daemon"), env=env, capture_output=True, text=True, timeout=60)
+    assert done.returncode == 2, done.stderr
+    assert "isolation.require = true" in done.stderr and "CAP_SETUID" in done.stderr
+    assert not (nobody_home / "run" / "covenant.sock").exists()

@@ -1,0 +1,53 @@
+"""`covenant agents show | check` name what a Rune agent's model is offered and what is unavailable here."""
+
+from __future__ import annotations
+
+import json
+
+from click.testing import CliRunner
+
+from covenant.cli.group import cli
+from covenant.home import Home
+
+from .conftest import write_package
+
+
+def _install(home: Home) -> None:
+    write_package(
+        home.root / "agents" / "mixed",
+        "mixed",
+        ["rune@system-time", "rune@web-fetch", "rune@browser-click", "echo"],
+        {"tools/echo.yaml": "name: echo\nruntime: process\nmodule: tools/echo.py\n", "tools/echo.py": "print('{}')\n"},
+    )
+
+
+def test_agents_show_lists_offered_and_unavailable_tools(home: Home) -> None:
+    _install(home)
+    result = CliRunner().invoke(cli, ["agents", "show", "mixed@local", "--json"])
+    assert result.exit_code == 0, result.output
+    tools = json.loads(result.stdout)["tools"]
+    assert tools["offered"] == [
+        {"entry": "rune@system-time", "name": "system-time", "action": "tool.system_time", "kind": "builtin"},
+        {"entry": "echo", "name": "echo", "action": "tool.echo", "kind": "process"},
+    ]
+    assert tools["unavailable"] == [
+        {"tool": "rune@web-fetch", "reason": "not built yet in this version"},
+        {"tool": "rune@browser-click", "reason": "not supported on this host (no backend for it)"},
+    ]
+    text = CliRunner().invoke(cli, ["agents", "show", "mixed@local"]).stdout
+    assert "system-time (builtin rune@system-time, needs tool.system_time)" in text
+    assert "rune@web-fetch: not built yet in this version" in text
+
+
+def test_agents_check_warns_about_unavailable_tools_and_exits_0(home: Home) -> None:
+    _install(home)
+    result = CliRunner().invoke(cli, ["agents", "check", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["valid"] is True and report["problems"] == []
+    messages = [w["message"] for w in report["warnings"]]
+    assert any(m.startswith("tool rune@web-fetch is unavailable here (not built yet") for m in messages)
+    assert any("rune@browser-click" in m for m in messages)
+    text = CliRunner().invoke(cli, ["agents", "check"])
+    assert text.exit_code == 0
+    assert "warning: tool rune@web-fetch is unavailable here" in text.stderr
