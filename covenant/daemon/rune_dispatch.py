@@ -113,7 +113,7 @@ async def run_rune_intent(
         if timer.cancelled_caught:
             outcome, error = "timeout", f"no answer within {int(timeout_s * 1000)} ms (the agent's timeout_ms = {rf.timeout_ms}, or its caller's remaining time)"
     if cancel_scope.cancelled_caught:
-        outcome, error = "cancelled", "covenant stopped the intent: the daemon is shutting down"
+        outcome, error = "cancelled", "covenant stopped the intent: the daemon is shutting down, or the intent that called it ended"
     text = (document.get("output") or {}).get("text") if outcome == "ok" else None
     if text is not None and rf.models.safety_policy != "none":
         text = redact(text, secrets)

@@ -218,10 +218,7 @@ class Daemon:
             summary["intent"] = intent.id
             found = self._find_agent(name)
             summary["agent"] = found.id if found is not None else None
-            document = await self._dispatch(
-                intent, dry_run=False, session_id=None, sink=None, child=_Child(parent, call, signature),
-                peer_uid=parent.peer_uid,
-            )
+            document = await self._run_child_to_its_end(intent, _Child(parent, call, signature), parent.peer_uid)
             summary.update(agent=document["agent"], outcome=document["outcome"])
             return document
         except CovenantError as exc:
@@ -232,6 +229,38 @@ class Daemon:
             raise
         finally:
             summary["duration_ms"] = int((time.monotonic() - t0) * 1000)
+
+    async def _run_child_to_its_end(self, intent: Intent, child: _Child, peer_uid: int | None) -> dict[str, Any]:
+        """Dispatch a child so that it always ends with its record and audit events.
+
+        The caller may be cancelled (its own intent ended, a sibling workflow step failed); the
+        child is then stopped through its own run scope (outcome ``cancelled``) and finishes its
+        bookkeeping shielded, instead of vanishing half-recorded. Its time is bounded anyway.
+        """
+        answer: dict[str, Any] = {}
+
+        async def stop_when_the_caller_is_cancelled() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                link = self.chain.get(intent.id)
+                if link is not None and link.run_scope is not None:
+                    link.run_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop_when_the_caller_is_cancelled)
+            with trio.CancelScope(shield=True):
+                try:
+                    answer["document"] = await self._dispatch(
+                        intent, dry_run=False, session_id=None, sink=None, child=child, peer_uid=peer_uid
+                    )
+                except CovenantError as exc:
+                    answer["error"] = exc
+                finally:
+                    nursery.cancel_scope.cancel()
+        if "error" in answer:
+            raise answer["error"]
+        return answer["document"]
 
     async def _dispatch(
         self, intent: Intent, *, dry_run: bool, session_id: str | None, sink: StreamSink | None, child: _Child | None,
@@ -393,7 +422,7 @@ class Daemon:
         pending.clear()
         self._enter(intent, agent)
         self.chain.open(link)
-        scope = trio.CancelScope()
+        scope = link.run_scope = trio.CancelScope()
         self._rune_scopes.add(scope)
         try:
             record = await run_rune_intent(
@@ -424,7 +453,7 @@ class Daemon:
         pending.clear()
         self._enter(intent, agent)
         self.chain.open(link)
-        scope = trio.CancelScope()
+        scope = link.run_scope = trio.CancelScope()
         self._rune_scopes.add(scope)
         started_at, t0 = iso_now(), time.monotonic()
         try:

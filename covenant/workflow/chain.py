@@ -34,6 +34,8 @@ class ChainLink:
     priority: str
     peer_uid: int | None = None
     """The uid of the client that submitted the root intent: it may read every record of the chain."""
+    run_scope: trio.CancelScope | None = None
+    """Cancelling it stops the intent's run (outcome ``cancelled``), its record still written."""
     children: list[dict[str, Any]] = field(default_factory=list)
     """Summaries of the child intents it made (copied into its dispatch record)."""
 

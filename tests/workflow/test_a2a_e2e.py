@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import time
 
 import psutil
 import pytest
@@ -160,4 +161,58 @@ def test_a_child_intent_sent_to_the_control_socket_is_rejected(daemon: DaemonPro
         daemon.api("POST", "/v1/dispatch", forged)
     assert refused.value.code == "bad_signature"
     assert len(fake_model.requests) == 1
+    assert daemon.stop() == 0
+
+
+def test_agent_send_reaches_a_peer_and_agent_list_shows_only_peers(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    rune_agent(daemon, "asker", toolset=("rune@agent-list", "rune@agent-send"), networks=("team",))
+    rune_agent(daemon, "helper", networks=("team", "bridge"))
+    rune_agent(daemon, "stranger", networks=("elsewhere",))
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.*", check=True)
+    fake_model.script(
+        Reply.tools(ToolCall("agent-list", {})),
+        Reply.tools(ToolCall("agent-send", {"agent": "helper", "input": "help me"})),
+        Reply(text="helped"),
+        Reply.tools(ToolCall("agent-send", {"agent": "stranger", "input": "and you?"})),
+        Reply(text="done"),
+    )
+    outcome = outcome_of(daemon.cli("dispatch", "start", "--agent", "asker@local", "--json"))
+    assert outcome["outcome"] == "ok" and outcome["text"] == "done", outcome
+    listed = json.loads(_tool_messages(fake_model.requests[1])[0]["content"])
+    assert {a["agent"] for a in listed["agents"]} == {"asker@local", "helper@local"}
+    assert fake_model.requests[2].messages[-1]["content"] == "help me"
+    sent = json.loads(_tool_messages(fake_model.requests[3])[1]["content"])
+    assert sent["agent"] == "helper@local" and sent["text"] == "helped"
+    refused = json.loads(_tool_messages(fake_model.requests[4])[2]["content"])["error"]
+    assert refused["code"] == "agent_refused" and "network" in refused["message"]
+    assert [c["outcome"] for c in record(daemon, outcome["intent_id"])["children"]] == ["ok", "network"]
+    assert daemon.stop() == 0
+
+
+def test_the_callers_remaining_time_bounds_the_callee(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    tool = """\
+    tools:
+      - name: slow_friend
+        runtime: agent
+        agent_ref: local://friend
+        timeout_ms: 600000
+    """
+    rune_agent(daemon, "hurried", toolset=("slow_friend",), tools=tool, timeout_ms=4000)
+    rune_agent(daemon, "friend", timeout_ms=600_000)
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.*", check=True)
+    fake_model.script(Reply.tools(ToolCall("slow_friend", {"input": "take your time"})), Reply(text="late", delay_s=30))
+    result = daemon.cli("dispatch", "quick", "--agent", "hurried@local", "--json")
+    outcome = outcome_of(result)
+    assert outcome["outcome"] == "timeout", outcome
+    (child,) = record(daemon, outcome["intent_id"])["children"]
+    deadline = time.monotonic() + 30  # the child ends by the same deadline; its record may land just after
+    while daemon.cli("show", child["intent"], "--json").returncode != 0 and time.monotonic() < deadline:
+        time.sleep(0.2)
+    child_record = record(daemon, child["intent"])
+    # It ended by its caller's deadline: timed out itself, or stopped as its caller ended.
+    assert child_record["outcome"] in ("timeout", "cancelled") and child_record["duration_ms"] < 10_000, child_record
     assert daemon.stop() == 0
