@@ -26,7 +26,7 @@ from __future__ import annotations
 import contextlib
 import hashlib
 import os
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -41,6 +41,7 @@ __all__ = [
     "append_records",
     "rewrite_chain",
     "record_hash",
+    "RecordCheck",
     "GENESIS_PREV",
 ]
 
@@ -52,7 +53,7 @@ class ChainCorrupt(Exception):
     """A record of the file was changed, removed from the middle or reordered; the file is not loaded."""
 
     def __init__(self, path: Path, line: int, reason: str) -> None:
-        super().__init__(f"{path}: line {line}: {reason}")
+        super().__init__(f"{path}:{line}: {reason}")
         self.path = path
         self.line = line
         self.reason = reason
@@ -88,7 +89,17 @@ def record_hash(record: dict[str, Any]) -> str:
     return hashlib.sha256(canonical_bytes({k: v for k, v in record.items() if k != "hash"})).hexdigest()
 
 
-def _verify(path: Path, data: bytes, header: dict[str, Any]) -> tuple[list[dict[str, Any]], str]:
+RecordCheck = Callable[[dict[str, Any]], str | None]
+"""The owner's check of one record after the header (without the chain fields): a problem, or None."""
+
+
+def _payload(record: dict[str, Any]) -> dict[str, Any]:
+    return {k: v for k, v in record.items() if k not in _CHAIN_FIELDS}
+
+
+def _verify(
+    path: Path, data: bytes, header: dict[str, Any], check: RecordCheck | None
+) -> tuple[list[dict[str, Any]], str]:
     records: list[dict[str, Any]] = []
     prev = GENESIS_PREV
     for number, line in enumerate(data.split(b"\n")[:-1], start=1):
@@ -108,8 +119,11 @@ def _verify(path: Path, data: bytes, header: dict[str, Any]) -> tuple[list[dict[
             )
         if record.get("prev") != prev:
             raise ChainCorrupt(path, number, "prev is not the hash of the record before: records were removed or reordered")
-        if number == 1 and {k: v for k, v in record.items() if k not in _CHAIN_FIELDS} != header:
+        if number == 1 and _payload(record) != header:
             raise ChainCorrupt(path, number, f"the header is not {canonical_bytes(header).decode()}: this file belongs elsewhere")
+        problem = check(_payload(record)) if number > 1 and check is not None else None
+        if problem is not None:
+            raise ChainCorrupt(path, number, problem)
         records.append(record)
         prev = record["hash"]
     if not records:
@@ -117,10 +131,11 @@ def _verify(path: Path, data: bytes, header: dict[str, Any]) -> tuple[list[dict[
     return records, prev
 
 
-def read_chain(path: Path, header: dict[str, Any]) -> Chain | None:
+def read_chain(path: Path, header: dict[str, Any], check: RecordCheck | None = None) -> Chain | None:
     """Verify and load ``path``; None when it does not exist. A torn tail is cut from the file first.
 
-    Raises :class:`ChainCorrupt` when a complete record fails verification.
+    Raises :class:`ChainCorrupt` when a complete record fails verification
+    (``check`` is the owner's rule for each record after the header).
     """
     try:
         fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
@@ -135,7 +150,7 @@ def read_chain(path: Path, header: dict[str, Any]) -> Chain | None:
             tail = data[end:]
             torn = TornTail(end, len(tail), hashlib.sha256(tail).hexdigest())
             data = data[:end]
-        records, last = _verify(path, data, header)
+        records, last = _verify(path, data, header, check)
         if torn is not None:
             os.ftruncate(fd, end)
             os.fsync(fd)
@@ -204,7 +219,7 @@ def rewrite_chain(path: Path, header: dict[str, Any], records: Iterable[dict[str
     with contextlib.suppress(FileNotFoundError):
         os.unlink(tmp)
     try:
-        chain = append_records(tmp, None, header, [{k: v for k, v in r.items() if k not in _CHAIN_FIELDS} for r in records])
+        chain = append_records(tmp, None, header, [_payload(r) for r in records])
         os.replace(tmp, path)
     except BaseException:
         with contextlib.suppress(FileNotFoundError):

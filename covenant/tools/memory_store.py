@@ -34,6 +34,7 @@ from covenant.tools.result import ToolError
 __all__ = [
     "MemoryStores",
     "check_key",
+    "record_problem",
     "AgentMemory",
     "MEMORY_FORMAT",
     "MEMORY_RECOVER",
@@ -62,13 +63,32 @@ def memory_dir(home: Home, agent_id: str) -> Path:
     return home.state_dir / "memory" / agent_id
 
 
-def check_key(key: str) -> None:
-    """Raise ``invalid_arguments`` for a key that is empty, too long or holds control characters."""
+def _key_problem(key: str) -> str | None:
     size = len(key.encode("utf-8", "surrogatepass"))
     if not key or size > KEY_MAX_BYTES:
-        raise ToolError("invalid_arguments", f"key must be 1 to {KEY_MAX_BYTES} bytes of UTF-8, got {size}")
+        return f"key must be 1 to {KEY_MAX_BYTES} bytes of UTF-8, got {size}"
     if _CONTROL.search(key):
-        raise ToolError("invalid_arguments", "key must not hold control characters")
+        return "key must not hold control characters"
+    return None
+
+
+def check_key(key: str) -> None:
+    """Raise ``invalid_arguments`` for a key that is empty, too long or holds control characters."""
+    problem = _key_problem(key)
+    if problem is not None:
+        raise ToolError("invalid_arguments", problem)
+
+
+def record_problem(record: dict[str, Any]) -> str | None:
+    """What is wrong with a stored record's shape (``{"key", "value", "at"}``), or None."""
+    if set(record) != {"key", "value", "at"}:
+        return f"a memory record has exactly key, value and at; this one has {', '.join(sorted(record))}"
+    key, value, at = record["key"], record["value"], record["at"]
+    if not isinstance(key, str) or not isinstance(value, str) or type(at) is not int:
+        return "a memory record's key and value are strings and at is an integer"
+    if len(value.encode("utf-8", "surrogatepass")) > VALUE_MAX_BYTES:
+        return f"a memory record's value is over {VALUE_MAX_BYTES} bytes"
+    return _key_problem(key)
 
 
 @dataclass
@@ -107,7 +127,7 @@ class AgentMemory:
             folder.parent.parent.mkdir(parents=True, exist_ok=True)  # state/, normally made by init
             folder.parent.mkdir(exist_ok=True, mode=0o700)  # state/memory: agent uids may not list it
             folder.mkdir(exist_ok=True, mode=0o700)
-        chain = read_chain(self.path, self.header)
+        chain = read_chain(self.path, self.header, record_problem)
         self._index(chain)
         return chain.torn if chain else None
 

@@ -182,3 +182,14 @@ async def test_memory_list_stays_under_the_result_cap(tools: Tools) -> None:
     assert listed.content["count"] == MAX_KEYS and listed.content["truncated"] is True
     assert 0 < len(listed.content["keys"]) < MAX_KEYS
     assert listed.content["keys"][0].startswith("0999")
+
+
+async def test_a_well_chained_record_of_the_wrong_shape_refuses_to_load(tools: Tools) -> None:
+    agent = tools.package("misshapen", MEMORY_TOOLS)
+    path = memory_file(tools, agent)
+    path.parent.mkdir(parents=True, mode=0o700)
+    header = {"format": MEMORY_FORMAT, "agent": agent.id}
+    append_records(path, None, header, [{"key": "ok", "value": "v", "at": 1}, {"value": "no key", "at": 2}])
+    result = await tools.host.call(tools.ctx(agent, tools.grant(*ACTIONS)), "memory-list", {})
+    assert result.error_code == "memory_corrupt" and "line 3" in result.error_message
+    assert "exactly key, value and at" in result.error_message
