@@ -22,14 +22,13 @@ from covenant.policy.intents import Intent, sign_child_intent
 from covenant.policy.signing import MAX_TEXT_CHARS
 from covenant.workflow.chain import ChainLink
 
-__all__ = ["ChildCall", "ChildRefused", "agent_from_ref", "build_child_intent", "REFUSAL_REASONS"]
-
-REFUSAL_REASONS = ("network", "max_depth", "no_parent", "remote_agent", "text_too_long")
-"""Reasons a child intent is refused before any grant is looked at."""
-
+__all__ = ["ChildCall", "ChildRefused", "agent_from_ref", "build_child_intent"]
 
 class ChildRefused(CovenantError):
-    """A child intent the daemon will not run (network, depth, no such parent, a remote agent)."""
+    """A child intent the daemon will not run before any grant is looked at.
+
+    ``reason`` (also the error code): ``network``, ``max_depth``, ``no_parent``, ``remote_agent``, ``text_too_long``.
+    """
 
     code = "child_refused"
     http_status = 403

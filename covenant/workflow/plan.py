@@ -15,7 +15,7 @@ from covenant.manifest.model import AgentSpec
 from covenant.manifest.workflow import Workflow
 from covenant.workflow.child import ChildRefused, agent_from_ref
 
-__all__ = ["waves", "workflow_plan", "unknown_step_agents"]
+__all__ = ["waves", "workflow_plan"]
 
 
 def waves(workflow: Workflow) -> list[list[str]]:
@@ -72,12 +72,3 @@ def workflow_plan(workflow: Workflow, find: Callable[[str], AgentSpec | None]) -
         "capabilities": sorted(needed),
     }
 
-
-def unknown_step_agents(workflow: Workflow, find: Callable[[str], AgentSpec | None]) -> list[str]:
-    """One warning per step whose agent is not loaded (reported until it appears)."""
-    warnings = []
-    for step in workflow.steps:
-        agent, problem = _resolve(step.agent_ref, find)
-        if agent is None:
-            warnings.append(f"workflow {workflow.name}: step {step.id!r}: {problem}")
-    return warnings
