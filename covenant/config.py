@@ -155,6 +155,7 @@ class RuneConfig(_Section):
     memory_small_mb: int = Field(256, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile small")
     memory_medium_mb: int = Field(1024, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile medium")
     memory_large_mb: int = Field(4096, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile large")
+    max_depth: int = Field(10, ge=1, le=100, description="deepest chain of agent calls (A2A and workflow steps) when a tool sets no max_depth")
 
     def memory_mb(self, profile: str) -> int:
         return {"small": self.memory_small_mb, "medium": self.memory_medium_mb, "large": self.memory_large_mb}[profile]

@@ -101,6 +101,18 @@ def _stream(client: DaemonClient, body: dict[str, Any], as_json: bool) -> tuple[
     raise RemoteError("stream_ended", "the daemon's event stream ended without an outcome", 200, {})
 
 
+def _workflow_plan_lines(plan: dict[str, Any]) -> list[str]:
+    """A workflow's dry-run plan for people: one line per step, grouped by wave."""
+    lines = [f"workflow {plan['workflow']} (timeout {plan['timeout_ms']} ms, output {plan['output_step'] or 'the last step'})"]
+    for number, wave in enumerate(plan["waves"]):
+        lines.append(f"  wave {number}:")
+        for step in wave:
+            after = f" after {', '.join(step['depends_on'])}" if step["depends_on"] else ""
+            needs = ", ".join(step["capabilities"]) or "no capabilities"
+            agent = step["agent"] or f"{step['agent_ref']} ({step['problem']})"
+            lines.append(f"    {step['step']}: {agent}{after}; needs {needs}")
+    lines.append(f"  capabilities needed in all: {', '.join(plan['capabilities']) or 'none'}")
+    return lines
 def _echo_rune_plan(plan: dict[str, Any]) -> None:
     """A Rune agent's dry-run: the provider and model it would use, what is skipped, what is unavailable."""
     models = plan["model"]
@@ -157,6 +169,9 @@ def dispatch_and_exit(home: Home, text: str, agent_id: str | None, priority: str
             echo(json.dumps(outcome["decision"], indent=2, sort_keys=True))
             if "rune" in outcome:
                 _echo_rune_plan(outcome["rune"])
+            if "workflow" in outcome:
+                for line in _workflow_plan_lines(outcome["workflow"]):
+                    echo(line)
         sys.exit(ExitCode.OK)
     exit_code = int(outcome["exit_code"])
     if not as_json:

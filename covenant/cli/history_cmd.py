@@ -103,7 +103,11 @@ def history(cli: CliContext, agent_id: str | None, limit: int, as_json: bool) ->
 @pass_cli
 @reports_errors
 def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
-    """Show the dispatch record of INTENT_ID (exit 1 when there is none, or it is not yours to read)."""
+    """Show the dispatch record of INTENT_ID (exit 1 when there is none, or it is not yours to read).
+
+    An intent that called other agents (agent tools, workflow steps) lists its child
+    intents as a tree: step, agent, outcome, duration, start and intent id of each.
+    """
     record, problems = fetch_one(cli.home, intent_id)
     _warn(problems)
     if record is None:
@@ -129,6 +133,7 @@ def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
         ("network", "enforced" if record.network_enforced else "not enforced"),
         ("limits", " ".join(f"{k}={v}" for k, v in sorted(record.limits.items()))),
         ("argv", " ".join(record.argv)),
+        ("parent", record.parent or "-"),
     ]
     for name, value in rows:
         click.echo(f"{name:>9}  {value}")
@@ -137,3 +142,29 @@ def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
     if record.stderr_tail:
         click.echo("   stderr (tail):")
         click.echo(record.stderr_tail.rstrip("\n"))
+    if record.children:
+        click.echo(" children")
+        for line in _tree(cli.home, record.children, 1, set()):
+            click.echo(line)
+
+
+_TREE_MAX_DEPTH = 32
+
+
+def _tree(home: Home, children: list[dict], level: int, seen: set[str]) -> list[str]:
+    """One line per child intent (step, agent, outcome, start, time), its own children indented below."""
+    lines: list[str] = []
+    for child in children:
+        step = f"step {child['step']}  " if child.get("step") else ""
+        lines.append(
+            f"{'  ' * level}- {step}{child.get('agent') or '-'}  {child.get('outcome') or '-'}  "
+            f"{child.get('duration_ms', '-')} ms  started {child.get('started_at', '-')}  {child.get('intent') or '-'}"
+        )
+        intent = child.get("intent")
+        if not intent or intent in seen or level >= _TREE_MAX_DEPTH:
+            continue
+        seen.add(intent)
+        sub, _ = fetch_one(home, intent)
+        if sub is not None and sub.children:
+            lines.extend(_tree(home, sub.children, level + 1, seen))
+    return lines

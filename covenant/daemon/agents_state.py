@@ -21,6 +21,7 @@ from covenant.manifest.registry import Registry
 
 if TYPE_CHECKING:
     from covenant.manifest.runefile import RunePackage
+    from covenant.manifest.workflow import Workflow
 
 __all__ = ["LoadedAgents", "ReloadChanges", "merge_reload"]
 
@@ -57,11 +58,18 @@ class LoadedAgents:
     """Info notes of the last scan (files ignored because they are not manifests)."""
     packages: dict[str, RunePackage] = field(default_factory=dict)
     """The Rune package behind each ``runtime = "rune"`` agent."""
+    workflows: dict[str, Workflow] = field(default_factory=dict)
+    """The DAG behind each ``runtime = "workflow"`` agent."""
 
     @classmethod
     def first(cls, registry: Registry) -> "LoadedAgents":
         return cls(dict(registry.agents), list(registry.problems), dict(registry.sources),
-                   notes=tuple(registry.notes), packages=dict(registry.rune_packages))
+                   notes=tuple(registry.notes), packages=dict(registry.rune_packages),
+                   workflows=_workflows(registry))
+
+
+def _workflows(registry: Registry) -> dict[str, Workflow]:
+    return {agent_id: folder.workflow for agent_id, folder in registry.workflows.items()}
 
 
 def merge_reload(previous: LoadedAgents, fresh: Registry) -> tuple[LoadedAgents, ReloadChanges]:
@@ -88,6 +96,6 @@ def merge_reload(previous: LoadedAgents, fresh: Registry) -> tuple[LoadedAgents,
     )
     return (
         LoadedAgents(agents, list(fresh.problems), dict(fresh.sources), withdrawn, tuple(fresh.notes),
-                     dict(fresh.rune_packages)),
+                     dict(fresh.rune_packages), _workflows(fresh)),
         changes,
     )

@@ -38,6 +38,7 @@ from covenant.daemon.service import Daemon
 from covenant.errors import ConfigError, ExitCode
 from covenant.home import Home
 from covenant.homeinit import check_home_modes, init_home
+from covenant.daemon.a2a import DaemonAgentCalls
 from covenant.keys import load_private_key, public_key_hex
 from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.registry import Registry, scan_agents
@@ -286,8 +287,10 @@ async def serve_daemon(
                     socket_paths=socket_names,
                     network_isolation=network_isolation,
                     rune=rune,
+                    key=key,
                     isolation=isolation,
                 )
+                rune.tools.services.agents = DaemonAgentCalls(daemon)
                 await daemon.restore_replay_window()
                 await audit.record(
                     "daemon.start",

@@ -90,30 +90,37 @@ async def run_rune_intent(
     secrets: Iterable[str],
     sink: StreamSink | None,
     cancel_scope: trio.CancelScope,
+    deadline: float | None = None,
 ) -> DispatchRecord:
-    """Run the intent on the agent's replica; never raises for a fault of the agent or its replica."""
+    """Run the intent on the agent's replica; never raises for a fault of the agent or its replica.
+
+    ``deadline`` (trio time) bounds it further: a child intent never outlives its caller.
+    """
     rf = package.runefile
+    timeout_s = rf.timeout_ms / 1000
+    if deadline is not None:
+        timeout_s = max(0.0, min(timeout_s, deadline - trio.current_time()))
     session_id = session_id or new_session_id()
     started_at = iso_now()
     t0 = time.monotonic()
     secrets = list(secrets)
-    deadline_ms = now_ms() + rf.timeout_ms
-    context = IntentContext(intent.id, intent.issuer.pubkey, agent, package, trio.current_time() + rf.timeout_ms / 1000)
+    deadline_ms = now_ms() + int(timeout_s * 1000)
+    context = IntentContext(intent.id, intent.issuer.pubkey, agent, package, trio.current_time() + timeout_s)
     body = {"input": intent.text, "session_id": session_id, "intent_id": intent.id,
             "issuer": intent.issuer.pubkey, "deadline_ms": deadline_ms}
     relay, flush = (None, None) if sink is None else _relay(sink, rf.models.safety_policy, secrets)
     outcome, error, document = "ok", None, {}
     with cancel_scope:
-        with trio.move_on_after(rf.timeout_ms / 1000) as timer:
+        with trio.move_on_after(timeout_s) as timer:
             try:
                 document = await replicas.invoke(agent, package, body, context, emit=relay)
             except ReplicaFailed as exc:
                 outcome = exc.outcome if exc.outcome in OUTCOMES else "protocol_error"
                 error, document = exc.message, exc.document
         if timer.cancelled_caught:
-            outcome, error = "timeout", f"no answer within the agent's timeout_ms = {rf.timeout_ms}"
+            outcome, error = "timeout", f"no answer within {int(timeout_s * 1000)} ms (the agent's timeout_ms = {rf.timeout_ms}, or its caller's remaining time)"
     if cancel_scope.cancelled_caught:
-        outcome, error = "cancelled", "covenant stopped the intent: the daemon is shutting down"
+        outcome, error = "cancelled", "covenant stopped the intent: the daemon is shutting down, or the intent that called it ended"
     text = (document.get("output") or {}).get("text") if outcome == "ok" else None
     if text is not None and rf.models.safety_policy != "none":
         text = redact(text, secrets)

@@ -23,9 +23,10 @@ from functools import partial
 from typing import Any
 
 import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant import __version__
-from covenant.clock import ms_from_iso, now_ms
+from covenant.clock import iso_now, ms_from_iso, now_ms
 from covenant.audit.events import text_digest
 from covenant.audit.recent import records_since
 from covenant.audit.writer import AuditLog
@@ -53,6 +54,12 @@ from covenant.runtime.outcome import DispatchRecord, outcome_exit_code
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
 from covenant.rune.sessions import valid_session_id
+from covenant.manifest.workflow import Workflow, WorkflowStep
+from covenant.policy.intents import verify_child_intent
+from covenant.workflow import ChainLink, ChildCall, ChildRefused, IntentChain, agent_from_ref, build_child_intent
+from covenant.workflow.engine import StepResult, run_workflow
+from covenant.workflow.plan import workflow_plan
+from covenant.daemon.workflow_record import workflow_record
 
 __all__ = ["Daemon"]
 
@@ -68,6 +75,15 @@ _REPLAY_SLACK_MS = 60_000
 def _log_dispatch(message: str, intent: Intent, agent_id: str | None, **fields: Any) -> None:
     """One log line per dispatch start, end or refusal: what `covenant logs` shows an operator."""
     log.info(message, extra={"intent": intent.id, "agent": agent_id, "issuer": intent.issuer.display, **fields})
+
+
+@dataclass(frozen=True)
+class _Child:
+    """What the daemon knows of a child intent it is dispatching: the parent's chain entry, the call, its signature."""
+
+    parent: ChainLink
+    call: ChildCall
+    signature: str
 
 
 @dataclass
@@ -96,6 +112,7 @@ class Daemon:
         socket_paths: list[str],
         network_isolation: bool,
         rune: RuneHost,
+        key: Ed25519PrivateKey,
         isolation: Isolation | None = None,
     ) -> None:
         self.home = home
@@ -111,6 +128,9 @@ class Daemon:
         self.socket_paths = socket_paths
         self.network_isolation = network_isolation
         self.rune = rune
+        self.key = key
+        """The daemon's key: it signs the child intents it makes (and the audit log's checkpoints)."""
+        self.chain = IntentChain()
         rune.packages = agents.packages
         self._rune_scopes: set[trio.CancelScope] = set()
         self.isolation = isolation or Isolation.same_uid()
@@ -177,7 +197,81 @@ class Daemon:
         session_id = body.get("session_id")
         if session_id is not None and (not isinstance(session_id, str) or not valid_session_id(session_id)):
             raise BadIntent(f"session_id {session_id!r}: use 1-128 of A-Za-z0-9._-", field="session_id")
-        received = ("intent.received", self._intent_event(intent, dry_run))
+        return await self._dispatch(intent, dry_run=dry_run, session_id=session_id, sink=sink, child=None, peer_uid=peer_uid)
+
+    async def dispatch_child(self, call: ChildCall) -> dict[str, Any]:
+        """Run a child intent of a running intent (an agent tool, ``rune@agent-send``, a workflow step).
+
+        The daemon builds and signs it for the root issuer; the root issuer's grants decide it.
+        Returns the outcome document, or raises CovenantError when it is refused (audited).
+        """
+        if self.shutting_down:
+            raise ShuttingDown("the daemon is shutting down and accepts no new dispatches")
+        parent = self.chain.get(call.parent_id)
+        if parent is None:
+            raise ChildRefused("no_parent", f"intent {call.parent_id} is not running; only a running intent makes child intents")
+        t0 = time.monotonic()
+        summary: dict[str, Any] = {"intent": None, "agent": None, "via": call.via, "started_at": iso_now()}
+        if call.step is not None:
+            summary["step"] = call.step
+        parent.children.append(summary)
+        try:
+            name = agent_from_ref(call.agent_ref)
+            intent, signature = build_child_intent(self.key, parent, name, call.text)
+            verify_child_intent(self.key.public_key(), intent, signature)
+            summary["intent"] = intent.id
+            found = self._find_agent(name)
+            summary["agent"] = found.id if found is not None else None
+            document = await self._run_child_to_its_end(intent, _Child(parent, call, signature), parent.peer_uid)
+            summary.update(agent=document["agent"], outcome=document["outcome"])
+            return document
+        except CovenantError as exc:
+            summary["outcome"] = exc.code
+            raise
+        except trio.Cancelled:
+            summary["outcome"] = "cancelled"
+            raise
+        finally:
+            summary["duration_ms"] = int((time.monotonic() - t0) * 1000)
+
+    async def _run_child_to_its_end(self, intent: Intent, child: _Child, peer_uid: int | None) -> dict[str, Any]:
+        """Dispatch a child so that it always ends with its record and audit events.
+
+        The caller may be cancelled (its own intent ended, a sibling workflow step failed); the
+        child is then stopped through its own run scope (outcome ``cancelled``) and finishes its
+        bookkeeping shielded, instead of vanishing half-recorded. Its time is bounded anyway.
+        """
+        answer: dict[str, Any] = {}
+
+        async def stop_when_the_caller_is_cancelled() -> None:
+            try:
+                await trio.sleep_forever()
+            finally:
+                link = self.chain.get(intent.id)
+                if link is not None and link.run_scope is not None:
+                    link.run_scope.cancel()
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(stop_when_the_caller_is_cancelled)
+            with trio.CancelScope(shield=True):
+                try:
+                    answer["document"] = await self._dispatch(
+                        intent, dry_run=False, session_id=None, sink=None, child=child, peer_uid=peer_uid
+                    )
+                except CovenantError as exc:
+                    answer["error"] = exc
+                finally:
+                    nursery.cancel_scope.cancel()
+        if "error" in answer:
+            raise answer["error"]
+        return answer["document"]
+
+    async def _dispatch(
+        self, intent: Intent, *, dry_run: bool, session_id: str | None, sink: StreamSink | None, child: _Child | None,
+        peer_uid: int | None,
+    ) -> dict[str, Any]:
+        """A verified intent (signed by its issuer, or a child the daemon signed): route, decide, run."""
+        received = ("intent.received", self._intent_event(intent, dry_run, child))
         try:
             agent, routed_by = route(
                 intent.text,
@@ -192,8 +286,19 @@ class Daemon:
             await self.audit.record_many([received, self._decision_event(intent, None, unrouted)])
             _log_dispatch("dispatch refused", intent, intent.agent, outcome=exc.code)
             raise
+        if child is not None:
+            refusal = self._child_refusal(child, agent)
+            if refusal is not None:
+                self.metrics.policy_denied(refusal.code)
+                refused = {"allowed": False, "decision": "deny", "reason": refusal.code, "message": refusal.message,
+                           "depth": child.parent.depth + 1}
+                await self.audit.record_many([received, self._decision_event(intent, agent, refused)])
+                _log_dispatch("dispatch refused", intent, agent.id, outcome=refusal.code)
+                raise refusal
         await self.refresh_grants()
         decision, denial = self._decide(intent, agent, routed_by)
+        if child is not None:
+            decision["depth"] = child.parent.depth + 1
         pending = [received, self._decision_event(intent, agent, decision)]
         if denial is not None or dry_run:
             await self.audit.record_many(pending)
@@ -212,10 +317,87 @@ class Daemon:
             if agent.runtime == "rune":
                 # Resolving the toolset reads schema files: off the event loop.
                 answer["rune"] = await trio.to_thread.run_sync(self.rune.plan, agent, self.loaded.packages[agent.id])
+            workflow = self._workflow_for(agent, child)
+            if workflow is not None:
+                answer["workflow"] = workflow_plan(workflow, self._find_agent)
             return answer
+        workflow = self._workflow_for(agent, child)
+        link = self._link(intent, agent, child, workflow, peer_uid)
+        if workflow is not None:
+            return await self._run_workflow(intent, agent, routed_by, decision, pending, link, workflow)
         if agent.runtime == "rune":
-            return await self._run_rune(intent, agent, routed_by, decision, pending, session_id, sink, peer_uid)
-        return await self._run(intent, agent, routed_by, decision, pending, peer_uid)
+            return await self._run_rune(intent, agent, routed_by, decision, pending, session_id, sink, link)
+        return await self._run(intent, agent, routed_by, decision, pending, link.peer_uid)
+
+    def _workflow_for(self, agent: AgentSpec, child: _Child | None) -> Workflow | None:
+        """The workflow an intent to ``agent`` runs: a workflow folder's, or its Rune package's own.
+
+        A step of a package's workflow that names the package's own agent runs that agent's
+        model loop (not the workflow again).
+        """
+        if agent.runtime == "workflow":
+            return self.loaded.workflows[agent.id]
+        package = self.loaded.packages.get(agent.id)
+        if package is None or package.workflow is None:
+            return None
+        if child is not None and child.call.via == "workflow" and child.parent.agent_id == agent.id:
+            return None
+        return package.workflow
+
+    def _find_agent(self, name: str) -> AgentSpec | None:
+        try:
+            return route("", self.loaded.agents, requested=name)[0]
+        except CovenantError:
+            return None
+
+    def _child_refusal(self, child: _Child, agent: AgentSpec) -> ChildRefused | None:
+        """Depth, then (agent tools only) the network rule; None when the child may go on to the grants."""
+        depth = child.parent.depth + 1
+        if depth > child.call.max_depth:
+            return ChildRefused(
+                "max_depth",
+                f"calling {agent.id} would make a chain {depth} agent calls deep; the limit here is {child.call.max_depth} "
+                "(the tool's max_depth, or [rune] max_depth)",
+            )
+        if child.call.via == "tool":
+            caller = self.loaded.packages.get(child.parent.agent_id)
+            callee = self.loaded.packages.get(agent.id)
+            shared = set(caller.runefile.networks) & set(callee.runefile.networks) if caller and callee else set()
+            if not shared:
+                return ChildRefused(
+                    "network",
+                    f"{child.parent.agent_id} and {agent.id} share no network (Runefile networks), so the call is refused",
+                )
+        return None
+
+    def _link(
+        self, intent: Intent, agent: AgentSpec, child: _Child | None, workflow: Workflow | None, peer_uid: int | None
+    ) -> ChainLink:
+        """The chain entry of an intent about to run: depth, root issuer, and its deadline."""
+        own_ms = workflow.timeout_ms if workflow is not None else self._own_timeout_ms(agent)
+        deadline = trio.current_time() + own_ms / 1000
+        depth = 0
+        if child is not None:
+            depth = child.parent.depth + 1
+            deadline = min(deadline, child.parent.deadline)
+            if child.call.timeout_s is not None:
+                deadline = min(deadline, trio.current_time() + child.call.timeout_s)
+        return ChainLink(intent.id, agent.id, intent.issuer, depth, deadline, intent.priority, peer_uid)
+
+    def _own_timeout_ms(self, agent: AgentSpec) -> int:
+        if agent.runtime == "rune":
+            return self.loaded.packages[agent.id].runefile.timeout_ms
+        return agent.resources.cpu_ms_per_task
+
+    def _enter(self, intent: Intent, agent: AgentSpec) -> None:
+        if not self.inflight:
+            self.idle = trio.Event()
+        self.inflight[intent.id] = _Inflight(intent.id, agent.id, time.monotonic())
+
+    def _leave(self, intent: Intent) -> None:
+        del self.inflight[intent.id]
+        if not self.inflight:
+            self.idle.set()
 
     async def _run_rune(
         self,
@@ -226,7 +408,7 @@ class Daemon:
         pending: list[tuple[str, dict[str, Any]]],
         session_id: str | None,
         sink: StreamSink | None,
-        peer_uid: int | None,
+        link: ChainLink,
     ) -> dict[str, Any]:
         """An allowed intent to a Rune agent: its decision is durable, then its replica answers."""
         package = self.loaded.packages[agent.id]
@@ -242,27 +424,70 @@ class Daemon:
             )
         await self.audit.record_many(list(pending))
         pending.clear()
-        if not self.inflight:
-            self.idle = trio.Event()
-        self.inflight[intent.id] = _Inflight(intent.id, agent.id, time.monotonic())
-        scope = trio.CancelScope()
+        self._enter(intent, agent)
+        self.chain.open(link)
+        scope = link.run_scope = trio.CancelScope()
         self._rune_scopes.add(scope)
         try:
             try:
                 record = await run_rune_intent(
                     self.rune.replicas, intent, agent, package, session_id=session_id,
-                    secrets=self.rune.secret_values(), sink=sink, cancel_scope=scope,
+                    secrets=self.rune.secret_values(), sink=sink, cancel_scope=scope, deadline=link.deadline,
                 )
             finally:
                 await self.rune.tools.intent_ended(intent.id)  # its rune@process-* processes die with it
-            record = record.model_copy(update={"peer_uid": peer_uid})
+            record = record.model_copy(update={
+                "peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id)})
             await self._finish(intent, agent, record, pending)
         finally:
+            self.chain.close(intent.id)
             self._rune_scopes.discard(scope)
-            del self.inflight[intent.id]
-            if not self.inflight:
-                self.idle.set()
+            self._leave(intent)
         return self._outcome_document(intent, agent, routed_by, decision, record)
+
+    async def _run_workflow(
+        self,
+        intent: Intent,
+        agent: AgentSpec,
+        routed_by: str,
+        decision: dict[str, Any],
+        pending: list[tuple[str, dict[str, Any]]],
+        link: ChainLink,
+        workflow: Workflow,
+    ) -> dict[str, Any]:
+        """An allowed intent to a workflow agent: each step a child intent, run by the DAG engine."""
+        await self.audit.record_many(list(pending))
+        pending.clear()
+        self._enter(intent, agent)
+        self.chain.open(link)
+        scope = link.run_scope = trio.CancelScope()
+        self._rune_scopes.add(scope)
+        started_at, t0 = iso_now(), time.monotonic()
+        try:
+            result = None
+            with scope:
+                result = await run_workflow(workflow, intent.text, partial(self._run_step, intent), deadline=link.deadline)
+            record = workflow_record(intent, agent, workflow, result, started_at, t0).model_copy(update={
+                "peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id)})
+            await self._finish(intent, agent, record, pending)
+        finally:
+            self.chain.close(intent.id)
+            self._rune_scopes.discard(scope)
+            self._leave(intent)
+        return self._outcome_document(intent, agent, routed_by, decision, record)
+
+    async def _run_step(self, parent: Intent, step: WorkflowStep, text: str) -> StepResult:
+        """One attempt of one workflow step: a child intent of the workflow's intent."""
+        call = ChildCall(
+            parent_id=parent.id, agent_ref=step.agent_ref, text=text, via="workflow",
+            max_depth=self.config.rune.max_depth,
+            timeout_s=step.timeout_ms / 1000 if step.timeout_ms is not None else None, step=step.id,
+        )
+        try:
+            document = await self.dispatch_child(call)
+        except CovenantError as exc:
+            return StepResult(exc.code, None, exc.message, None)
+        return StepResult(document["outcome"], document.get("text"), document.get("error"), document["intent_id"])
 
     async def restart_replica(self, agent_id: str) -> dict[str, Any]:
         """``covenant restart AGENT``: drain the agent's replica and start a fresh one."""
@@ -344,7 +569,7 @@ class Daemon:
                 started = True
                 try:
                     record = await self.runner.run(agent, payload, on_spawned=audit_spawn)
-                    record = record.model_copy(update={"peer_uid": peer_uid})
+                    record = record.model_copy(update={"peer_uid": peer_uid, "parent": intent.parent})
                     await self._finish(intent, agent, record, pending)
                     _log_dispatch("dispatch finished", intent, agent.id, outcome=record.outcome, ms=record.duration_ms)
                 finally:
@@ -432,8 +657,13 @@ class Daemon:
         if refused is not None:
             raise refused
 
-    def _intent_event(self, intent: Intent, dry_run: bool) -> dict[str, Any]:
+    def _intent_event(self, intent: Intent, dry_run: bool, child: _Child | None = None) -> dict[str, Any]:
+        extra: dict[str, Any] = {}
+        if child is not None:
+            extra = {"signed_by": "daemon", "signature": child.signature, "depth": child.parent.depth + 1,
+                     "via": child.call.via, **({"step": child.call.step} if child.call.step else {})}
         return {
+            **extra,
             "intent": intent.id,
             "issuer": intent.issuer.pubkey,
             "issuer_display": intent.issuer.display,

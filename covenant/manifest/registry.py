@@ -22,7 +22,7 @@ its problems are collected. Two manifests declaring the same agent id are
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -31,7 +31,7 @@ from covenant.manifest.limits import DEFAULT_LIMITS, ManifestLimits
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.problems import ManifestError, Problem
 from covenant.manifest.security import escape_problem, is_inside, ownership_problems
-from covenant.manifest.workflow import WORKFLOW_FILE
+from covenant.manifest.workflow import WORKFLOW_FILE, step_agent_warnings
 
 if TYPE_CHECKING:
     from covenant.manifest.runefile import RunePackage
@@ -133,6 +133,27 @@ def _id_line(path: Path) -> int | None:
     return key_line(text, "agent", "id")
 
 
+def _warn_unknown_step_agents(
+    agents: dict[str, AgentSpec], packages: dict[str, RunePackage], workflows: dict[str, WorkflowAgent]
+) -> None:
+    """Attach a warning to each workflow (folder or package) per step whose agent is not loaded."""
+    names = {spec.name for spec in agents.values()}
+
+    def known(name: str) -> bool:
+        return name in agents or name in names
+
+    for agent_id, spec in list(agents.items()):
+        folder, package = workflows.get(agent_id), packages.get(agent_id)
+        workflow = folder.workflow if folder is not None else package.workflow if package is not None else None
+        if workflow is None:
+            continue
+        warnings = step_agent_warnings(workflow, known)
+        if warnings:
+            agents[agent_id] = spec.model_copy(update={"warnings": (*spec.warnings, *warnings)})
+            if folder is not None:
+                workflows[agent_id] = replace(folder, spec=agents[agent_id])
+
+
 def _assemble(
     manifests: list[tuple[Path, str | None]],
     problems: list[Problem],
@@ -176,6 +197,7 @@ def _assemble(
         if item.workflow is not None:
             workflows[agent_id] = item.workflow
     problems.sort(key=lambda p: (str(p.path), p.line or 0))
+    _warn_unknown_step_agents(agents, packages, workflows)
     return Registry(
         agents=agents,
         problems=problems,

@@ -9,9 +9,12 @@ The cycle is found with a topological sort and named step by step.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from typing import Annotated
 
-from pydantic import BaseModel, ConfigDict, Field, Strict, StrictStr
+from typing import Any, Literal
+
+from pydantic import BaseModel, ConfigDict, Field, Strict, StrictStr, model_validator
 
 from covenant.manifest.tools import AGENT_REF, NonEmptyStr, PositiveInt
 
@@ -19,11 +22,13 @@ __all__ = [
     "WORKFLOW_FILE",
     "Workflow",
     "WorkflowStep",
+    "StepRetries",
     "Condition",
     "parse_condition",
     "step_references",
     "topological_order",
     "workflow_problems",
+    "step_agent_warnings",
 ]
 
 WORKFLOW_FILE = "workflow.yaml"
@@ -36,6 +41,27 @@ class _Model(BaseModel):
     model_config = ConfigDict(extra="forbid", frozen=True)
 
 
+class StepRetries(_Model):
+    """How often a failed step is tried again (docs/workflows.md).
+
+    ``max_attempts`` in all; ``backoff`` as for tools (``exponential`` 200 ms doubling to 5 s,
+    ``fixed`` 200 ms, ``none``); ``on`` the step outcomes worth another attempt (empty: every
+    failure except a refusal).
+    """
+
+    max_attempts: Annotated[int, Strict(), Field(ge=1, le=10)] = 1
+    backoff: Literal["exponential", "fixed", "none"] = "exponential"
+    on: tuple[NonEmptyStr, ...] = ()
+
+    @model_validator(mode="before")
+    @classmethod
+    def _yaml_on_key(cls, data: Any) -> Any:
+        """YAML 1.1 reads a bare ``on:`` key as the boolean true; here it can only mean ``on``."""
+        if isinstance(data, dict) and True in data and "on" not in data:
+            data = {("on" if key is True else key): value for key, value in data.items()}
+        return data
+
+
 class WorkflowStep(_Model):
     id: StrictStr
     agent_ref: NonEmptyStr
@@ -43,6 +69,7 @@ class WorkflowStep(_Model):
     depends_on: tuple[StrictStr, ...] = ()
     condition: StrictStr | None = None
     timeout_ms: PositiveInt | None = None
+    retries: StepRetries = StepRetries()
 
 
 class Workflow(_Model):
@@ -184,3 +211,22 @@ def _ancestors(step_id: str, by_id: dict[str, WorkflowStep]) -> set[str]:
         found.add(dep)
         stack.extend(by_id[dep].depends_on)
     return found
+
+
+def step_agent_warnings(workflow: Workflow, known: Callable[[str], bool]) -> list[str]:
+    """Warnings (not problems) for steps whose agent is not loaded now, or is remote.
+
+    An unknown agent may appear later (another folder, a reload); until then a
+    dispatch fails at that step (outcome ``no_agent``).
+    """
+    out: list[str] = []
+    for step in workflow.steps:
+        if not step.agent_ref.startswith("local://"):
+            out.append(f"workflow {workflow.name}: step {step.id!r}: remote agent {step.agent_ref} is not supported "
+                       "in this version; the step will be refused (remote_agent)")
+            continue
+        name = step.agent_ref.removeprefix("local://")
+        if not known(name):
+            out.append(f"workflow {workflow.name}: step {step.id!r}: no agent {name!r} is loaded "
+                       "(the step fails with no_agent until one appears)")
+    return out

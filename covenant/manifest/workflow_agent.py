@@ -2,9 +2,9 @@
 
 Such a folder is an agent of its own, ``<workflow name>@local``, whose
 steps call the Rune packages one level below it (``multi-agent/router/``,
-...). The registry loads those packages too. Until the workflow engine
-exists, dispatching a workflow agent ends with the outcome
-``workflow_not_supported`` (see :mod:`covenant.runtime.runner`).
+...). The registry loads those packages too. The daemon runs the workflow
+(:mod:`covenant.workflow.engine`); ``covenant run`` has no engine and ends
+with the outcome ``workflow_not_supported`` (see :mod:`covenant.runtime.runner`).
 """
 
 from __future__ import annotations

@@ -15,6 +15,9 @@ from typing import Annotated, Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from covenant.policy.errors import BadIntent, BadSignature, ReplayedIntent, StaleIntent
+from cryptography.exceptions import InvalidSignature
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
+
 from covenant.policy.signing import (
     ID_PATTERN,
     MAX_AGENT_CHARS,
@@ -27,7 +30,7 @@ from covenant.policy.signing import (
     verify_intent_signature,
 )
 
-__all__ = ["Intent", "Issuer", "IntentVerifier"]
+__all__ = ["Intent", "Issuer", "IntentVerifier", "sign_child_intent", "verify_child_intent"]
 
 IntentId = Annotated[str, Field(min_length=1, max_length=MAX_ID_CHARS, pattern=ID_PATTERN)]
 
@@ -201,3 +204,29 @@ class IntentVerifier:
         while self._by_age and self._by_age[0][0] < horizon:
             _, old = heapq.heappop(self._by_age)
             del self._seen[old]
+
+
+# -- child intents: made and signed by the daemon, never received -------------------------------
+
+
+def sign_child_intent(key: Ed25519PrivateKey, intent: Intent) -> str:
+    """The daemon's hex signature over a child intent it built on the root issuer's behalf.
+
+    A child intent carries the root issuer in ``issuer`` but is signed by the
+    daemon's key, so :meth:`IntentVerifier.verify` (which checks against
+    ``issuer.pubkey``) rejects it when it is sent to the control socket: the
+    only way in is the daemon's own child path, which builds it itself.
+    """
+    if intent.parent is None:
+        raise BadIntent("a child intent needs its parent's id", field="parent")
+    return key.sign(intent_signing_bytes(intent.model_dump(mode="json"))).hex()
+
+
+def verify_child_intent(daemon_key: Ed25519PublicKey, intent: Intent, signature: str) -> None:
+    """Raise BadSignature unless ``signature`` is the daemon's over ``intent`` (a child intent)."""
+    try:
+        daemon_key.verify(bytes.fromhex(signature), intent_signing_bytes(intent.model_dump(mode="json")))
+    except (ValueError, InvalidSignature):
+        raise BadSignature(
+            f"child intent {intent.id}: not signed by this daemon's key", intent_id=intent.id
+        ) from None

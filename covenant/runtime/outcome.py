@@ -29,6 +29,8 @@ Outcome = Literal[
     "spawn_failed",
     "workflow_not_supported",
     "cancelled",
+    # across agents (docs/workflows.md)
+    "step_failed",
     # hosted Rune agents (design/rune-host.md)
     "token_budget_exceeded",
     "max_steps_exceeded",
@@ -102,6 +104,11 @@ class DispatchRecord(BaseModel):
     """``uid``: the agent ran as an unprivileged uid of its own; ``same-uid``: as covenant's (docs/security.md)."""
     uid: int | None = None
     """The uid the agent ran as when ``isolation`` is ``uid``."""
+    parent: str | None = None
+    """A child intent (agent tool, ``rune@agent-send``, workflow step): the intent that made it."""
+    children: list[dict[str, Any]] = []
+    """The child intents this one made, in start order: ``{intent, agent, outcome, started_at, duration_ms}``
+    (``step`` for a workflow step); a refused child has its refusal reason as outcome."""
     peer_uid: int | None = None
     """uid of the local client (SO_PEERCRED) that submitted the dispatch; it may read this record.
     None for `covenant run` and for records written before it was kept."""

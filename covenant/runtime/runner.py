@@ -82,7 +82,8 @@ SpawnHook = Callable[[dict[str, Any]], Awaitable[None]]
 
 
 class WorkflowNotSupported(LaunchError):
-    """A workflow agent was dispatched; there is no workflow engine yet (outcome ``workflow_not_supported``)."""
+    """A workflow agent reached the process runner (``covenant run``: workflows run only in the daemon's
+    engine, :mod:`covenant.workflow`); outcome ``workflow_not_supported``."""
 
 
 class Runner:
@@ -267,8 +268,8 @@ class Runner:
         """The agent's command line by runtime; raise LaunchError naming what is missing."""
         if agent.runtime == "workflow":
             raise WorkflowNotSupported(
-                f"agent {agent.id} is a workflow agent ({agent.manifest_path}); workflows cannot run yet "
-                "(no workflow engine in this version): dispatch its steps' agents directly"
+                f"agent {agent.id} is a workflow agent ({agent.manifest_path}); workflows run only in the daemon "
+                "(`covenant dispatch` with a running daemon), not under `covenant run`"
             )
         if agent.runtime == "rune":
             raise LaunchError(

@@ -24,6 +24,7 @@ from covenant.manifest._yamlio import SafeLoader
 from covenant.manifest.runefile import RunePackage
 from covenant.manifest.security import is_inside, ownership_problems
 from covenant.manifest.tools import BUILTIN_PREFIX, MCP_SEPARATOR, ToolDescriptor, tool_action
+from covenant.tools.agents import AGENT_TOOL_SCHEMA
 from covenant.tools.builtins import BUILTINS, Builtin
 from covenant.tools.schema import schema_problem, validator_for
 from covenant.tools.unavailable import builtin_unavailable_reason
@@ -60,7 +61,7 @@ class ToolEntry:
     model_name: str
     action: str
     """The capability action a call needs (``tool.system_time``)."""
-    kind: Literal["builtin", "process"]
+    kind: Literal["builtin", "process", "agent"]
     description: str
     parameters: dict[str, Any]
     descriptor: ToolDescriptor
@@ -189,7 +190,18 @@ def _entry(package: RunePackage, name: str, interpreters: Interpreters) -> ToolE
     if tool.runtime == "process":
         return _process_entry(package, tool, interpreters)
     if tool.runtime == "agent":
-        raise _Unavailable("agent tools (calls to other agents) are not built yet in this version")
+        assert tool.agent_ref is not None  # the descriptor requires it
+        if not tool.agent_ref.startswith("local://"):
+            raise _Unavailable("calls to remote agents (an http(s) agent_ref) are not supported in this version")
+        return ToolEntry(
+            entry=name,
+            model_name=name,
+            action=tool_action(name),
+            kind="agent",
+            description=f"Ask the agent {tool.agent_ref.removeprefix('local://')} and get its answer.",
+            parameters=AGENT_TOOL_SCHEMA,
+            descriptor=tool,
+        )
     raise _Unavailable(f"runtime {tool.runtime!r} has no backend on this host")
 
 

@@ -32,6 +32,7 @@ from covenant.config import Config
 from covenant.home import Home
 from covenant.manifest.model import AgentSpec
 from covenant.runtime.runner import Runner
+from covenant.tools.agents import call_agent
 from covenant.tools.audit import TOOL_CALL, args_sha256, tool_call_event
 from covenant.tools.builtins.base import BuiltinCall
 from covenant.tools.capability import capability_refusal
@@ -264,7 +265,21 @@ class ToolHost:
         """One try of the tool, ending by ``ends`` (trio time)."""
         if entry.builtin is not None:
             return await self._run_builtin(ctx, entry, arguments, ends)
+        if entry.kind == "agent":
+            return await self._run_agent_tool(ctx, entry, arguments, ends)
         return await run_process_tool(self.services, ctx, entry, arguments, ends)
+
+    async def _run_agent_tool(self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float) -> ToolResult:
+        """A ``runtime: agent`` tool: a child intent to ``agent_ref`` whose text is ``input``."""
+        descriptor = entry.descriptor
+        assert descriptor.agent_ref is not None
+        try:
+            content = await call_agent(
+                self.services.agents, ctx, descriptor.agent_ref, arguments["input"], max_depth=descriptor.max_depth, ends=ends
+            )
+        except ToolError as exc:
+            return ToolResult.failure(exc.code, exc.message)
+        return capped(content)
 
     async def _run_builtin(
         self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float

@@ -52,10 +52,12 @@ ERROR_CODES: dict[str, str] = {
     "fetch_failed": "the fetch could not connect, or the server broke the exchange",
     "process_not_found": "no supervised process with that id belongs to this agent",
     "process_limit": "the agent already has [tools.process] max_per_agent processes",
+    "agent_refused": "a call to another agent was refused before it ran (no shared network, max_depth, the issuer's grants, no such agent)",
+    "agent_failed": "the called agent ran and did not end with outcome ok",
 }
 """Every ``error_code`` a tool call can end with, and what it means."""
 
-DENIED_CODES = frozenset({"capability_denied", "path_refused", "address_refused"})
+DENIED_CODES = frozenset({"capability_denied", "path_refused", "address_refused", "agent_refused"})
 """Error codes audited with outcome ``denied`` rather than ``error``."""
 
 

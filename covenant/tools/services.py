@@ -6,9 +6,10 @@ from dataclasses import dataclass
 
 from covenant.config import Config
 from covenant.home import Home
-from covenant.runtime.runner import Runner
-from covenant.tools.context import AuditSink
 from covenant.runtime.isolation import Isolation
+from covenant.runtime.runner import Runner
+from covenant.tools.agents import AgentCalls
+from covenant.tools.context import AuditSink
 from covenant.tools.memory_store import MemoryStores
 from covenant.tools.supervised import ProcessRegistry
 from covenant.tools.workspace import Workspace
@@ -26,6 +27,8 @@ class ToolServices:
     audit: AuditSink
     memory: MemoryStores
     processes: ProcessRegistry
+    agents: AgentCalls | None = None
+    """Calls to other agents (agent tools, ``rune@agent-*``); the daemon sets it, ``covenant run`` has none."""
 
     def workspace(self, agent_id: str) -> Workspace:
         """The agent's workspace (made if missing, 0700, the agent's uid); blocking.

@@ -114,7 +114,7 @@ def test_a_workflow_agent_run_fails_clearly_until_workflows_are_built(corpus_hom
     assert record["pid"] is None
 
 
-def test_the_daemon_serves_the_corpus_and_a_workflow_dispatch_fails_clearly(daemon: DaemonProcess) -> None:
+def test_the_daemon_serves_the_corpus_and_plans_its_workflow(daemon: DaemonProcess) -> None:
     agents = daemon.home / "agents"
     shutil.rmtree(agents)
     shutil.copytree(_corpus(), agents)
@@ -126,8 +126,9 @@ def test_the_daemon_serves_the_corpus_and_a_workflow_dispatch_fails_clearly(daem
     checked = daemon.cli("agents", "check")
     assert checked.returncode == 0 and "info: ignored" in checked.stderr, checked.stdout + checked.stderr
 
-    result = daemon.cli("dispatch", "a topic", "--agent", WORKFLOW_AGENT, "--json")
-    assert result.returncode == 4, result.stdout + result.stderr
-    outcome = json.loads(result.stdout)
-    assert outcome["outcome"] == "workflow_not_supported" and outcome["exit_code"] == 4
+    result = daemon.cli("dispatch", "a topic", "--agent", WORKFLOW_AGENT, "--dry-run", "--json")
+    assert result.returncode == 0, result.stdout + result.stderr
+    plan = json.loads(result.stdout)["workflow"]
+    assert [[s["agent"] for s in wave] for wave in plan["waves"]] == [["researcher@local"], ["analyst@local"]]
+    assert plan["output_step"] == "{{ steps.analyst.output }}" and "tool.shell_exec" in plan["capabilities"]
     assert daemon.stop() == 0

@@ -7,7 +7,7 @@ audit, retries, the result cap) is the host's.
 
 from __future__ import annotations
 
-from covenant.tools.builtins import files, memory, processes, shell, system_time, web_fetch
+from covenant.tools.builtins import agents, files, memory, processes, shell, system_time, web_fetch
 from covenant.tools.builtins.base import Builtin, BuiltinCall
 
 __all__ = ["BUILTINS", "Builtin", "BuiltinCall"]
@@ -21,5 +21,6 @@ BUILTINS: dict[str, Builtin] = {
         shell.TOOL,
         web_fetch.TOOL,
         *processes.TOOLS,
+        *agents.TOOLS,
     )
 }

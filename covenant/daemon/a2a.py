@@ -1,0 +1,57 @@
+"""Agent tools and ``rune@agent-*`` as the daemon serves them: child intents of the calling intent.
+
+The tool host asks through :class:`~covenant.tools.agents.AgentCalls`; this
+answers with :meth:`Daemon.dispatch_child`, so the daemon (never the caller)
+decides the network rule, the depth and the root issuer's grants.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING, Any
+
+from covenant.errors import CovenantError
+from covenant.tools.context import ToolCallContext
+from covenant.tools.result import ToolError
+from covenant.workflow import ChildCall
+
+if TYPE_CHECKING:
+    from covenant.daemon.service import Daemon
+
+__all__ = ["DaemonAgentCalls"]
+
+
+class DaemonAgentCalls:
+    """:class:`~covenant.tools.agents.AgentCalls` over one daemon."""
+
+    def __init__(self, daemon: Daemon) -> None:
+        self.daemon = daemon
+
+    async def call_agent(
+        self, ctx: ToolCallContext, agent_ref: str, text: str, *, max_depth: int | None, timeout_s: float
+    ) -> dict[str, Any]:
+        call = ChildCall(
+            parent_id=ctx.intent_id, agent_ref=agent_ref, text=text, via="tool",
+            max_depth=max_depth if max_depth is not None else self.daemon.config.rune.max_depth, timeout_s=timeout_s,
+        )
+        try:
+            return await self.daemon.dispatch_child(call)
+        except CovenantError as exc:
+            raise ToolError("agent_refused", f"the call to {agent_ref} was refused ({exc.code}): {exc.message}") from None
+
+    def peers(self, ctx: ToolCallContext) -> list[dict[str, Any]]:
+        loaded = self.daemon.loaded
+        caller = loaded.packages.get(ctx.agent.id)
+        if caller is None:
+            return []
+        mine = set(caller.runefile.networks)
+        out = []
+        for agent_id, package in sorted(loaded.packages.items()):
+            shared = mine & set(package.runefile.networks)
+            if shared:
+                out.append({
+                    "agent": agent_id,
+                    "name": package.runefile.name,
+                    "description": " ".join(package.runefile.instructions.split())[:300],
+                    "networks": sorted(shared),
+                })
+        return out

@@ -1,0 +1,76 @@
+"""``rune@agent-send``, ``rune@agent-list``, ``rune@agent-find``: agents calling agents by name.
+
+``agent-send`` is a child intent like an agent tool (network rule, depth,
+the root issuer's grants); ``agent-list`` and ``agent-find`` only show the
+agents the caller shares a network with, the ones a send could reach.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from covenant.tools.agents import call_agent
+from covenant.tools.builtins.base import NO_ARGUMENTS, Builtin, BuiltinCall
+from covenant.tools.result import ToolError
+
+__all__ = ["TOOLS"]
+
+_SEND_TIMEOUT_S = 60.0
+
+
+def _peers(call: BuiltinCall) -> list[dict[str, Any]]:
+    if call.services.agents is None:
+        raise ToolError("agent_refused", "calls to other agents need the daemon (not available under `covenant run`)")
+    return call.services.agents.peers(call.ctx)
+
+
+async def _send(call: BuiltinCall) -> dict[str, Any]:
+    import trio
+
+    ends = min(trio.current_time() + _SEND_TIMEOUT_S, call.ctx.deadline)
+    return await call_agent(
+        call.services.agents, call.ctx, call.arguments["agent"], call.arguments["input"], max_depth=None, ends=ends
+    )
+
+
+async def _list(call: BuiltinCall) -> dict[str, Any]:
+    return {"agents": _peers(call)}
+
+
+async def _find(call: BuiltinCall) -> dict[str, Any]:
+    query = call.arguments["query"].casefold()
+    found = [p for p in _peers(call) if query in p["name"].casefold() or query in p["description"].casefold()]
+    return {"agents": found}
+
+
+TOOLS = (
+    Builtin(
+        name="rune@agent-send",
+        description="Ask another agent (one that shares a network with you) and get its answer. "
+        "agent is its name or id, input what to ask it.",
+        parameters={
+            "type": "object",
+            "properties": {"agent": {"type": "string", "minLength": 1, "maxLength": 200}, "input": {"type": "string"}},
+            "required": ["agent", "input"],
+            "additionalProperties": False,
+        },
+        run=_send,
+    ),
+    Builtin(
+        name="rune@agent-list",
+        description="The agents you can call with agent-send (the ones sharing a network with you).",
+        parameters=NO_ARGUMENTS,
+        run=_list,
+    ),
+    Builtin(
+        name="rune@agent-find",
+        description="Agents you can call whose name or description contains query.",
+        parameters={
+            "type": "object",
+            "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 200}},
+            "required": ["query"],
+            "additionalProperties": False,
+        },
+        run=_find,
+    ),
+)
