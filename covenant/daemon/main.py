@@ -303,6 +303,7 @@ async def serve_daemon(
                 api = ControlAPI(daemon, logs)
                 lifecycle = _Lifecycle(daemon, api, runner, notifier, options.drain_timeout_s)
                 async with trio.open_nursery() as nursery:
+                    await nursery.start(rune.tools.mcp.run)
                     await nursery.start(rune.replicas.run)
                     await rune.start_eager(daemon.loaded.packages, daemon.loaded.agents)
                     await nursery.start(serve, api, sockets)

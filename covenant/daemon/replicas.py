@@ -143,6 +143,7 @@ class ReplicaSupervisor:
         runner: Runner,
         calls: GatewayCalls,
         offered_tools: Offered,
+        on_stopped: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.runner = runner
         self.launcher = runner.launcher
@@ -152,6 +153,8 @@ class ReplicaSupervisor:
         self.skills_dir = skills_dir
         self.calls = calls
         self.offered_tools = offered_tools
+        self.on_stopped = on_stopped
+        """Awaited (shielded) with the agent id when a replica stops for good: its MCP servers go with it."""
         self.replicas: dict[str, Replica] = {}
         self._nursery: trio.Nursery | None = None
 
@@ -380,6 +383,9 @@ class ReplicaSupervisor:
             replica.scope = None
             replica.pid = None
             replica.set_state("stopped")
+            if self.on_stopped is not None:
+                with trio.CancelScope(shield=True):
+                    await self.on_stopped(replica.agent.id)
 
     async def _one_life(self, replica: Replica) -> str:
         """Start the replica and supervise it until it dies or must go; returns why it ended."""

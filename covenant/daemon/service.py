@@ -575,6 +575,7 @@ class Daemon:
                 + ([self.grants.load_error] if self.grants.load_error else []),
             },
             "replicas": self.rune.replicas.views(),
+            "mcp_servers": self.rune.tools.mcp.status(),
         }
 
     def _reader_uid(self, viewer: Peer | None) -> int | None:

@@ -25,6 +25,7 @@ from covenant.manifest.runefile import RunePackage
 from covenant.manifest.security import is_inside, ownership_problems
 from covenant.manifest.tools import BUILTIN_PREFIX, MCP_SEPARATOR, ToolDescriptor, tool_action
 from covenant.tools.builtins import BUILTINS, Builtin
+from covenant.tools.mcp.hub import McpTool
 from covenant.tools.schema import schema_problem, validator_for
 from covenant.tools.unavailable import builtin_unavailable_reason
 
@@ -37,6 +38,8 @@ __all__ = [
     "model_name",
     "PROCESS_SCHEMA",
     "Interpreters",
+    "McpLookup",
+    "MCP_MODEL_SEPARATOR",
 ]
 
 MODEL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -50,6 +53,15 @@ _SCHEMA_MAX_BYTES = 256 * 1024
 Interpreters = Callable[[str], str | None]
 """``"python3"``/``"node"`` -> the absolute interpreter path, or None when it is not installed."""
 
+McpLookup = Callable[[str, str], "McpTool | str"]
+"""(server, tool) -> the tool as the connected server advertises it, or why it is unavailable now."""
+
+MCP_TIMEOUT_MS = 30_000
+"""How long one MCP tool call may take (never past the intent's deadline)."""
+
+MCP_MODEL_SEPARATOR = "__"
+"""MCP tools are sent to models as ``<server>__<tool>``."""
+
 
 @dataclass(frozen=True)
 class ToolEntry:
@@ -60,7 +72,7 @@ class ToolEntry:
     model_name: str
     action: str
     """The capability action a call needs (``tool.system_time``)."""
-    kind: Literal["builtin", "process"]
+    kind: Literal["builtin", "process", "mcp"]
     description: str
     parameters: dict[str, Any]
     descriptor: ToolDescriptor
@@ -71,6 +83,8 @@ class ToolEntry:
     validator: Any = field(default=None, compare=False, repr=False)
     """The compiled argument validator (jsonschema, draft 2020-12)."""
     output_validator: Any = field(default=None, compare=False, repr=False)
+    mcp: McpTool | None = None
+    """An MCP tool as its server advertises it (``kind == "mcp"``)."""
 
     def openai(self) -> dict[str, Any]:
         """This tool in OpenAI's ``tools`` format."""
@@ -91,7 +105,10 @@ class Toolset:
 
 
 def model_name(entry: str) -> str:
-    """The name sent to models: ``rune@file-read`` -> ``file-read``; custom names unchanged."""
+    """The name sent to models: ``rune@file-read`` -> ``file-read``, ``git/git_status`` -> ``git__git_status``;
+    custom names unchanged."""
+    if MCP_SEPARATOR in entry:
+        return entry.replace(MCP_SEPARATOR, MCP_MODEL_SEPARATOR, 1)
     return entry.removeprefix(BUILTIN_PREFIX)
 
 
@@ -164,7 +181,35 @@ def _process_entry(package: RunePackage, tool: ToolDescriptor, interpreters: Int
     )
 
 
-def _entry(package: RunePackage, name: str, interpreters: Interpreters) -> ToolEntry:
+def _mcp_entry(name: str, mcp: McpLookup | None) -> ToolEntry:
+    server, _, tool = name.partition(MCP_SEPARATOR)
+    if mcp is None:
+        raise _Unavailable(f"an MCP tool: available when the daemon is connected to server {server!r} (covenant tools list asks it)")
+    found = mcp(server, tool)
+    if isinstance(found, str):
+        raise _Unavailable(found)
+    facing = model_name(name)
+    if not MODEL_NAME.match(facing):
+        raise _Unavailable(f"its model-facing name {facing!r} cannot be sent to models (must match {MODEL_NAME.pattern})")
+    schema = found.input_schema or {"type": "object"}
+    problem = schema_problem(schema)
+    if problem is None and schema.get("type") != "object":
+        problem = "it does not describe an object (type: object)"
+    if problem is not None:
+        raise _Unavailable(f"the input schema server {server!r} advertises for {tool!r} is not usable: {problem}")
+    return ToolEntry(
+        entry=name,
+        model_name=facing,
+        action=tool_action(name),
+        kind="mcp",
+        description=found.description or f"The tool {tool} of the MCP server {server}.",
+        parameters=schema,
+        descriptor=ToolDescriptor.model_construct(name=name, runtime="builtin", timeout_ms=MCP_TIMEOUT_MS),
+        mcp=found,
+    )
+
+
+def _entry(package: RunePackage, name: str, interpreters: Interpreters, mcp: McpLookup | None = None) -> ToolEntry:
     tool = package.tools.get(name)
     if name.startswith(BUILTIN_PREFIX):
         builtin = BUILTINS.get(name)
@@ -181,7 +226,7 @@ def _entry(package: RunePackage, name: str, interpreters: Interpreters) -> ToolE
             builtin=builtin,
         )
     if MCP_SEPARATOR in name and tool is None:
-        raise _Unavailable("MCP tools are not built yet in this version")
+        return _mcp_entry(name, mcp)
     if tool is None:
         raise _Unavailable("no descriptor for it in the package")
     if not MODEL_NAME.match(name):
@@ -201,13 +246,17 @@ def _with_validators(entry: ToolEntry) -> ToolEntry:
     )
 
 
-def resolve_toolset(package: RunePackage, interpreters: Interpreters) -> Toolset:
-    """Split the package's toolset into offered tools and unavailable entries (toolset order, no repeats)."""
+def resolve_toolset(package: RunePackage, interpreters: Interpreters, mcp: McpLookup | None = None) -> Toolset:
+    """Split the package's toolset into offered tools and unavailable entries (toolset order, no repeats).
+
+    ``mcp`` answers for ``server/tool`` entries (the daemon's :class:`~covenant.tools.mcp.McpHub`);
+    without it they are unavailable, the reason saying the daemon decides.
+    """
     available: dict[str, ToolEntry] = {}
     unavailable: list[tuple[str, str]] = []
     for name in dict.fromkeys(package.runefile.toolset):
         try:
-            entry = _entry(package, name, interpreters)
+            entry = _entry(package, name, interpreters, mcp)
         except _Unavailable as exc:
             unavailable.append((name, str(exc)))
             continue

@@ -199,7 +199,7 @@ async def test_every_corpus_toolset_entry_is_offered_or_said_unavailable(tools: 
         for entry in package.runefile.toolset:
             assert (model_name(entry) in offered) != (entry in unavailable), (folder.name, entry)
         reasons.update(unavailable)
-    assert reasons["filesystem/read_file"] == "MCP tools are not built yet in this version"
+    assert reasons["filesystem/read_file"].startswith("an MCP tool: available when the daemon is connected to server")
     assert reasons["researcher"].startswith("agent tools")
     assert "[tools.web_search]" in reasons["rune@web-search"]
 
