@@ -70,7 +70,10 @@ def _load_registry(home: Home) -> Registry:
     """What the running daemon has loaded; without a daemon, a scan of the home's agents folder."""
     loaded = ask_daemon(home, "/v1/agents")
     if loaded is None:
-        return scan_agents(home.agents_dir, _limits(home))
+        from covenant.config import load_config
+        from covenant.tools.refuse import enforce_unavailable_policy
+
+        return enforce_unavailable_policy(scan_agents(home.agents_dir, _limits(home)), load_config(home))
     agents = [AgentSpec.model_validate(doc, strict=False) for doc in loaded["agents"]]
     problems = [_problem(p) for p in loaded["problems"]]
     notes = [_problem(n) for n in loaded.get("notes", [])]
@@ -196,9 +199,14 @@ def check(cli: CliContext, paths: tuple[Path, ...], as_json: bool) -> None:
     valid and 1 otherwise.
     """
     # Always the files, never the daemon: a check must see an edit the daemon has not reloaded yet.
-    runtime = _runtime(cli.home)
+    from covenant.config import load_config
+    from covenant.tools.refuse import enforce_unavailable_policy
+
+    config = load_config(cli.home)
+    runtime = config.runtime
     limits = ManifestLimits.from_config(runtime)
     registry = check_paths(list(paths), limits) if paths else scan_agents(cli.home.agents_dir, limits)
+    registry = enforce_unavailable_policy(registry, config)
     warnings = [(s.manifest_path, w) for s in registry.agents.values() for w in s.warnings]
     for agent_id, package in registry.rune_packages.items():
         for tool in _tools(package, runtime)["unavailable"]:

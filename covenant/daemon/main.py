@@ -51,6 +51,7 @@ from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolHost
+from covenant.tools.refuse import enforce_unavailable_policy
 
 __all__ = ["DaemonOptions", "run_daemon"]
 
@@ -246,7 +247,7 @@ async def serve_daemon(
         _raise_open_files_limit()
         metrics = Metrics()
         registry = await trio.to_thread.run_sync(
-            scan_agents, home.agents_dir, ManifestLimits.from_config(config.runtime)
+            lambda: enforce_unavailable_policy(scan_agents(home.agents_dir, ManifestLimits.from_config(config.runtime)), config)
         )
         store = DispatchStore(home.dispatches_dir)
         budget = await trio.to_thread.run_sync(_budget_from_history, store, registry, now_ms())

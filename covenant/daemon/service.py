@@ -38,6 +38,7 @@ from covenant.home import Home
 from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.registry import scan_agents
+from covenant.tools.refuse import enforce_unavailable_policy
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.check import check_capabilities
 from covenant.policy.intents import Intent, IntentVerifier
@@ -489,7 +490,9 @@ class Daemon:
         """Rescan manifests and grants; a manifest that became invalid withdraws its agent."""
         async with self._reload_lock:
             fresh = await trio.to_thread.run_sync(
-                scan_agents, self.home.agents_dir, ManifestLimits.from_config(self.config.runtime)
+                lambda: enforce_unavailable_policy(
+                    scan_agents(self.home.agents_dir, ManifestLimits.from_config(self.config.runtime)), self.config
+                )
             )
             self.loaded, changes = merge_reload(self.loaded, fresh)
             self.rune.packages = self.loaded.packages
