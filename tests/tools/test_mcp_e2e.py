@@ -123,6 +123,10 @@ def test_only_listed_http_tools_are_offered_and_an_unlisted_one_never_runs(
     [server] = _mcp_status(daemon)
     assert server["state"] == "up" and server["server"] == "local" and "wipe" in server["tools"]
     assert token not in daemon.cli("status", check=True).stdout
+    listed = json.loads(daemon.cli("tools", "list", "mcpuser", "--json", check=True).stdout)
+    assert listed["daemon"] is True
+    assert [(t["name"], t["action"], t["available"]) for t in listed["tools"]] == [
+        ("local__echo", "tool.mcp.local.echo", True)]
     assert daemon.stop() == 0
 
 
@@ -151,6 +155,9 @@ def test_a_down_server_and_an_unset_header_variable_are_reported_and_the_agent_s
         time.sleep(0.2)
     text = daemon.cli("status", check=True).stdout
     assert "mcp        lonely@local down: down" in text and "retrying" in text
+    listed = {t["entry"]: t for t in json.loads(daemon.cli("tools", "list", "lonely", "--json", check=True).stdout)["tools"]}
+    assert listed["down/echo"]["available"] is False and "is down" in listed["down/echo"]["reason"]
+    assert "MCP_UNSET_TOKEN" in listed["secret/echo"]["reason"] and listed["rune@system-time"]["available"] is True
     assert daemon.stop() == 0
 
 
