@@ -40,6 +40,7 @@ from covenant.tools.catalogue import ToolEntry, Toolset, resolve_toolset
 from covenant.tools.context import AuditSink, ToolCallContext
 from covenant.tools.mcp import McpHub, McpUnavailable
 from covenant.tools.mcp.call import mcp_result
+from covenant.tools.agent_stores import AgentStores
 from covenant.tools.memory_store import MemoryStores
 from covenant.tools.packages import PackageFiles, PackageSource
 from covenant.tools.process import run_process_tool
@@ -147,7 +148,8 @@ class ToolHost:
         *,
         packages: PackageSource | None = None,
     ) -> None:
-        self.services = ToolServices(home=home, config=config, runner=runner, audit=audit, memory=MemoryStores(home))
+        self.services = ToolServices(home=home, config=config, runner=runner, audit=audit, memory=MemoryStores(home),
+                                      stores=AgentStores(home))
         self._packages: PackageSource = packages or PackageFiles()
         self._toolsets: dict[str, tuple[object, int, Toolset]] = {}
         self.mcp = McpHub(config, runner)

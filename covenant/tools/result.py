@@ -41,6 +41,11 @@ ERROR_CODES: dict[str, str] = {
     "result_too_large": f"the result is larger than {RESULT_MAX_BYTES} bytes of JSON",
     "memory_corrupt": "the agent's memory file failed verification and is not loaded",
     "memory_full": "the agent's memory holds the most keys allowed",
+    "store_corrupt": "the agent's knowledge, tasks or events file failed verification and is not loaded",
+    "store_full": "the agent's knowledge, tasks or events store holds the most allowed",
+    "unknown_entity": "knowledge-add-relation named an entity that does not exist",
+    "unknown_task": "no task with that id on the agent's board",
+    "task_not_open": "the task is claimed or done already",
 }
 """Every ``error_code`` a tool call can end with, and what it means."""
 

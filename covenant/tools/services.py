@@ -1,4 +1,4 @@
-"""What the daemon lends its tools: the home, the config, the runner, the audit sink, agents' memory."""
+"""What the daemon lends its tools: the home, the config, the runner, the audit sink, agents' memory and stores."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from covenant.config import Config
 from covenant.home import Home
 from covenant.runtime.runner import Runner
 from covenant.tools.context import AuditSink
+from covenant.tools.agent_stores import AgentStores
 from covenant.tools.memory_store import MemoryStores
 
 __all__ = ["ToolServices"]
@@ -22,3 +23,5 @@ class ToolServices:
     runner: Runner
     audit: AuditSink
     memory: MemoryStores
+    stores: AgentStores
+    """knowledge, tasks and events (rune@knowledge-*, rune@task-*, rune@event-publish)."""
