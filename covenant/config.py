@@ -29,6 +29,9 @@ __all__ = [
     "ProviderConfig",
     "IsolationConfig",
     "McpServerConfig",
+    "ToolsConfig",
+    "WebSearchToolConfig",
+    "ChannelConfig",
     "load_config",
     "default_python3",
 ]
@@ -204,6 +207,37 @@ class ProviderConfig(_Section):
     max_connections: int = Field(100, gt=0, le=10_000, description="open connections to this provider at most")
 
 
+class WebSearchToolConfig(_Section):
+    """``[tools.web_search]``: rune@web-search (docs/tools.md)."""
+
+    url: Annotated[str, AfterValidator(_base_url)] | None = Field(
+        None, description="a SearXNG-compatible JSON endpoint; the daemon asks it ?q=…&format=json"
+    )
+    timeout_s: float = Field(10, gt=0, le=120, description="one search request, connect to last byte")
+    max_results: int = Field(10, gt=0, le=50, description="results given to the model at most")
+
+
+class ToolsConfig(_Section):
+    """``[tools.*]``: settings of built-in tools."""
+
+    web_search: WebSearchToolConfig = Field(default_factory=WebSearchToolConfig)
+
+
+class ChannelConfig(_Section):
+    """``[channels.NAME]``: a webhook channel of rune@channel-send (docs/tools.md)."""
+
+    url_env: Annotated[str, AfterValidator(_env_name)] = Field(description="env var holding the webhook URL")
+    secret_env: Annotated[str, AfterValidator(_env_name)] = Field(description="env var holding the HMAC-SHA256 key")
+    timeout_s: float = Field(10, gt=0, le=120, description="one delivery, connect to last byte")
+
+
+def _channel_names(value: dict[str, ChannelConfig]) -> dict[str, ChannelConfig]:
+    for name in value:
+        if not _MCP_NAME.match(name):
+            raise ValueError(f"[channels.{name}]: a channel name is 1-63 lowercase letters, digits, '_' or '-'")
+    return value
+
+
 _MCP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
 
 
@@ -249,6 +283,8 @@ class Config(_Section):
     providers: Annotated[dict[str, ProviderConfig], AfterValidator(_provider_names)] = Field(default_factory=dict)
     isolation: IsolationConfig = Field(default_factory=IsolationConfig)
     mcp: Annotated[dict[str, McpServerConfig], AfterValidator(_mcp_names)] = Field(default_factory=dict)
+    tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    channels: Annotated[dict[str, ChannelConfig], AfterValidator(_channel_names)] = Field(default_factory=dict)
 
 
 def load_config(home: Home) -> Config:
@@ -322,7 +358,7 @@ def _table_model(name: str) -> type[_Section] | None:
     annotation = field.annotation if field is not None else None
     if isinstance(annotation, type) and issubclass(annotation, _Section):
         return annotation
-    return {"providers": ProviderConfig, "mcp": McpServerConfig}.get(name)
+    return {"providers": ProviderConfig, "mcp": McpServerConfig, "channels": ChannelConfig}.get(name)
 
 
 def _problem(home: Home, text: str, err: Any) -> tuple[int | None, str]:
@@ -333,7 +369,7 @@ def _problem(home: Home, text: str, err: Any) -> tuple[int | None, str]:
     model = _table_model(loc[0])
     if model is None:  # a top-level key
         table, keys, model = None, loc, Config
-    elif loc[0] in ("providers", "mcp") and len(loc) > 1:  # [providers.NAME] / [mcp.NAME] key
+    elif loc[0] in ("providers", "mcp", "channels") and len(loc) > 1:  # [providers.NAME] / [mcp.NAME] key
         table, keys = f"{loc[0]}.{loc[1]}", loc[2:]
     else:
         table, keys = loc[0], loc[1:]

@@ -45,8 +45,7 @@ def tool_rows(home: Any, agent: str | None) -> tuple[list[dict[str, Any]], bool]
     from covenant.manifest.limits import ManifestLimits
     from covenant.manifest.registry import scan_agents
     from covenant.manifest.tools import MCP_SEPARATOR, tool_action
-    from covenant.runtime.runner import Runner
-    from covenant.tools.catalogue import model_name, resolve_toolset
+    from covenant.tools.catalogue import configured_toolset, model_name
     from covenant.tools.refuse import enforce_unavailable_policy
 
     config = load_config(home)
@@ -62,14 +61,11 @@ def tool_rows(home: Any, agent: str | None) -> tuple[list[dict[str, Any]], bool]
         MCP_SEPARATOR in e for p in packages.values() for e in p.runefile.toolset) else None
     servers = status.get("mcp_servers", []) if isinstance(status, dict) else None
 
-    def interpreters(name: str) -> str | None:
-        return Runner.resolve_program(getattr(config.runtime, name), config.runtime.path)
-
     rows: list[dict[str, Any]] = []
     for agent_id in sorted(packages):
         package = packages[agent_id]
         lookup = _mcp_lookup(servers, agent_id) if servers is not None else (lambda s, t: _NO_DAEMON)
-        toolset = resolve_toolset(package, interpreters, lookup)
+        toolset = configured_toolset(package, config, lookup)
         offered = {t.entry: t for t in toolset.available.values()}
         reasons = dict(toolset.unavailable)
         for entry in dict.fromkeys(package.runefile.toolset):

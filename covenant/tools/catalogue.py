@@ -19,7 +19,7 @@ from typing import Any, Literal
 
 import yaml
 
-from covenant.config import RuntimeConfig
+from covenant.config import Config
 from covenant.manifest._yamlio import SafeLoader
 from covenant.manifest.runefile import RunePackage
 from covenant.manifest.security import is_inside, ownership_problems
@@ -209,12 +209,17 @@ def _mcp_entry(name: str, mcp: McpLookup | None) -> ToolEntry:
     )
 
 
-def _entry(package: RunePackage, name: str, interpreters: Interpreters, mcp: McpLookup | None = None) -> ToolEntry:
+def _entry(
+    package: RunePackage, name: str, interpreters: Interpreters, mcp: McpLookup | None, config: Config
+) -> ToolEntry:
     tool = package.tools.get(name)
     if name.startswith(BUILTIN_PREFIX):
         builtin = BUILTINS.get(name)
         if builtin is None:
             raise _Unavailable(builtin_unavailable_reason(name))
+        missing = builtin.needs(config) if builtin.needs is not None else None
+        if missing is not None:
+            raise _Unavailable(missing)
         return ToolEntry(
             entry=name,
             model_name=model_name(name),
@@ -246,17 +251,21 @@ def _with_validators(entry: ToolEntry) -> ToolEntry:
     )
 
 
-def resolve_toolset(package: RunePackage, interpreters: Interpreters, mcp: McpLookup | None = None) -> Toolset:
+def resolve_toolset(
+    package: RunePackage, interpreters: Interpreters, mcp: McpLookup | None = None, config: Config | None = None
+) -> Toolset:
     """Split the package's toolset into offered tools and unavailable entries (toolset order, no repeats).
 
     ``mcp`` answers for ``server/tool`` entries (the daemon's :class:`~covenant.tools.mcp.McpHub`);
-    without it they are unavailable, the reason saying the daemon decides.
+    without it they are unavailable, the reason saying the daemon decides. ``config`` (default: every
+    default) decides built-ins that need a configured backend (``rune@web-search``, ``rune@channel-send``).
     """
+    config = config if config is not None else Config()
     available: dict[str, ToolEntry] = {}
     unavailable: list[tuple[str, str]] = []
     for name in dict.fromkeys(package.runefile.toolset):
         try:
-            entry = _entry(package, name, interpreters, mcp)
+            entry = _entry(package, name, interpreters, mcp, config)
         except _Unavailable as exc:
             unavailable.append((name, str(exc)))
             continue
@@ -268,11 +277,13 @@ def resolve_toolset(package: RunePackage, interpreters: Interpreters, mcp: McpLo
     return Toolset(available=available, unavailable=tuple(unavailable))
 
 
-def configured_toolset(package: RunePackage, runtime: RuntimeConfig) -> Toolset:
-    """The toolset as a daemon with this ``[runtime]`` would serve it, without a runner (``agents show``/``check``)."""
+def configured_toolset(package: RunePackage, config: Config, mcp: McpLookup | None = None) -> Toolset:
+    """The toolset as a daemon with this config would serve it, without a runner (``agents show``/``check``)."""
     from covenant.runtime.runner import Runner
+
+    runtime = config.runtime
 
     def interpreters(name: str) -> str | None:
         return Runner.resolve_program(getattr(runtime, name), runtime.path)
 
-    return resolve_toolset(package, interpreters)
+    return resolve_toolset(package, interpreters, mcp, config)

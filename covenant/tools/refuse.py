@@ -23,7 +23,7 @@ def enforce_unavailable_policy(registry: Registry, config: Config) -> Registry:
     if config.rune.unavailable_tools != "refuse":
         return registry
     for agent_id, package in list(registry.rune_packages.items()):
-        toolset = configured_toolset(package, config.runtime)
+        toolset = configured_toolset(package, config)
         refused = [(entry, reason) for entry, reason in toolset.unavailable if MCP_SEPARATOR not in entry]
         if not refused:
             continue

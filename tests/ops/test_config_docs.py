@@ -16,7 +16,7 @@ def leaf_fields(model: type[BaseModel], section: str = "") -> list[tuple[str, st
     out = []
     for name, field in model.model_fields.items():
         if isinstance(field.annotation, type) and issubclass(field.annotation, BaseModel):
-            out += leaf_fields(field.annotation, name)
+            out += leaf_fields(field.annotation, f"{section}.{name}" if section else name)
         else:
             out.append((section, name, field))
     return out
@@ -25,7 +25,7 @@ def leaf_fields(model: type[BaseModel], section: str = "") -> list[tuple[str, st
 def section_text(section: str) -> str:
     if not section:
         return DOC.split("## `[")[0]
-    match = re.search(rf"## `\[{section}\]`.*?(?=\n## |\Z)", DOC, re.S)
+    match = re.search(rf"## `\[{re.escape(section)}\]`.*?(?=\n## |\Z)", DOC, re.S)
     assert match, f"docs/configuration.md has no '## `[{section}]`' section"
     return match.group(0)
 
@@ -58,7 +58,7 @@ def test_every_key_has_a_row_with_its_default() -> None:
 
 def test_every_provider_key_has_a_row_with_its_default() -> None:
     problems = []
-    rows = section_text(r"providers\.NAME").splitlines()
+    rows = section_text("providers.NAME").splitlines()
     for name, field in ProviderConfig.model_fields.items():
         row = [line for line in rows if line.startswith(f"| `{name}` |")]
         if not row:
@@ -79,5 +79,8 @@ def test_the_sample_file_is_a_valid_config() -> None:
     parsed = Config.model_validate(tomllib.loads(sample.group(1)))
     for section, name, field in leaf_fields(Config):
         if field.default_factory is None and field.default is not None:
-            value = getattr(getattr(parsed, section) if section else parsed, name)
+            owner = parsed
+            for part in section.split(".") if section else ():
+                owner = getattr(owner, part)
+            value = getattr(owner, name)
             assert value == field.default, f"{section}.{name}: sample says {value!r}, default is {field.default!r}"

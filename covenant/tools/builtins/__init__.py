@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from covenant.tools.builtins import memory, system_time
 from covenant.tools.builtins import knowledge, tasks
+from covenant.tools.builtins import channel_send, web_search
 from covenant.tools.builtins.base import Builtin, BuiltinCall
 
 __all__ = ["BUILTINS", "Builtin", "BuiltinCall"]
@@ -19,5 +20,6 @@ BUILTINS: dict[str, Builtin] = {
         system_time.TOOL,
         *memory.TOOLS,
         *knowledge.TOOLS, *tasks.TOOLS,
+        web_search.TOOL, channel_send.TOOL,
     )
 }

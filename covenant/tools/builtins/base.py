@@ -6,6 +6,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from covenant.config import Config
+
 from covenant.tools.context import ToolCallContext
 
 if TYPE_CHECKING:
@@ -40,3 +42,5 @@ class Builtin:
     parameters: dict[str, Any]
     """JSON schema (draft 2020-12) of the arguments object."""
     run: BuiltinRun
+    needs: Callable[[Config], str | None] | None = None
+    """For a built-in that needs a backend configured: why it is unavailable under this config, or None."""
