@@ -213,7 +213,7 @@ class WebSearchToolConfig(_Section):
     url: Annotated[str, AfterValidator(_base_url)] | None = Field(
         None, description="a SearXNG-compatible JSON endpoint; the daemon asks it ?q=…&format=json"
     )
-    timeout_s: float = Field(10, gt=0, le=120, description="one search request, connect to last byte")
+    timeout_s: float = Field(4, gt=0, le=120, description="one search request (the call is also cut at timeout_ms)")
     max_results: int = Field(10, gt=0, le=50, description="results given to the model at most")
 
 
@@ -228,7 +228,7 @@ class ChannelConfig(_Section):
 
     url_env: Annotated[str, AfterValidator(_env_name)] = Field(description="env var holding the webhook URL")
     secret_env: Annotated[str, AfterValidator(_env_name)] = Field(description="env var holding the HMAC-SHA256 key")
-    timeout_s: float = Field(10, gt=0, le=120, description="one delivery, connect to last byte")
+    timeout_s: float = Field(4, gt=0, le=120, description="one delivery (the call is also cut at timeout_ms)")
 
 
 def _channel_names(value: dict[str, ChannelConfig]) -> dict[str, ChannelConfig]:

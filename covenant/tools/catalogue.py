@@ -181,6 +181,25 @@ def _process_entry(package: RunePackage, tool: ToolDescriptor, interpreters: Int
     )
 
 
+def _outside_reference(schema: Any) -> str | None:
+    """The first ``$ref``/``$dynamicRef`` that does not point inside the schema (``#…``), or None.
+
+    A server's schema must stand alone: jsonschema would fail the call at
+    validation time on a reference it cannot resolve (it never fetches one).
+    """
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("$ref", "$dynamicRef") and not (isinstance(value, str) and value.startswith("#")):
+                    return str(value)[:200]
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
+
+
 def _mcp_entry(name: str, mcp: McpLookup | None) -> ToolEntry:
     server, _, tool = name.partition(MCP_SEPARATOR)
     if mcp is None:
@@ -195,6 +214,8 @@ def _mcp_entry(name: str, mcp: McpLookup | None) -> ToolEntry:
     problem = schema_problem(schema)
     if problem is None and schema.get("type") != "object":
         problem = "it does not describe an object (type: object)"
+    if problem is None and (ref := _outside_reference(schema)) is not None:
+        problem = f"it refers to {ref!r} outside itself"
     if problem is not None:
         raise _Unavailable(f"the input schema server {server!r} advertises for {tool!r} is not usable: {problem}")
     return ToolEntry(

@@ -228,3 +228,27 @@ async def test_lone_surrogates_in_arguments_are_refused(tools: Tools) -> None:
         result = await tools.host.call(ctx, "memory-store", args)
         assert result.error_code == "invalid_arguments" and "Unicode" in result.error_message
     assert memory_untouched(tools, agent)
+
+
+async def test_an_mcp_tool_whose_advertised_schema_is_not_usable_is_unavailable(tools: Tools) -> None:
+    from covenant.tools.catalogue import resolve_toolset
+    from covenant.tools.mcp import McpTool
+
+    agent = tools.package("mcpschemas", ["srv/remote", "srv/array", "srv/good", "srv/missing"])
+    package = load_rune_package(agent.root)
+    advertised = {
+        "remote": {"type": "object", "properties": {"a": {"$ref": "http://169.254.169.254/latest"}}},
+        "array": {"type": "array"},
+        "good": {"type": "object", "properties": {"a": {"$ref": "#/$defs/x"}}, "$defs": {"x": {"type": "string"}}},
+    }
+
+    def lookup(server: str, tool: str) -> McpTool | str:
+        if tool not in advertised:
+            return f"MCP server {server!r} does not advertise a tool {tool!r}"
+        return McpTool(server, tool, "", advertised[tool])
+
+    toolset = resolve_toolset(package, tools.runner.interpreter, lookup)
+    assert list(toolset.available) == ["srv__good"]
+    reasons = dict(toolset.unavailable)
+    assert "outside itself" in reasons["srv/remote"] and "object" in reasons["srv/array"]
+    assert "does not advertise" in reasons["srv/missing"]
