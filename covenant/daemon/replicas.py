@@ -380,12 +380,12 @@ class ReplicaSupervisor:
                     await trio.sleep(backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX_S)
         finally:
+            if self.on_stopped is not None:  # before the scope is cleared: stop() waits for it
+                with trio.CancelScope(shield=True):
+                    await self.on_stopped(replica.agent.id)
             replica.scope = None
             replica.pid = None
             replica.set_state("stopped")
-            if self.on_stopped is not None:
-                with trio.CancelScope(shield=True):
-                    await self.on_stopped(replica.agent.id)
 
     async def _one_life(self, replica: Replica) -> str:
         """Start the replica and supervise it until it dies or must go; returns why it ended."""

@@ -1,6 +1,6 @@
 """A small MCP server over streamable HTTP on 127.0.0.1, built with the SDK's MCPServer, for covenant's tests.
 
-Run as a subprocess: ``python -m tests.fakes.mcp_http_server --port-file F --marker-dir D [--token T]``.
+Run as a subprocess: ``python -m tests.fakes.mcp_http_server --port-file F --marker-dir D [--token T] [--port P]``.
 It writes its port to F once listening. Tools: ``echo`` (answers its text), ``read_file`` (a file of
 ``--files-dir``), and ``wipe`` — a tool tests never list in a toolset: if it ever runs, it writes
 ``D/wipe-ran`` (tests assert the file is absent). With ``--token``, requests without
@@ -53,6 +53,7 @@ def main() -> None:
     parser.add_argument("--marker-dir", type=Path, required=True)
     parser.add_argument("--files-dir", type=Path)
     parser.add_argument("--token")
+    parser.add_argument("--port", type=int, default=0)
     args = parser.parse_args()
     app = build(args.marker_dir, args.files_dir).streamable_http_app()
     if args.token:
@@ -65,7 +66,8 @@ def main() -> None:
 
         app.add_middleware(BaseHTTPMiddleware, dispatch=check)
     sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    sock.bind(("127.0.0.1", args.port))
     port = sock.getsockname()[1]
     tmp = args.port_file.with_suffix(".tmp")
     tmp.write_text(str(port))

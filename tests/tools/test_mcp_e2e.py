@@ -30,7 +30,7 @@ BIN = Path(sys.executable).parent
 
 
 class HttpServer:
-    def __init__(self, base: Path, token: str | None = None, files: Path | None = None) -> None:
+    def __init__(self, base: Path, token: str | None = None, files: Path | None = None, port: int = 0) -> None:
         self.markers = base / "markers"
         self.markers.mkdir(parents=True)
         port_file = base / "port"
@@ -40,6 +40,8 @@ class HttpServer:
             argv += ["--token", token]
         if files:
             argv += ["--files-dir", str(files)]
+        if port:
+            argv += ["--port", str(port)]
         self.process = subprocess.Popen(argv, cwd=REPO_ROOT)
         deadline = time.monotonic() + 60
         while not port_file.exists():
@@ -230,6 +232,41 @@ def test_the_corpus_mcp_agent_runs_against_local_servers(
         assert "filesystem__read_file" in offered and not any(n.startswith("github__") for n in offered)
         assert "filesystem__write_file" not in offered  # listed, but this server does not advertise it
         assert "covenant corpus test file" in json.dumps(_tool_message(fake_model.requests[1]))
+        assert daemon.stop() == 0
+    finally:
+        server.close()
+
+
+def test_a_server_that_comes_up_later_is_connected_by_the_retries(
+    daemon: DaemonProcess, fake_model: FakeModelServer, tmp_path: Path
+) -> None:
+    import socket
+
+    probe = socket.socket()
+    probe.bind(("127.0.0.1", 0))
+    port = probe.getsockname()[1]
+    probe.close()
+    configure(daemon, ("fake", fake_model))
+    folder = add_rune_agent(daemon, "patient", toolset=("late/echo",))
+    _with_mcp_servers(folder, f"  - name: late\n    url: http://127.0.0.1:{port}/mcp\n")
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.*", check=True)
+    fake_model.script(Reply(text="nothing yet"))
+    outcome_of(daemon.cli("dispatch", "go", "--agent", "patient@local", "--json"))
+    assert fake_model.requests[0].tool_names == []
+    assert _mcp_status(daemon)[0]["state"] == "down"
+    server = HttpServer(tmp_path / "late", port=port)
+    try:
+        deadline = time.monotonic() + 90
+        while _mcp_status(daemon)[0]["state"] != "up":
+            assert time.monotonic() < deadline, _mcp_status(daemon)
+            time.sleep(0.3)
+        daemon.cli("restart", "patient@local", check=True)  # the model is told its tools when the replica starts
+        fake_model.script(Reply.tools(ToolCall("late__echo", {"text": "finally"})), Reply(text="ok"))
+        outcome = outcome_of(daemon.cli("dispatch", "go", "--agent", "patient@local", "--json"))
+        assert outcome["outcome"] == "ok", outcome
+        assert fake_model.requests[-2].tool_names == ["late__echo"]
+        assert (server.markers / "echo-ran").read_text() == "finally"
         assert daemon.stop() == 0
     finally:
         server.close()

@@ -140,8 +140,8 @@ class McpHub:
         for server in servers_named(package):
             key = (agent.id, server)
             conn = self._connections.get(key)
-            if conn is not None and conn.package is not package:
-                await self._stop(conn)
+            if conn is not None and (conn.package is not package or conn.scope.cancel_called):
+                await self._stop(conn)  # an older package's, or one being stopped: replaced
                 conn = None
             if conn is None:
                 conn = self._connections[key] = _Connection(agent, package, server)
