@@ -10,19 +10,22 @@ listed as unavailable with that reason.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import click
 
 from covenant.cli._common import CliContext, ask_daemon, fail, pass_cli, print_json, reports_errors, table_lines
 from covenant.errors import ExitCode
 
+if TYPE_CHECKING:
+    from covenant.tools.catalogue import McpLookup
+
 __all__ = ["tools"]
 
 _NO_DAEMON = "an MCP tool: its server is reached by the running daemon, and no daemon answered"
 
 
-def _mcp_lookup(servers: list[dict[str, Any]], agent_id: str):  # type: ignore[no-untyped-def]
+def _mcp_lookup(servers: list[dict[str, Any]], agent_id: str) -> "McpLookup":
     """(server, tool) -> an advertised-tool stand-in or the reason, from the daemon's ``mcp_servers``."""
     from covenant.tools.mcp import McpTool
 

@@ -26,7 +26,7 @@ from covenant.config import Config, McpServerConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime import teardown
 from covenant.runtime.environment import agent_environment
-from covenant.runtime.launcher import Launched, LaunchError, LaunchPlan
+from covenant.runtime.launcher import AgentCredentials, Launched, LaunchError, LaunchPlan
 from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.runner import Runner
 
@@ -41,7 +41,7 @@ _MIB = 1024 * 1024
 
 
 def _plan(config: Config, runner: Runner, agent: AgentSpec, server: McpServerConfig, memory_mb: int,
-          scratch: str, creds: object) -> LaunchPlan:
+          scratch: str, creds: AgentCredentials | None) -> LaunchPlan:
     program = Runner.resolve_program(server.command[0], config.runtime.path)
     if program is None:
         raise LaunchError(f"program {server.command[0]!r} was not found on [runtime] path {config.runtime.path!r}")
@@ -60,7 +60,7 @@ def _plan(config: Config, runner: Runner, agent: AgentSpec, server: McpServerCon
         cwd=server.cwd or str(agent.root),
         rlimits=rlimits,
         pdeathsig=config.runtime.pdeathsig,
-        credentials=creds,  # type: ignore[arg-type]
+        credentials=creds,
     )
 
 
