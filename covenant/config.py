@@ -177,7 +177,8 @@ def _base_url(value: str) -> str:
 
 def _env_name(value: str) -> str:
     if not _ENV_NAME.match(value):
-        raise ValueError(f"{value!r} must be the name of an environment variable (letters, digits, _), not its value")
+        # The value is not repeated: what was pasted here by mistake may be the key itself.
+        raise ValueError("must be the name of an environment variable (letters, digits, _), not the key itself")
     return value
 
 
@@ -203,7 +204,9 @@ class ProviderConfig(_Section):
     max_output_tokens: int | None = Field(
         None, gt=0, le=1_000_000, description="sent as max_tokens; unset: not sent (openai), 4096 (anthropic)"
     )
-    anthropic_version: str = Field("2023-06-01", min_length=1, description="anthropic-version header (kind anthropic)")
+    anthropic_version: str = Field(
+        "2023-06-01", pattern=r"^[0-9A-Za-z._-]{1,64}$", description="anthropic-version header (kind anthropic)"
+    )
     max_connections: int = Field(100, gt=0, le=10_000, description="open connections to this provider at most")
 
 
@@ -344,7 +347,9 @@ def _describe(err: Any, model: type[_Section]) -> str:
         return "must not be empty"
     if kind in ("greater_than", "greater_than_equal", "less_than", "less_than_equal"):
         bound = next(k for k in _BOUNDS if k in ctx)
-        return f"must be {_BOUNDS[bound]} {ctx[bound]}, {got}"
+        limit = ctx[bound]
+        limit = int(limit) if isinstance(limit, float) and limit.is_integer() else limit
+        return f"must be {_BOUNDS[bound]} {limit}, {got}"
     return f"is not valid ({err['msg'].lower()}), {got}"
 
 

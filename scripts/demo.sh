@@ -1,18 +1,26 @@
 #!/usr/bin/env bash
 # covenant's main job on a throwaway home: start the daemon with the example agents,
-# show a denied dispatch and its grant hint, grant, dispatch to each runtime,
-# verify the signed audit log, and stop cleanly. Run by `make demo`.
+# show a denied dispatch and its grant hint, grant, dispatch to each runtime and to a Rune
+# agent (its model: the project's stand-in, started here), verify the signed audit log, and
+# stop cleanly. Run by `make demo` (`make demo-real`: a real small model instead).
 #
 # Every command is printed before it runs, after `$ `, quoted for the shell: a line can be pasted
 # into a terminal (after the printed `export` line) to run it again.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 covenant=${COVENANT:-.venv/bin/covenant}
+python=${COVENANT_PYTHON:-.venv/bin/python}
+[ -x "$python" ] || python=python3
 work=$(mktemp -d /tmp/covenant-demo.XXXXXX)
+# mktemp makes it 0700; the Rune agent's replica runs under its own uid and must traverse it to its
+# socket in the home (docs/security.md: the home is 0711, and so must be every folder above it).
+chmod 0711 "$work"
 export COVENANT_HOME="$work/home" XDG_CONFIG_HOME="$work/xdg" COVENANT_SOCKET="$work/covenant.sock"
 daemon_pid=
+source scripts/demo_model.sh
 cleanup() {
   if [ -n "$daemon_pid" ] && kill -0 "$daemon_pid" 2>/dev/null; then kill -TERM "$daemon_pid"; wait "$daemon_pid" || true; fi
+  demo_model_stop
   rm -rf "$work"
 }
 trap cleanup EXIT
@@ -36,6 +44,11 @@ if ! unshare -n true 2>/dev/null && ! unshare -U -n true 2>/dev/null; then
   echo "      [runtime] network_enforcement = \"advisory\" so network = \"off\" is recorded, not enforced."
   config+=$'\n\n[runtime]\nnetwork_enforcement = "advisory"'
 fi
+# The Rune agent's model. The daemon never starts a model server: the demo starts the project's
+# stand-in (or, with COVENANT_DEMO_MODEL=real, SmolLM2 via llama.cpp) and names it [providers.local],
+# which agents.d/triage-rune lists after anthropic and openai.
+demo_model_start "$work" "$python"
+config+=$'\n\n'"$DEMO_MODEL_TOML"
 printf "\$ printf '%%s\\\\n' %s > %s\n" "$(quote "$config")" "$(quote "$COVENANT_HOME/covenant.toml")"
 printf '%s\n' "$config" > "$COVENANT_HOME/covenant.toml"
 set +e
@@ -67,6 +80,16 @@ run "$covenant" dispatch "count the words in this sentence please"
 if command -v node >/dev/null; then run "$covenant" dispatch "calculate (2 + 3) * 7"; else echo "node not installed: skipping calc@local"; fi
 if [ -x agents.d/search-rs/target/release/search-rs ]; then run "$covenant" dispatch "search for signed checkpoints"; else echo "search-rs not built (needs cargo): skipping search@local"; fi
 run "$covenant" history --limit 5
+
+step "a Rune agent: the daemon asks the model (here the stand-in), runs the tool it calls, audits both"
+run "$covenant" grant demo@local tool.classify_ticket tool.web_fetch
+run "$covenant" dispatch --dry-run --agent triage@local "I was charged twice this month"
+run "$covenant" dispatch --agent triage@local "I was charged twice for my subscription this month, please refund one"
+run "$covenant" dispatch --agent triage@local "The dashboard shows a 502 error since this morning"
+run "$covenant" audit tail --type model.call
+run "$covenant" audit tail --type tool.call
+echo "(each model call's tokens count against the intent's models.token_budget, 50000 for triage; no prompt text is logged)"
+run "$covenant" audit tail --type model.call -n 1 --json
 
 step "stop the daemon (SIGTERM drains in-flight dispatches)"
 show kill -TERM "$daemon_pid"

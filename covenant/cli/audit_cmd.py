@@ -148,6 +148,12 @@ def verify(ctx: CliContext, witness: Path | None, pubkey: str | None, as_json: b
             p = report.first_problem
             assert p is not None
             click.echo(f"FAILED: {p.segment}, seq {p.seq}, byte offset {p.offset}: {p.message}")
+            click.echo(
+                "covenant: the log does not prove itself from that point on. Keep a copy of the audit "
+                "folder as evidence before anything writes to it, compare it with a witness kept "
+                "elsewhere (`covenant audit verify --witness FILE`), and see docs/audit.md (verify)",
+                err=True,
+            )
     sys.exit(0 if report.ok else 1)
 
 

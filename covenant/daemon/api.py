@@ -218,13 +218,14 @@ class ControlAPI:
         except CovenantError as exc:
             if not sink.opened:
                 raise
-            await emit("error", exc.to_json())
+            await sink.emit("error", exc.to_json())
         else:
             if not sink.opened:
                 await _send_json(send, 200, outcome)
                 return
-            await emit("done", outcome)
-        await send({"type": "http.response.body", "body": b""})
+            await sink.emit("done", outcome)
+        if not sink.lost:
+            await send({"type": "http.response.body", "body": b""})
 
     async def _restart_replica(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
         self._require_admin(scope)

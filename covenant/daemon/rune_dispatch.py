@@ -39,6 +39,8 @@ class StreamSink:
         self._open_stream = open_stream
         self._emit = emit
         self.opened = False
+        self.lost = False
+        """The client went away: later events are dropped (the intent still finishes and is recorded)."""
 
     async def open(self) -> None:
         if not self.opened:
@@ -46,8 +48,13 @@ class StreamSink:
             await self._open_stream()
 
     async def emit(self, event: str, data: dict[str, Any]) -> None:
-        await self.open()
-        await self._emit(event, data)
+        if self.lost:
+            return
+        try:
+            await self.open()
+            await self._emit(event, data)
+        except Exception:  # whatever the server raises for a client that hung up
+            self.lost = True
 
 
 def _relay(sink: StreamSink, policy: str, secrets: list[str]) -> tuple[Emit, Callable[[], Awaitable[None]]]:

@@ -7,6 +7,10 @@ exec gate -> one group commit of ``intent.received``, ``policy.decision``
 and ``agent.spawned`` -> release the agent and supervise it -> the outcome,
 durable before the caller is answered. A denied or unroutable intent spawns
 nothing; its received and decision events are committed before the answer.
+
+A Rune agent's intent takes the same path up to the decision; then its
+received and decision events are committed and the agent's replica answers
+it instead of a spawned process (:mod:`covenant.daemon.rune_dispatch`).
 """
 
 from __future__ import annotations
@@ -30,6 +34,8 @@ from covenant.daemon.agents_state import LoadedAgents, merge_reload
 from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.routing import NoAgent, route
+from covenant.daemon.rune_dispatch import StreamSink, run_rune_intent
+from covenant.daemon.rune_host import RuneHost
 from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown
 from covenant.daemon.server import Peer
 from covenant.daemon.visibility import sees_every_record
@@ -41,14 +47,12 @@ from covenant.manifest.registry import scan_agents
 from covenant.tools.refuse import enforce_unavailable_policy
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.check import check_capabilities
+from covenant.policy.errors import BadIntent
 from covenant.policy.intents import Intent, IntentVerifier
 from covenant.runtime.isolation import Isolation
 from covenant.runtime.outcome import DispatchRecord, outcome_exit_code
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
-from covenant.daemon.rune_dispatch import StreamSink, run_rune_intent
-from covenant.daemon.rune_host import RuneHost
-from covenant.policy.errors import BadIntent
 from covenant.rune.sessions import valid_session_id
 
 __all__ = ["Daemon"]
@@ -265,11 +269,8 @@ class Daemon:
             raise NoAgent(f"no agent with id {agent_id!r} is loaded")
         if agent.runtime != "rune":
             raise NoAgent(f"agent {agent.id} is not a Rune agent: it has no replica to restart (runtime {agent.runtime})")
-        replicas = self.rune.replicas
-        if agent.id in replicas.replicas:
-            await replicas.stop(agent.id, drain=True)
-        replica = replicas.ensure(agent, self.loaded.packages[agent.id])
         log.info("replica restart requested", extra={"agent": agent.id})
+        replica = await self.rune.replicas.restart(agent, self.loaded.packages[agent.id])
         return replica.view()
 
     def cancel_all(self) -> None:

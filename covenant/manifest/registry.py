@@ -30,7 +30,7 @@ from covenant.manifest.agent_toml import key_line, load_agent_toml, normalize_ag
 from covenant.manifest.limits import DEFAULT_LIMITS, ManifestLimits
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.problems import ManifestError, Problem
-from covenant.manifest.security import escape_problem, ownership_problems
+from covenant.manifest.security import escape_problem, is_inside, ownership_problems
 from covenant.manifest.workflow import WORKFLOW_FILE
 
 if TYPE_CHECKING:
@@ -73,13 +73,13 @@ class _Loaded:
     workflow: WorkflowAgent | None = None
 
 
-def _package_folders(manifest: Path, real_root: str) -> list[Path]:
-    """The folders between the agents folder and ``manifest`` (``multi-agent/router``, ``multi-agent``)."""
+def _package_folders(real_parent: str, real_root: str) -> list[Path]:
+    """The real folders between the agents folder and a manifest (``multi-agent/router``, ``multi-agent``)."""
     folders: list[Path] = []
-    folder = manifest.parent
-    while os.path.realpath(folder) != real_root and folder != folder.parent:
-        folders.append(folder)
-        folder = folder.parent
+    folder = real_parent
+    while folder != real_root and is_inside(folder, real_root):
+        folders.append(Path(folder))
+        folder = os.path.dirname(folder)
     return folders
 
 
@@ -93,7 +93,7 @@ def _load_one(manifest: Path, real_root: str | None, limits: ManifestLimits) -> 
                 raise ManifestError([escaped])
     problems.extend(ownership_problems(manifest, "the manifest"))
     if real_root is not None:
-        for folder in _package_folders(manifest, real_root):
+        for folder in _package_folders(os.path.realpath(manifest.parent), real_root):
             problems.extend(ownership_problems(folder, "the package folder"))
     package = None
     workflow = None

@@ -178,7 +178,7 @@ class ModelGateway:
         """One assistant turn for ``messages`` with ``tools`` offered; raises :class:`ModelError`.
 
         ``messages`` and ``tools`` come from the replica and are checked first
-        (``invalid_request``, no request made).
+        (``protocol_error``, no request made).
 
         With ``on_token`` the provider streams and each text delta is awaited through it as it
         arrives; the returned :class:`ChatResult` is the same either way.

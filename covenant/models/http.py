@@ -217,7 +217,10 @@ class ProviderHttp:
             headers=[("host", self._host_header), ("user-agent", _USER_AGENT),
                      ("content-length", str(len(body))), *headers.items()],
         )
-        data = conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+        try:
+            data = conn.send(request) + conn.send(h11.Data(data=body)) + conn.send(h11.EndOfMessage())
+        except h11.LocalProtocolError as exc:
+            raise TransportError(f"the request cannot be sent as HTTP/1.1: {exc}") from None
         try:
             await connection.stream.send_all(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError, OSError, ssl.SSLError) as exc:

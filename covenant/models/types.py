@@ -33,7 +33,7 @@ AuditSink = Callable[[str, dict[str, Any]], Awaitable[None]]
 CallObserver = Callable[[str, str, str, int, int], None]
 """``observe(agent, provider, outcome, input_tokens, output_tokens)`` once per provider attempt (metrics)."""
 
-ModelErrorCode = Literal["token_budget_exceeded", "provider_error", "provider_unavailable", "invalid_request"]
+ModelErrorCode = Literal["token_budget_exceeded", "provider_error", "provider_unavailable", "protocol_error"]
 
 
 @dataclass
@@ -118,7 +118,7 @@ class ModelError(Exception):
 
     ``code``: ``token_budget_exceeded`` (the intent's budget was already spent; no request made),
     ``provider_unavailable`` (no provider could be tried: none configured, key variable unset,
-    unknown alias), ``provider_error`` (providers were tried and failed), ``invalid_request`` (the
+    unknown alias), ``provider_error`` (providers were tried and failed), ``protocol_error`` (the
     messages or tools the replica sent are malformed; nothing was sent). ``message`` never holds
     a key value.
     """

@@ -19,7 +19,7 @@ _ROLES = ("system", "user", "assistant", "tool")
 
 
 def _bad(where: str, what: str) -> ModelError:
-    return ModelError("invalid_request", f"{where}: {what}")
+    return ModelError("protocol_error", f"the model request is malformed: {where}: {what}")
 
 
 def _check_content(content: Any, where: str, *, nullable: bool) -> None:
@@ -50,7 +50,7 @@ def _check_tool_calls(calls: Any, where: str) -> None:
 
 
 def check_request(messages: Any, tools: Any) -> None:
-    """Raise ``ModelError("invalid_request")`` unless ``messages`` and ``tools`` are well-formed neutral ones."""
+    """Raise ``ModelError("protocol_error")`` unless ``messages`` and ``tools`` are well-formed neutral ones."""
     if not isinstance(messages, list) or not messages:
         raise _bad("messages", "must be a non-empty list")
     for index, message in enumerate(messages):

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import http.client
 import json
+import signal
 import socket
 
 import pytest
@@ -155,7 +156,8 @@ def test_full_queue_answers_503_with_retry_after(daemon: DaemonProcess, monkeypa
     from tests.daemon.test_daemon_e2e import status, wait_for
 
     daemon.start_with_one_slot()
-    background = [daemon.cli_background("dispatch", "sleep 3") for _ in range(2)]
+    # Long enough that the slot and the queue stay full whatever the load; cancelled at the end.
+    background = [daemon.cli_background("dispatch", "sleep 600", "--json") for _ in range(2)]
     wait_for(lambda: len(status(daemon)["in_flight"]) == 1 and status(daemon)["queued"] == 1, what="1 running + 1 queued")
     monkeypatch.setenv("XDG_CONFIG_HOME", daemon.env["XDG_CONFIG_HOME"])
     me = load_user_identity()
@@ -172,6 +174,10 @@ def test_full_queue_answers_503_with_retry_after(daemon: DaemonProcess, monkeypa
         answer = json.loads(response.read())
     assert response.status == 503 and response.getheader("Retry-After") == "1"
     assert answer["error"]["code"] == "overloaded"
-    for proc in background:
-        proc.communicate(timeout=120)
-        assert proc.returncode == 0
+    assert daemon.process is not None
+    daemon.process.send_signal(signal.SIGTERM)
+    wait_for(lambda: daemon.process.poll() is not None or status(daemon)["shutting_down"], what="draining")
+    assert daemon.stop(signal.SIGTERM, timeout=60) == 5  # the second SIGTERM cancels at once
+    for proc in background:  # the running one is cancelled, the queued one refused: both exit 5
+        proc.communicate(timeout=60)
+        assert proc.returncode == 5

@@ -13,7 +13,6 @@ import os
 import subprocess
 import sys
 import sysconfig
-from pathlib import Path
 
 import pytest
 

@@ -206,12 +206,14 @@ def test_entry_resolves_relative_to_the_manifest_folder_or_absolute_when_allowed
         ("../outside.py", "climbs out with '..'"),
         ("sub/../../outside.py", "climbs out with '..'"),
         ("link.py", "a symlink"),
+        ("linkdir/outside.py", "a symlink"),
     ],
 )
 def test_an_entry_outside_the_package_folder_is_refused(tmp_path: Path, entry: str, fragment: str) -> None:
     (tmp_path / "outside.py").write_text("print('x')\n")
     (tmp_path / "pkg").mkdir()
     os.symlink(tmp_path / "outside.py", tmp_path / "pkg" / "link.py")
+    os.symlink(tmp_path, tmp_path / "pkg" / "linkdir")
     manifest = write_agent(tmp_path / "pkg", VALID_TOML.replace('"main.py"', f'"{entry}"'))
     with pytest.raises(ManifestError) as info:
         load_agent_toml(manifest)
@@ -227,3 +229,11 @@ def test_key_line_finds_keys_in_their_section() -> None:
     assert key_line(text, "settlement", "priority") == 7
     assert key_line(text, "resources", "disk_mb") == 4  # absent key: the section header
     assert key_line(text, "routing", "keywords") is None
+
+
+def test_a_symlink_that_stays_inside_the_package_folder_is_fine(tmp_path: Path) -> None:
+    manifest = write_agent(tmp_path / "pkg", VALID_TOML.replace('"main.py"', '"current/main.py"'))
+    (tmp_path / "pkg" / "v1").mkdir()
+    (tmp_path / "pkg" / "v1" / "main.py").write_text("print(1)\n")
+    os.symlink("v1", tmp_path / "pkg" / "current")
+    assert load_agent_toml(manifest).entry == tmp_path / "pkg" / "current" / "main.py"

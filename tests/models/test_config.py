@@ -34,12 +34,14 @@ timeout_s = 300
 @pytest.mark.parametrize(
     ("table", "expected"),
     [
-        ('kind = "openai"\nbase_url = "http://x/v1"\napi_key = "sk-1"', "providers.p.api_key: Extra inputs are not permitted"),
-        ('kind = "gemini"\nbase_url = "http://x/v1"', "providers.p.kind: Input should be 'openai' or 'anthropic'"),
-        ('kind = "openai"\nbase_url = "file:///etc/passwd"', "providers.p.base_url"),
-        ('kind = "openai"', "providers.p.base_url: Field required"),
-        ('kind = "openai"\nbase_url = "http://x"\napi_key_env = "sk-live-abc"', "must be the name of an environment variable"),
-        ('kind = "openai"\nbase_url = "http://x"\ntimeout_s = 0', "providers.p.timeout_s"),
+        ('kind = "openai"\nbase_url = "http://x/v1"\napi_key = "sk-1"',
+         ":4: [providers.p] api_key: unknown key (did you mean 'api_key_env'?"),
+        ('kind = "gemini"\nbase_url = "http://x/v1"', ":2: [providers.p] kind: must be one of 'openai' or 'anthropic'"),
+        ('kind = "openai"\nbase_url = "file:///etc/passwd"', ":3: [providers.p] base_url: 'file:///etc/passwd' must be an http"),
+        ('kind = "openai"', ":1: [providers.p] base_url: is required"),
+        ('kind = "openai"\nbase_url = "http://x"\napi_key_env = "sk-live-abc"',
+         ":4: [providers.p] api_key_env: must be the name of an environment variable"),
+        ('kind = "openai"\nbase_url = "http://x"\ntimeout_s = 0', ":4: [providers.p] timeout_s: must be greater than 0"),
     ],
 )
 def test_a_bad_table_names_the_file_and_key(home: Home, table: str, expected: str) -> None:
@@ -48,6 +50,7 @@ def test_a_bad_table_names_the_file_and_key(home: Home, table: str, expected: st
         load_config(home)
     assert str(home.config_path) in caught.value.message
     assert expected in caught.value.message
+    assert "sk-live-abc" not in caught.value.message, "a key pasted where its variable's name goes is not repeated"
 
 
 def test_a_bad_provider_name_is_refused(home: Home) -> None:

@@ -1,4 +1,4 @@
-"""scripts/demo_model.sh: the demo starts the stand-in, points [providers.local] at it, and stops it."""
+"""scripts/demo_model.sh: the demo starts the stand-in, gives the [providers.local] table for it, and stops it."""
 
 from __future__ import annotations
 
@@ -23,7 +23,9 @@ set -euo pipefail
 source scripts/demo_model.sh
 demo_model_start {tmp_path} {sys.executable}
 echo "pid=$DEMO_MODEL_PID"
-{sys.executable} -c "import httpx, sys; r = httpx.post('$(sed -n 's/^base_url = \"\\(.*\\)\"/\\1/p' $COVENANT_HOME/covenant.toml)/chat/completions', json={{'messages': [{{'role': 'user', 'content': 'hi'}}]}}); print(r.json()['choices'][0]['message']['content'])"
+printf '%s\n' "$DEMO_MODEL_TOML" >> "$COVENANT_HOME/covenant.toml"
+base=$(sed -n 's/^base_url = "\\(.*\\)"$/\\1/p' "$COVENANT_HOME/covenant.toml")
+{sys.executable} -c "import httpx, sys; r = httpx.post(sys.argv[1] + '/chat/completions', json={{'messages': [{{'role': 'user', 'content': 'hi'}}]}}); print(r.json()['choices'][0]['message']['content'])" "$base"
 demo_model_stop
 """
     result = subprocess.run(["bash", "-c", script], cwd=REPO_ROOT, env={**os.environ, "COVENANT_HOME": str(home)},

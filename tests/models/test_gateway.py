@@ -384,8 +384,8 @@ async def test_a_malformed_request_from_a_replica_is_refused_before_any_request(
     with pytest.raises(ModelError) as caught:
         await gw.chat(model_call("a"), messages, tools)
     await gw.aclose()
-    assert caught.value.code == "invalid_request"
-    assert caught.value.message.startswith(where)
+    assert caught.value.code == "protocol_error"
+    assert caught.value.message.startswith(f"the model request is malformed: {where}")
     assert fake_model.requests == [] and recorder.events == []
 
 

@@ -6,6 +6,9 @@ import json
 import os
 import signal
 import socket
+import time
+
+from pathlib import Path
 
 import psutil
 
@@ -230,6 +233,9 @@ def test_the_key_stays_in_the_daemon_and_no_replica_outlives_it(daemon: DaemonPr
         assert psutil.Process(replica_pid).uids().real >= 200_000
         folder = daemon.home / "state" / "replicas" / "chat@local"
         assert folder.stat().st_uid == psutil.Process(replica_pid).uids().real and folder.stat().st_mode & 0o777 == 0o700
+    limits = Path(f"/proc/{replica_pid}/limits").read_text()
+    address_space = next(line for line in limits.splitlines() if line.startswith("Max address space")).split()
+    assert address_space[3:5] == [str(256 << 20), str(256 << 20)]  # resource_profile small
     holders = _holding(KEY_VALUE.encode(), descendants)
     assert holders == [], f"processes other than the daemon hold the key: {holders}"
     assert _holding(KEY_VALUE.encode(), [psutil.Process(daemon.process.pid)])  # the daemon does (the check works)
@@ -279,3 +285,38 @@ def test_checkpoint_policies_each_step_and_never(daemon: DaemonProcess, fake_mod
     assert outcome_of(daemon.cli("dispatch", "who?", "--agent", "forgetful@local", "--json", "--session", "m"))["outcome"] == "ok"
     assert not (daemon.home / "state" / "sessions" / "forgetful@local" / "m.jsonl").exists()
     assert "I am Bob" in [m["content"] for m in fake_model.requests[-1].messages]  # kept in the replica's memory
+
+
+def test_a_stream_client_that_hangs_up_does_not_lose_the_intent(
+    daemon: DaemonProcess, fake_model: FakeModelServer, monkeypatch
+) -> None:  # type: ignore[no-untyped-def]
+    from covenant.policy.identities import load_user_identity
+    from covenant.policy.signing import new_intent, sign_intent
+
+    _started(daemon, [("fake", fake_model)], toolset=())
+    monkeypatch.setenv("XDG_CONFIG_HOME", daemon.env["XDG_CONFIG_HOME"])
+    identity = load_user_identity()
+    intent = new_intent("talk slowly", issuer_display=identity.display, issuer_pubkey=identity.pubkey,
+                        agent="chat@local", priority="normal", parent=None)
+    body = json.dumps({"intent": intent, "signature": sign_intent(identity.key, intent)}).encode()
+    fake_model.script(Reply(text="one two three four five six", chunk_delay_s=0.3))
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(daemon.socket))
+        s.sendall(b"POST /v1/dispatch HTTP/1.1\r\nhost: x\r\naccept: text/event-stream\r\n"
+                  b"content-type: application/json\r\ncontent-length: %d\r\n\r\n" % len(body) + body)
+        seen = b""
+        while b"event: token" not in seen:
+            chunk = s.recv(65536)
+            assert chunk, seen
+            seen += chunk
+        assert b"text/event-stream" in seen
+    # the client is gone; the intent still completes and is recorded
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        shown = daemon.cli("show", intent["id"], "--json")
+        if shown.returncode == 0:
+            break
+        time.sleep(0.1)
+    record = json.loads(shown.stdout)
+    assert record["outcome"] == "ok" and record["result"]["text"] == "one two three four five six"
+    assert daemon.api("GET", "/v1/status")["in_flight"] == []  # type: ignore[index]

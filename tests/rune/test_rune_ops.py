@@ -254,3 +254,27 @@ def test_a_crash_loop_backs_off_and_shows_in_status(daemon: DaemonProcess, fake_
     text = daemon.cli("status", check=True).stdout
     assert "replica    chat@local:" in text and "restarts; last error: the replica exited before it became healthy" in text
     assert not fake_model.requests
+
+
+def test_reload_mid_request_drains_then_one_new_replica_serves(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    from tests.daemon.conftest import agent_processes
+
+    configure(daemon, ("fake", fake_model))
+    folder = add_rune_agent(daemon, toolset=())
+    daemon.start()
+    fake_model.script(Reply(text="old answer", delay_s=3), Reply(text="new answer"))
+    first = daemon.cli_background("dispatch", "a", "--agent", "chat@local", "--json")
+    fake_model.wait_for_requests(1)
+    old_pid = replicas(daemon)[0]["pid"]
+    runefile = folder / "Runefile"
+    runefile.write_text(runefile.read_text().replace("covenant test agent.", "covenant test agent, renewed."))
+    daemon.cli("reload", check=True)
+    second = daemon.cli_background("dispatch", "b", "--agent", "chat@local", "--json")
+    assert json.loads(first.communicate(timeout=120)[0])["text"] == "old answer"  # drained, not cut
+    assert json.loads(second.communicate(timeout=120)[0])["text"] == "new answer"
+    assert "renewed" not in fake_model.requests[0].messages[0]["content"]
+    assert "renewed" in fake_model.requests[1].messages[0]["content"]
+    (replica,) = replicas(daemon)
+    assert replica["pid"] != old_pid
+    serving = [p for p in agent_processes(daemon.home) if "replicas" in (p.info.get("cwd") or "")]
+    assert [p.pid for p in serving] == [replica["pid"]]  # exactly one replica for the agent
