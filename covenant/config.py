@@ -33,6 +33,9 @@ __all__ = [
     "ShellExecToolConfig",
     "WebFetchToolConfig",
     "ProcessToolConfig",
+    "McpServerConfig",
+    "WebSearchToolConfig",
+    "ChannelConfig",
     "load_config",
     "default_python3",
 ]
@@ -156,6 +159,12 @@ class RuneConfig(_Section):
     memory_medium_mb: int = Field(1024, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile medium")
     memory_large_mb: int = Field(4096, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile large")
     max_depth: int = Field(10, ge=1, le=100, description="deepest chain of agent calls (A2A and workflow steps) when a tool sets no max_depth")
+    unavailable_tools: Literal["warn", "refuse"] = Field(
+        "warn", description="an unavailable toolset entry: a warning (the agent loads), or a load error"
+    )
+    mcp_header_env: tuple[Annotated[str, AfterValidator(lambda v: _env_name(v))], ...] = Field(
+        (), description="daemon env vars a Runefile's MCP header values may name as ${VAR}"
+    )
 
     def memory_mb(self, profile: str) -> int:
         return {"small": self.memory_small_mb, "medium": self.memory_medium_mb, "large": self.memory_large_mb}[profile]
@@ -256,6 +265,65 @@ class ProviderConfig(_Section):
     max_connections: int = Field(100, gt=0, le=10_000, description="open connections to this provider at most")
 
 
+class WebSearchToolConfig(_Section):
+    """``[tools.web_search]``: rune@web-search (docs/tools.md)."""
+
+    url: Annotated[str, AfterValidator(_base_url)] | None = Field(
+        None, description="a SearXNG-compatible JSON endpoint; the daemon asks it ?q=…&format=json"
+    )
+    timeout_s: float = Field(4, gt=0, le=120, description="one search request (the call is also cut at timeout_ms)")
+    max_results: int = Field(10, gt=0, le=50, description="results given to the model at most")
+
+
+class ToolsConfig(_Section):
+    """``[tools.*]``: settings of built-in tools."""
+
+    web_search: WebSearchToolConfig = Field(default_factory=WebSearchToolConfig)
+
+
+class ChannelConfig(_Section):
+    """``[channels.NAME]``: a webhook channel of rune@channel-send (docs/tools.md)."""
+
+    url_env: Annotated[str, AfterValidator(_env_name)] = Field(description="env var holding the webhook URL")
+    secret_env: Annotated[str, AfterValidator(_env_name)] = Field(description="env var holding the HMAC-SHA256 key")
+    timeout_s: float = Field(4, gt=0, le=120, description="one delivery (the call is also cut at timeout_ms)")
+
+
+def _channel_names(value: dict[str, ChannelConfig]) -> dict[str, ChannelConfig]:
+    for name in value:
+        if not _MCP_NAME.match(name):
+            raise ValueError(f"[channels.{name}]: a channel name is 1-63 lowercase letters, digits, '_' or '-'")
+    return value
+
+
+_MCP_NAME = re.compile(r"^[a-z0-9][a-z0-9_-]{0,62}$")
+
+
+class McpServerConfig(_Section):
+    """``[mcp.NAME]``: a stdio MCP server, started as the agent's uid for each agent that lists its tools."""
+
+    command: tuple[str, ...] = Field(min_length=1, description="argv; the program is looked up on [runtime] path")
+    env: dict[str, str] = Field(default_factory=dict, description="variables added to the server's environment")
+    cwd: str | None = Field(None, min_length=1, description="working directory (default: the agent's package folder)")
+
+    @model_validator(mode="after")
+    def _check(self) -> "McpServerConfig":
+        if not self.command[0]:
+            raise ValueError("command: the program (its first element) must not be empty")
+        for name in self.env:
+            _env_name(name)
+        if self.cwd is not None and not os.path.isabs(self.cwd):
+            raise ValueError(f"cwd {self.cwd!r} must be an absolute path")
+        return self
+
+
+def _mcp_names(value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
+    for name in value:
+        if not _MCP_NAME.match(name):
+            raise ValueError(f"[mcp.{name}]: an MCP server name is 1-63 lowercase letters, digits, '_' or '-'")
+    return value
+
+
 class Config(_Section):
     """Top level of covenant.toml."""
 
@@ -272,7 +340,9 @@ class Config(_Section):
     rune: RuneConfig = Field(default_factory=RuneConfig)
     providers: Annotated[dict[str, ProviderConfig], AfterValidator(_provider_names)] = Field(default_factory=dict)
     isolation: IsolationConfig = Field(default_factory=IsolationConfig)
+    mcp: Annotated[dict[str, McpServerConfig], AfterValidator(_mcp_names)] = Field(default_factory=dict)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
+    channels: Annotated[dict[str, ChannelConfig], AfterValidator(_channel_names)] = Field(default_factory=dict)
 
 
 def load_config(home: Home) -> Config:
@@ -348,7 +418,7 @@ def _table_model(name: str) -> type[_Section] | None:
     annotation = field.annotation if field is not None else None
     if isinstance(annotation, type) and issubclass(annotation, _Section):
         return annotation
-    return ProviderConfig if name == "providers" else None
+    return {"providers": ProviderConfig, "mcp": McpServerConfig, "channels": ChannelConfig}.get(name)
 
 
 def _problem(home: Home, text: str, err: Any) -> tuple[int | None, str]:
@@ -359,8 +429,8 @@ def _problem(home: Home, text: str, err: Any) -> tuple[int | None, str]:
     model = _table_model(loc[0])
     if model is None:  # a top-level key
         table, keys, model = None, loc, Config
-    elif loc[0] == "providers" and len(loc) > 1:  # [providers.NAME] key
-        table, keys = f"providers.{loc[1]}", loc[2:]
+    elif loc[0] in ("providers", "mcp", "channels") and len(loc) > 1:  # [providers.NAME] / [mcp.NAME] key
+        table, keys = f"{loc[0]}.{loc[1]}", loc[2:]
     else:
         table, keys = loc[0], loc[1:]
     key = keys[0] if keys else None

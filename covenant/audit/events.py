@@ -27,6 +27,7 @@ __all__ = [
     "MODEL_CALL",
     "TOOL_CALL",
     "MEMORY_RECOVER",
+    "STORE_RECOVER",
     "EVENT_TYPES",
     "text_digest",
     "encode_event_data",
@@ -46,6 +47,7 @@ GRANT_REVOKED = "grant.revoked"
 MODEL_CALL = "model.call"
 TOOL_CALL = "tool.call"
 MEMORY_RECOVER = "memory.recover"
+STORE_RECOVER = "store.recover"
 
 EVENT_TYPES = frozenset(
     {
@@ -63,6 +65,7 @@ EVENT_TYPES = frozenset(
         MODEL_CALL,
         TOOL_CALL,
         MEMORY_RECOVER,
+        STORE_RECOVER,
     }
 )
 

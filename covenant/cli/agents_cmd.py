@@ -22,7 +22,7 @@ from covenant.manifest.problems import ManifestError, Problem
 from covenant.manifest.registry import Registry, check_paths, scan_agents
 
 if TYPE_CHECKING:
-    from covenant.config import RuntimeConfig
+    from covenant.config import Config, RuntimeConfig
     from covenant.manifest.runefile import RunePackage
 
 __all__ = ["agents"]
@@ -40,11 +40,11 @@ def _limits(home: Home) -> ManifestLimits:
     return ManifestLimits.from_config(_runtime(home))
 
 
-def _tools(package: RunePackage, runtime: RuntimeConfig) -> dict[str, Any]:
+def _tools(package: RunePackage, config: Config) -> dict[str, Any]:
     """A Rune agent's toolset as the daemon serves it: offered tools and unavailable entries with the reason."""
     from covenant.tools.catalogue import configured_toolset
 
-    toolset = configured_toolset(package, runtime)
+    toolset = configured_toolset(package, config)
     return {
         "offered": [
             {"entry": t.entry, "name": t.model_name, "action": t.action, "kind": t.kind} for t in toolset.available.values()
@@ -63,14 +63,19 @@ def _rune_tools(spec: AgentSpec, home: Home) -> dict[str, Any] | None:
         package = load_rune_package(spec.root)
     except ManifestError as exc:
         return {"offered": [], "unavailable": [], "error": str(exc)}
-    return _tools(package, _runtime(home))
+    from covenant.config import load_config
+
+    return _tools(package, load_config(home))
 
 
 def _load_registry(home: Home) -> Registry:
     """What the running daemon has loaded; without a daemon, a scan of the home's agents folder."""
     loaded = ask_daemon(home, "/v1/agents")
     if loaded is None:
-        return scan_agents(home.agents_dir, _limits(home))
+        from covenant.config import load_config
+        from covenant.tools.refuse import enforce_unavailable_policy
+
+        return enforce_unavailable_policy(scan_agents(home.agents_dir, _limits(home)), load_config(home))
     agents = [AgentSpec.model_validate(doc, strict=False) for doc in loaded["agents"]]
     problems = [_problem(p) for p in loaded["problems"]]
     notes = [_problem(n) for n in loaded.get("notes", [])]
@@ -196,12 +201,17 @@ def check(cli: CliContext, paths: tuple[Path, ...], as_json: bool) -> None:
     valid and 1 otherwise.
     """
     # Always the files, never the daemon: a check must see an edit the daemon has not reloaded yet.
-    runtime = _runtime(cli.home)
+    from covenant.config import load_config
+    from covenant.tools.refuse import enforce_unavailable_policy
+
+    config = load_config(cli.home)
+    runtime = config.runtime
     limits = ManifestLimits.from_config(runtime)
     registry = check_paths(list(paths), limits) if paths else scan_agents(cli.home.agents_dir, limits)
+    registry = enforce_unavailable_policy(registry, config)
     warnings = [(s.manifest_path, w) for s in registry.agents.values() for w in s.warnings]
     for agent_id, package in registry.rune_packages.items():
-        for tool in _tools(package, runtime)["unavailable"]:
+        for tool in _tools(package, config)["unavailable"]:
             warnings.append(
                 (
                     registry.agents[agent_id].manifest_path,

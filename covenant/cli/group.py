@@ -19,6 +19,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "dispatch": ("covenant.cli.dispatch_cmd:dispatch", "Sign an intent and send it to the daemon."),
     "run": ("covenant.cli.run_cmd:run", "Run one manifest or Rune package once, without a daemon."),
     "agents": ("covenant.cli.agents_cmd:agents", "List, show and check agent manifests."),
+    "tools": ("covenant.cli.tools_cmd:tools", "List Rune agents' tools: capability, available or not and why."),
     "grant": ("covenant.cli.grants_cmd:grant", "Grant capability actions to an issuer."),
     "revoke": ("covenant.cli.grants_cmd:revoke", "Revoke capability actions from an issuer."),
     "grants": ("covenant.cli.grants_cmd:grants", "List grants and report any that do not verify."),

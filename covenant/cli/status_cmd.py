@@ -47,6 +47,13 @@ def _render_status(doc: dict) -> None:
         if replica["last_error"]:
             line += f"; last error: {replica['last_error']}"
         click.echo(line)
+    for server in doc.get("mcp_servers", []):
+        line = f"mcp        {server['agent']} {server['server']}: {server['state']} ({server['endpoint'] or '?'})"
+        if server["state"] == "up":
+            line += f", {len(server['tools'])} tools advertised"
+        elif server["last_error"]:
+            line += f"; {server['last_error']} (attempt {server['attempts']}, retrying)"
+        click.echo(line)
 
 
 @click.command()

@@ -52,6 +52,7 @@ from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolHost
+from covenant.tools.refuse import enforce_unavailable_policy
 
 __all__ = ["DaemonOptions", "run_daemon"]
 
@@ -247,7 +248,7 @@ async def serve_daemon(
         _raise_open_files_limit()
         metrics = Metrics()
         registry = await trio.to_thread.run_sync(
-            scan_agents, home.agents_dir, ManifestLimits.from_config(config.runtime)
+            lambda: enforce_unavailable_policy(scan_agents(home.agents_dir, ManifestLimits.from_config(config.runtime)), config)
         )
         store = DispatchStore(home.dispatches_dir)
         budget = await trio.to_thread.run_sync(_budget_from_history, store, registry, now_ms())
@@ -306,6 +307,7 @@ async def serve_daemon(
                 api = ControlAPI(daemon, logs)
                 lifecycle = _Lifecycle(daemon, api, runner, notifier, options.drain_timeout_s)
                 async with trio.open_nursery() as nursery:
+                    await nursery.start(rune.tools.mcp.run)
                     await nursery.start(rune.replicas.run)
                     await rune.start_eager(daemon.loaded.packages, daemon.loaded.agents)
                     await nursery.start(serve, api, sockets)

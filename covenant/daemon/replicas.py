@@ -54,11 +54,14 @@ class ReplicaSupervisor:
         runner: Runner,
         calls: GatewayCalls,
         offered_tools: Offered,
+        on_stopped: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.root = state_dir / REPLICAS_DIR
         self.config = config
         self.process = ReplicaProcess(state_dir=state_dir, config=config, skills_dir=skills_dir, runner=runner,
                                       calls=calls, offered_tools=offered_tools)
+        self.on_stopped = on_stopped
+        """Awaited (shielded) with the agent id when a replica stops for good: its MCP servers go with it."""
         self.replicas: dict[str, Replica] = {}
         self._latest: dict[str, tuple[AgentSpec, RunePackage]] = {}
         """The package each agent has since the last reload (a dispatch that began before it may hold an older one)."""
@@ -305,6 +308,9 @@ class ReplicaSupervisor:
                     await trio.sleep(backoff)
                     backoff = min(backoff * 2, BACKOFF_MAX_S)
         finally:
+            if self.on_stopped is not None:  # before the scope is cleared: stop() waits for it
+                with trio.CancelScope(shield=True):
+                    await self.on_stopped(replica.agent.id)
             replica.scope = None
             replica.pid = None
             replica.set_state("stopped")

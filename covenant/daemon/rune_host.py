@@ -129,8 +129,13 @@ class RuneHost:
         self.calls = ModelAndToolCalls(models, tools, grants, self.secret_values)
         self.replicas = ReplicaSupervisor(
             state_dir=state_dir, config=config, skills_dir=skills_dir, runner=runner, calls=self.calls,
-            offered_tools=lambda agent, package: self.tools.offered(agent),
+            offered_tools=self._offered_tools, on_stopped=self.tools.mcp.stop,
         )
+
+    def _offered_tools(self, agent: AgentSpec, package: RunePackage) -> list[dict[str, Any]]:
+        """What a starting replica offers its model (in a worker thread): MCP servers connect first."""
+        trio.from_thread.run(self.tools.prepare, agent)
+        return self.tools.offered(agent)
 
     def secret_values(self) -> list[str]:
         """The provider keys' values (redacted from tool results and answers)."""

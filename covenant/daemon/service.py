@@ -45,6 +45,7 @@ from covenant.home import Home
 from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.registry import scan_agents
+from covenant.tools.refuse import enforce_unavailable_policy
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.check import check_capabilities
 from covenant.policy.errors import BadIntent
@@ -723,7 +724,9 @@ class Daemon:
         """Rescan manifests and grants; a manifest that became invalid withdraws its agent."""
         async with self._reload_lock:
             fresh = await trio.to_thread.run_sync(
-                scan_agents, self.home.agents_dir, ManifestLimits.from_config(self.config.runtime)
+                lambda: enforce_unavailable_policy(
+                    scan_agents(self.home.agents_dir, ManifestLimits.from_config(self.config.runtime)), self.config
+                )
             )
             self.loaded, changes = merge_reload(self.loaded, fresh)
             self.rune.packages = self.loaded.packages
@@ -809,6 +812,7 @@ class Daemon:
                 + ([self.grants.load_error] if self.grants.load_error else []),
             },
             "replicas": self.rune.replicas.views(),
+            "mcp_servers": self.rune.tools.mcp.status(),
         }
 
     def _reader_uid(self, viewer: Peer | None) -> int | None:

@@ -19,13 +19,14 @@ from typing import Any, Literal
 
 import yaml
 
-from covenant.config import RuntimeConfig
+from covenant.config import Config
 from covenant.manifest._yamlio import SafeLoader
 from covenant.manifest.runefile import RunePackage
 from covenant.manifest.security import is_inside, ownership_problems
 from covenant.manifest.tools import BUILTIN_PREFIX, MCP_SEPARATOR, ToolDescriptor, tool_action
 from covenant.tools.agents import AGENT_TOOL_SCHEMA
 from covenant.tools.builtins import BUILTINS, Builtin
+from covenant.tools.mcp.hub import McpTool
 from covenant.tools.schema import schema_problem, validator_for
 from covenant.tools.unavailable import builtin_unavailable_reason
 
@@ -38,6 +39,8 @@ __all__ = [
     "model_name",
     "PROCESS_SCHEMA",
     "Interpreters",
+    "McpLookup",
+    "MCP_MODEL_SEPARATOR",
 ]
 
 MODEL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -51,6 +54,15 @@ _SCHEMA_MAX_BYTES = 256 * 1024
 Interpreters = Callable[[str], str | None]
 """``"python3"``/``"node"`` -> the absolute interpreter path, or None when it is not installed."""
 
+McpLookup = Callable[[str, str], "McpTool | str"]
+"""(server, tool) -> the tool as the connected server advertises it, or why it is unavailable now."""
+
+MCP_TIMEOUT_MS = 30_000
+"""How long one MCP tool call may take (never past the intent's deadline)."""
+
+MCP_MODEL_SEPARATOR = "__"
+"""MCP tools are sent to models as ``<server>__<tool>``."""
+
 
 @dataclass(frozen=True)
 class ToolEntry:
@@ -61,7 +73,7 @@ class ToolEntry:
     model_name: str
     action: str
     """The capability action a call needs (``tool.system_time``)."""
-    kind: Literal["builtin", "process", "agent"]
+    kind: Literal["builtin", "process", "agent", "mcp"]
     description: str
     parameters: dict[str, Any]
     descriptor: ToolDescriptor
@@ -72,6 +84,8 @@ class ToolEntry:
     validator: Any = field(default=None, compare=False, repr=False)
     """The compiled argument validator (jsonschema, draft 2020-12)."""
     output_validator: Any = field(default=None, compare=False, repr=False)
+    mcp: McpTool | None = None
+    """An MCP tool as its server advertises it (``kind == "mcp"``)."""
 
     def openai(self) -> dict[str, Any]:
         """This tool in OpenAI's ``tools`` format."""
@@ -92,7 +106,10 @@ class Toolset:
 
 
 def model_name(entry: str) -> str:
-    """The name sent to models: ``rune@file-read`` -> ``file-read``; custom names unchanged."""
+    """The name sent to models: ``rune@file-read`` -> ``file-read``, ``git/git_status`` -> ``git__git_status``;
+    custom names unchanged."""
+    if MCP_SEPARATOR in entry:
+        return entry.replace(MCP_SEPARATOR, MCP_MODEL_SEPARATOR, 1)
     return entry.removeprefix(BUILTIN_PREFIX)
 
 
@@ -165,12 +182,66 @@ def _process_entry(package: RunePackage, tool: ToolDescriptor, interpreters: Int
     )
 
 
-def _entry(package: RunePackage, name: str, interpreters: Interpreters) -> ToolEntry:
+def _outside_reference(schema: Any) -> str | None:
+    """The first ``$ref``/``$dynamicRef`` that does not point inside the schema (``#…``), or None.
+
+    A server's schema must stand alone: jsonschema would fail the call at
+    validation time on a reference it cannot resolve (it never fetches one).
+    """
+    stack = [schema]
+    while stack:
+        node = stack.pop()
+        if isinstance(node, dict):
+            for key, value in node.items():
+                if key in ("$ref", "$dynamicRef") and not (isinstance(value, str) and value.startswith("#")):
+                    return str(value)[:200]
+                stack.append(value)
+        elif isinstance(node, list):
+            stack.extend(node)
+    return None
+
+
+def _mcp_entry(name: str, mcp: McpLookup | None) -> ToolEntry:
+    server, _, tool = name.partition(MCP_SEPARATOR)
+    if mcp is None:
+        raise _Unavailable(f"an MCP tool: available when the daemon is connected to server {server!r} (covenant tools list asks it)")
+    found = mcp(server, tool)
+    if isinstance(found, str):
+        raise _Unavailable(found)
+    facing = model_name(name)
+    if not MODEL_NAME.match(facing):
+        raise _Unavailable(f"its model-facing name {facing!r} cannot be sent to models (must match {MODEL_NAME.pattern})")
+    schema = found.input_schema or {"type": "object"}
+    problem = schema_problem(schema)
+    if problem is None and schema.get("type") != "object":
+        problem = "it does not describe an object (type: object)"
+    if problem is None and (ref := _outside_reference(schema)) is not None:
+        problem = f"it refers to {ref!r} outside itself"
+    if problem is not None:
+        raise _Unavailable(f"the input schema server {server!r} advertises for {tool!r} is not usable: {problem}")
+    return ToolEntry(
+        entry=name,
+        model_name=facing,
+        action=tool_action(name),
+        kind="mcp",
+        description=found.description or f"The tool {tool} of the MCP server {server}.",
+        parameters=schema,
+        descriptor=ToolDescriptor.model_construct(name=name, runtime="builtin", timeout_ms=MCP_TIMEOUT_MS),
+        mcp=found,
+    )
+
+
+def _entry(
+    package: RunePackage, name: str, interpreters: Interpreters, mcp: McpLookup | None, config: Config
+) -> ToolEntry:
     tool = package.tools.get(name)
     if name.startswith(BUILTIN_PREFIX):
         builtin = BUILTINS.get(name)
         if builtin is None:
             raise _Unavailable(builtin_unavailable_reason(name))
+        missing = builtin.needs(config) if builtin.needs is not None else None
+        if missing is not None:
+            raise _Unavailable(missing)
         return ToolEntry(
             entry=name,
             model_name=model_name(name),
@@ -182,7 +253,7 @@ def _entry(package: RunePackage, name: str, interpreters: Interpreters) -> ToolE
             builtin=builtin,
         )
     if MCP_SEPARATOR in name and tool is None:
-        raise _Unavailable("MCP tools are not built yet in this version")
+        return _mcp_entry(name, mcp)
     if tool is None:
         raise _Unavailable("no descriptor for it in the package")
     if not MODEL_NAME.match(name):
@@ -213,13 +284,21 @@ def _with_validators(entry: ToolEntry) -> ToolEntry:
     )
 
 
-def resolve_toolset(package: RunePackage, interpreters: Interpreters) -> Toolset:
-    """Split the package's toolset into offered tools and unavailable entries (toolset order, no repeats)."""
+def resolve_toolset(
+    package: RunePackage, interpreters: Interpreters, mcp: McpLookup | None = None, config: Config | None = None
+) -> Toolset:
+    """Split the package's toolset into offered tools and unavailable entries (toolset order, no repeats).
+
+    ``mcp`` answers for ``server/tool`` entries (the daemon's :class:`~covenant.tools.mcp.McpHub`);
+    without it they are unavailable, the reason saying the daemon decides. ``config`` (default: every
+    default) decides built-ins that need a configured backend (``rune@web-search``, ``rune@channel-send``).
+    """
+    config = config if config is not None else Config()
     available: dict[str, ToolEntry] = {}
     unavailable: list[tuple[str, str]] = []
     for name in dict.fromkeys(package.runefile.toolset):
         try:
-            entry = _entry(package, name, interpreters)
+            entry = _entry(package, name, interpreters, mcp, config)
         except _Unavailable as exc:
             unavailable.append((name, str(exc)))
             continue
@@ -231,11 +310,13 @@ def resolve_toolset(package: RunePackage, interpreters: Interpreters) -> Toolset
     return Toolset(available=available, unavailable=tuple(unavailable))
 
 
-def configured_toolset(package: RunePackage, runtime: RuntimeConfig) -> Toolset:
-    """The toolset as a daemon with this ``[runtime]`` would serve it, without a runner (``agents show``/``check``)."""
+def configured_toolset(package: RunePackage, config: Config, mcp: McpLookup | None = None) -> Toolset:
+    """The toolset as a daemon with this config would serve it, without a runner (``agents show``/``check``)."""
     from covenant.runtime.runner import Runner
+
+    runtime = config.runtime
 
     def interpreters(name: str) -> str | None:
         return Runner.resolve_program(getattr(runtime, name), runtime.path)
 
-    return resolve_toolset(package, interpreters)
+    return resolve_toolset(package, interpreters, mcp, config)

@@ -24,6 +24,7 @@ import json
 import logging
 import time
 from dataclasses import dataclass
+from functools import partial
 from typing import Any
 
 import trio
@@ -32,18 +33,21 @@ from covenant.config import Config
 from covenant.home import Home
 from covenant.manifest.model import AgentSpec
 from covenant.runtime.runner import Runner
+from covenant.tools.agent_stores import AgentStores
 from covenant.tools.agents import call_agent
 from covenant.tools.audit import TOOL_CALL, args_sha256, tool_call_event
 from covenant.tools.builtins.base import BuiltinCall
 from covenant.tools.capability import capability_refusal
 from covenant.tools.catalogue import ToolEntry, Toolset, resolve_toolset
 from covenant.tools.context import AuditSink, ToolCallContext
+from covenant.tools.mcp import McpHub, McpUnavailable
+from covenant.tools.mcp.call import mcp_result
 from covenant.tools.memory_store import MemoryStores
 from covenant.tools.packages import PackageFiles, PackageSource
 from covenant.tools.process import run_process_tool
 from covenant.tools.result import MAX_DEPTH, ToolError, ToolResult, capped, too_deep
-from covenant.tools.schema import first_error
 from covenant.tools.retry import run_with_retries
+from covenant.tools.schema import first_error
 from covenant.tools.services import ToolServices
 from covenant.tools.supervised import ProcessRegistry
 
@@ -148,10 +152,12 @@ class ToolHost:
     ) -> None:
         self.services = ToolServices(
             home=home, config=config, runner=runner, audit=audit, memory=MemoryStores(home),
-            processes=ProcessRegistry(runner, config.tools.process),
+            processes=ProcessRegistry(runner, config.tools.process), stores=AgentStores(home),
         )
         self._packages: PackageSource = packages or PackageFiles()
-        self._toolsets: dict[str, tuple[object, Toolset]] = {}
+        self._toolsets: dict[str, tuple[object, int, Toolset]] = {}
+        self.mcp = McpHub(config, runner)
+        """The agents' MCP sessions; run it (``nursery.start(host.mcp.run)``) to connect servers."""
 
     # -- what an agent is offered -----------------------------------------------------------
 
@@ -164,20 +170,28 @@ class ToolHost:
         package = self._packages(agent)
         if package is None:
             return Toolset()
+        generation = self.mcp.generation(agent.id)
         cached = self._toolsets.get(agent.id)
-        if cached is not None and cached[0] is package:
-            return cached[1]
-        toolset = resolve_toolset(package, self.services.runner.interpreter)
-        self._toolsets[agent.id] = (package, toolset)
+        if cached is not None and cached[0] is package and cached[1] == generation:
+            return cached[2]
+        lookup = partial(self.mcp.lookup, agent.id) if self.mcp.running else None
+        toolset = resolve_toolset(package, self.services.runner.interpreter, lookup, self.services.config)
+        self._toolsets[agent.id] = (package, generation, toolset)
         return toolset
 
     async def load(self, agent: AgentSpec) -> Toolset:
         """:meth:`toolset`, resolved in a worker thread when it is not cached yet."""
         package = self._packages(agent)
         cached = self._toolsets.get(agent.id)
-        if package is not None and cached is not None and cached[0] is package:
-            return cached[1]
+        if package is not None and cached is not None and cached[0] is package and cached[1] == self.mcp.generation(agent.id):
+            return cached[2]
         return await trio.to_thread.run_sync(self.toolset, agent)
+
+    async def prepare(self, agent: AgentSpec) -> None:
+        """Connect the agent's MCP servers (first attempt awaited) before its replica is told its tools."""
+        package = self._packages(agent)
+        if package is not None:
+            await self.mcp.prepare(agent, package)
 
     def offered(self, agent: AgentSpec) -> list[dict[str, Any]]:
         """The OpenAI ``tools`` list: exactly the toolset's available entries, in toolset order."""
@@ -267,6 +281,8 @@ class ToolHost:
             return await self._run_builtin(ctx, entry, arguments, ends)
         if entry.kind == "agent":
             return await self._run_agent_tool(ctx, entry, arguments, ends)
+        if entry.mcp is not None:
+            return await self._run_mcp(ctx, entry, arguments, ends)
         return await run_process_tool(self.services, ctx, entry, arguments, ends)
 
     async def _run_agent_tool(self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float) -> ToolResult:
@@ -280,6 +296,19 @@ class ToolHost:
         except ToolError as exc:
             return ToolResult.failure(exc.code, exc.message)
         return capped(content)
+
+    async def _run_mcp(self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float) -> ToolResult:
+        assert entry.mcp is not None
+        timeout_s = max(0.001, ends - trio.current_time())
+        try:
+            answer = await self.mcp.call(ctx.agent.id, entry.mcp.server, entry.mcp.name, arguments, timeout_s)
+        except McpUnavailable as exc:
+            return ToolResult.failure("tool_unavailable", str(exc))
+        except Exception as exc:  # the SDK's McpError, a broken connection: the server's fault, reported
+            log.warning("MCP call failed", extra={"agent": ctx.agent.id, "intent": ctx.intent_id, "tool": entry.entry,
+                                                  "detail": str(exc)[:300]})
+            return ToolResult.failure("tool_failed", f"{entry.model_name} failed: {str(exc)[:300] or type(exc).__name__}")
+        return mcp_result(entry.model_name, answer)
 
     async def _run_builtin(
         self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float

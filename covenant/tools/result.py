@@ -54,6 +54,11 @@ ERROR_CODES: dict[str, str] = {
     "process_limit": "the agent already has [tools.process] max_per_agent processes",
     "agent_refused": "a call to another agent was refused before it ran (no shared network, max_depth, the issuer's grants, no such agent)",
     "agent_failed": "the called agent ran and did not end with outcome ok",
+    "store_corrupt": "the agent's knowledge, tasks or events file failed verification and is not loaded",
+    "store_full": "the agent's knowledge, tasks or events store holds the most allowed",
+    "unknown_entity": "knowledge-add-relation named an entity that does not exist",
+    "unknown_task": "no task with that id on the agent's board",
+    "task_not_open": "the task is claimed or done already",
 }
 """Every ``error_code`` a tool call can end with, and what it means."""
 

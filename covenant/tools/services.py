@@ -1,4 +1,4 @@
-"""What the daemon lends its tools: the home, the config, the runner, the audit sink, agents' memory, workspaces and processes."""
+"""What the daemon lends its tools: the home, the config, the runner, the audit sink, agents' memory and stores, workspaces and processes."""
 
 from __future__ import annotations
 
@@ -8,6 +8,7 @@ from covenant.config import Config
 from covenant.home import Home
 from covenant.runtime.isolation import Isolation
 from covenant.runtime.runner import Runner
+from covenant.tools.agent_stores import AgentStores
 from covenant.tools.agents import AgentCalls
 from covenant.tools.context import AuditSink
 from covenant.tools.memory_store import MemoryStores
@@ -27,6 +28,8 @@ class ToolServices:
     audit: AuditSink
     memory: MemoryStores
     processes: ProcessRegistry
+    stores: AgentStores
+    """knowledge, tasks and events (rune@knowledge-*, rune@task-*, rune@event-publish)."""
     agents: AgentCalls | None = None
     """Calls to other agents (agent tools, ``rune@agent-*``); the daemon sets it, ``covenant run`` has none."""
 

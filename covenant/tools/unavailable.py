@@ -1,7 +1,8 @@
 """Why a built-in the loader accepts is not offered on this host (design/rune-host.md §8).
 
-Reasons are shown by ``agents show``, ``dispatch --dry-run`` and (later)
-``tools list``; a tool with a reason is never offered to the model and a
+Reasons are shown by ``agents show``, ``dispatch --dry-run`` and
+``tools list`` (built-ins that need a configured backend say so through
+:attr:`~covenant.tools.builtins.base.Builtin.needs`); a tool with a reason is never offered to the model and a
 call to it is ``unknown_tool``.
 """
 
@@ -9,7 +10,7 @@ from __future__ import annotations
 
 from covenant.manifest.tools import BUILTIN_PREFIX
 
-__all__ = ["builtin_unavailable_reason", "NOT_SUPPORTED_HERE", "NEEDS_CONFIG"]
+__all__ = ["builtin_unavailable_reason", "NOT_SUPPORTED_HERE"]
 
 NOT_SUPPORTED_HERE: tuple[str, ...] = (
     "browser-",
@@ -23,11 +24,6 @@ NOT_SUPPORTED_HERE: tuple[str, ...] = (
 )
 """Built-ins (or prefixes of them) a headless Linux host has no backend for."""
 
-NEEDS_CONFIG: dict[str, str] = {
-    "web-search": '[tools.web_search] url = "…" (a SearXNG-compatible JSON endpoint)',
-    "channel-send": "a [channels.NAME] table (a webhook channel)",
-}
-"""Built-ins that will be offered once covenant.toml configures their backend."""
 
 
 def builtin_unavailable_reason(name: str) -> str:
@@ -35,6 +31,4 @@ def builtin_unavailable_reason(name: str) -> str:
     short = name.removeprefix(BUILTIN_PREFIX)
     if any(short == p or (p.endswith("-") and short.startswith(p)) for p in NOT_SUPPORTED_HERE):
         return "not supported on this host (no backend for it)"
-    if short in NEEDS_CONFIG:
-        return f"not built yet in this version; it will need {NEEDS_CONFIG[short]}"
     return "not built yet in this version"

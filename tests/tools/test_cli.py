@@ -51,3 +51,48 @@ def test_agents_check_warns_about_unavailable_tools_and_exits_0(home: Home) -> N
     text = CliRunner().invoke(cli, ["agents", "check"])
     assert text.exit_code == 0
     assert "warning: tool rune@cron-create is unavailable here" in text.stderr
+
+
+def test_refuse_mode_rejects_an_agent_naming_an_unavailable_tool(home: Home) -> None:
+    (home.root / "covenant.toml").write_text('[rune]\nunavailable_tools = "refuse"\n')
+    write_package(home.root / "agents" / "browser", "browser", ["rune@system-time", "rune@browser-click"])
+    write_package(home.root / "agents" / "fine", "fine", ["rune@system-time", "git/git_status"])
+    result = CliRunner().invoke(cli, ["agents", "check", "--json"])
+    assert result.exit_code == 1, result.output
+    report = json.loads(result.stdout)
+    assert report["agents"] == ["fine@local"]  # an MCP entry is judged by the running daemon, never at load
+    [problem] = report["problems"]
+    assert problem["path"].endswith("agents/browser/Runefile") and problem["field"] == "toolset[1]"
+    assert problem["line"] == 7  # the line of `- rune@browser-click`
+    assert "rune@browser-click is unavailable here (not supported on this host" in problem["message"]
+    assert 'unavailable_tools = "refuse"' in problem["message"]
+    shown = CliRunner().invoke(cli, ["agents", "show", "browser@local"])
+    assert shown.exit_code != 0
+
+
+def test_warn_mode_is_the_default_and_loads_the_agent(home: Home) -> None:
+    write_package(home.root / "agents" / "browser", "browser", ["rune@system-time", "rune@browser-click"])
+    result = CliRunner().invoke(cli, ["agents", "check", "--json"])
+    assert result.exit_code == 0 and json.loads(result.stdout)["agents"] == ["browser@local"]
+
+
+def test_tools_list_names_every_tool_and_why_without_a_daemon(home: Home) -> None:
+    _install(home)
+    write_package(home.root / "agents" / "mcp", "mcp", ["time/get_current_time"])
+    result = CliRunner().invoke(cli, ["tools", "list", "--json"])
+    assert result.exit_code == 0, result.output
+    report = json.loads(result.stdout)
+    assert report["daemon"] is False
+    rows = {(r["agent"], r["entry"]): r for r in report["tools"]}
+    assert rows[("mixed@local", "rune@system-time")] == {
+        "agent": "mixed@local", "entry": "rune@system-time", "name": "system-time", "action": "tool.system_time",
+        "kind": "builtin", "available": True, "reason": None,
+    }
+    assert rows[("mixed@local", "rune@browser-click")]["available"] is False
+    assert rows[("mixed@local", "echo")]["kind"] == "process"
+    mcp = rows[("mcp@local", "time/get_current_time")]
+    assert mcp["name"] == "time__get_current_time" and mcp["action"] == "tool.mcp.time.get_current_time"
+    assert mcp["available"] is False and "no daemon answered" in mcp["reason"]
+    one = CliRunner().invoke(cli, ["tools", "list", "mcp"])
+    assert one.exit_code == 0 and "time__get_current_time" in one.stdout and "mixed" not in one.stdout
+    assert CliRunner().invoke(cli, ["tools", "list", "nobody"]).exit_code == 6

@@ -201,7 +201,7 @@ async def test_every_corpus_toolset_entry_is_offered_or_said_unavailable(tools: 
             assert (model_name(entry) in offered) != (entry in unavailable), (folder.name, entry)
         reasons.update(unavailable)
         offered_anywhere.update(offered)
-    assert reasons["filesystem/read_file"] == "MCP tools are not built yet in this version"
+    assert reasons["filesystem/read_file"].startswith("an MCP tool: available when the daemon is connected to server")
     assert {"researcher", "analyst"} <= offered_anywhere  # the router's agent tools (local://) are offered
     assert "[tools.web_search]" in reasons["rune@web-search"]
 
@@ -230,3 +230,27 @@ async def test_lone_surrogates_in_arguments_are_refused(tools: Tools) -> None:
         result = await tools.host.call(ctx, "memory-store", args)
         assert result.error_code == "invalid_arguments" and "Unicode" in result.error_message
     assert memory_untouched(tools, agent)
+
+
+async def test_an_mcp_tool_whose_advertised_schema_is_not_usable_is_unavailable(tools: Tools) -> None:
+    from covenant.tools.catalogue import resolve_toolset
+    from covenant.tools.mcp import McpTool
+
+    agent = tools.package("mcpschemas", ["srv/remote", "srv/array", "srv/good", "srv/missing"])
+    package = load_rune_package(agent.root)
+    advertised = {
+        "remote": {"type": "object", "properties": {"a": {"$ref": "http://169.254.169.254/latest"}}},
+        "array": {"type": "array"},
+        "good": {"type": "object", "properties": {"a": {"$ref": "#/$defs/x"}}, "$defs": {"x": {"type": "string"}}},
+    }
+
+    def lookup(server: str, tool: str) -> McpTool | str:
+        if tool not in advertised:
+            return f"MCP server {server!r} does not advertise a tool {tool!r}"
+        return McpTool(server, tool, "", advertised[tool])
+
+    toolset = resolve_toolset(package, tools.runner.interpreter, lookup)
+    assert list(toolset.available) == ["srv__good"]
+    reasons = dict(toolset.unavailable)
+    assert "outside itself" in reasons["srv/remote"] and "object" in reasons["srv/array"]
+    assert "does not advertise" in reasons["srv/missing"]

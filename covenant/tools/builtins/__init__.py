@@ -7,7 +7,19 @@ audit, retries, the result cap) is the host's.
 
 from __future__ import annotations
 
-from covenant.tools.builtins import agents, files, memory, processes, shell, system_time, web_fetch
+from covenant.tools.builtins import (
+    agents,
+    channel_send,
+    files,
+    knowledge,
+    memory,
+    processes,
+    shell,
+    system_time,
+    tasks,
+    web_fetch,
+    web_search,
+)
 from covenant.tools.builtins.base import Builtin, BuiltinCall
 
 __all__ = ["BUILTINS", "Builtin", "BuiltinCall"]
@@ -22,5 +34,7 @@ BUILTINS: dict[str, Builtin] = {
         web_fetch.TOOL,
         *processes.TOOLS,
         *agents.TOOLS,
+        *knowledge.TOOLS, *tasks.TOOLS,
+        web_search.TOOL, channel_send.TOOL,
     )
 }

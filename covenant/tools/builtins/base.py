@@ -7,6 +7,8 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
+from covenant.config import Config
+
 from covenant.tools.context import ToolCallContext
 
 if TYPE_CHECKING:
@@ -47,3 +49,5 @@ class Builtin:
     timeout_ms: "Callable[[Config, dict[str, Any]], int] | None" = None
     """The call's timeout from covenant.toml and its arguments, when the tool has its own
     (shell-exec, web-fetch); None: the toolset descriptor's ``timeout_ms`` (5000 by default)."""
+    needs: Callable[[Config], str | None] | None = None
+    """For a built-in that needs a backend configured: why it is unavailable under this config, or None."""

@@ -1,0 +1,28 @@
+"""`[rune] unavailable_tools = "refuse"` in a real daemon: the agent is rejected at start and on reload."""
+
+from __future__ import annotations
+
+from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture
+from tests.fakes import FakeModelServer
+from tests.rune.conftest import add_rune_agent, configure
+
+
+def test_the_daemon_rejects_an_agent_with_an_unavailable_tool_in_refuse_mode(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    configure(daemon, ("fake", fake_model), extra='[rune]\nunavailable_tools = "refuse"\n')
+    add_rune_agent(daemon, "ok", toolset=("rune@system-time",))
+    add_rune_agent(daemon, "canvas", toolset=("rune@canvas-present",))
+    daemon.start()
+    loaded = daemon.api("GET", "/v1/agents")
+    assert [a["id"] for a in loaded["agents"]] == ["ok@local"]  # type: ignore[index]
+    [problem] = loaded["problems"]  # type: ignore[index]
+    assert "rune@canvas-present is unavailable here" in problem["message"] and problem["field"] == "toolset[0]"
+    result = daemon.cli("dispatch", "hi", "--agent", "canvas@local", "--json")
+    assert result.returncode == 6, result.stdout + result.stderr  # no such agent
+    add_rune_agent(daemon, "ok", toolset=("rune@system-time", "rune@location-get"))
+    reload = daemon.cli("reload")
+    assert reload.returncode == 1 and "withdrawn: ok@local" in reload.stdout, reload.stdout + reload.stderr
+    assert "toolset[1]: tool rune@location-get is unavailable here" in reload.stdout
+    assert daemon.api("GET", "/v1/agents")["agents"] == []  # type: ignore[index]
+    assert daemon.stop() == 0
