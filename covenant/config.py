@@ -211,15 +211,6 @@ class ProcessToolConfig(_Section):
     output_max_bytes: int = Field(16384, gt=0, le=30 * 1024, description="most bytes of stdout, and of stderr, one poll returns")
 
 
-class ToolsConfig(_Section):
-    """``[tools.*]``: the built-in tools' limits."""
-
-    files: FilesToolConfig = Field(default_factory=FilesToolConfig)
-    shell_exec: ShellExecToolConfig = Field(default_factory=ShellExecToolConfig)
-    web_fetch: WebFetchToolConfig = Field(default_factory=WebFetchToolConfig)
-    process: ProcessToolConfig = Field(default_factory=ProcessToolConfig)
-
-
 _PROVIDER_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9_.-]{0,63}$")
 _ENV_NAME = re.compile(r"^[A-Za-z_][A-Za-z0-9_]{0,127}$")
 
@@ -276,8 +267,12 @@ class WebSearchToolConfig(_Section):
 
 
 class ToolsConfig(_Section):
-    """``[tools.*]``: settings of built-in tools."""
+    """``[tools.*]``: the built-in tools' settings and limits."""
 
+    files: FilesToolConfig = Field(default_factory=FilesToolConfig)
+    shell_exec: ShellExecToolConfig = Field(default_factory=ShellExecToolConfig)
+    web_fetch: WebFetchToolConfig = Field(default_factory=WebFetchToolConfig)
+    process: ProcessToolConfig = Field(default_factory=ProcessToolConfig)
     web_search: WebSearchToolConfig = Field(default_factory=WebSearchToolConfig)
 
 
