@@ -81,7 +81,7 @@ if command -v node >/dev/null; then run "$covenant" dispatch "calculate (2 + 3) 
 if [ -x agents.d/search-rs/target/release/search-rs ]; then run "$covenant" dispatch "search for signed checkpoints"; else echo "search-rs not built (needs cargo): skipping search@local"; fi
 run "$covenant" history --limit 5
 
-step "a Rune agent: the daemon asks the model (here the stand-in), runs the tool it calls, audits both"
+step "a Rune agent: the daemon asks the model (the stand-in, or SmolLM2 with make demo-real), runs the tool it calls, audits both"
 run "$covenant" grant demo@local tool.classify_ticket tool.web_fetch
 run "$covenant" dispatch --dry-run --agent triage@local "I was charged twice this month"
 for ticket in "I was charged twice for my subscription this month, please refund one" \

