@@ -6,10 +6,16 @@ before anything in it is used. Each line is the canonical JSON
 (the previous record's ``hash``; 64 zeros for the first) and ``hash`` (the
 SHA-256 of the record's canonical JSON without ``hash``). Record 0 is a
 header the owner chooses (format, owner id), so a file copied from
-elsewhere does not load.
+elsewhere does not load: either the exact header expected, or a rule
+(:data:`RecordCheck`) for headers that vary per file.
+
+Used by the tool host's memory store and by Rune session transcripts (in the
+replica: this module imports only the standard library and
+:mod:`covenant.canonical`).
 
 - Bytes after the last newline are a torn tail (a write cut by a crash):
-  :func:`read_chain` cuts them from the file and reports them.
+  :func:`read_chain` cuts them from the file (unless asked only to check)
+  and reports them.
 - Any complete line that does not parse, is not canonical, breaks the
   sequence or the hash link, or a header that differs, is a changed record:
   :class:`ChainCorrupt`, naming the file and line, and nothing is loaded.
@@ -42,6 +48,7 @@ __all__ = [
     "rewrite_chain",
     "record_hash",
     "RecordCheck",
+    "HeaderRule",
     "GENESIS_PREV",
 ]
 
@@ -90,15 +97,26 @@ def record_hash(record: dict[str, Any]) -> str:
 
 
 RecordCheck = Callable[[dict[str, Any]], str | None]
-"""The owner's check of one record after the header (without the chain fields): a problem, or None."""
+"""The owner's check of one record (without the chain fields): a problem, or None."""
+
+HeaderRule = dict[str, Any] | RecordCheck
+"""Record 0 must be exactly this dict, or pass this check."""
 
 
 def _payload(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in _CHAIN_FIELDS}
 
 
+def _header_problem(header: HeaderRule, payload: dict[str, Any]) -> str | None:
+    if callable(header):
+        return header(payload)
+    if payload != header:
+        return f"the header is not {canonical_bytes(header).decode()}: this file belongs elsewhere"
+    return None
+
+
 def _verify(
-    path: Path, data: bytes, header: dict[str, Any], check: RecordCheck | None
+    path: Path, data: bytes, header: HeaderRule, check: RecordCheck | None
 ) -> tuple[list[dict[str, Any]], str]:
     records: list[dict[str, Any]] = []
     prev = GENESIS_PREV
@@ -119,9 +137,10 @@ def _verify(
             )
         if record.get("prev") != prev:
             raise ChainCorrupt(path, number, "prev is not the hash of the record before: records were removed or reordered")
-        if number == 1 and _payload(record) != header:
-            raise ChainCorrupt(path, number, f"the header is not {canonical_bytes(header).decode()}: this file belongs elsewhere")
-        problem = check(_payload(record)) if number > 1 and check is not None else None
+        if number == 1:
+            problem = _header_problem(header, _payload(record))
+        else:
+            problem = check(_payload(record)) if check is not None else None
         if problem is not None:
             raise ChainCorrupt(path, number, problem)
         records.append(record)
@@ -131,14 +150,17 @@ def _verify(
     return records, prev
 
 
-def read_chain(path: Path, header: dict[str, Any], check: RecordCheck | None = None) -> Chain | None:
+def read_chain(
+    path: Path, header: HeaderRule, check: RecordCheck | None = None, *, repair: bool = True
+) -> Chain | None:
     """Verify and load ``path``; None when it does not exist. A torn tail is cut from the file first.
 
     Raises :class:`ChainCorrupt` when a complete record fails verification
-    (``check`` is the owner's rule for each record after the header).
+    (``check`` is the owner's rule for each record after the header). With
+    ``repair=False`` the file is only read: a torn tail is reported, not cut.
     """
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, (os.O_RDWR if repair else os.O_RDONLY) | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
     try:
@@ -151,7 +173,7 @@ def read_chain(path: Path, header: dict[str, Any], check: RecordCheck | None = N
             torn = TornTail(end, len(tail), hashlib.sha256(tail).hexdigest())
             data = data[:end]
         records, last = _verify(path, data, header, check)
-        if torn is not None:
+        if torn is not None and repair:
             os.ftruncate(fd, end)
             os.fsync(fd)
         return Chain(records, last, torn, _stamp(fd))
