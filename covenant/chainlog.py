@@ -10,8 +10,8 @@ elsewhere does not load: either the exact header expected, or a rule
 (:data:`RecordCheck`) for headers that vary per file.
 
 Used by the tool host's memory store and by Rune session transcripts (in the
-replica: this module imports only the standard library and
-:mod:`covenant.canonical`).
+replica: this module imports only the standard library,
+:mod:`covenant.canonical` and :mod:`covenant.durable`).
 
 - Bytes after the last newline are a torn tail (a write cut by a crash):
   :func:`read_chain` cuts them from the file (unless asked only to check)
@@ -38,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from covenant.canonical import canonical_bytes, parse_strict
+from covenant.durable import fsync_dir, write_all
 
 __all__ = [
     "ChainCorrupt",
@@ -187,21 +188,6 @@ def _sealed(record: dict[str, Any], seq: int, prev: str) -> dict[str, Any]:
     return sealed
 
 
-def _fsync_dir(path: Path) -> None:
-    dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 def append_records(path: Path, chain: Chain | None, header: dict[str, Any], records: Iterable[dict[str, Any]]) -> Chain:
     """Append ``records`` (durably: fdatasync) after ``chain``, creating the file with ``header`` when None.
 
@@ -225,13 +211,13 @@ def append_records(path: Path, chain: Chain | None, header: dict[str, Any], reco
     flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_CREAT | os.O_EXCL if chain is None else 0)
     fd = os.open(path, flags, 0o600)
     try:
-        _write_all(fd, b"".join(lines))
+        write_all(fd, b"".join(lines))
         os.fdatasync(fd)
         stamp = _stamp(fd)
     finally:
         os.close(fd)
     if chain is None:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     return Chain([*kept, *done], prev, None, stamp)
 
 
@@ -247,6 +233,6 @@ def rewrite_chain(path: Path, header: dict[str, Any], records: Iterable[dict[str
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     st = os.stat(path)
     return Chain(chain.records, chain.last_hash, None, (st.st_ino, st.st_size, st.st_mtime_ns))
