@@ -6,10 +6,16 @@ before anything in it is used. Each line is the canonical JSON
 (the previous record's ``hash``; 64 zeros for the first) and ``hash`` (the
 SHA-256 of the record's canonical JSON without ``hash``). Record 0 is a
 header the owner chooses (format, owner id), so a file copied from
-elsewhere does not load.
+elsewhere does not load: either the exact header expected, or a rule
+(:data:`RecordCheck`) for headers that vary per file.
+
+Used by the tool host's memory store and by Rune session transcripts (in the
+replica: this module imports only the standard library,
+:mod:`covenant.canonical` and :mod:`covenant.durable`).
 
 - Bytes after the last newline are a torn tail (a write cut by a crash):
-  :func:`read_chain` cuts them from the file and reports them.
+  :func:`read_chain` cuts them from the file (unless asked only to check)
+  and reports them.
 - Any complete line that does not parse, is not canonical, breaks the
   sequence or the hash link, or a header that differs, is a changed record:
   :class:`ChainCorrupt`, naming the file and line, and nothing is loaded.
@@ -32,6 +38,7 @@ from pathlib import Path
 from typing import Any
 
 from covenant.canonical import canonical_bytes, parse_strict
+from covenant.durable import fsync_dir, write_all
 
 __all__ = [
     "ChainCorrupt",
@@ -42,6 +49,7 @@ __all__ = [
     "rewrite_chain",
     "record_hash",
     "RecordCheck",
+    "HeaderRule",
     "GENESIS_PREV",
 ]
 
@@ -90,15 +98,26 @@ def record_hash(record: dict[str, Any]) -> str:
 
 
 RecordCheck = Callable[[dict[str, Any]], str | None]
-"""The owner's check of one record after the header (without the chain fields): a problem, or None."""
+"""The owner's check of one record (without the chain fields): a problem, or None."""
+
+HeaderRule = dict[str, Any] | RecordCheck
+"""Record 0 must be exactly this dict, or pass this check."""
 
 
 def _payload(record: dict[str, Any]) -> dict[str, Any]:
     return {k: v for k, v in record.items() if k not in _CHAIN_FIELDS}
 
 
+def _header_problem(header: HeaderRule, payload: dict[str, Any]) -> str | None:
+    if callable(header):
+        return header(payload)
+    if payload != header:
+        return f"the header is not {canonical_bytes(header).decode()}: this file belongs elsewhere"
+    return None
+
+
 def _verify(
-    path: Path, data: bytes, header: dict[str, Any], check: RecordCheck | None
+    path: Path, data: bytes, header: HeaderRule, check: RecordCheck | None
 ) -> tuple[list[dict[str, Any]], str]:
     records: list[dict[str, Any]] = []
     prev = GENESIS_PREV
@@ -119,9 +138,10 @@ def _verify(
             )
         if record.get("prev") != prev:
             raise ChainCorrupt(path, number, "prev is not the hash of the record before: records were removed or reordered")
-        if number == 1 and _payload(record) != header:
-            raise ChainCorrupt(path, number, f"the header is not {canonical_bytes(header).decode()}: this file belongs elsewhere")
-        problem = check(_payload(record)) if number > 1 and check is not None else None
+        if number == 1:
+            problem = _header_problem(header, _payload(record))
+        else:
+            problem = check(_payload(record)) if check is not None else None
         if problem is not None:
             raise ChainCorrupt(path, number, problem)
         records.append(record)
@@ -131,14 +151,17 @@ def _verify(
     return records, prev
 
 
-def read_chain(path: Path, header: dict[str, Any], check: RecordCheck | None = None) -> Chain | None:
+def read_chain(
+    path: Path, header: HeaderRule, check: RecordCheck | None = None, *, repair: bool = True
+) -> Chain | None:
     """Verify and load ``path``; None when it does not exist. A torn tail is cut from the file first.
 
     Raises :class:`ChainCorrupt` when a complete record fails verification
-    (``check`` is the owner's rule for each record after the header).
+    (``check`` is the owner's rule for each record after the header). With
+    ``repair=False`` the file is only read: a torn tail is reported, not cut.
     """
     try:
-        fd = os.open(path, os.O_RDWR | os.O_CLOEXEC | os.O_NOFOLLOW)
+        fd = os.open(path, (os.O_RDWR if repair else os.O_RDONLY) | os.O_CLOEXEC | os.O_NOFOLLOW)
     except FileNotFoundError:
         return None
     try:
@@ -151,7 +174,7 @@ def read_chain(path: Path, header: dict[str, Any], check: RecordCheck | None = N
             torn = TornTail(end, len(tail), hashlib.sha256(tail).hexdigest())
             data = data[:end]
         records, last = _verify(path, data, header, check)
-        if torn is not None:
+        if torn is not None and repair:
             os.ftruncate(fd, end)
             os.fsync(fd)
         return Chain(records, last, torn, _stamp(fd))
@@ -163,21 +186,6 @@ def _sealed(record: dict[str, Any], seq: int, prev: str) -> dict[str, Any]:
     sealed = {**record, "seq": seq, "prev": prev}
     sealed["hash"] = record_hash(sealed)
     return sealed
-
-
-def _fsync_dir(path: Path) -> None:
-    dir_fd = os.open(path, os.O_RDONLY | os.O_DIRECTORY | os.O_CLOEXEC)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
 
 
 def append_records(path: Path, chain: Chain | None, header: dict[str, Any], records: Iterable[dict[str, Any]]) -> Chain:
@@ -203,13 +211,13 @@ def append_records(path: Path, chain: Chain | None, header: dict[str, Any], reco
     flags = os.O_WRONLY | os.O_APPEND | os.O_CLOEXEC | os.O_NOFOLLOW | (os.O_CREAT | os.O_EXCL if chain is None else 0)
     fd = os.open(path, flags, 0o600)
     try:
-        _write_all(fd, b"".join(lines))
+        write_all(fd, b"".join(lines))
         os.fdatasync(fd)
         stamp = _stamp(fd)
     finally:
         os.close(fd)
     if chain is None:
-        _fsync_dir(path.parent)
+        fsync_dir(path.parent)
     return Chain([*kept, *done], prev, None, stamp)
 
 
@@ -225,6 +233,6 @@ def rewrite_chain(path: Path, header: dict[str, Any], records: Iterable[dict[str
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    _fsync_dir(path.parent)
+    fsync_dir(path.parent)
     st = os.stat(path)
     return Chain(chain.records, chain.last_hash, None, (st.st_ino, st.st_size, st.st_mtime_ns))

@@ -25,6 +25,17 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 EXAMPLES_DIR = REPO_ROOT / "agents.d"
 
 
+def rune_examples() -> Path:
+    """shared/corpus/rune-examples beside the clone (CI) or beside the worktrees folder (a developer's worktree)."""
+    for shared in (REPO_ROOT.parent / "shared", REPO_ROOT.parent.parent / "shared"):
+        corpus = shared / "corpus" / "rune-examples"
+        if corpus.is_dir():
+            return corpus
+    if os.environ.get("CI"):
+        pytest.fail("shared/corpus/rune-examples is missing beside the checkout, and CI must run every test")
+    pytest.skip("shared/corpus/rune-examples is not beside this checkout")
+
+
 def require_tool(name: str) -> str:
     """Absolute path of ``name``; skip locally, fail under CI, when it is missing."""
     path = shutil.which(name)

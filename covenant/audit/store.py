@@ -40,6 +40,7 @@ from covenant.audit.format import (
 )
 from covenant.audit.scan import Walker
 from covenant.canonical import canonical_bytes
+from covenant.durable import fsync_dir, write_all
 from covenant.keys import public_key_hex
 
 __all__ = [
@@ -76,21 +77,6 @@ def read_first_line(path: Path) -> bytes:
         return f.readline(1 << 20).rstrip(b"\n")
 
 
-def _fsync_dir(directory: Path, fsync: Callable[[int], None]) -> None:
-    fd = os.open(directory, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        fsync(fd)
-    finally:
-        os.close(fd)
-
-
-def _write_all(fd: int, data: bytes) -> None:
-    view = memoryview(data)
-    while view:
-        written = os.write(fd, view)
-        view = view[written:]
-
-
 def _pwrite_all(fd: int, data: bytes, offset: int) -> None:
     view = memoryview(data)
     while view:
@@ -104,12 +90,12 @@ def write_atomic(path: Path, data: bytes, fsync: Callable[[int], None] = os.fsyn
     tmp = path.with_name(path.name + ".tmp")
     fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
     try:
-        _write_all(fd, data)
+        write_all(fd, data)
         fsync(fd)
     finally:
         os.close(fd)
     os.replace(tmp, path)
-    _fsync_dir(path.parent, fsync)
+    fsync_dir(path.parent, fsync)
 
 
 @dataclass
@@ -330,12 +316,12 @@ class LogFiles:
         tmp = path.with_name(path.name + ".tmp")
         fd = os.open(tmp, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, FILE_MODE)
         try:
-            _write_all(fd, content)
+            write_all(fd, content)
             self.fsync(fd)
         finally:
             os.close(fd)
         os.rename(tmp, path)
-        _fsync_dir(self.directory, self.fsync)
+        fsync_dir(self.directory, self.fsync)
         if self._fd >= 0:
             os.close(self._fd)
         self._fd = os.open(path, os.O_WRONLY | os.O_NOFOLLOW)

@@ -7,13 +7,14 @@ from __future__ import annotations
 
 import json
 from abc import ABC, abstractmethod
+from dataclasses import dataclass
 from typing import Any
 
 from covenant.config import ProviderConfig
 from covenant.models.sse import SseEvent
 from covenant.models.types import Answer, ProviderProtocolError
 
-__all__ = ["Adapter", "StreamAssembler", "HttpRequest", "tool_call", "arguments_text", "require"]
+__all__ = ["Adapter", "StreamAssembler", "HttpRequest", "ChatTurn", "tool_call", "arguments_text", "require"]
 
 HttpRequest = tuple[str, dict[str, str], dict[str, Any]]
 """(url, headers, JSON body)."""
@@ -52,12 +53,23 @@ class StreamAssembler(ABC):
         """The whole turn, once the stream ended."""
 
 
+@dataclass(frozen=True)
+class ChatTurn:
+    """What one chat turn asks of the provider, in the neutral format."""
+
+    model: str
+    messages: list[dict[str, Any]]
+    tools: list[dict[str, Any]]
+    stream: bool
+
+
 class Adapter(ABC):
     """One provider wire format."""
 
     kind: str
+    path: str
+    """Appended to the provider's ``base_url``."""
 
-    @abstractmethod
     def request(
         self,
         config: ProviderConfig,
@@ -69,6 +81,17 @@ class Adapter(ABC):
         stream: bool,
     ) -> HttpRequest:
         """The request for one chat turn; ``key`` goes only into the provider's auth header."""
+        headers = {"content-type": "application/json", "accept": "text/event-stream" if stream else "application/json"}
+        headers.update(self.headers(config, key))
+        return f"{config.base_url}{self.path}", headers, self.body(config, ChatTurn(model, messages, tools, stream))
+
+    @abstractmethod
+    def headers(self, config: ProviderConfig, key: str | None) -> dict[str, str]:
+        """The provider's own headers: its auth header when there is a ``key``, its version header."""
+
+    @abstractmethod
+    def body(self, config: ProviderConfig, turn: ChatTurn) -> dict[str, Any]:
+        """The JSON body for ``turn``."""
 
     @abstractmethod
     def answer(self, data: Any) -> Answer:

@@ -11,7 +11,7 @@ import json
 from typing import Any
 
 from covenant.config import ProviderConfig
-from covenant.models.adapter import Adapter, HttpRequest, StreamAssembler, require, tool_call
+from covenant.models.adapter import Adapter, ChatTurn, StreamAssembler, require, tool_call
 from covenant.models.sse import SseEvent
 from covenant.models.types import Answer, ProviderProtocolError
 
@@ -161,36 +161,28 @@ class _AnthropicStream(StreamAssembler):
 class AnthropicAdapter(Adapter):
     kind = "anthropic"
 
-    def request(
-        self,
-        config: ProviderConfig,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        *,
-        key: str | None,
-        stream: bool,
-    ) -> HttpRequest:
-        headers = {
-            "content-type": "application/json",
-            "accept": "text/event-stream" if stream else "application/json",
-            "anthropic-version": config.anthropic_version,
-        }
+    path = "/messages"
+
+    def headers(self, config: ProviderConfig, key: str | None) -> dict[str, str]:
+        headers = {"anthropic-version": config.anthropic_version}
         if key is not None:
             headers["x-api-key"] = key
-        system, converted = to_anthropic(messages)
+        return headers
+
+    def body(self, config: ProviderConfig, turn: ChatTurn) -> dict[str, Any]:
+        system, converted = to_anthropic(turn.messages)
         body: dict[str, Any] = {
-            "model": model,
+            "model": turn.model,
             "max_tokens": config.max_output_tokens or DEFAULT_MAX_TOKENS,
             "messages": converted,
         }
         if system:
             body["system"] = system
-        if tools:
-            body["tools"] = _tools(tools)
-        if stream:
+        if turn.tools:
+            body["tools"] = _tools(turn.tools)
+        if turn.stream:
             body["stream"] = True
-        return f"{config.base_url}/messages", headers, body
+        return body
 
     def answer(self, data: Any) -> Answer:
         require(isinstance(data, dict), "the response is not a JSON object")

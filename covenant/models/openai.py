@@ -6,7 +6,7 @@ import json
 from typing import Any
 
 from covenant.config import ProviderConfig
-from covenant.models.adapter import Adapter, HttpRequest, StreamAssembler, require, tool_call
+from covenant.models.adapter import Adapter, ChatTurn, StreamAssembler, require, tool_call
 from covenant.models.sse import SseEvent
 from covenant.models.types import Answer, ProviderProtocolError
 
@@ -96,28 +96,21 @@ class _OpenAIStream(StreamAssembler):
 class OpenAIAdapter(Adapter):
     kind = "openai"
 
-    def request(
-        self,
-        config: ProviderConfig,
-        model: str,
-        messages: list[dict[str, Any]],
-        tools: list[dict[str, Any]],
-        *,
-        key: str | None,
-        stream: bool,
-    ) -> HttpRequest:
-        headers = {"content-type": "application/json", "accept": "text/event-stream" if stream else "application/json"}
-        if key is not None:
-            headers["authorization"] = f"Bearer {key}"
-        body: dict[str, Any] = {"model": model, "messages": [outgoing_message(m) for m in messages]}
-        if tools:
-            body["tools"] = tools
+    path = "/chat/completions"
+
+    def headers(self, config: ProviderConfig, key: str | None) -> dict[str, str]:
+        return {} if key is None else {"authorization": f"Bearer {key}"}
+
+    def body(self, config: ProviderConfig, turn: ChatTurn) -> dict[str, Any]:
+        body: dict[str, Any] = {"model": turn.model, "messages": [outgoing_message(m) for m in turn.messages]}
+        if turn.tools:
+            body["tools"] = turn.tools
         if config.max_output_tokens is not None:
             body["max_tokens"] = config.max_output_tokens
-        if stream:
+        if turn.stream:
             body["stream"] = True
             body["stream_options"] = {"include_usage": True}
-        return f"{config.base_url}/chat/completions", headers, body
+        return body
 
     def answer(self, data: Any) -> Answer:
         require(isinstance(data, dict), "the response is not a JSON object")

@@ -9,6 +9,8 @@ import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
+from covenant.durable import fsync_dir
+
 __all__ = ["atomic_write_text", "locked"]
 
 
@@ -35,11 +37,7 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
         with contextlib.suppress(FileNotFoundError):
             os.unlink(tmp)
         raise
-    dir_fd = os.open(path.parent, os.O_RDONLY | os.O_DIRECTORY)
-    try:
-        os.fsync(dir_fd)
-    finally:
-        os.close(dir_fd)
+    fsync_dir(path.parent)
 
 
 @contextlib.contextmanager

@@ -18,7 +18,7 @@ import pytest
 
 from covenant.home import Home
 from covenant.manifest.registry import scan_agents
-from tests.conftest import REPO_ROOT
+from tests.conftest import rune_examples
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401  (the fixture)
 
 CORPUS_AGENTS = {
@@ -37,21 +37,10 @@ WORKFLOW_AGENT = "research-and-analyse@local"
 IGNORED = {"LICENSE", "SOURCE.md", "readme.md", "README.md", "rune-compose.yml", "channels.yaml"}
 
 
-def _corpus() -> Path:
-    """shared/ sits beside the clone (CI) or beside the worktrees folder (a developer's worktree)."""
-    for shared in (REPO_ROOT.parent / "shared", REPO_ROOT.parent.parent / "shared"):
-        corpus = shared / "corpus" / "rune-examples"
-        if corpus.is_dir():
-            return corpus
-    if os.environ.get("CI"):
-        pytest.fail("shared/corpus/rune-examples is missing beside the checkout, and CI must run every test")
-    pytest.skip("shared/corpus/rune-examples is not beside this checkout")
-
-
 @pytest.fixture
 def corpus_home(home: Home) -> Home:
     agents = home.root / "agents"
-    shutil.copytree(_corpus(), agents)
+    shutil.copytree(rune_examples(), agents)
     for folder, dirs, files in os.walk(agents):
         for name in (*dirs, *files):
             os.chmod(os.path.join(folder, name), 0o755 if name in dirs else 0o644)
@@ -117,7 +106,7 @@ def test_a_workflow_agent_run_fails_clearly_until_workflows_are_built(corpus_hom
 def test_the_daemon_serves_the_corpus_and_plans_its_workflow(daemon: DaemonProcess) -> None:
     agents = daemon.home / "agents"
     shutil.rmtree(agents)
-    shutil.copytree(_corpus(), agents)
+    shutil.copytree(rune_examples(), agents)
     subprocess.run(["chmod", "-R", "go-w", str(agents)], check=True)
     daemon.start()
     loaded = daemon.api("GET", "/v1/agents")

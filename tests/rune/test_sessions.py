@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from covenant.canonical import canonical_bytes
 from covenant.rune.sessions import SessionCorrupt, SessionLog, session_path, valid_session_id, verify_file
 
 
@@ -70,9 +71,20 @@ def test_a_recomputed_record_still_breaks_the_chain(tmp_path: Path) -> None:
     record = json.loads(lines[1])
     record["messages"][1]["content"] = "forged"
     record["hash"] = record_hash(record)
-    lines[1] = json.dumps(record, sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    lines[1] = canonical_bytes(record) + b"\n"
     path.write_bytes(b"".join(lines))
     with pytest.raises(SessionCorrupt, match=":3: prev"):
+        verify_file(path)
+
+
+def test_a_record_re_encoded_out_of_canonical_form_is_refused(tmp_path: Path) -> None:
+    """Same content, other bytes (``é`` escaped as ``\\u00e9``): the writer never writes that, so it was edited."""
+    path = make(tmp_path)
+    lines = path.read_bytes().splitlines(keepends=True)
+    lines[1] = json.dumps(json.loads(lines[1]), sort_keys=True, separators=(",", ":")).encode() + b"\n"
+    assert b"\\u00e9" in lines[1]
+    path.write_bytes(b"".join(lines))
+    with pytest.raises(SessionCorrupt, match=":2: the record is not in canonical form"):
         verify_file(path)
 
 
@@ -80,6 +92,9 @@ def test_a_torn_tail_is_cut_and_reported(tmp_path: Path) -> None:
     path = make(tmp_path)
     whole = path.read_bytes()
     path.write_bytes(whole + b'{"kind":"turn","intent":"x","mess')
+    checked = verify_file(path)  # only checks: the tail is reported and left in place
+    assert checked.torn_bytes == len(b'{"kind":"turn","intent":"x","mess') and len(checked.records) == 4
+    assert path.read_bytes() != whole
     log = SessionLog.open(path)
     assert log.verified.torn_bytes == len(b'{"kind":"turn","intent":"x","mess')
     assert path.read_bytes() == whole

@@ -22,7 +22,6 @@ from covenant.manifest.runefile import load_rune_package
 from covenant.policy.grants import GrantSet, GrantStore
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolCallContext, ToolHost
-from tests.conftest import REPO_ROOT
 
 RUNEFILE = """\
 name: {name}
@@ -115,14 +114,3 @@ async def tools(home: Home, tmp_path: Path) -> AsyncIterator[Tools]:
     async with Runner.open(config.runtime, scratch_root=home.state_dir / "scratch") as runner:
         host = ToolHost(home, config, runner, audit)
         yield Tools(home, config, runner, audit, host, daemon_key, public_key_hex(issuer), store, tmp_path)
-
-
-def rune_examples() -> Path:
-    """shared/corpus/rune-examples beside the checkout (CI) or beside the worktrees folder (as tests/manifest/test_corpus.py finds it)."""
-    for shared in (REPO_ROOT.parent / "shared", REPO_ROOT.parent.parent / "shared"):
-        corpus = shared / "corpus" / "rune-examples"
-        if corpus.is_dir():
-            return corpus
-    if os.environ.get("CI"):
-        pytest.fail("shared/corpus/rune-examples is missing beside the checkout, and CI must run every test")
-    pytest.skip("shared/corpus/rune-examples is not beside this checkout")

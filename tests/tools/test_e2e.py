@@ -9,11 +9,10 @@ import shutil
 import stat
 
 from covenant.canonical import canonical_bytes
+from tests.conftest import rune_examples
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.rune.conftest import add_rune_agent, configure, outcome_of
-
-from .conftest import rune_examples
 
 
 def _install_copy(daemon: DaemonProcess, source: str) -> None:

@@ -11,8 +11,9 @@ from covenant.manifest.runefile import load_rune_package
 from covenant.tools import ERROR_CODES, ToolResult, model_content
 from covenant.tools.catalogue import MODEL_NAME, model_name
 from covenant.tools.audit import args_sha256
+from tests.conftest import rune_examples
 
-from .conftest import Tools, rune_examples
+from .conftest import Tools
 
 
 async def test_system_time_offered_and_answers(tools: Tools) -> None:

@@ -15,8 +15,8 @@ from covenant.manifest.runefile import load_rune_package
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolHost
 
-from ..conftest import EXAMPLES_DIR, require_tool
-from .conftest import Tools, rune_examples
+from ..conftest import EXAMPLES_DIR, require_tool, rune_examples
+from .conftest import Tools
 
 
 ECHO_PY = """\
