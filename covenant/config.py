@@ -15,6 +15,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from covenant.triggers.config import ScheduleConfig
 from covenant.errors import ConfigError
 from covenant.home import Home
 
@@ -197,6 +198,14 @@ class ProviderConfig(_Section):
     max_connections: int = Field(100, gt=0, le=10_000, description="open connections to this provider at most")
 
 
+def _unique_schedules(value: tuple[ScheduleConfig, ...]) -> tuple[ScheduleConfig, ...]:
+    names = [s.name for s in value]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"schedule names must be unique; used more than once: {', '.join(twice)}")
+    return value
+
+
 class Config(_Section):
     """Top level of covenant.toml."""
 
@@ -213,6 +222,8 @@ class Config(_Section):
     rune: RuneConfig = Field(default_factory=RuneConfig)
     providers: Annotated[dict[str, ProviderConfig], AfterValidator(_provider_names)] = Field(default_factory=dict)
     isolation: IsolationConfig = Field(default_factory=IsolationConfig)
+    schedules: Annotated[tuple[ScheduleConfig, ...], AfterValidator(_unique_schedules)] = Field(
+        default_factory=tuple, description="[[schedules]]: intents fired on a period or cron (docs/triggers.md)")
 
 
 def load_config(home: Home) -> Config:

@@ -27,6 +27,8 @@ __all__ = [
     "MODEL_CALL",
     "TOOL_CALL",
     "MEMORY_RECOVER",
+    "SCHEDULE_FIRE",
+    "SCHEDULE_SKIPPED",
     "EVENT_TYPES",
     "text_digest",
     "encode_event_data",
@@ -46,6 +48,8 @@ GRANT_REVOKED = "grant.revoked"
 MODEL_CALL = "model.call"
 TOOL_CALL = "tool.call"
 MEMORY_RECOVER = "memory.recover"
+SCHEDULE_FIRE = "schedule.fire"
+SCHEDULE_SKIPPED = "schedule.skipped"
 
 EVENT_TYPES = frozenset(
     {
@@ -63,6 +67,8 @@ EVENT_TYPES = frozenset(
         MODEL_CALL,
         TOOL_CALL,
         MEMORY_RECOVER,
+        SCHEDULE_FIRE,
+        SCHEDULE_SKIPPED,
     }
 )
 

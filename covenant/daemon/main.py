@@ -51,6 +51,9 @@ from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolHost
+from covenant.triggers.onbehalf import OnBehalfSigner
+from covenant.triggers.schedules import ScheduleRunner, resolve_issuers
+from covenant.triggers.state import ScheduleState
 
 __all__ = ["DaemonOptions", "run_daemon"]
 
@@ -252,6 +255,7 @@ async def serve_daemon(
         budget = await trio.to_thread.run_sync(_budget_from_history, store, registry, now_ms())
         grants = await trio.to_thread.run_sync(GrantsWatch, GrantStore(home.grants_path, key.public_key()))
         names = IdentityNames(KnownIdentities(home), home.known_identities_path)
+        schedule_issuers = resolve_issuers(config.schedules, await trio.to_thread.run_sync(KnownIdentities(home).all))
         # Probing runs `unshare` once (cached): do it here, never on the loop in a status call.
         network_isolation = await trio.to_thread.run_sync(network_isolation_available)
         sockets, socket_names, activated = _open_sockets(options)
@@ -300,12 +304,15 @@ async def serve_daemon(
                     },
                 )
                 await daemon.record_registry(reason="start")
+                schedules = ScheduleRunner(config.schedules, schedule_issuers, ScheduleState(home.state_dir / "schedules.json"),
+                                           OnBehalfSigner(key), audit, daemon)
                 api = ControlAPI(daemon, logs)
                 lifecycle = _Lifecycle(daemon, api, runner, notifier, options.drain_timeout_s)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(rune.replicas.run)
                     await rune.start_eager(daemon.loaded.packages, daemon.loaded.agents)
                     await nursery.start(serve, api, sockets)
+                    await nursery.start(schedules.run)
                     watchdog_period = systemd.watchdog_interval_s()
                     if watchdog_period is not None:
                         nursery.start_soon(systemd.run_watchdog, notifier, watchdog_period)

@@ -1,0 +1,48 @@
+"""Next-slot computation against cronsim, and the [[schedules]] config checks."""
+
+from __future__ import annotations
+
+from datetime import UTC, datetime
+
+import pytest
+from pydantic import ValidationError
+
+from covenant.triggers.config import ScheduleConfig, every_ms
+from covenant.triggers.timing import next_after, next_cron_ms
+
+
+def _ms(*args: int) -> int:
+    return int(datetime(*args, tzinfo=UTC).timestamp() * 1000)
+
+
+def test_weekday_nine_oclock_skips_the_weekend() -> None:
+    friday_after_nine = _ms(2026, 11, 20, 9, 0, 1)  # a Friday
+    assert next_cron_ms("0 9 * * 1-5", friday_after_nine) == _ms(2026, 11, 23, 9, 0)  # Monday
+    assert next_cron_ms("0 9 * * 1-5", _ms(2026, 11, 23, 8, 59, 59)) == _ms(2026, 11, 23, 9, 0)
+
+
+def test_a_cron_time_is_strictly_after_the_slot_it_follows() -> None:
+    slot = _ms(2026, 11, 23, 9, 0)
+    assert next_cron_ms("0 9 * * 1-5", slot) == _ms(2026, 11, 24, 9, 0)
+    assert next_cron_ms("*/15 * * * *", _ms(2026, 1, 1, 0, 14, 59)) == _ms(2026, 1, 1, 0, 15)
+
+
+def test_every_is_one_period_after() -> None:
+    schedule = ScheduleConfig(name="t", agent="a@local", every="10m", issuer="x")
+    assert next_after(schedule, 1_000) == 1_000 + 600_000
+    assert [every_ms(t) for t in ("5s", "10m", "2h")] == [5_000, 600_000, 7_200_000]
+
+
+@pytest.mark.parametrize("fields, wrong", [
+    ({"every": "5"}, "s, m or h"),
+    ({"every": "0s"}, "s, m or h"),
+    ({"every": "-5s"}, "s, m or h"),
+    ({"cron": "61 * * * *"}, "cron"),
+    ({"cron": "0 9 * * 1-5", "every": "5s"}, "exactly one"),
+    ({}, "exactly one"),
+    ({"every": "5s", "name": "../x"}, "schedule name"),
+])
+def test_bad_schedules_are_refused_with_the_reason(fields: dict[str, str], wrong: str) -> None:
+    with pytest.raises(ValidationError) as caught:
+        ScheduleConfig(**{"name": "t", "agent": "a@local", "issuer": "x", **fields})
+    assert wrong in str(caught.value)
