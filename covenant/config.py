@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from covenant.triggers.config import ScheduleConfig
+from covenant.triggers.webhook_config import WebhooksConfig
 from covenant.errors import ConfigError
 from covenant.home import Home
 
@@ -222,6 +223,7 @@ class Config(_Section):
     rune: RuneConfig = Field(default_factory=RuneConfig)
     providers: Annotated[dict[str, ProviderConfig], AfterValidator(_provider_names)] = Field(default_factory=dict)
     isolation: IsolationConfig = Field(default_factory=IsolationConfig)
+    webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
     schedules: Annotated[tuple[ScheduleConfig, ...], AfterValidator(_unique_schedules)] = Field(
         default_factory=tuple, description="[[schedules]]: intents fired on a period or cron (docs/triggers.md)")
 

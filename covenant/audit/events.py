@@ -29,6 +29,7 @@ __all__ = [
     "MEMORY_RECOVER",
     "SCHEDULE_FIRE",
     "SCHEDULE_SKIPPED",
+    "WEBHOOK_REQUEST",
     "EVENT_TYPES",
     "text_digest",
     "encode_event_data",
@@ -50,6 +51,7 @@ TOOL_CALL = "tool.call"
 MEMORY_RECOVER = "memory.recover"
 SCHEDULE_FIRE = "schedule.fire"
 SCHEDULE_SKIPPED = "schedule.skipped"
+WEBHOOK_REQUEST = "webhook.request"
 
 EVENT_TYPES = frozenset(
     {
@@ -69,6 +71,7 @@ EVENT_TYPES = frozenset(
         MEMORY_RECOVER,
         SCHEDULE_FIRE,
         SCHEDULE_SKIPPED,
+        WEBHOOK_REQUEST,
     }
 )
 
