@@ -329,7 +329,7 @@ async def serve_daemon(
                                            OnBehalfSigner(key), audit, daemon)
                 webhooks = WebhookApp(config.webhooks, webhook_routes, OnBehalfSigner(key), audit.record, daemon)
                 await webhooks.restore(home.audit_dir)
-                api = ControlAPI(daemon, logs)
+                api = ControlAPI(daemon, logs, schedules.view)
                 lifecycle = _Lifecycle(daemon, api, runner, notifier, options.drain_timeout_s)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(rune.replicas.run)

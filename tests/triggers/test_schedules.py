@@ -70,6 +70,12 @@ def test_every_5s_survives_a_restart_without_a_double_fire_and_grants_decide(dae
 
     daemon.start()
     records = _wait(daemon, "two more ticks", lambda rs: len(_fires(rs, "tick")) >= len(before) + 2)
+    listed = {s["name"]: s for s in json.loads(daemon.cli("schedules", "--json", check=True).stdout)["schedules"]}
+    assert listed["tick"]["every"] == "5s" and listed["tick"]["issuer"] == "tester@test"
+    assert listed["tick"]["last_ms"] >= _fires(records, "tick")[-1]["slot_ms"]
+    assert listed["tick"]["next_ms"] > listed["tick"]["last_ms"]
+    table = daemon.cli("schedules", check=True).stdout
+    assert "tick" in table and "every 5s" in table and "sneaky" in table
     assert daemon.stop() == 0
     records = _records(daemon)
     ticks = _fires(records, "tick")
