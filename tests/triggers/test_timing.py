@@ -46,3 +46,14 @@ def test_bad_schedules_are_refused_with_the_reason(fields: dict[str, str], wrong
     with pytest.raises(ValidationError) as caught:
         ScheduleConfig(**{"name": "t", "agent": "a@local", "issuer": "x", **fields})
     assert wrong in str(caught.value)
+
+
+def test_every_schedule_and_route_key_is_documented() -> None:
+    from covenant.triggers.webhook_config import WebhookRoute
+    from tests.conftest import REPO_ROOT
+
+    doc = (REPO_ROOT / "docs" / "configuration.md").read_text()
+    for heading, model in (("## `[[schedules]]`", ScheduleConfig), ("### `[[webhooks.routes]]`", WebhookRoute)):
+        section = doc.split(heading, 1)[1].split("\n#", 1)[0]
+        for name in model.model_fields:
+            assert f"| `{name}` |" in section, f"{heading}: no row for {name}"
