@@ -254,7 +254,7 @@ def load_config(home: Home) -> Config:
 _BOUNDS = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}
 
 
-def _describe(err: Any, model: type[_Section]) -> str:
+def _describe(err: Any, model: type[BaseModel]) -> str:
     """What is wrong with one value, and what to write instead, without pydantic's wording."""
     kind, ctx, value = err["type"], err.get("ctx") or {}, err["input"]
     got = f"got {value!r}"
@@ -295,11 +295,11 @@ def _line_of(problem: tuple[int | None, str]) -> int:
     return problem[0] or 0
 
 
-def _table_model(name: str) -> type[_Section] | None:
+def _table_model(name: str) -> type[BaseModel] | None:
     """The model of top-level table ``name`` (``runtime``, ``providers``…), None for a plain key."""
     field = Config.model_fields.get(name)
     annotation = field.annotation if field is not None else None
-    if isinstance(annotation, type) and issubclass(annotation, _Section):
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     return ProviderConfig if name == "providers" else None
 

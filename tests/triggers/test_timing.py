@@ -57,3 +57,19 @@ def test_every_schedule_and_route_key_is_documented() -> None:
         section = doc.split(heading, 1)[1].split("\n#", 1)[0]
         for name in model.model_fields:
             assert f"| `{name}` |" in section, f"{heading}: no row for {name}"
+
+
+def test_bad_trigger_keys_in_covenant_toml_name_the_key(home) -> None:  # type: ignore[no-untyped-def]
+    from covenant.config import load_config
+    from covenant.errors import ConfigError
+
+    home.config_path.write_text('[[schedules]]\nname = "x"\nagent = "a@local"\nevery = "5"\nissuer = "a@b"\n\n'
+                                '[webhooks]\nlisten = "nope"\n\n[[webhooks.routes]]\npath = "/h"\nagent = "a"\n'
+                                'issuer = "a@b"\nsecret_env = "not a name"\nrate = "5/hour"\n')
+    with pytest.raises(ConfigError) as caught:
+        load_config(home)
+    message = caught.value.message
+    assert "schedules.0.every: '5' must be a whole number followed by s, m or h" in message
+    assert ":8: [webhooks] listen: 'nope' must be HOST:PORT" in message
+    assert "secret_env" in message and "not the secret" in message
+    assert '"N/minute"' in message
