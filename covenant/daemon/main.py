@@ -51,6 +51,7 @@ from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolHost
+from covenant.triggers.agent_schedules import AgentScheduleStore, agent_schedules_path
 from covenant.triggers.onbehalf import OnBehalfSigner
 from covenant.triggers.schedules import ScheduleRunner, resolve_issuers
 from covenant.triggers.state import ScheduleState
@@ -326,7 +327,8 @@ async def serve_daemon(
                 )
                 await daemon.record_registry(reason="start")
                 schedules = ScheduleRunner(config.schedules, schedule_issuers, ScheduleState(home.state_dir / "schedules.json"),
-                                           OnBehalfSigner(key), audit, daemon)
+                                           OnBehalfSigner(key), audit, daemon,
+                                           AgentScheduleStore(agent_schedules_path(home.state_dir)))
                 webhooks = WebhookApp(config.webhooks, webhook_routes, OnBehalfSigner(key), audit.record, daemon)
                 await webhooks.restore(home.audit_dir)
                 api = ControlAPI(daemon, logs, schedules.view)

@@ -18,6 +18,7 @@ import trio
 
 from covenant.clock import now_ms
 from covenant.errors import ConfigError, CovenantError
+from covenant.triggers.agent_schedules import AgentScheduleStore
 from covenant.triggers.config import ScheduleConfig
 from covenant.triggers.onbehalf import OnBehalfSigner
 from covenant.triggers.state import ScheduleState
@@ -26,6 +27,9 @@ from covenant.triggers.timing import next_after
 __all__ = ["ScheduleRunner", "resolve_issuers"]
 
 log = logging.getLogger("covenant.daemon")
+
+_POLL_MS = 1000
+"""How often the runner looks for schedules agents created or deleted."""
 
 
 class _Daemon(Protocol):
@@ -66,8 +70,12 @@ class ScheduleRunner:
     """Runs in the daemon's nursery until cancelled."""
 
     def __init__(self, schedules: tuple[ScheduleConfig, ...], issuers: dict[str, str], state: ScheduleState,
-                 signer: OnBehalfSigner, audit: _Audit, daemon: _Daemon) -> None:
+                 signer: OnBehalfSigner, audit: _Audit, daemon: _Daemon,
+                 agent_store: AgentScheduleStore | None = None) -> None:
         self.schedules = schedules
+        self.agent_store = agent_store
+        self._agent_stamp: tuple[int, int] | None = None
+        self._agent_names: set[str] = set()
         self.issuers = issuers
         self.state = state
         self.signer = signer
@@ -89,32 +97,60 @@ class ScheduleRunner:
         start = now_ms()
         due_now: list[_Plan] = []
         for schedule in self.schedules:
-            last = self.state.last_slot(schedule.name)
-            entry = self.state.entries.get(schedule.name, {})
-            plan = _Plan(schedule, self.issuers[schedule.name], 0, last, entry.get("last_intent"))
-            plan.next_ms = next_after(schedule, start if last is None else last)
-            if last is not None and plan.next_ms <= start:
-                missed = plan.next_ms
-                plan.next_ms = next_after(schedule, start)
-                if schedule.catch_up:
-                    due_now.append(_Plan(schedule, plan.pubkey, missed))
-                else:
-                    await trio.to_thread.run_sync(lambda n=schedule.name, m=missed: self.state.save(n, last_slot_ms=m, skipped=True))
-                    await self.audit.record("schedule.skipped", {"schedule": schedule.name, "slot_ms": missed,
-                                                                 "reason": "daemon_down", "catch_up": False})
-            self.plans[schedule.name] = plan
+            await self._add(_Plan(schedule, self.issuers[schedule.name], 0), start, due_now)
+        await self._sync_agent_schedules(start, due_now)
         async with trio.open_nursery() as nursery:
             task_status.started()
             for missed in due_now:
                 await self._fire(nursery, self.plans[missed.schedule.name], missed.next_ms, catch_up=True)
-            while self.plans:
-                soonest = min(self.plans.values(), key=lambda p: p.next_ms)
-                await trio.sleep(max(0, soonest.next_ms - now_ms()) / 1000)
+            while True:
+                soonest = min(self.plans.values(), key=lambda p: p.next_ms, default=None)
+                wake = now_ms() + _POLL_MS if soonest is None else min(soonest.next_ms, now_ms() + _POLL_MS)
+                await trio.sleep(max(0, wake - now_ms()) / 1000)
                 if self.daemon.shutting_down:
                     await trio.sleep_forever()
+                await self._sync_agent_schedules(now_ms(), None)
+                if soonest is None or self.plans.get(soonest.schedule.name) is not soonest or soonest.next_ms > now_ms():
+                    continue
                 slot = soonest.next_ms
                 soonest.next_ms = next_after(soonest.schedule, max(slot, now_ms()) if soonest.schedule.cron else slot)
                 await self._fire(nursery, soonest, slot, catch_up=False)
+
+    async def _add(self, plan: _Plan, start: int, due_now: list[_Plan] | None) -> None:
+        """Plan a schedule's next slot from its persisted last one (start-up: handle a missed slot)."""
+        schedule = plan.schedule
+        last = self.state.last_slot(schedule.name)
+        plan.last_ms, plan.last_intent = last, self.state.entries.get(schedule.name, {}).get("last_intent")
+        plan.next_ms = next_after(schedule, start if last is None else last)
+        if last is not None and plan.next_ms <= start:
+            missed = plan.next_ms
+            plan.next_ms = next_after(schedule, start)
+            if due_now is None:  # created while running, under the name of an older one: it counts from now
+                pass
+            elif schedule.catch_up:
+                due_now.append(_Plan(schedule, plan.pubkey, missed))
+            else:
+                await trio.to_thread.run_sync(lambda: self.state.save(schedule.name, last_slot_ms=missed, skipped=True))
+                await self.audit.record("schedule.skipped", {"schedule": schedule.name, "slot_ms": missed,
+                                                             "reason": "daemon_down", "catch_up": False})
+        self.plans[schedule.name] = plan
+
+    async def _sync_agent_schedules(self, now: int, due_now: list[_Plan] | None) -> None:
+        """Pick up schedules agents created or deleted (``rune@schedule-*``) since the last look."""
+        if self.agent_store is None:
+            return
+        stamp = await trio.to_thread.run_sync(self.agent_store.stamp)
+        if stamp == self._agent_stamp:
+            return
+        self._agent_stamp = stamp
+        current = {s.name: (s, pubkey) for s, pubkey in await trio.to_thread.run_sync(self.agent_store.schedules)
+                   if s.name not in self.issuers}
+        for gone in self._agent_names - current.keys():
+            self.plans.pop(gone, None)
+        for name, (schedule, pubkey) in current.items():
+            if name not in self._agent_names:
+                await self._add(_Plan(schedule, pubkey, 0), now, due_now)
+        self._agent_names = set(current)
 
     async def _fire(self, nursery: trio.Nursery, plan: _Plan, slot: int, *, catch_up: bool) -> None:
         schedule = plan.schedule

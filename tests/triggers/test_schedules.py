@@ -166,3 +166,37 @@ def test_an_unknown_issuer_is_a_config_error_naming_the_schedule(daemon: DaemonP
     _, err = daemon.process.communicate(timeout=60)  # type: ignore[union-attr]
     assert daemon.process.returncode != 0
     assert "'ghost'" in err and "nobody@nowhere" in err and "identities.toml" in err
+
+
+def test_an_agent_made_schedule_is_picked_up_fires_for_its_issuer_and_stops_when_deleted(daemon: DaemonProcess) -> None:
+    from covenant.triggers.agent_schedules import AgentScheduleStore, agent_schedules_path
+    from covenant.triggers.config import ScheduleConfig
+
+    marks = daemon.home.parent / "marks"
+    marks.mkdir()
+    os.chmod(marks, 0o777)
+    daemon.add_agent("mark", "mark.py")
+    daemon.start()
+    tester = json.loads(daemon.cli("identity", "show", "--json", check=True).stdout)["pubkey"]
+    store = AgentScheduleStore(agent_schedules_path(daemon.home / "state"))
+    schedule = ScheduleConfig(name="agentmade", agent="mark@local", input=f"mark {marks}", every="5s", issuer="tester@test")
+    assert store.add(schedule, tester, "planner@local", int(time.time() * 1000)) is None
+    records = _wait(daemon, "the agent schedule's first fire", lambda rs: any(
+        r["type"] == "intent.completed" and r["data"]["intent"] in {f["intent"] for f in _fires(rs, "agentmade")}
+        for r in rs))
+    fire = _fires(records, "agentmade")[0]
+    assert fire["issuer"] == tester
+    assert store.delete("agentmade", tester)
+
+    def unlisted() -> bool:
+        doc = json.loads(daemon.cli("schedules", "--json", check=True).stdout)
+        return all(s["name"] != "agentmade" for s in doc["schedules"])
+
+    deadline = time.monotonic() + 60
+    while not unlisted():
+        assert time.monotonic() < deadline, "the deleted schedule is still listed"
+        time.sleep(0.2)
+    count = len(_fires(_records(daemon), "agentmade"))
+    time.sleep(7)  # more than one period: a schedule still planned would have fired
+    assert len(_fires(_records(daemon), "agentmade")) == count
+    assert daemon.stop() == 0

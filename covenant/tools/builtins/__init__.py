@@ -7,7 +7,7 @@ audit, retries, the result cap) is the host's.
 
 from __future__ import annotations
 
-from covenant.tools.builtins import memory, system_time
+from covenant.tools.builtins import memory, schedules, system_time
 from covenant.tools.builtins.base import Builtin, BuiltinCall
 
 __all__ = ["BUILTINS", "Builtin", "BuiltinCall"]
@@ -17,5 +17,6 @@ BUILTINS: dict[str, Builtin] = {
     for tool in (
         system_time.TOOL,
         *memory.TOOLS,
+        *schedules.TOOLS,
     )
 }
