@@ -128,7 +128,7 @@ class WebhookApp:
                 del self.seen[signature]
                 raise _Refused(429, "rate_limited", f"route {path} accepts {route.config.rate}; try again later")
         except _Refused as refused:
-            await self.audit("webhook.request", {"route": path if route else path[:200], "outcome": refused.code,
+            await self.audit("webhook.request", {"route": path[:256], "outcome": refused.code,
                                                  "status": refused.status})
             await _send(send, refused.status, {"error": {"code": refused.code, "message": refused.message}})
             return
