@@ -119,3 +119,13 @@ def test_webhooks_are_off_by_default(daemon: DaemonProcess) -> None:
     listening = {c.laddr.port for c in __import__("psutil").Process(daemon.process.pid).net_connections("tcp")}
     assert daemon.stop() == 0
     assert listening == set()
+
+
+def test_a_route_whose_secret_variable_is_unset_stops_the_daemon(daemon: DaemonProcess) -> None:
+    marks = daemon.home.parent / "marks"
+    _setup(daemon, marks, _free_port())
+    del daemon.env["HOOK_SECRET"]
+    process = daemon.cli_background("daemon")
+    _, err = process.communicate(timeout=60)
+    assert process.returncode == 2
+    assert "/hooks/mark" in err and "HOOK_SECRET" in err and SECRET not in err
