@@ -15,6 +15,8 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
+from covenant.triggers.config import ScheduleConfig
+from covenant.triggers.webhook_config import WebhooksConfig
 from covenant.errors import ConfigError
 from covenant.home import Home
 
@@ -319,6 +321,14 @@ def _mcp_names(value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
     return value
 
 
+def _unique_schedules(value: tuple[ScheduleConfig, ...]) -> tuple[ScheduleConfig, ...]:
+    names = [s.name for s in value]
+    twice = sorted({n for n in names if names.count(n) > 1})
+    if twice:
+        raise ValueError(f"schedule names must be unique; used more than once: {', '.join(twice)}")
+    return value
+
+
 class Config(_Section):
     """Top level of covenant.toml."""
 
@@ -338,6 +348,9 @@ class Config(_Section):
     mcp: Annotated[dict[str, McpServerConfig], AfterValidator(_mcp_names)] = Field(default_factory=dict)
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     channels: Annotated[dict[str, ChannelConfig], AfterValidator(_channel_names)] = Field(default_factory=dict)
+    webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
+    schedules: Annotated[tuple[ScheduleConfig, ...], AfterValidator(_unique_schedules)] = Field(
+        default_factory=tuple, description="[[schedules]]: intents fired on a period or cron (docs/triggers.md)")
 
 
 def load_config(home: Home) -> Config:
@@ -366,7 +379,7 @@ def load_config(home: Home) -> Config:
 _BOUNDS = {"gt": "greater than", "ge": "at least", "lt": "less than", "le": "at most"}
 
 
-def _describe(err: Any, model: type[_Section]) -> str:
+def _describe(err: Any, model: type[BaseModel]) -> str:
     """What is wrong with one value, and what to write instead, without pydantic's wording."""
     kind, ctx, value = err["type"], err.get("ctx") or {}, err["input"]
     got = f"got {value!r}"
@@ -407,11 +420,11 @@ def _line_of(problem: tuple[int | None, str]) -> int:
     return problem[0] or 0
 
 
-def _table_model(name: str) -> type[_Section] | None:
+def _table_model(name: str) -> type[BaseModel] | None:
     """The model of top-level table ``name`` (``runtime``, ``providers``…), None for a plain key."""
     field = Config.model_fields.get(name)
     annotation = field.annotation if field is not None else None
-    if isinstance(annotation, type) and issubclass(annotation, _Section):
+    if isinstance(annotation, type) and issubclass(annotation, BaseModel):
         return annotation
     return {"providers": ProviderConfig, "mcp": McpServerConfig, "channels": ChannelConfig}.get(name)
 

@@ -28,6 +28,9 @@ __all__ = [
     "TOOL_CALL",
     "MEMORY_RECOVER",
     "STORE_RECOVER",
+    "SCHEDULE_FIRE",
+    "SCHEDULE_SKIPPED",
+    "WEBHOOK_REQUEST",
     "EVENT_TYPES",
     "text_digest",
     "encode_event_data",
@@ -48,6 +51,9 @@ MODEL_CALL = "model.call"
 TOOL_CALL = "tool.call"
 MEMORY_RECOVER = "memory.recover"
 STORE_RECOVER = "store.recover"
+SCHEDULE_FIRE = "schedule.fire"
+SCHEDULE_SKIPPED = "schedule.skipped"
+WEBHOOK_REQUEST = "webhook.request"
 
 EVENT_TYPES = frozenset(
     {
@@ -66,6 +72,9 @@ EVENT_TYPES = frozenset(
         TOOL_CALL,
         MEMORY_RECOVER,
         STORE_RECOVER,
+        SCHEDULE_FIRE,
+        SCHEDULE_SKIPPED,
+        WEBHOOK_REQUEST,
     }
 )
 

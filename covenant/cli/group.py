@@ -32,6 +32,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "logs": ("covenant.cli.logs_cmd:logs", "Show or follow the daemon's log."),
     "history": ("covenant.cli.history_cmd:history", "List recent dispatch records."),
     "show": ("covenant.cli.history_cmd:show", "Show one dispatch record by intent id."),
+    "schedules": ("covenant.cli.schedules_cmd:schedules", "List schedules with their next and last runs."),
     "completion": ("covenant.cli.completion_cmd:completion", "Print the shell completion script (bash, zsh, fish)."),
 }
 

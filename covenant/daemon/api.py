@@ -88,9 +88,12 @@ def _wants_events(scope: dict) -> bool:
 class ControlAPI:
     """ASGI application; one instance per daemon."""
 
-    def __init__(self, daemon: Daemon, logs: LogBroadcaster) -> None:
+    def __init__(self, daemon: Daemon, logs: LogBroadcaster,
+                 schedules: Callable[[], list[dict[str, Any]]] = list) -> None:
         self.daemon = daemon
         self.logs = logs
+        self.schedules = schedules
+        """Each schedule with its next and last runs (covenant.triggers.schedules.ScheduleRunner.view)."""
         self._active = 0
         self._quiet = trio.Event()
         self._quiet.set()
@@ -99,6 +102,7 @@ class ControlAPI:
             ("GET", re.compile(r"/v1/agents"), self._agents),
             ("GET", re.compile(r"/v1/agents/(?P<agent_id>[^/]+)"), self._agent),
             ("GET", re.compile(r"/v1/status"), self._status),
+            ("GET", re.compile(r"/v1/schedules"), self._schedules),
             ("POST", re.compile(r"/v1/reload"), self._reload),
             ("POST", re.compile(r"/v1/replicas/(?P<agent_id>[^/]+)/restart"), self._restart_replica),
             ("GET", re.compile(r"/v1/dispatches"), self._dispatches),
@@ -248,6 +252,9 @@ class ControlAPI:
 
     async def _status(self, *, scope: dict, receive: Receive) -> Any:
         return self.daemon.status()
+
+    async def _schedules(self, *, scope: dict, receive: Receive) -> Any:
+        return {"schedules": self.schedules()}
 
     async def _reload(self, *, scope: dict, receive: Receive) -> Any:
         self._require_admin(scope)

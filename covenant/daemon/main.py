@@ -53,6 +53,11 @@ from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolHost
 from covenant.tools.refuse import enforce_unavailable_policy
+from covenant.triggers.agent_schedules import AgentScheduleStore, agent_schedules_path
+from covenant.triggers.onbehalf import OnBehalfSigner
+from covenant.triggers.schedules import ScheduleRunner, resolve_issuers
+from covenant.triggers.state import ScheduleState
+from covenant.triggers.webhooks import WebhookApp, resolve_routes
 
 __all__ = ["DaemonOptions", "run_daemon"]
 
@@ -167,6 +172,23 @@ def _rune_host(
     return rune
 
 
+def _bind_webhooks(listen: str) -> socket.socket:
+    """The TCP listener of ``[webhooks] listen`` (HOST:PORT); ConfigError when it cannot be bound."""
+    host, _, port = listen.rpartition(":")
+    host = host.strip("[]")
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    sock = socket.socket(family, socket.SOCK_STREAM)
+    sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+    try:
+        sock.bind((host, int(port)))
+    except OSError as exc:
+        sock.close()
+        raise ConfigError(f"[webhooks] listen = {listen!r}: cannot listen there ({exc.strerror})",
+                          field="webhooks.listen") from None
+    sock.listen(128)
+    return sock
+
+
 class _Lifecycle:
     """Signals, reload and the drain of one daemon run."""
 
@@ -254,6 +276,10 @@ async def serve_daemon(
         budget = await trio.to_thread.run_sync(_budget_from_history, store, registry, now_ms())
         grants = await trio.to_thread.run_sync(GrantsWatch, GrantStore(home.grants_path, key.public_key()))
         names = IdentityNames(KnownIdentities(home), home.known_identities_path)
+        known = await trio.to_thread.run_sync(KnownIdentities(home).all)
+        schedule_issuers = resolve_issuers(config.schedules, known)
+        webhook_routes = resolve_routes(config.webhooks, known, os.environ)
+        webhook_socket = _bind_webhooks(config.webhooks.listen) if config.webhooks.listen else None
         # Probing runs `unshare` once (cached): do it here, never on the loop in a status call.
         network_isolation = await trio.to_thread.run_sync(network_isolation_available)
         sockets, socket_names, activated = _open_sockets(options)
@@ -304,13 +330,21 @@ async def serve_daemon(
                     },
                 )
                 await daemon.record_registry(reason="start")
-                api = ControlAPI(daemon, logs)
+                schedules = ScheduleRunner(config.schedules, schedule_issuers, ScheduleState(home.state_dir / "schedules.json"),
+                                           OnBehalfSigner(key), audit, daemon,
+                                           AgentScheduleStore(agent_schedules_path(home.state_dir)))
+                webhooks = WebhookApp(config.webhooks, webhook_routes, OnBehalfSigner(key), audit.record, daemon)
+                await webhooks.restore(home.audit_dir)
+                api = ControlAPI(daemon, logs, schedules.view)
                 lifecycle = _Lifecycle(daemon, api, runner, notifier, options.drain_timeout_s)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(rune.tools.mcp.run)
                     await nursery.start(rune.replicas.run)
                     await rune.start_eager(daemon.loaded.packages, daemon.loaded.agents)
                     await nursery.start(serve, api, sockets)
+                    await nursery.start(schedules.run)
+                    if webhook_socket is not None:
+                        await nursery.start(serve, webhooks, [webhook_socket])
                     watchdog_period = systemd.watchdog_interval_s()
                     if watchdog_period is not None:
                         nursery.start_soon(systemd.run_watchdog, notifier, watchdog_period)
@@ -331,6 +365,8 @@ async def serve_daemon(
                     log.error("daemon.stop could not be recorded", extra={"error": exc.message})
         for sock in sockets:
             sock.close()
+        if webhook_socket is not None:
+            webhook_socket.close()
         if not activated and options.socket_path.exists():
             options.socket_path.unlink()
         log.info("stopped", extra={"exit_code": lifecycle.exit_code})

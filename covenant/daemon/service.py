@@ -177,20 +177,23 @@ class Daemon:
     # -- dispatch -----------------------------------------------------------------
 
     async def dispatch(
-        self, body: dict[str, Any], *, sink: StreamSink | None = None, peer_uid: int | None = None
+        self, body: dict[str, Any], *, sink: StreamSink | None = None, peer_uid: int | None = None,
+        daemon_signer: str | None = None,
     ) -> dict[str, Any]:
         """Run one signed intent; returns the outcome document or raises CovenantError.
 
         ``body`` may hold ``session_id`` (Rune agents). With ``sink`` (the client asked for a
         stream) a Rune agent whose ``streaming_enabled`` is true streams its events into it.
         ``peer_uid`` (SO_PEERCRED of the submitting client) is kept in the dispatch record:
-        that uid may read the record back.
+        that uid may read the record back. ``daemon_signer`` (the daemon's hex public key, never
+        taken from a request) marks an intent the daemon signed on its issuer's behalf: a schedule or
+        webhook firing (covenant.triggers); it is then decided by that issuer's grants like any other.
         """
         if self.shutting_down:
             raise ShuttingDown("the daemon is shutting down and accepts no new dispatches")
         self.audit.check_writable()  # fail closed before anything is verified, decided or spawned
         try:
-            intent = self.verifier.verify(body, now_ms())
+            intent = self.verifier.verify(body, now_ms(), signer=daemon_signer)
         except CovenantError as exc:
             await self._audit_rejection(body, exc)
             raise

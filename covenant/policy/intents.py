@@ -105,10 +105,13 @@ class IntentVerifier:
     def __len__(self) -> int:
         return len(self._seen)
 
-    def verify(self, body: Any, now_ms: int) -> Intent:
-        """Return the verified intent, or raise BadIntent, BadSignature, StaleIntent or ReplayedIntent."""
+    def verify(self, body: Any, now_ms: int, *, signer: str | None = None) -> Intent:
+        """Return the verified intent, or raise BadIntent, BadSignature, StaleIntent or ReplayedIntent.
+
+        ``signer``: the daemon's public key, for an intent it signed itself on its issuer's behalf.
+        """
         intent, raw = self._check_shape(body)
-        if not verify_intent_signature(raw, body["signature"]):
+        if not verify_intent_signature(raw, body["signature"], signer=signer):
             raise BadSignature(
                 f"intent {intent.id}: signature does not verify against issuer public key "
                 f"{intent.issuer.pubkey} (the intent was altered, or signed by another key)",

@@ -129,17 +129,19 @@ def sign_intent(key: Ed25519PrivateKey, intent: dict[str, Any]) -> str:
     return key.sign(intent_signing_bytes(intent)).hex()
 
 
-def verify_intent_signature(intent: dict[str, Any], signature: str) -> bool:
+def verify_intent_signature(intent: dict[str, Any], signature: str, *, signer: str | None = None) -> bool:
     """True when ``signature`` (hex) is the issuer's signature over ``intent``.
 
     The key is ``intent["issuer"]["pubkey"]``; the display name plays no part.
+    ``signer`` (hex public key) replaces it for an intent the daemon signed on
+    its issuer's behalf (a schedule or webhook firing, covenant.triggers).
     False for any malformed input (never raises on attacker-controlled data
     except BadIntent for an intent that cannot be canonically encoded).
     """
     if not isinstance(signature, str) or not _SIGNATURE.match(signature):
         return False
     issuer = intent.get("issuer")
-    pubkey = issuer.get("pubkey") if isinstance(issuer, dict) else None
+    pubkey = signer if signer is not None else (issuer.get("pubkey") if isinstance(issuer, dict) else None)
     if not isinstance(pubkey, str):
         return False
     try:

@@ -24,7 +24,7 @@ from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixt
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.rune.conftest import add_rune_agent, configure, outcome_of
 
-from .conftest import rune_examples
+from tests.conftest import rune_examples
 
 BIN = Path(sys.executable).parent
 

@@ -14,6 +14,7 @@ from covenant.tools.builtins import (
     knowledge,
     memory,
     processes,
+    schedules,
     shell,
     system_time,
     tasks,
@@ -36,5 +37,6 @@ BUILTINS: dict[str, Builtin] = {
         *agents.TOOLS,
         *knowledge.TOOLS, *tasks.TOOLS,
         web_search.TOOL, channel_send.TOOL,
+        *schedules.TOOLS,
     )
 }
