@@ -101,8 +101,9 @@ def test_corpus_agents_report_missing_backends_then_search_through_a_local_searx
     available = {(t["agent"], t["entry"]): t["available"] for t in listed}
     assert available[("web-researcher@local", "rune@web-search")] is True
     assert available[("scheduled-reporter@local", "rune@web-search")] is True
-    # With a search backend configured, every entry of scheduled-reporter's toolset is offered here.
-    assert all(ok for (agent, _), ok in available.items() if agent == "scheduled-reporter@local"), available
+    # With a search backend configured, only channel-send (no [channels.NAME] here) is still reported.
+    unavailable = [e for (agent, e), ok in available.items() if agent == "scheduled-reporter@local" and not ok]
+    assert unavailable == ["rune@channel-send"], available
     daemon.start()
     daemon.cli("grant", "tester@test", "tool.*", check=True)
     fake_model.script(Reply.tools(ToolCall("web-search", {"query": "process supervisors"})), Reply(text="found it"))
