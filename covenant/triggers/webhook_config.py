@@ -74,4 +74,6 @@ class WebhooksConfig(BaseModel):
     listen: Annotated[str, AfterValidator(_listen)] | None = Field(None, description="HOST:PORT; unset: no listener")
     skew_s: int = Field(300, ge=1, le=86_400, description="accepted age of the signature's t, either way")
     max_body_kb: int = Field(256, ge=1, le=65_536, description="larger bodies are answered 413")
+    audit_refusals_per_minute: int = Field(60, ge=1, le=100_000,
+                                           description="refused requests audited per route and refusal code a minute")
     routes: Annotated[tuple[WebhookRoute, ...], AfterValidator(_unique_paths)] = Field(default_factory=tuple)

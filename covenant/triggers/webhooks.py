@@ -24,6 +24,7 @@ from typing import Any
 import trio
 
 from covenant.audit.recent import records_since
+from covenant.audit.refusals import RefusalThrottle
 from covenant.clock import now_ms
 from covenant.errors import ConfigError, CovenantError
 from covenant.triggers.onbehalf import Dispatcher, OnBehalfSigner
@@ -100,6 +101,7 @@ class WebhookApp:
         self.skew_s = config.skew_s
         self.max_body = config.max_body_kb * 1024
         self.seen: dict[str, int] = {}
+        self.refusals = RefusalThrottle(config.audit_refusals_per_minute)
 
     async def restore(self, audit_dir: Any) -> int:
         """Reload the signatures accepted within the skew window from the audit log; call before serving."""
@@ -128,8 +130,10 @@ class WebhookApp:
                 del self.seen[signature]
                 raise _Refused(429, "rate_limited", f"route {path} accepts {route.config.rate}; try again later")
         except _Refused as refused:
-            await self.audit("webhook.request", {"route": path[:256], "outcome": refused.code,
-                                                 "status": refused.status})
+            suppressed = self.refusals.admit((route and path, refused.code))
+            if suppressed is not None:
+                await self.audit("webhook.request", {"route": path[:256], "outcome": refused.code,
+                                                     "status": refused.status, "suppressed": suppressed})
             await _send(send, refused.status, {"error": {"code": refused.code, "message": refused.message}})
             return
         request = self.signer.body(text, agent=route.config.agent, issuer_display=route.config.issuer,

@@ -25,7 +25,7 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _setup(daemon: DaemonProcess, marks: Path, port: int) -> None:
+def _setup(daemon: DaemonProcess, marks: Path, port: int, extra: str = "") -> None:
     marks.mkdir()
     os.chmod(marks, 0o777)
     daemon.add_agent("mark", "mark.py")
@@ -35,6 +35,7 @@ def _setup(daemon: DaemonProcess, marks: Path, port: int) -> None:
         listen = "127.0.0.1:{port}"
         skew_s = 60
         max_body_kb = 1
+        {extra}
 
         [[webhooks.routes]]
         path = "/hooks/mark"
@@ -112,6 +113,25 @@ def test_webhook_accept_replay_restart_bad_stale_rate_and_size(daemon: DaemonPro
     for audit_file in (daemon.home / "audit").iterdir():
         assert SECRET.encode() not in audit_file.read_bytes()
     assert SECRET not in daemon.log()
+
+
+def test_refusals_beyond_the_per_minute_cap_are_answered_but_not_recorded(daemon: DaemonProcess) -> None:
+    port = _free_port()
+    _setup(daemon, daemon.home.parent / "marks", port, extra="audit_refusals_per_minute = 2")
+    daemon.start()
+    forged = signature_header(b"not-the-secret", int(time.time()), b"x")
+    answers = [_post(port, b"x", forged).status_code for _ in range(6)]
+    strangers = [httpx.post(f"http://127.0.0.1:{port}/probe/{n}", content=b"x", timeout=120).status_code
+                 for n in range(5)]
+    good = _post(port, b"hello", signature_header(SECRET.encode(), int(time.time()), b"hello"))
+    assert daemon.stop() == 0
+
+    assert answers == [401] * 6 and strangers == [404] * 5
+    assert good.status_code == 200, good.text
+    recorded = _requests(daemon)
+    assert [(r["route"], r["outcome"], r.get("suppressed")) for r in recorded] == [
+        ("/hooks/mark", "bad_signature", 0), ("/hooks/mark", "bad_signature", 0),
+        ("/probe/0", "no_route", 0), ("/probe/1", "no_route", 0), ("/hooks/mark", "accepted", None)]
 
 
 def test_webhooks_are_off_by_default(daemon: DaemonProcess) -> None:
