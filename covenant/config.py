@@ -16,6 +16,7 @@ from typing import Annotated, Any, Literal
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
 
 from covenant.triggers.config import ScheduleConfig
+from covenant.a2a.config import A2AConfig
 from covenant.triggers.webhook_config import WebhooksConfig
 from covenant.errors import ConfigError
 from covenant.home import Home
@@ -349,6 +350,7 @@ class Config(_Section):
     tools: ToolsConfig = Field(default_factory=ToolsConfig)
     channels: Annotated[dict[str, ChannelConfig], AfterValidator(_channel_names)] = Field(default_factory=dict)
     webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
+    a2a: A2AConfig = Field(default_factory=A2AConfig)
     schedules: Annotated[tuple[ScheduleConfig, ...], AfterValidator(_unique_schedules)] = Field(
         default_factory=tuple, description="[[schedules]]: intents fired on a period or cron (docs/triggers.md)")
 

@@ -54,6 +54,7 @@ STORE_RECOVER = "store.recover"
 SCHEDULE_FIRE = "schedule.fire"
 SCHEDULE_SKIPPED = "schedule.skipped"
 WEBHOOK_REQUEST = "webhook.request"
+A2A_REQUEST = "a2a.request"
 
 EVENT_TYPES = frozenset(
     {
@@ -75,6 +76,7 @@ EVENT_TYPES = frozenset(
         SCHEDULE_FIRE,
         SCHEDULE_SKIPPED,
         WEBHOOK_REQUEST,
+        A2A_REQUEST,
     }
 )
 

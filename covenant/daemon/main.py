@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant import __version__
 from covenant.clock import ms_from_iso, now_ms
@@ -58,6 +59,9 @@ from covenant.triggers.onbehalf import OnBehalfSigner
 from covenant.triggers.schedules import ScheduleRunner, resolve_issuers
 from covenant.triggers.state import ScheduleState
 from covenant.triggers.webhooks import WebhookApp, resolve_routes
+from covenant.a2a.card import AgentFacts, find_agent
+from covenant.a2a.server import A2AApp, Client as A2AClient, resolve_clients
+from covenant.runtime.outcome import DispatchRecord
 
 __all__ = ["DaemonOptions", "run_daemon"]
 
@@ -172,8 +176,23 @@ def _rune_host(
     return rune
 
 
-def _bind_webhooks(listen: str) -> socket.socket:
-    """The TCP listener of ``[webhooks] listen`` (HOST:PORT); ConfigError when it cannot be bound."""
+def _a2a_app(config: Config, clients: list[A2AClient], daemon: Daemon, key: Ed25519PrivateKey, audit: AuditLog,
+             store: DispatchStore) -> A2AApp:
+    """The A2A listener's app: exposed agents looked up in what is loaded now (reloads included)."""
+
+    def agent(name: str) -> AgentFacts | None:
+        loaded = daemon.loaded
+        return find_agent(name, loaded.agents, loaded.packages, loaded.workflows)
+
+    async def record(intent_id: str) -> DispatchRecord | None:
+        return await trio.to_thread.run_sync(store.get, intent_id)
+
+    return A2AApp(config.a2a, clients, agent, OnBehalfSigner(key), audit.record, daemon, record,
+                  store_text=config.audit.store_text)
+
+
+def _bind_tcp(listen: str, key: str) -> socket.socket:
+    """The TCP listener of ``[webhooks] listen`` or ``[a2a] listen`` (HOST:PORT); ConfigError when it cannot be bound."""
     host, _, port = listen.rpartition(":")
     host = host.strip("[]")
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
@@ -183,8 +202,8 @@ def _bind_webhooks(listen: str) -> socket.socket:
         sock.bind((host, int(port)))
     except OSError as exc:
         sock.close()
-        raise ConfigError(f"[webhooks] listen = {listen!r}: cannot listen there ({exc.strerror})",
-                          field="webhooks.listen") from None
+        table = key.partition(".")[0]
+        raise ConfigError(f"[{table}] listen = {listen!r}: cannot listen there ({exc.strerror})", field=key) from None
     sock.listen(128)
     return sock
 
@@ -279,7 +298,9 @@ async def serve_daemon(
         known = await trio.to_thread.run_sync(KnownIdentities(home).all)
         schedule_issuers = resolve_issuers(config.schedules, known)
         webhook_routes = resolve_routes(config.webhooks, known, os.environ)
-        webhook_socket = _bind_webhooks(config.webhooks.listen) if config.webhooks.listen else None
+        webhook_socket = _bind_tcp(config.webhooks.listen, "webhooks.listen") if config.webhooks.listen else None
+        a2a_clients = resolve_clients(config.a2a, known, os.environ)
+        a2a_socket = _bind_tcp(config.a2a.listen, "a2a.listen") if config.a2a.listen else None
         # Probing runs `unshare` once (cached): do it here, never on the loop in a status call.
         network_isolation = await trio.to_thread.run_sync(network_isolation_available)
         sockets, socket_names, activated = _open_sockets(options)
@@ -335,6 +356,8 @@ async def serve_daemon(
                                            AgentScheduleStore(agent_schedules_path(home.state_dir)))
                 webhooks = WebhookApp(config.webhooks, webhook_routes, OnBehalfSigner(key), audit.record, daemon)
                 await webhooks.restore(home.audit_dir)
+                a2a = _a2a_app(config, a2a_clients, daemon, key, audit, store)
+                await a2a.restore(home.audit_dir)
                 api = ControlAPI(daemon, logs, schedules.view)
                 lifecycle = _Lifecycle(daemon, api, runner, notifier, options.drain_timeout_s)
                 async with trio.open_nursery() as nursery:
@@ -345,6 +368,8 @@ async def serve_daemon(
                     await nursery.start(schedules.run)
                     if webhook_socket is not None:
                         await nursery.start(serve, webhooks, [webhook_socket])
+                    if a2a_socket is not None:
+                        await nursery.start(serve, a2a, [a2a_socket])
                     watchdog_period = systemd.watchdog_interval_s()
                     if watchdog_period is not None:
                         nursery.start_soon(systemd.run_watchdog, notifier, watchdog_period)
@@ -365,8 +390,9 @@ async def serve_daemon(
                     log.error("daemon.stop could not be recorded", extra={"error": exc.message})
         for sock in sockets:
             sock.close()
-        if webhook_socket is not None:
-            webhook_socket.close()
+        for listener in (webhook_socket, a2a_socket):
+            if listener is not None:
+                listener.close()
         if not activated and options.socket_path.exists():
             options.socket_path.unlink()
         log.info("stopped", extra={"exit_code": lifecycle.exit_code})

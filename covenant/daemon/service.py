@@ -504,6 +504,14 @@ class Daemon:
         replica = await self.rune.replicas.restart(agent, self.loaded.packages[agent.id])
         return replica.view()
 
+    def cancel(self, intent_id: str, reason: str) -> bool:
+        """Stop one in-flight intent as a drain would (outcome ``cancelled``); False when it is not running."""
+        link = self.chain.get(intent_id)
+        if link is not None and link.run_scope is not None:
+            link.run_scope.cancel()
+            return True
+        return self.runner.cancel(intent_id, reason)
+
     def cancel_all(self) -> None:
         """Past the drain timeout: stop every run and every Rune intent (outcome ``cancelled``)."""
         self.runner.cancel_all()

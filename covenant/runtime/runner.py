@@ -237,6 +237,13 @@ class Runner:
         """Runs started and not yet finished."""
         return len(self._dispatches)
 
+    def cancel(self, intent_id: str, reason: str) -> bool:
+        """Stop the run of ``intent_id`` through the kill ladder (outcome ``cancelled``); False when none is running."""
+        found = [dispatch for dispatch in self._dispatches if dispatch.intent_id == intent_id]
+        for dispatch in found:
+            dispatch.decide("cancelled", reason)
+        return bool(found)
+
     def cancel_all(self) -> None:
         """Stop every in-flight run through the kill ladder; each returns outcome ``cancelled``."""
         for dispatch in list(self._dispatches):

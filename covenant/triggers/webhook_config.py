@@ -7,7 +7,7 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-__all__ = ["WebhookRoute", "WebhooksConfig", "rate_per_minute"]
+__all__ = ["WebhookRoute", "WebhooksConfig", "check_env_name", "check_listen", "check_rate", "rate_per_minute"]
 
 _RATE = re.compile(r"^([1-9][0-9]{0,5})/minute$")
 _LISTEN = re.compile(r"^(\d{1,3}(?:\.\d{1,3}){3}|\[[0-9A-Fa-f:]+\]|localhost):(\d{1,5})$")
@@ -22,12 +22,12 @@ def rate_per_minute(text: str) -> int:
     return int(match.group(1))
 
 
-def _rate(text: str) -> str:
+def check_rate(text: str) -> str:
     rate_per_minute(text)
     return text
 
 
-def _listen(text: str) -> str:
+def check_listen(text: str) -> str:
     match = _LISTEN.match(text)
     if match is None or not 0 < int(match.group(2)) < 65536:
         raise ValueError(f'{text!r} must be HOST:PORT, e.g. "127.0.0.1:8787"')
@@ -40,7 +40,7 @@ def _path(text: str) -> str:
     return text
 
 
-def _env(text: str) -> str:
+def check_env_name(text: str) -> str:
     if not _ENV.match(text):
         raise ValueError(f"{text!r} must be the name of an environment variable (letters, digits, _), not the secret")
     return text
@@ -54,8 +54,8 @@ class WebhookRoute(BaseModel):
     path: Annotated[str, AfterValidator(_path)] = Field(description="URL path, e.g. /hooks/build")
     agent: str = Field(min_length=1, description="agent id the request is dispatched to")
     issuer: str = Field(min_length=1, description="display name in identities.toml; its grants decide")
-    secret_env: Annotated[str, AfterValidator(_env)] = Field(description="daemon env var holding the HMAC secret")
-    rate: Annotated[str, AfterValidator(_rate)] = Field("60/minute", description="accepted requests per minute")
+    secret_env: Annotated[str, AfterValidator(check_env_name)] = Field(description="daemon env var holding the HMAC secret")
+    rate: Annotated[str, AfterValidator(check_rate)] = Field("60/minute", description="accepted requests per minute")
 
 
 def _unique_paths(routes: tuple[WebhookRoute, ...]) -> tuple[WebhookRoute, ...]:
@@ -71,7 +71,7 @@ class WebhooksConfig(BaseModel):
 
     model_config = ConfigDict(extra="forbid", frozen=True)
 
-    listen: Annotated[str, AfterValidator(_listen)] | None = Field(None, description="HOST:PORT; unset: no listener")
+    listen: Annotated[str, AfterValidator(check_listen)] | None = Field(None, description="HOST:PORT; unset: no listener")
     skew_s: int = Field(300, ge=1, le=86_400, description="accepted age of the signature's t, either way")
     max_body_kb: int = Field(256, ge=1, le=65_536, description="larger bodies are answered 413")
     audit_refusals_per_minute: int = Field(60, ge=1, le=100_000,

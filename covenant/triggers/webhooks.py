@@ -17,7 +17,6 @@ import json
 import logging
 import re
 import time
-from collections import deque
 from collections.abc import Awaitable, Callable, Mapping
 from typing import Any
 
@@ -27,6 +26,7 @@ from covenant.audit.recent import records_since
 from covenant.audit.refusals import RefusalThrottle
 from covenant.clock import now_ms
 from covenant.errors import ConfigError, CovenantError
+from covenant.ratelimit import MinuteRate
 from covenant.triggers.onbehalf import Dispatcher, OnBehalfSigner
 from covenant.triggers.webhook_config import WebhookRoute, WebhooksConfig, rate_per_minute
 
@@ -49,16 +49,7 @@ class _Route:
         self.config = config
         self.secret = secret
         self.pubkey = pubkey
-        self.per_minute = rate_per_minute(config.rate)
-        self.accepted: deque[float] = deque()
-
-    def over_rate(self, now: float) -> bool:
-        while self.accepted and now - self.accepted[0] >= 60:
-            self.accepted.popleft()
-        if len(self.accepted) >= self.per_minute:
-            return True
-        self.accepted.append(now)
-        return False
+        self.rate = MinuteRate(rate_per_minute(config.rate))
 
 
 def resolve_routes(config: WebhooksConfig, known: dict[str, str], environ: Mapping[str, str]) -> dict[str, _Route]:
@@ -126,7 +117,7 @@ class WebhookApp:
             t, signature = self._verify(route, scope, body)
             text = _intent_text(body)
             self.seen[signature] = t  # before any await: two copies of one request cannot both pass
-            if route.over_rate(time.monotonic()):
+            if route.rate.over(time.monotonic()):
                 del self.seen[signature]
                 raise _Refused(429, "rate_limited", f"route {path} accepts {route.config.rate}; try again later")
         except _Refused as refused:

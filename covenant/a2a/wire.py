@@ -1,0 +1,226 @@
+"""The A2A protocol's JSON, as covenant reads and writes it.
+
+A2A 1.0 is the JSON mapping of its protobuf schema: camelCase fields, enum
+names as strings (``ROLE_USER``, ``TASK_STATE_COMPLETED``), parts as
+``{"text": …}``, results wrapped by kind (``{"task": …}``,
+``{"artifactUpdate": …}``). A2A 0.3 tags objects with ``kind`` instead, and
+spells states and roles in lower case. Requests are read in either version;
+answers are written in the version the request used.
+
+Only what covenant serves is modelled here: a message's text comes in, a task
+with one text artifact goes out. Files and raw bytes are refused with
+``ContentTypeNotSupported``.
+"""
+
+from __future__ import annotations
+
+import json
+import uuid
+from dataclasses import dataclass
+from typing import Any, Literal
+
+__all__ = [
+    "V1", "V03", "Version", "RpcError", "IncomingMessage", "read_message", "task", "status_update",
+    "artifact_update", "stream_result", "send_result", "rpc_result", "rpc_error", "TERMINAL",
+]
+
+V1 = "1.0"
+V03 = "0.3"
+Version = Literal["1.0", "0.3"]
+
+TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELED", "REJECTED"})
+"""Task states (without the ``TASK_STATE_`` prefix) after which nothing changes."""
+
+_STATES_03 = {"SUBMITTED": "submitted", "WORKING": "working", "COMPLETED": "completed", "FAILED": "failed",
+              "CANCELED": "canceled", "REJECTED": "rejected"}
+
+
+class RpcError(Exception):
+    """A JSON-RPC error answer: ``code`` from JSON-RPC or A2A, and the HTTP+JSON status that goes with it."""
+
+    def __init__(self, code: int, message: str, http_status: int, data: dict[str, Any] | None = None) -> None:
+        super().__init__(message)
+        self.code, self.message, self.http_status, self.data = code, message, http_status, data
+
+    @classmethod
+    def parse(cls, message: str) -> RpcError:
+        return cls(-32700, message, 400)
+
+    @classmethod
+    def invalid_request(cls, message: str) -> RpcError:
+        return cls(-32600, message, 400)
+
+    @classmethod
+    def method_not_found(cls, method: str) -> RpcError:
+        return cls(-32601, f"method {method!r} is not served here", 404)
+
+    @classmethod
+    def invalid_params(cls, message: str) -> RpcError:
+        return cls(-32602, message, 400)
+
+    @classmethod
+    def internal(cls, message: str) -> RpcError:
+        return cls(-32603, message, 500)
+
+    @classmethod
+    def task_not_found(cls, task_id: str) -> RpcError:
+        return cls(-32001, f"no task {task_id!r} for this client", 404)
+
+    @classmethod
+    def not_cancelable(cls, task_id: str, state: str) -> RpcError:
+        return cls(-32002, f"task {task_id!r} is {state} and cannot be canceled", 409)
+
+    @classmethod
+    def push_not_supported(cls) -> RpcError:
+        return cls(-32003, "push notifications are not supported by covenant", 400)
+
+    @classmethod
+    def unsupported(cls, message: str) -> RpcError:
+        return cls(-32004, message, 400)
+
+    @classmethod
+    def content_type(cls, message: str) -> RpcError:
+        return cls(-32005, message, 415)
+
+    @classmethod
+    def version(cls, given: str) -> RpcError:
+        return cls(-32009, f"A2A-Version {given!r} is not supported; use 1.0 (or 0.3)", 400)
+
+    def body(self) -> dict[str, Any]:
+        error: dict[str, Any] = {"code": self.code, "message": self.message}
+        if self.data:
+            error["data"] = self.data
+        return error
+
+
+@dataclass(frozen=True)
+class IncomingMessage:
+    """What covenant takes from a client's message."""
+
+    text: str
+    message_id: str
+    context_id: str | None
+    task_id: str | None
+
+
+def read_message(params: Any, version: Version) -> IncomingMessage:
+    """The ``message`` of SendMessage params (1.0) or message/send params (0.3); RpcError when unusable."""
+    if not isinstance(params, dict):
+        raise RpcError.invalid_params("params must be an object holding a message")
+    message = params.get("message")
+    if not isinstance(message, dict):
+        raise RpcError.invalid_params("params.message must be an object")
+    role = message.get("role")
+    if role not in (("ROLE_USER", 1) if version == V1 else ("user",)):
+        raise RpcError.invalid_params(f"message.role must be {'ROLE_USER' if version == V1 else 'user'}")
+    message_id = message.get("messageId")
+    if not isinstance(message_id, str) or not message_id:
+        raise RpcError.invalid_params("message.messageId must be a non-empty string")
+    parts = message.get("parts")
+    if not isinstance(parts, list) or not parts:
+        raise RpcError.invalid_params("message.parts must be a non-empty list")
+    texts = [_part_text(part, version) for part in parts]
+    context_id, task_id = message.get("contextId"), message.get("taskId")
+    for name, value in (("contextId", context_id), ("taskId", task_id)):
+        if value is not None and (not isinstance(value, str) or not value):
+            raise RpcError.invalid_params(f"message.{name} must be a non-empty string when given")
+    return IncomingMessage("\n".join(texts), message_id, context_id or None, task_id or None)
+
+
+def _part_text(part: Any, version: Version) -> str:
+    if not isinstance(part, dict):
+        raise RpcError.invalid_params("each part must be an object")
+    kind = part.get("kind") if version == V03 else None
+    if isinstance(part.get("text"), str) and kind in (None, "text"):
+        return part["text"]
+    if "data" in part and kind in (None, "data"):
+        return json.dumps(part["data"], ensure_ascii=False, sort_keys=True)
+    raise RpcError.content_type("covenant's agents take text and data parts only (no files or raw bytes)")
+
+
+def _parts(text: str, version: Version) -> list[dict[str, Any]]:
+    return [{"text": text}] if version == V1 else [{"kind": "text", "text": text}]
+
+
+def _state(state: str, version: Version) -> str:
+    return f"TASK_STATE_{state}" if version == V1 else _STATES_03[state]
+
+
+def agent_message(text: str, *, task_id: str, context_id: str, version: Version) -> dict[str, Any]:
+    """A message from the agent: a failed task's reason, a rejected one's denial."""
+    message = {"messageId": uuid.uuid4().hex, "contextId": context_id, "taskId": task_id,
+               "role": "ROLE_AGENT" if version == V1 else "agent", "parts": _parts(text, version)}
+    if version == V03:
+        message["kind"] = "message"
+    return message
+
+
+def _status(state: str, *, task_id: str, context_id: str, timestamp: str, note: str | None,
+            version: Version) -> dict[str, Any]:
+    status: dict[str, Any] = {"state": _state(state, version), "timestamp": timestamp}
+    if note:
+        status["message"] = agent_message(note, task_id=task_id, context_id=context_id, version=version)
+    return status
+
+
+def _artifact(text: str, *, artifact_id: str, version: Version) -> dict[str, Any]:
+    return {"artifactId": artifact_id, "name": "answer", "parts": _parts(text, version)}
+
+
+def task(task_id: str, context_id: str, state: str, *, timestamp: str, answer: str | None = None,
+         note: str | None = None, version: Version) -> dict[str, Any]:
+    """A task: its state (``COMPLETED`` …), the answer as its one text artifact, a note as the status message."""
+    document: dict[str, Any] = {
+        "id": task_id, "contextId": context_id,
+        "status": _status(state, task_id=task_id, context_id=context_id, timestamp=timestamp, note=note,
+                          version=version),
+    }
+    if answer is not None:
+        document["artifacts"] = [_artifact(answer, artifact_id=f"{task_id}-answer", version=version)]
+    if version == V03:
+        document["kind"] = "task"
+    return document
+
+
+def status_update(task_id: str, context_id: str, state: str, *, timestamp: str, note: str | None = None,
+                  version: Version) -> dict[str, Any]:
+    event: dict[str, Any] = {
+        "taskId": task_id, "contextId": context_id,
+        "status": _status(state, task_id=task_id, context_id=context_id, timestamp=timestamp, note=note,
+                          version=version),
+    }
+    if version == V03:
+        event.update(kind="status-update", final=state in TERMINAL)
+    return event
+
+
+def artifact_update(task_id: str, context_id: str, text: str, *, append: bool, last: bool,
+                    version: Version) -> dict[str, Any]:
+    event: dict[str, Any] = {"taskId": task_id, "contextId": context_id,
+                             "artifact": _artifact(text, artifact_id=f"{task_id}-answer", version=version),
+                             "append": append, "lastChunk": last}
+    if version == V03:
+        event["kind"] = "artifact-update"
+    return event
+
+
+def send_result(task_document: dict[str, Any], version: Version) -> dict[str, Any]:
+    """The result of SendMessage (1.0: wrapped by kind) or message/send (0.3: the task itself)."""
+    return {"task": task_document} if version == V1 else task_document
+
+
+_KINDS = {"task": "task", "status-update": "statusUpdate", "artifact-update": "artifactUpdate"}
+
+
+def stream_result(kind: Literal["task", "status-update", "artifact-update"], event: dict[str, Any],
+                  version: Version) -> dict[str, Any]:
+    """One streamed event: 1.0 wraps it by kind (a StreamResponse), 0.3 sends it as is (tagged by ``kind``)."""
+    return {_KINDS[kind]: event} if version == V1 else event
+
+
+def rpc_result(request_id: Any, result: Any) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "result": result}
+
+
+def rpc_error(request_id: Any, error: RpcError) -> dict[str, Any]:
+    return {"jsonrpc": "2.0", "id": request_id, "error": error.body()}

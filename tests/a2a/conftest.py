@@ -1,0 +1,91 @@
+"""A real daemon serving A2A on loopback, and the official A2A SDK's client as the outside party."""
+
+from __future__ import annotations
+
+import secrets
+import socket
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from typing import Any
+
+import httpx
+import pytest
+
+from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture, re-exported
+
+TOKEN_ENV = "A2A_TOKEN_CI"
+OTHER_ENV = "A2A_TOKEN_OTHER"
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+class Served:
+    """Where the daemon serves A2A, and the clients' tokens."""
+
+    def __init__(self, d: DaemonProcess, port: int) -> None:
+        self.daemon = d
+        self.port = port
+        self.token = "tok-" + secrets.token_hex(16)
+        self.other_token = "tok-" + secrets.token_hex(16)
+
+    def url(self, name: str) -> str:
+        return f"http://127.0.0.1:{self.port}/a2a/{name}"
+
+    def headers(self, token: str | None = None) -> dict[str, str]:
+        return {"Authorization": f"Bearer {token or self.token}"}
+
+    @asynccontextmanager
+    async def sdk(self, name: str, *, streaming: bool, token: str | None = None) -> AsyncIterator[Any]:
+        """The SDK's client for agent ``name``, built from the card it resolves (under trio, over httpx)."""
+        from a2a.client import A2ACardResolver, ClientConfig, ClientFactory
+
+        async with httpx.AsyncClient(headers=self.headers(token), timeout=120) as http:
+            card = await A2ACardResolver(http, self.url(name)).get_agent_card()
+            client = ClientFactory(ClientConfig(httpx_client=http, streaming=streaming)).create(card)
+            yield client
+
+
+def serve_a2a(d: DaemonProcess, *, expose: tuple[str, ...], extra: str = "", before: str = "") -> Served:
+    """covenant.toml with an [a2a] listener on a free port and two clients speaking for tester@test."""
+    served = Served(d, free_port())
+    d.env[TOKEN_ENV] = served.token
+    d.env[OTHER_ENV] = served.other_token
+    exposed = ", ".join(f'"{name}"' for name in expose)
+    d.write_config(f"""
+        {before}
+        [a2a]
+        listen = "127.0.0.1:{served.port}"
+        expose = [{exposed}]
+        {extra}
+
+        [[a2a.clients]]
+        name = "ci"
+        token_env = "{TOKEN_ENV}"
+        issuer = "tester@test"
+        rate = "600/minute"
+
+        [[a2a.clients]]
+        name = "other"
+        token_env = "{OTHER_ENV}"
+        issuer = "tester@test"
+        rate = "3/minute"
+    """)
+    return served
+
+
+def user_message(text: str, *, context_id: str | None = None) -> Any:
+    from a2a.types import Message, Part, Role, SendMessageRequest
+
+    message = Message(message_id=secrets.token_hex(8), role=Role.ROLE_USER, parts=[Part(text=text)])
+    if context_id:
+        message.context_id = context_id
+    return SendMessageRequest(message=message)
+
+
+@pytest.fixture
+def anyio_backend() -> str:
+    return "trio"

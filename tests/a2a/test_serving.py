@@ -1,0 +1,166 @@
+"""Exposed agent.toml agents served over A2A to the official SDK's client: cards, blocking and streamed
+messages, tasks read back and canceled, tokens, exposure, denials, caps, and the audit trail."""
+
+from __future__ import annotations
+
+import json
+import time
+
+import httpx
+import pytest
+import trio
+
+from covenant.audit.recent import records_since
+from covenant.client import RemoteError
+from tests.a2a.conftest import Served, serve_a2a, user_message
+from tests.daemon.conftest import DaemonProcess, agent_processes
+from tests.daemon.test_daemon_e2e import wait_for
+
+
+def _setup(d: DaemonProcess) -> Served:
+    d.add_agent("echo", "echo.py", keywords=("echo",))
+    d.add_agent("guarded", "echo.py", required=("tool.echo",))
+    d.add_agent("slow", "slow.py")
+    d.add_agent("hidden", "echo.py")
+    served = serve_a2a(d, expose=("echo", "guarded", "slow@local"), extra="max_body_kb = 1")
+    d.start()
+    return served
+
+
+def _requests(d: DaemonProcess) -> list[dict]:
+    return [r["data"] for r in records_since(d.home / "audit", 0, frozenset({"a2a.request"}))[::-1]]
+
+
+def _rpc(served: Served, name: str, method: str, params: dict, *, token: str | None = None,
+         headers: dict[str, str] | None = None) -> httpx.Response:
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+    return httpx.post(served.url(name), json=body, headers={**served.headers(token), **(headers or {})}, timeout=120)
+
+
+async def test_sdk_client_sends_streams_reads_and_is_refused_where_it_must_be(daemon: DaemonProcess) -> None:
+    from a2a.types import GetTaskRequest, TaskNotFoundError, TaskState
+
+    served = _setup(daemon)
+
+    # The card, as the SDK resolves it: no token needed; JSON-RPC and HTTP+JSON at the base URL.
+    async with httpx.AsyncClient() as anonymous:
+        raw_card = (await anonymous.get(served.url("echo") + "/.well-known/agent-card.json")).json()
+    assert raw_card["name"] == "echo" and raw_card["capabilities"]["streaming"] is True
+    assert {i["protocolBinding"] for i in raw_card["supportedInterfaces"]} == {"JSONRPC", "HTTP+JSON"}
+
+    async with served.sdk("echo", streaming=False) as client:
+        events = [e async for e in client.send_message(user_message("hello over A2A"))]
+        assert len(events) == 1 and events[0].HasField("task")
+        task = events[0].task
+        assert task.status.state == TaskState.TASK_STATE_COMPLETED
+        assert [p.text for p in task.artifacts[0].parts] == ["hello over A2A"]
+        again = await client.get_task(GetTaskRequest(id=task.id))
+        assert again.status.state == TaskState.TASK_STATE_COMPLETED and again.context_id == task.context_id
+    record = daemon.api("GET", f"/v1/dispatches/{task.id}")
+    assert record["agent_id"] == "echo@local" and record["outcome"] == "ok"  # task id = intent id
+
+    async with served.sdk("echo", streaming=True) as client:
+        streamed = [e async for e in client.send_message(user_message("streamed words"))]
+    kinds = [e.WhichOneof("payload") for e in streamed]
+    assert kinds[0] == "task" and streamed[0].task.status.state == TaskState.TASK_STATE_WORKING
+    assert "artifact_update" in kinds and kinds[-1] == "status_update"
+    text = "".join(p.text for e in streamed if e.HasField("artifact_update") for p in e.artifact_update.artifact.parts)
+    assert text == "streamed words"
+    assert streamed[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+
+    # Another client never sees this client's task, even with the same issuer behind it.
+    async with served.sdk("echo", streaming=False, token=served.other_token) as other:
+        with pytest.raises(TaskNotFoundError):
+            await other.get_task(GetTaskRequest(id=task.id))
+
+    # The issuer lacks the grant: the task is REJECTED with the reason; nothing ran.
+    async with served.sdk("guarded", streaming=False) as client:
+        rejected = [e async for e in client.send_message(user_message("let me in"))][0].task
+    assert rejected.status.state == TaskState.TASK_STATE_REJECTED
+    assert "capability_denied" in rejected.status.message.parts[0].text
+    with pytest.raises(RemoteError, match="no dispatch record"):
+        daemon.api("GET", f"/v1/dispatches/{rejected.id}")
+
+    # No token or a wrong one: 401 (audited); an agent that is not exposed: 404 whatever the token.
+    assert httpx.post(served.url("echo"), json={}, timeout=60).status_code == 401
+    assert _rpc(served, "echo", "SendMessage", {}, token="tok-wrong-wrong-wrong").status_code == 401
+    assert _rpc(served, "hidden", "SendMessage", {}).status_code == 404
+    assert httpx.get(served.url("hidden") + "/.well-known/agent-card.json", timeout=60).status_code == 404
+    assert _rpc(served, "nobody", "SendMessage", {}).status_code == 404
+
+    # A2A 0.3 names and shapes still work (raftio's clients), over the 0.3 card path too.
+    card03 = httpx.get(served.url("echo") + "/agent-card", timeout=60).json()
+    assert card03["protocolVersion"] == "0.3.0" and card03["url"] == served.url("echo")
+    old = _rpc(served, "echo", "message/send", {"message": {
+        "kind": "message", "messageId": "m1", "role": "user", "parts": [{"kind": "text", "text": "old style"}]}})
+    answer = old.json()["result"]
+    assert answer["kind"] == "task" and answer["status"]["state"] == "completed"
+    assert answer["artifacts"][0]["parts"] == [{"kind": "text", "text": "old style"}]
+    listing = httpx.get(f"http://127.0.0.1:{served.port}/.well-known/agent.json", timeout=60).json()
+    assert sorted(c["name"] for c in listing["agents"]) == ["echo", "guarded", "slow"]
+
+    # The HTTP+JSON binding.
+    sent = httpx.post(served.url("echo") + "/message:send", headers=served.headers(), timeout=120, json={
+        "message": {"messageId": "m2", "role": "ROLE_USER", "parts": [{"text": "rest binding"}]}})
+    rest_task = sent.json()["task"]
+    assert rest_task["status"]["state"] == "TASK_STATE_COMPLETED"
+    got = httpx.get(served.url("echo") + f"/tasks/{rest_task['id']}", headers=served.headers(), timeout=60)
+    assert got.json()["artifacts"][0]["parts"] == [{"text": "rest binding"}]
+
+    # Errors in JSON-RPC's terms; a body over max_body_kb is 413; over the client's rate 429.
+    assert _rpc(served, "echo", "NoSuchMethod", {}).json()["error"]["code"] == -32601
+    assert _rpc(served, "echo", "SendMessage", {"message": {"role": "ROLE_USER"}}).json()["error"]["code"] == -32602
+    assert _rpc(served, "echo", "GetTask", {"id": "nope"}).json()["error"]["code"] == -32001
+    big = _rpc(served, "echo", "SendMessage", {"message": {"messageId": "m3", "role": "ROLE_USER",
+                                                            "parts": [{"text": "x" * 2000}]}})
+    assert big.status_code == 413
+    statuses = [_rpc(served, "echo", "GetTask", {"id": task.id}, token=served.other_token).status_code
+                for _ in range(4)]
+    assert statuses[-1] == 429
+
+    assert daemon.stop() == 0
+    requests = _requests(daemon)
+    outcomes = [(r["client"], r["outcome"]) for r in requests]
+    assert ("ci", "completed") in outcomes and ("ci", "rejected") in outcomes
+    assert (None, "unauthorized") in outcomes and (None, "not_found") in outcomes
+    assert ("other", "rate_limited") in outcomes
+    assert all("text" not in r for r in requests)  # [audit] store_text is off
+    for audit_file in (daemon.home / "audit").iterdir():
+        assert b"hello over A2A" not in audit_file.read_bytes()
+        assert served.token.encode() not in audit_file.read_bytes()
+
+
+async def test_cancel_task_stops_a_long_run_and_leaves_no_process(daemon: DaemonProcess) -> None:
+    from a2a.types import CancelTaskRequest, TaskState
+
+    served = _setup(daemon)
+    found: dict[str, object] = {}
+
+    async with served.sdk("slow@local", streaming=True) as client:
+        async def send() -> None:
+            found["events"] = [e async for e in client.send_message(user_message("sleep 300"))]
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(send)
+            await trio.to_thread.run_sync(lambda: wait_for(lambda: agent_processes(daemon.home), timeout=60,
+                                                           what="the slow agent's process"))
+            task_id = next(iter(_running_tasks(daemon)))
+            canceled = await client.cancel_task(CancelTaskRequest(id=task_id))
+            assert canceled.status.state == TaskState.TASK_STATE_CANCELED
+    events = found["events"]
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED  # type: ignore[attr-defined]
+    assert not agent_processes(daemon.home)
+    assert daemon.api("GET", f"/v1/dispatches/{task_id}")["outcome"] == "cancelled"
+    again = _rpc(served, "slow@local", "CancelTask", {"id": task_id}).json()
+    assert again["error"]["code"] == -32002  # a finished task cannot be canceled
+    assert daemon.stop() == 0
+
+
+def _running_tasks(d: DaemonProcess) -> list[str]:
+    deadline = time.monotonic() + 60
+    while time.monotonic() < deadline:
+        ids = [i["intent"] for i in d.api("GET", "/v1/status")["in_flight"]]
+        if ids:
+            return ids
+        time.sleep(0.05)
+    raise AssertionError(f"no dispatch in flight: {json.dumps(d.api('GET', '/v1/status'))[:500]}")
