@@ -33,6 +33,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "history": ("covenant.cli.history_cmd:history", "List recent dispatch records."),
     "show": ("covenant.cli.history_cmd:show", "Show one dispatch record by intent id."),
     "schedules": ("covenant.cli.schedules_cmd:schedules", "List schedules with their next and last runs."),
+    "a2a": ("covenant.cli.a2a_cmd:a2a", "Show the A2A card an exposed agent is served with."),
     "completion": ("covenant.cli.completion_cmd:completion", "Print the shell completion script (bash, zsh, fish)."),
 }
 

@@ -47,6 +47,9 @@ async def test_sdk_client_sends_streams_reads_and_is_refused_where_it_must_be(da
         raw_card = (await anonymous.get(served.url("echo") + "/.well-known/agent-card.json")).json()
     assert raw_card["name"] == "echo" and raw_card["capabilities"]["streaming"] is True
     assert {i["protocolBinding"] for i in raw_card["supportedInterfaces"]} == {"JSONRPC", "HTTP+JSON"}
+    printed = daemon.cli("a2a", "card", "echo", "--json", check=True)
+    assert json.loads(printed.stdout) == raw_card  # `covenant a2a card` prints the card as served
+    assert daemon.cli("a2a", "card", "hidden").returncode == 6
 
     async with served.sdk("echo", streaming=False) as client:
         events = [e async for e in client.send_message(user_message("hello over A2A"))]

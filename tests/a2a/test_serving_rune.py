@@ -1,0 +1,46 @@
+"""A Rune agent served over A2A: its card, a conversation continued through contextId, tokens streamed
+as artifact updates (scripted fake model provider, the SDK's client)."""
+
+from __future__ import annotations
+
+from a2a.types import TaskState
+
+from tests.a2a.conftest import serve_a2a, user_message
+from tests.daemon.conftest import DaemonProcess
+from tests.fakes import FakeModelServer, Reply
+from tests.rune.conftest import add_rune_agent, configure
+
+
+ANSWER = "Your name is Ada.\nYou told me so.\nAnything else?"
+"""Three lines: redaction (safety_policy standard) holds back at most the current line."""
+
+
+async def test_a_rune_agent_keeps_its_context_and_streams_its_tokens(daemon: DaemonProcess,
+                                                                     fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, "chat", toolset=())
+    served = serve_a2a(daemon, expose=("chat",), before=(daemon.home / "covenant.toml").read_text())
+    daemon.start()
+    fake_model.script(Reply(text="Nice to meet you, Ada."), Reply(text=ANSWER))
+
+    async with served.sdk("chat", streaming=False) as client:
+        assert client._card.description == "You are a covenant test agent."  # the instructions' first line
+        first = [e async for e in client.send_message(user_message("My name is Ada."))][0].task
+        assert first.status.state == TaskState.TASK_STATE_COMPLETED
+        assert first.artifacts[0].parts[0].text == "Nice to meet you, Ada."
+    async with served.sdk("chat", streaming=True) as client:
+        events = [e async for e in client.send_message(user_message("What is my name?", context_id=first.context_id))]
+
+    chunks = [e.artifact_update for e in events if e.HasField("artifact_update")]
+    assert len(chunks) > 1  # the provider's tokens, relayed as they came
+    assert chunks[0].append is False and all(c.append for c in chunks[1:]) and chunks[-1].last_chunk
+    assert "".join(p.text for c in chunks for p in c.artifact.parts) == ANSWER
+    assert events[-1].status_update.status.state == TaskState.TASK_STATE_COMPLETED
+    assert events[-1].status_update.context_id == first.context_id
+
+    second_request = fake_model.requests[1]
+    said = [m["content"] for m in second_request.messages if m["role"] in ("user", "assistant")]
+    assert said[:3] == ["My name is Ada.", "Nice to meet you, Ada.", "What is my name?"]  # the session went on
+    record = daemon.api("GET", f"/v1/dispatches/{events[0].task.id}")
+    assert record["session_id"] == first.context_id
+    assert daemon.stop() == 0
