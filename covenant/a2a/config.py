@@ -19,6 +19,20 @@ def _public_url(text: str) -> str:
     return text.rstrip("/")
 
 
+def _remote_url(text: str) -> str:
+    from covenant.a2a.remotes import RemotePrefix
+
+    RemotePrefix.parse(text)  # ValueError naming what is wrong
+    return text
+
+
+def _remote_tokens(table: dict[str, str]) -> dict[str, str]:
+    for prefix, env in table.items():
+        _remote_url(prefix)
+        check_env_name(env)
+    return table
+
+
 def _unique_names(items: tuple[str, ...]) -> tuple[str, ...]:
     twice = sorted({n for n in items if items.count(n) > 1})
     if twice:
@@ -57,6 +71,12 @@ class A2AConfig(BaseModel):
     audit_refusals_per_minute: int = Field(60, ge=1, le=100_000,
                                            description="refused requests audited per refusal code a minute")
     clients: Annotated[tuple[A2AClient, ...], AfterValidator(_unique_clients)] = Field(default_factory=tuple)
+    remotes: tuple[Annotated[str, AfterValidator(_remote_url)], ...] = Field(
+        default_factory=tuple, description="base URLs of remote A2A agents agents may call; none by default")
+    remote_tokens: Annotated[dict[str, str], AfterValidator(_remote_tokens)] = Field(
+        default_factory=dict, description="URL prefix -> name of the daemon env var holding a bearer for it")
+    call_timeout_ms: int = Field(60_000, ge=100, le=3_600_000, description="longest remote call; the caller's deadline is shorter")
+    max_answer_kb: int = Field(256, ge=1, le=65_536, description="larger remote answers are refused")
 
     def base_url(self) -> str:
         """What cards advertise before ``/a2a/NAME``."""

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Any
 from covenant.errors import CovenantError
 from covenant.tools.context import ToolCallContext
 from covenant.tools.result import ToolError
-from covenant.workflow import ChildCall
+from covenant.workflow import ChainLink, ChildCall
 
 if TYPE_CHECKING:
     from covenant.daemon.service import Daemon
@@ -37,6 +37,28 @@ class DaemonAgentCalls:
             return await self.daemon.dispatch_child(call)
         except CovenantError as exc:
             raise ToolError("agent_refused", f"the call to {agent_ref} was refused ({exc.code}): {exc.message}") from None
+
+    async def send_remote(
+        self, ctx: ToolCallContext, url: str, text: str, *, context_id: str | None, timeout_s: float
+    ) -> dict[str, Any]:
+        try:
+            return await self.daemon.remote.send(self._parent(ctx), url, text, via="tool", context_id=context_id,
+                                                 timeout_s=timeout_s)
+        except CovenantError as exc:
+            raise ToolError("agent_refused", f"the call to {url} was refused ({exc.code}): {exc.message}") from None
+
+    async def discover_remote(self, ctx: ToolCallContext, url: str, *, timeout_s: float) -> dict[str, Any]:
+        try:
+            return await self.daemon.remote.discover(self._parent(ctx), url, timeout_s=timeout_s)
+        except CovenantError as exc:
+            raise ToolError("agent_refused" if exc.code == "remote" else "agent_failed",
+                            f"{url}: {exc.message}") from None
+
+    def _parent(self, ctx: ToolCallContext) -> ChainLink:
+        link = self.daemon.chain.get(ctx.intent_id)
+        if link is None:
+            raise ToolError("agent_refused", f"intent {ctx.intent_id} is not running")
+        return link
 
     def peers(self, ctx: ToolCallContext) -> list[dict[str, Any]]:
         loaded = self.daemon.loaded

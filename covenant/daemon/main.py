@@ -380,6 +380,7 @@ async def serve_daemon(
                     await lifecycle.drain(signals)
                     await rune.replicas.stop_all()
                     await rune.models.aclose()
+                    await daemon.remote.remotes.aclose()
                     nursery.cancel_scope.cancel()
                 try:
                     await audit.record(

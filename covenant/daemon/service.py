@@ -61,6 +61,8 @@ from covenant.workflow import ChainLink, ChildCall, ChildRefused, IntentChain, a
 from covenant.workflow.engine import StepResult, run_workflow
 from covenant.workflow.plan import workflow_plan
 from covenant.daemon.workflow_record import workflow_record
+from covenant.daemon.remote_calls import RemoteCalls
+from covenant.a2a.client import RemoteAgents
 
 __all__ = ["Daemon"]
 
@@ -132,6 +134,8 @@ class Daemon:
         self.key = key
         """The daemon's key: it signs the child intents it makes (and the audit log's checkpoints)."""
         self.chain = IntentChain()
+        self.remote = RemoteCalls(RemoteAgents(config.a2a, os.environ), lambda: self.grants.current, audit.record)
+        """Remote A2A agents (an ``http(s)://`` agent_ref, ``rune@a2a-*``), called only under ``[a2a] remotes``."""
         rune.packages = agents.packages
         self._rune_scopes: set[trio.CancelScope] = set()
         self.isolation = isolation or Isolation.same_uid()
@@ -220,6 +224,12 @@ class Daemon:
             summary["step"] = call.step
         parent.children.append(summary)
         try:
+            if call.agent_ref.startswith(("http://", "https://")):
+                summary["agent"] = call.agent_ref
+                document = await self.remote.send(parent, call.agent_ref, call.text, via=call.via,
+                                                  timeout_s=call.timeout_s)
+                summary["outcome"] = document["outcome"]
+                return document
             name = agent_from_ref(call.agent_ref)
             intent, signature = build_child_intent(self.key, parent, name, call.text)
             verify_child_intent(self.key.public_key(), intent, signature)

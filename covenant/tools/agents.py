@@ -40,6 +40,14 @@ class AgentCalls(Protocol):
     def peers(self, ctx: ToolCallContext) -> list[dict[str, Any]]:
         """The agents ``ctx.agent`` shares a network with: ``{agent, name, description, networks}``."""
 
+    async def send_remote(
+        self, ctx: ToolCallContext, url: str, text: str, *, context_id: str | None, timeout_s: float
+    ) -> dict[str, Any]:
+        """One message to the remote A2A agent at ``url`` for ``ctx.intent_id``: an outcome document."""
+
+    async def discover_remote(self, ctx: ToolCallContext, url: str, *, timeout_s: float) -> dict[str, Any]:
+        """The remote A2A agent's card, summarised."""
+
 
 async def call_agent(
     agents: AgentCalls | None, ctx: ToolCallContext, agent_ref: str, text: str, *, max_depth: int | None, ends: float
@@ -47,9 +55,11 @@ async def call_agent(
     """One call to another agent, ending by ``ends``: the tool's result, or ToolError."""
     if agents is None:
         raise ToolError("agent_refused", "calls to other agents need the daemon (not available under `covenant run`)")
-    document = await agents.call_agent(
-        ctx, agent_ref, text, max_depth=max_depth, timeout_s=max(0.0, ends - trio.current_time())
-    )
+    timeout_s = max(0.0, ends - trio.current_time())
+    if agent_ref.startswith(("http://", "https://")):
+        document = await agents.send_remote(ctx, agent_ref, text, context_id=None, timeout_s=timeout_s)
+    else:
+        document = await agents.call_agent(ctx, agent_ref, text, max_depth=max_depth, timeout_s=timeout_s)
     if document.get("outcome") != "ok":
         raise ToolError(
             "agent_failed",

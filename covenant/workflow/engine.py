@@ -26,7 +26,7 @@ __all__ = ["StepResult", "StepState", "WorkflowResult", "run_workflow", "NEVER_R
 
 NEVER_RETRIED = frozenset({
     "capability_denied", "budget_exhausted", "network", "max_depth", "no_agent", "no_parent",
-    "remote_agent", "text_too_long", "session_forbidden", "cancelled", "workflow_not_supported",
+    "remote_agent", "remote", "remote_rejected", "text_too_long", "session_forbidden", "cancelled", "workflow_not_supported",
 })
 """Outcomes that are refusals (or a shutdown): another attempt would get the same answer."""
 

@@ -8,6 +8,7 @@ audit, retries, the result cap) is the host's.
 from __future__ import annotations
 
 from covenant.tools.builtins import (
+    a2a,
     agents,
     channel_send,
     files,
@@ -34,7 +35,7 @@ BUILTINS: dict[str, Builtin] = {
         shell.TOOL,
         web_fetch.TOOL,
         *processes.TOOLS,
-        *agents.TOOLS,
+        *agents.TOOLS, *a2a.TOOLS,
         *knowledge.TOOLS, *tasks.TOOLS,
         web_search.TOOL, channel_send.TOOL,
         *schedules.TOOLS,
