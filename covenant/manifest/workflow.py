@@ -214,7 +214,7 @@ def _ancestors(step_id: str, by_id: dict[str, WorkflowStep]) -> set[str]:
 
 
 def step_agent_warnings(workflow: Workflow, known: Callable[[str], bool]) -> list[str]:
-    """Warnings (not problems) for steps whose agent is not loaded now, or is remote.
+    """Warnings (not problems) for steps whose local agent is not loaded now.
 
     An unknown agent may appear later (another folder, a reload); until then a
     dispatch fails at that step (outcome ``no_agent``).
@@ -222,9 +222,7 @@ def step_agent_warnings(workflow: Workflow, known: Callable[[str], bool]) -> lis
     out: list[str] = []
     for step in workflow.steps:
         if not step.agent_ref.startswith("local://"):
-            out.append(f"workflow {workflow.name}: step {step.id!r}: remote agent {step.agent_ref} is not supported "
-                       "in this version; the step will be refused (remote_agent)")
-            continue
+            continue  # a remote agent: decided when it runs ([a2a] remotes, the agent.remote grant)
         name = step.agent_ref.removeprefix("local://")
         if not known(name):
             out.append(f"workflow {workflow.name}: step {step.id!r}: no agent {name!r} is loaded "

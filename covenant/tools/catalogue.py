@@ -262,14 +262,15 @@ def _entry(
         return _process_entry(package, tool, interpreters)
     if tool.runtime == "agent":
         assert tool.agent_ref is not None  # the descriptor requires it
-        if not tool.agent_ref.startswith("local://"):
-            raise _Unavailable("calls to remote agents (an http(s) agent_ref) are not supported in this version")
+        # A remote URL is offered like a local agent that shares no network: the daemon decides when it is
+        # called ([a2a] remotes), as it decides the network rule.
+        callee = tool.agent_ref.removeprefix("local://")
         return ToolEntry(
             entry=name,
             model_name=name,
             action=tool_action(name),
             kind="agent",
-            description=f"Ask the agent {tool.agent_ref.removeprefix('local://')} and get its answer.",
+            description=f"Ask the {'remote ' if '://' in callee else ''}agent {callee} and get its answer.",
             parameters=AGENT_TOOL_SCHEMA,
             descriptor=tool,
         )

@@ -57,11 +57,9 @@ class ChildCall:
 
 
 def agent_from_ref(agent_ref: str) -> str:
-    """The agent a ``local://NAME`` reference names; ChildRefused for a remote URL."""
+    """The agent a ``local://NAME`` reference names (remote URLs go to ``Daemon.remote``, never here)."""
     if agent_ref.startswith(("http://", "https://")):
-        raise ChildRefused(
-            "remote_agent", f"{agent_ref}: calls to remote agents (A2A over the network) are not supported in this version"
-        )
+        raise ChildRefused("remote_agent", f"{agent_ref}: a remote agent is not a local agent")
     if AGENT_REF.match(agent_ref) and agent_ref.startswith("local://"):
         return agent_ref.removeprefix("local://")
     return agent_ref

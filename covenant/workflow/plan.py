@@ -32,6 +32,8 @@ def waves(workflow: Workflow) -> list[list[str]]:
 
 
 def _resolve(agent_ref: str, find: Callable[[str], AgentSpec | None]) -> tuple[AgentSpec | None, str | None]:
+    if agent_ref.startswith(("http://", "https://")):
+        return None, None  # a remote agent: its step needs agent.remote, and the URL must be under [a2a] remotes
     try:
         name = agent_from_ref(agent_ref)
     except ChildRefused as exc:
@@ -50,7 +52,8 @@ def workflow_plan(workflow: Workflow, find: Callable[[str], AgentSpec | None]) -
         for step_id in wave:
             step = by_id[step_id]
             agent, problem = _resolve(step.agent_ref, find)
-            required = list(agent.capabilities.required) if agent is not None else []
+            remote = step.agent_ref.startswith(("http://", "https://"))
+            required = ["agent.remote"] if remote else list(agent.capabilities.required) if agent is not None else []
             needed.update(required)
             entries.append({
                 "step": step_id,

@@ -32,14 +32,14 @@ def test_waves_group_steps_by_dependency_depth() -> None:
     assert waves(workflow) == [["a", "b"], ["c"], ["d"]]
 
 
-def test_unknown_and_remote_step_agents_are_warnings() -> None:
+def test_unknown_step_agents_are_warnings_and_remote_ones_are_decided_when_they_run() -> None:
     workflow = _workflow(steps=[
         {"id": "a", "agent_ref": "local://known"},
         {"id": "b", "agent_ref": "local://ghost"},
         {"id": "c", "agent_ref": "https://far.example/a2a/x"},
     ])
     warnings = step_agent_warnings(workflow, lambda name: name == "known")
-    assert len(warnings) == 2 and "'b'" in warnings[0] and "ghost" in warnings[0] and "remote" in warnings[1]
+    assert len(warnings) == 1 and "'b'" in warnings[0] and "ghost" in warnings[0]
 
 
 def test_a_failure_cancels_the_steps_still_running() -> None:
