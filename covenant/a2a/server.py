@@ -52,7 +52,7 @@ __all__ = ["A2AApp", "Client", "resolve_clients"]
 
 log = logging.getLogger("covenant.daemon")
 
-_REQUEST = frozenset({"a2a.request"})
+_RESTORED = frozenset({"a2a.request", "policy.decision"})
 _RESTORE_MS = 24 * 3600 * 1000
 _CANCEL_WAIT_S = 30
 _METHODS_V1 = {"SendMessage": "send", "SendStreamingMessage": "stream", "GetTask": "get", "CancelTask": "cancel",
@@ -139,9 +139,9 @@ class A2AApp:
         self.refusals = RefusalThrottle(config.audit_refusals_per_minute)
 
     async def restore(self, audit_dir: Any) -> int:
-        """Rebuild which task belongs to which client from the last day's ``a2a.request`` events."""
-        records = await trio.to_thread.run_sync(records_since, audit_dir, now_ms() - _RESTORE_MS, _REQUEST)
-        return self.ledger.restore([r["data"] for r in reversed(records)])
+        """Rebuild which task belongs to which client (and which were denied) from the last day's audit log."""
+        records = await trio.to_thread.run_sync(records_since, audit_dir, now_ms() - _RESTORE_MS, _RESTORED)
+        return self.ledger.restore([(r["type"], r["data"]) for r in reversed(records)])
 
     # -- HTTP ------------------------------------------------------------------------------
 
@@ -323,11 +323,31 @@ class A2AApp:
     async def _send_message(self, call: _Call, method: str, params: Any, version: wire.Version) -> dict[str, Any]:
         message, context_id, body = self._prepare(call, params, version)
         entry = self._begin(call, body, context_id)
-        try:
-            await self._run(call, entry, body, sink=None)
-        finally:
-            await self._audit_send(call, method, entry, message.text)
+        error = await self._dispatch(call, method, entry, body, message.text, sink=None)
+        if error is not None:
+            raise error
         return self._task(entry, version)
+
+    async def _dispatch(self, call: _Call, method: str, entry: TaskEntry, body: dict[str, Any], text: str,
+                        sink: StreamSink | None) -> wire.RpcError | None:
+        """Run the task with its ``a2a.request`` written alongside the intent's first events.
+
+        Both enter the audit writer together and share its group commit (one fsync, not two); the
+        answer goes out only after both are durable. The task's end is the intent's own record.
+        """
+        error: wire.RpcError | None = None
+
+        async def run() -> None:
+            nonlocal error
+            try:
+                await self._run(call, entry, body, sink)
+            except wire.RpcError as exc:
+                error = exc
+
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(self._audit_accepted, call, method, entry, text)
+            nursery.start_soon(run)
+        return error
 
     async def _stream(self, call: _Call, method: str, params: Any, version: wire.Version, send: Any,
                       request_id: Any) -> None:
@@ -368,12 +388,8 @@ class A2AApp:
         await send({"type": "http.response.start", "status": 200,
                     "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
         await event("task", wire.task(entry.task_id, context_id, "WORKING", timestamp=iso_now(), version=version))
-        try:
-            await self._run(call, entry, body, sink=StreamSink(open_stream, on_token))
-        except wire.RpcError:
-            pass  # the stream is open: the entry's FAILED status and its note say what went wrong
-        finally:
-            await self._audit_send(call, method, entry, message.text)
+        # The stream is open: a refusal shows as the entry's FAILED status and its note.
+        await self._dispatch(call, method, entry, body, message.text, sink=StreamSink(open_stream, on_token))
         if held or (entry.answer and not sent_any):
             text = held.pop() if held else entry.answer or ""
             await event("artifact-update", wire.artifact_update(entry.task_id, context_id, text, append=sent_any,
@@ -456,13 +472,10 @@ class A2AApp:
 
     # -- audit -----------------------------------------------------------------------------
 
-    async def _audit_send(self, call: _Call, method: str, entry: TaskEntry, text: str) -> None:
+    async def _audit_accepted(self, call: _Call, method: str, entry: TaskEntry, text: str) -> None:
         data: dict[str, Any] = {"client": call.client.config.name, "method": method, "agent": entry.agent,
-                                "task": entry.task_id, "context": entry.context_id,
-                                "outcome": entry.state.lower() if entry.done.is_set() else "interrupted",
+                                "task": entry.task_id, "context": entry.context_id, "outcome": "accepted",
                                 "status": 200}
-        if entry.state == "REJECTED":
-            data["reason"] = entry.note
         if self.store_text:
             data["text"] = text_digest(text, True)
         await self.audit("a2a.request", data)

@@ -4,8 +4,9 @@ A task id is the intent id of its dispatch. The dispatch record is the truth
 about how it ended; this ledger adds what the record does not hold: the client
 that asked (only it may read or cancel the task), the context id, and the end
 of a task that never ran (a policy denial leaves no record). The ledger is
-rebuilt at start from the ``a2a.request`` audit events of the last day, so a
-client can still read its tasks after a restart.
+rebuilt at start from the last day's audit log (``a2a.request`` events, and
+the ``policy.decision`` denials of their intents), so a client can still read
+its tasks after a restart.
 """
 
 from __future__ import annotations
@@ -87,14 +88,16 @@ class TaskLedger:
         return [e for e in reversed(self._entries.values())
                 if e.client == client and (context_id is None or e.context_id == context_id)]
 
-    def restore(self, events: list[dict[str, Any]]) -> int:
-        """Rebuild from ``a2a.request`` data, oldest first: SendMessage requests that made a task."""
-        for data in events:
+    def restore(self, events: list[tuple[str, dict[str, Any]]]) -> int:
+        """Rebuild from ``a2a.request`` (the messages that made a task) and ``policy.decision`` (denials), oldest first."""
+        for type_, data in events:
             task_id, client, context_id = data.get("task"), data.get("client"), data.get("context")
-            if not (isinstance(task_id, str) and isinstance(client, str) and isinstance(context_id, str)):
-                continue
-            entry = TaskEntry(task_id, client, context_id, str(data.get("agent")), restored=True)
-            if data.get("outcome") == "rejected":
-                entry.finish("REJECTED", answer=None, note=data.get("reason"), at="")
-            self.add(entry)
+            if type_ == "a2a.request" and isinstance(task_id, str) and isinstance(client, str) and isinstance(context_id, str):
+                self.add(TaskEntry(task_id, client, context_id, str(data.get("agent")), restored=True))
+        # A denial may precede its request in the log (one group commit holds both): read denials second.
+        for type_, data in events:
+            denied = self._entries.get(str(data.get("intent"))) if type_ == "policy.decision" else None
+            if denied is not None and data.get("allowed") is False:
+                reason = f"{data.get('reason')}: {data.get('hint')}" if data.get("hint") else str(data.get("reason"))
+                denied.finish("REJECTED", answer=None, note=reason, at="")
         return len(self._entries)

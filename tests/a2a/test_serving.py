@@ -121,10 +121,23 @@ async def test_sdk_client_sends_streams_reads_and_is_refused_where_it_must_be(da
                 for _ in range(4)]
     assert statuses[-1] == 429
 
+    # After a restart the client still reads its tasks: their owner from the audit log, their end from the
+    # dispatch record (or, for a denial, from the intent's policy.decision).
+    assert daemon.stop() == 0
+    daemon.start()
+    after = _rpc(served, "echo", "GetTask", {"id": task.id}).json()["result"]
+    assert after["status"]["state"] == "TASK_STATE_COMPLETED" and after["artifacts"][0]["parts"] == [{"text": "hello over A2A"}]
+    denied_after = _rpc(served, "guarded", "GetTask", {"id": rejected.id}).json()["result"]
+    assert denied_after["status"]["state"] == "TASK_STATE_REJECTED"
+    assert "capability_denied" in denied_after["status"]["message"]["parts"][0]["text"]
+    assert _rpc(served, "echo", "GetTask", {"id": task.id}, token=served.other_token).json()["error"]["code"] == -32001
     assert daemon.stop() == 0
     requests = _requests(daemon)
+    outcomes = [(r["client"], r["method"], r["outcome"]) for r in requests]
+    assert outcomes.count(("ci", "SendMessage", "accepted")) == 2  # echo and guarded (a denial is accepted, then REJECTED)
+    for method in ("message/send", "SendStreamingMessage", "message:send"):
+        assert ("ci", method, "accepted") in outcomes
     outcomes = [(r["client"], r["outcome"]) for r in requests]
-    assert ("ci", "completed") in outcomes and ("ci", "rejected") in outcomes
     assert (None, "unauthorized") in outcomes and (None, "not_found") in outcomes
     assert ("other", "rate_limited") in outcomes
     assert all("text" not in r for r in requests)  # [audit] store_text is off

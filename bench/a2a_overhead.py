@@ -1,0 +1,145 @@
+"""What serving an agent over A2A adds to a dispatch, with a real daemon on a throwaway home (issue 19).
+
+Interleaved rounds of the same echo agent reached (a) as a signed intent over the control socket
+(DaemonClient: the direct dispatch) and (b) as an A2A 1.0 ``SendMessage`` JSON-RPC request with a
+bearer token over TCP (httpx, keep-alive). The difference of the medians is what the A2A path adds:
+HTTP over TCP, the token check, the daemon's signing on the client's behalf, the task mapping and the
+``a2a.request`` audit event (one more durable record). Goal: <= 2 ms p50 added.
+
+    .venv/bin/python bench/a2a_overhead.py [--rounds N] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import secrets
+import shutil
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+import httpx  # noqa: E402
+
+from covenant.client import DaemonClient, DaemonUnreachable  # noqa: E402
+from covenant.policy.identities import load_user_identity  # noqa: E402
+from covenant.policy.signing import new_intent, sign_intent  # noqa: E402
+
+COVENANT = REPO / ".venv" / "bin" / "covenant"
+TOKEN = "bench-" + secrets.token_hex(16)
+ECHO = '''import json, sys
+intent = json.loads(sys.stdin.readline())
+print(json.dumps({"intent_id": intent["id"], "status": "ok", "text": intent["text"], "sources": []}), flush=True)
+'''
+
+
+def cli(env: dict[str, str], *args: str) -> str:
+    done = subprocess.run([str(COVENANT), *args], env=env, capture_output=True, text=True)
+    if done.returncode != 0:
+        raise SystemExit(f"covenant {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
+    return done.stdout
+
+
+def pct(values: list[float], p: float) -> float:
+    ordered = sorted(values)
+    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--rounds", type=int, default=200, help="interleaved direct/A2A dispatch pairs")
+    parser.add_argument("--keep", action="store_true", help="keep the temp home afterwards")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="covenant-a2a-"))
+    os.chmod(tmp, 0o711)
+    home, socket_path = tmp / "home", tmp / "covenant.sock"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
+           "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench",
+           "LANG": "C.UTF-8", "BENCH_A2A_TOKEN": TOKEN}
+    os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    daemon = None
+    try:
+        cli(env, "init", "--display", "bench@local")
+        identity = load_user_identity()
+        agent_dir = home / "agents" / "echo"
+        agent_dir.mkdir(parents=True)
+        (agent_dir / "echo.py").write_text(ECHO)
+        os.chmod(agent_dir / "echo.py", 0o644)
+        (agent_dir / "agent.toml").write_text(textwrap.dedent('''\
+            [agent]
+            id = "echo@local"
+            name = "echo"
+            version = "0.1.0"
+            runtime = "python3"
+            entry = "echo.py"
+            '''))
+        with open(home / "covenant.toml", "a") as config:
+            config.write(textwrap.dedent(f'''
+                [a2a]
+                listen = "127.0.0.1:{port}"
+                expose = ["echo"]
+
+                [[a2a.clients]]
+                name = "bench"
+                token_env = "BENCH_A2A_TOKEN"
+                issuer = "bench@local"
+                rate = "100000/minute"
+                '''))
+        with open(tmp / "daemon.log", "wb") as log:
+            daemon = subprocess.Popen([str(COVENANT), "daemon"], env=env, stdout=log, stderr=subprocess.STDOUT)
+        deadline = time.monotonic() + 60
+        while True:
+            try:
+                DaemonClient(socket_path, timeout=5).request("GET", "/v1/status")
+                break
+            except DaemonUnreachable:
+                if time.monotonic() > deadline or daemon.poll() is not None:
+                    raise SystemExit((tmp / "daemon.log").read_text())
+                time.sleep(0.05)
+
+        direct, a2a = [], []
+        url = f"http://127.0.0.1:{port}/a2a/echo"
+        headers = {"Authorization": f"Bearer {TOKEN}", "A2A-Version": "1.0"}
+        with DaemonClient(socket_path, timeout=60) as client, httpx.Client(timeout=60, headers=headers) as http:
+            for i in range(args.rounds + 5):
+                intent = new_intent("hello", issuer_display=identity.display, issuer_pubkey=identity.pubkey,
+                                    agent="echo@local")
+                t0 = time.perf_counter()
+                client.request("POST", "/v1/dispatch", {"intent": intent, "signature": sign_intent(identity.key, intent)})
+                t1 = time.perf_counter()
+                answer = http.post(url, json={"jsonrpc": "2.0", "id": i, "method": "SendMessage", "params": {
+                    "message": {"messageId": f"m{i}", "role": "ROLE_USER", "parts": [{"text": "hello"}]}}})
+                t2 = time.perf_counter()
+                state = answer.json()["result"]["task"]["status"]["state"]
+                assert state == "TASK_STATE_COMPLETED", answer.text
+                if i >= 5:  # warm-up rounds are left out
+                    direct.append((t1 - t0) * 1000)
+                    a2a.append((t2 - t1) * 1000)
+        added = statistics.median(a2a) - statistics.median(direct)
+        print(f"A2A SendMessage vs direct dispatch, {args.rounds} interleaved rounds, python3 echo agent")
+        print(f"  direct (control socket)   p50 {pct(direct, 50):7.2f} ms   p90 {pct(direct, 90):7.2f} ms")
+        print(f"  A2A (TCP, bearer, JSON-RPC) p50 {pct(a2a, 50):7.2f} ms   p90 {pct(a2a, 90):7.2f} ms")
+        print(f"  added by A2A (median difference): {added:+.2f} ms   (goal <= 2 ms)")
+    finally:
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait(timeout=60)
+        if not args.keep:
+            shutil.rmtree(tmp, ignore_errors=True)
+        else:
+            print(f"kept {tmp}")
+
+
+if __name__ == "__main__":
+    main()
