@@ -25,6 +25,7 @@ import json
 import logging
 import time
 import uuid
+from urllib.parse import parse_qsl
 from collections.abc import Awaitable, Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, Protocol
@@ -178,8 +179,9 @@ class A2AApp:
         binding = "jsonrpc" if rest == "" else "http+json"
         if binding == "jsonrpc" or rest in ("message:send", "message:stream") or rest.endswith(":cancel"):
             self._only(method, "POST")
-        elif rest.startswith("tasks/"):
-            self._only(method, "GET")
+        elif rest == "tasks" or rest.startswith("tasks/"):
+            if method not in ("GET", "POST"):
+                raise _Refused(405, "method_not_allowed", "this A2A path answers GET and POST only")
         else:
             raise _Refused(404, "not_found", f"no A2A route {rest!r} under {url}")
         body = await self._body(scope, receive)
@@ -190,11 +192,10 @@ class A2AApp:
             await _send_json(send, 429, _http_error(429, refused.message, refused.code))
             return
         call = _Call(client, facts, url, binding)
-        version = _version(scope)
         if binding == "jsonrpc":
-            await self._jsonrpc(call, body, version, send)
+            await self._jsonrpc(call, scope, body, send)
         else:
-            await self._http_json(call, rest, body, send)
+            await self._http_json(call, scope, rest, body, send)
 
     def _only(self, method: str, allowed: str) -> None:
         if method != allowed:
@@ -235,9 +236,10 @@ class A2AApp:
 
     # -- JSON-RPC --------------------------------------------------------------------------
 
-    async def _jsonrpc(self, call: _Call, body: bytes, header_version: wire.Version, send: Any) -> None:
+    async def _jsonrpc(self, call: _Call, scope: dict, body: bytes, send: Any) -> None:
         request_id: Any = None
         try:
+            _check_headers(scope)
             try:
                 request = json.loads(body)
             except ValueError:
@@ -255,6 +257,8 @@ class A2AApp:
                 if method in _PUSH:
                     raise wire.RpcError.push_not_supported()
                 if method in ("SubscribeToTask", "tasks/resubscribe"):
+                    if self.ledger.get(_task_id(request.get("params")), call.client.config.name) is None:
+                        raise wire.RpcError.task_not_found(request["params"]["id"])
                     raise wire.RpcError.unsupported("subscribing to a task is not supported; use GetTask")
                 if method in ("GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard"):
                     raise wire.RpcError(-32007, "covenant serves no extended agent card", 400)
@@ -280,8 +284,9 @@ class A2AApp:
 
     # -- HTTP+JSON -------------------------------------------------------------------------
 
-    async def _http_json(self, call: _Call, rest: str, body: bytes, send: Any) -> None:
+    async def _http_json(self, call: _Call, scope: dict, rest: str, body: bytes, send: Any) -> None:
         try:
+            _check_headers(scope)
             if rest in ("message:send", "message:stream"):
                 try:
                     params = json.loads(body)
@@ -293,11 +298,21 @@ class A2AApp:
                 result = wire.send_result(await self._send_message(call, "message:send", params, wire.V1), wire.V1)
             elif rest.endswith(":cancel"):
                 result = await self._cancel(call, "tasks:cancel", _path_task(rest.removesuffix(":cancel")), wire.V1)
+            elif rest == "tasks":
+                result = self._list(call, _query_params(scope))
+            elif "/pushNotificationConfigs" in rest:
+                raise wire.RpcError.push_not_supported()
+            elif rest.endswith(":subscribe"):
+                task_id = _path_task(rest.removesuffix(":subscribe"))
+                if self.ledger.get(task_id, call.client.config.name) is None:
+                    raise wire.RpcError.task_not_found(task_id)
+                raise wire.RpcError.unsupported("subscribing to a task is not supported; use GET tasks/ID")
             else:
                 result = await self._get(call, "tasks:get", _path_task(rest), wire.V1)
             await _send_json(send, 200, result)
         except wire.RpcError as error:
-            await _send_json(send, error.http_status, _http_error(error.http_status, error.message, str(error.code)))
+            await _send_json(send, error.http_status, _http_error(error.http_status, error.message, error.reason,
+                                                                  info=error.error_info()))
 
     # -- the methods -----------------------------------------------------------------------
 
@@ -468,6 +483,9 @@ class A2AApp:
         if not isinstance(size, int) or not 1 <= size <= 100:
             raise wire.RpcError.invalid_params("pageSize must be 1 … 100")
         tasks = [self._task(e, wire.V1) for e in self.ledger.of_client(call.client.config.name, context_id)]
+        if params.get("includeArtifacts") is not True:  # A2A's default: tasks listed without their artifacts
+            for task in tasks:
+                task.pop("artifacts", None)
         return {"tasks": tasks[:size], "nextPageToken": "", "pageSize": size, "totalSize": len(tasks)}
 
     # -- audit -----------------------------------------------------------------------------
@@ -501,22 +519,38 @@ def _split(path: str) -> tuple[str, str]:
     return name, rest.rstrip("/") if rest != "/" else ""
 
 
-def _version(scope: dict) -> wire.Version:
-    given = next((v for k, v in scope.get("headers", []) if k == b"a2a-version"), None)
-    if given is None:
-        return wire.V1
-    text = given.decode("latin-1").strip()
-    if text in ("1.0", "1.0.0", "1"):
-        return wire.V1
-    if text in ("0.3", "0.3.0"):
-        return wire.V03
-    raise _Refused(400, "version_not_supported", f"A2A-Version {text[:20]!r} is not supported; use 1.0 (or 0.3)")
+def _check_headers(scope: dict) -> None:
+    """A body that is not JSON by its Content-Type, or an A2A-Version covenant does not speak: A2A errors."""
+    headers = dict(scope.get("headers", []))
+    version = headers.get(b"a2a-version")
+    if version is not None and version.decode("latin-1").strip() not in ("1.0", "1.0.0", "1", "0.3", "0.3.0"):
+        raise wire.RpcError.version(version.decode("latin-1")[:20])
+    content_type = headers.get(b"content-type")
+    if scope.get("method") == "POST" and content_type is not None:
+        media = content_type.decode("latin-1").split(";")[0].strip().lower()
+        if media not in ("application/json", "application/a2a+json"):
+            raise wire.RpcError.content_type(f"send the body as application/json, not {media[:60]!r}")
 
 
 def _task_id(params: Any) -> str:
     if not isinstance(params, dict) or not isinstance(params.get("id"), str) or not params["id"]:
         raise wire.RpcError.invalid_params("params.id must be the task id")
     return params["id"]
+
+
+def _query_params(scope: dict) -> dict[str, Any]:
+    """ListTasks' query string (``contextId``, ``pageSize``) as JSON-RPC params."""
+    query = dict(parse_qsl(scope.get("query_string", b"").decode("latin-1")))
+    params: dict[str, Any] = {}
+    if query.get("contextId"):
+        params["contextId"] = query["contextId"]
+    if query.get("includeArtifacts"):
+        params["includeArtifacts"] = query["includeArtifacts"].lower() == "true"
+    if query.get("pageSize"):
+        if not query["pageSize"].isdigit():
+            raise wire.RpcError.invalid_params("pageSize must be 1 … 100")
+        params["pageSize"] = int(query["pageSize"])
+    return params
 
 
 def _path_task(rest: str) -> str:
@@ -526,10 +560,11 @@ def _path_task(rest: str) -> str:
     return task_id
 
 
-def _http_error(status: int, message: str, code: str) -> dict[str, Any]:
-    """A refusal as the HTTP+JSON binding spells errors (google.rpc.Status), with covenant's code."""
+def _http_error(status: int, message: str, reason: str, *, info: dict[str, Any] | None = None) -> dict[str, Any]:
+    """An error as the HTTP+JSON binding spells it (google.rpc.Status with an ErrorInfo detail)."""
+    detail = info or {"@type": wire.ERROR_INFO_TYPE, "reason": reason.upper(), "domain": "covenant"}
     return {"error": {"code": status, "status": _HTTP_STATUS_NAMES.get(status, "UNKNOWN"), "message": message,
-                      "details": [{"reason": code}]}}
+                      "details": [detail]}}
 
 
 async def _send_json(send: Any, status: int, document: Any, extra: Any = ()) -> None:

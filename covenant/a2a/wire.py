@@ -86,11 +86,30 @@ class RpcError(Exception):
     def version(cls, given: str) -> RpcError:
         return cls(-32009, f"A2A-Version {given!r} is not supported; use 1.0 (or 0.3)", 400)
 
-    def body(self) -> dict[str, Any]:
-        error: dict[str, Any] = {"code": self.code, "message": self.message}
+    @property
+    def reason(self) -> str:
+        """The ``google.rpc.ErrorInfo`` reason A2A names for this code."""
+        return _REASONS.get(self.code, "INTERNAL_ERROR")
+
+    def error_info(self) -> dict[str, Any]:
+        """The ErrorInfo entry A2A errors carry (JSON-RPC ``error.data``, HTTP+JSON ``error.details``)."""
+        info: dict[str, Any] = {"@type": ERROR_INFO_TYPE, "reason": self.reason, "domain": "a2a-protocol.org"}
         if self.data:
-            error["data"] = self.data
-        return error
+            info["metadata"] = {key: str(value) for key, value in self.data.items()}
+        return info
+
+    def body(self) -> dict[str, Any]:
+        return {"code": self.code, "message": self.message, "data": [self.error_info()]}
+
+
+ERROR_INFO_TYPE = "type.googleapis.com/google.rpc.ErrorInfo"
+_REASONS = {
+    -32700: "PARSE_ERROR", -32600: "INVALID_REQUEST", -32601: "METHOD_NOT_FOUND", -32602: "INVALID_PARAMS",
+    -32603: "INTERNAL_ERROR", -32001: "TASK_NOT_FOUND", -32002: "TASK_NOT_CANCELABLE",
+    -32003: "PUSH_NOTIFICATION_NOT_SUPPORTED", -32004: "UNSUPPORTED_OPERATION", -32005: "CONTENT_TYPE_NOT_SUPPORTED",
+    -32006: "INVALID_AGENT_RESPONSE", -32007: "EXTENDED_AGENT_CARD_NOT_CONFIGURED",
+    -32008: "EXTENSION_SUPPORT_REQUIRED", -32009: "VERSION_NOT_SUPPORTED",
+}
 
 
 @dataclass(frozen=True)

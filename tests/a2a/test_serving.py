@@ -113,7 +113,15 @@ async def test_sdk_client_sends_streams_reads_and_is_refused_where_it_must_be(da
     # Errors in JSON-RPC's terms; a body over max_body_kb is 413; over the client's rate 429.
     assert _rpc(served, "echo", "NoSuchMethod", {}).json()["error"]["code"] == -32601
     assert _rpc(served, "echo", "SendMessage", {"message": {"role": "ROLE_USER"}}).json()["error"]["code"] == -32602
-    assert _rpc(served, "echo", "GetTask", {"id": "nope"}).json()["error"]["code"] == -32001
+    not_found = _rpc(served, "echo", "GetTask", {"id": "nope"}).json()["error"]
+    assert not_found["code"] == -32001 and not_found["data"] == [{
+        "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "TASK_NOT_FOUND", "domain": "a2a-protocol.org"}]
+    assert _rpc(served, "echo", "GetTask", {"id": "x"}, headers={"A2A-Version": "9.9"}).json()["error"]["code"] == -32009
+    as_text = httpx.post(served.url("echo"), content=b"{}", timeout=60,
+                         headers={**served.headers(), "Content-Type": "text/plain"})
+    assert as_text.json()["error"]["code"] == -32005
+    rest_missing = httpx.get(served.url("echo") + "/tasks/nope", headers=served.headers(), timeout=60)
+    assert rest_missing.status_code == 404 and rest_missing.json()["error"]["details"][0]["reason"] == "TASK_NOT_FOUND"
     big = _rpc(served, "echo", "SendMessage", {"message": {"messageId": "m3", "role": "ROLE_USER",
                                                             "parts": [{"text": "x" * 2000}]}})
     assert big.status_code == 413
