@@ -162,6 +162,8 @@ class RuneConfig(_Section):
     memory_medium_mb: int = Field(1024, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile medium")
     memory_large_mb: int = Field(4096, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile large")
     max_depth: int = Field(10, ge=1, le=100, description="deepest chain of agent calls (A2A and workflow steps) when a tool sets no max_depth")
+    spawned_ttl_s: int = Field(600, ge=1, le=7 * 86_400, description="how long an agent made by rune@agent-spawn lives")
+    spawned_max: int = Field(4, ge=0, le=100, description="live spawned agents per spawning agent and issuer; 0 = none")
     unavailable_tools: Literal["warn", "refuse"] = Field(
         "warn", description="an unavailable toolset entry: a warning (the agent loads), or a load error"
     )

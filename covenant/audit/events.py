@@ -55,6 +55,9 @@ SCHEDULE_FIRE = "schedule.fire"
 SCHEDULE_SKIPPED = "schedule.skipped"
 WEBHOOK_REQUEST = "webhook.request"
 A2A_REQUEST = "a2a.request"
+A2A_CALL = "a2a.call"
+AGENT_SPAWN = "agent.spawn"
+AGENT_KILL = "agent.kill"
 
 EVENT_TYPES = frozenset(
     {
@@ -77,6 +80,9 @@ EVENT_TYPES = frozenset(
         SCHEDULE_SKIPPED,
         WEBHOOK_REQUEST,
         A2A_REQUEST,
+        A2A_CALL,
+        AGENT_SPAWN,
+        AGENT_KILL,
     }
 )
 

@@ -8,6 +8,7 @@ running daemon has loaded, else a local scan of the home's agents folder);
 from __future__ import annotations
 
 import sys
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -68,18 +69,18 @@ def _rune_tools(spec: AgentSpec, home: Home) -> dict[str, Any] | None:
     return _tools(package, load_config(home))
 
 
-def _load_registry(home: Home) -> Registry:
-    """What the running daemon has loaded; without a daemon, a scan of the home's agents folder."""
+def _load_registry(home: Home) -> tuple[Registry, list[dict[str, Any]]]:
+    """What the running daemon has loaded (and its spawned agents); without a daemon, a scan of the agents folder."""
     loaded = ask_daemon(home, "/v1/agents")
     if loaded is None:
         from covenant.config import load_config
         from covenant.tools.refuse import enforce_unavailable_policy
 
-        return enforce_unavailable_policy(scan_agents(home.agents_dir, _limits(home)), load_config(home))
+        return enforce_unavailable_policy(scan_agents(home.agents_dir, _limits(home)), load_config(home)), []
     agents = [AgentSpec.model_validate(doc, strict=False) for doc in loaded["agents"]]
     problems = [_problem(p) for p in loaded["problems"]]
     notes = [_problem(n) for n in loaded.get("notes", [])]
-    return Registry(agents={a.id: a for a in agents}, problems=problems, notes=notes)
+    return Registry(agents={a.id: a for a in agents}, problems=problems, notes=notes), loaded.get("spawned", [])
 
 
 def _problem(doc: dict[str, Any]) -> Problem:
@@ -117,10 +118,11 @@ def agents() -> None:
 @reports_errors
 def list_agents(cli: CliContext, as_json: bool) -> None:
     """List the valid agents of the home's agents folder."""
-    registry = _load_registry(cli.home)
+    registry, spawned = _load_registry(cli.home)
     specs = [registry.agents[k] for k in sorted(registry.agents)]
     if as_json:
-        print_json({"agents": [_agent_json(s) for s in specs], "problems": [p.to_json() for p in registry.problems]})
+        print_json({"agents": [_agent_json(s) for s in specs], "problems": [p.to_json() for p in registry.problems],
+                    "spawned": spawned})
         return
     rows = [
         (
@@ -147,6 +149,9 @@ def list_agents(cli: CliContext, as_json: bool) -> None:
     else:
         for line in table_lines(headers, rows):
             click.echo(line)
+    for entry in spawned:
+        expires = datetime.fromtimestamp(entry["expires_ms"] / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        click.echo(f"{entry['agent']}: spawned by {entry['spawner']} for {entry['issuer']}, expires {expires}")
     _problems_note(registry)
 
 
@@ -157,7 +162,7 @@ def list_agents(cli: CliContext, as_json: bool) -> None:
 @reports_errors
 def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
     """Show one agent by id (a bare name means name@local). Exit 6 when there is no such agent."""
-    registry = _load_registry(cli.home)
+    registry, _ = _load_registry(cli.home)
     spec = registry.get(agent_id)
     if spec is None:
         hint = "; `covenant agents list` shows the ids"

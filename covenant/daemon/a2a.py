@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any
 
+from covenant.clock import iso_ms
 from covenant.errors import CovenantError
 from covenant.tools.context import ToolCallContext
 from covenant.tools.result import ToolError
@@ -54,6 +55,20 @@ class DaemonAgentCalls:
             raise ToolError("agent_refused" if exc.code == "remote" else "agent_failed",
                             f"{url}: {exc.message}") from None
 
+    async def spawn(self, ctx: ToolCallContext, manifest: str) -> dict[str, Any]:
+        try:
+            spawned = await self.daemon.spawn_agent(self._parent(ctx), manifest)
+        except CovenantError as exc:
+            raise ToolError("spawn_refused", exc.message) from None
+        return {"agent_id": spawned.agent.id, "expires_at": iso_ms(spawned.expires_ms)}
+
+    async def kill(self, ctx: ToolCallContext, agent_id: str) -> dict[str, Any]:
+        try:
+            spawned = await self.daemon.kill_spawned(self._parent(ctx), agent_id)
+        except CovenantError as exc:
+            raise ToolError("spawn_refused", exc.message) from None
+        return {"agent_id": spawned.agent.id, "killed": True}
+
     def _parent(self, ctx: ToolCallContext) -> ChainLink:
         link = self.daemon.chain.get(ctx.intent_id)
         if link is None:
@@ -68,6 +83,9 @@ class DaemonAgentCalls:
         mine = set(caller.runefile.networks)
         out = []
         for agent_id, package in sorted(loaded.packages.items()):
+            spawned = self.daemon.spawned.live.get(agent_id)
+            if spawned is not None and spawned.spawner != ctx.agent.id:
+                continue  # another agent's spawned helper: not this one's to see
             shared = mine & set(package.runefile.networks)
             if shared:
                 out.append({

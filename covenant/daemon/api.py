@@ -242,6 +242,7 @@ class ControlAPI:
             "problems": [p.to_json() for p in loaded.problems],
             "notes": [n.to_json() for n in loaded.notes],
             "withdrawn": sorted(loaded.withdrawn),
+            "spawned": [s.view() for _, s in sorted(self.daemon.spawned.live.items())],
         }
 
     async def _agent(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:

@@ -340,6 +340,7 @@ async def serve_daemon(
                 )
                 rune.tools.services.agents = DaemonAgentCalls(daemon)
                 await daemon.restore_replay_window()
+                await trio.to_thread.run_sync(daemon.spawned.clear)  # spawned agents never survive a restart
                 await audit.record(
                     "daemon.start",
                     {
@@ -366,6 +367,7 @@ async def serve_daemon(
                     await rune.start_eager(daemon.loaded.packages, daemon.loaded.agents)
                     await nursery.start(serve, api, sockets)
                     await nursery.start(schedules.run)
+                    await nursery.start(daemon.expire_spawned)
                     if webhook_socket is not None:
                         await nursery.start(serve, webhooks, [webhook_socket])
                     if a2a_socket is not None:

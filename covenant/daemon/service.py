@@ -18,7 +18,7 @@ from __future__ import annotations
 import logging
 import os
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
 
@@ -62,6 +62,7 @@ from covenant.workflow.engine import StepResult, run_workflow
 from covenant.workflow.plan import workflow_plan
 from covenant.daemon.workflow_record import workflow_record
 from covenant.daemon.remote_calls import RemoteCalls
+from covenant.daemon.spawned import SpawnRefused, Spawned, SpawnedAgents
 from covenant.a2a.client import RemoteAgents
 
 __all__ = ["Daemon"]
@@ -134,6 +135,8 @@ class Daemon:
         self.key = key
         """The daemon's key: it signs the child intents it makes (and the audit log's checkpoints)."""
         self.chain = IntentChain()
+        self.spawned = SpawnedAgents(home.state_dir / "spawned", ManifestLimits.from_config(config.runtime),
+                                     ttl_s=config.rune.spawned_ttl_s, per_spawner=config.rune.spawned_max)
         self.remote = RemoteCalls(RemoteAgents(config.a2a, os.environ), lambda: self.grants.current, audit.record)
         """Remote A2A agents (an ``http(s)://`` agent_ref, ``rune@a2a-*``), called only under ``[a2a] remotes``."""
         rune.packages = agents.packages
@@ -289,7 +292,7 @@ class Daemon:
         try:
             agent, routed_by = route(
                 intent.text,
-                self.loaded.agents,
+                self._reachable_agents(child, intent),
                 requested=intent.agent,
                 default_agent=self.config.default_agent,
                 withdrawn=self.loaded.withdrawn,
@@ -357,6 +360,69 @@ class Daemon:
         if child is not None and child.call.via == "workflow" and child.parent.agent_id == agent.id:
             return None
         return package.workflow
+
+    def _reachable_agents(self, child: _Child | None, intent: Intent) -> dict[str, AgentSpec]:
+        """Every loaded agent; spawned ones only for a child intent of their spawner, for its issuer."""
+        if not self.spawned.live:
+            return self.loaded.agents
+        spawner = child.parent.agent_id if child is not None else None
+        return {agent_id: agent for agent_id, agent in self.loaded.agents.items()
+                if agent_id not in self.spawned.live
+                or (self.spawned.live[agent_id].spawner == spawner
+                    and self.spawned.live[agent_id].issuer == intent.issuer.pubkey)}
+
+    # -- spawned agents (rune@agent-spawn / agent-kill) -------------------------------------
+
+    async def spawn_agent(self, parent: ChainLink, text: str) -> Spawned:
+        """A new ``<name>@spawned`` agent for ``parent``'s agent and issuer (SpawnRefused when it may not be)."""
+        spawner, package = self.loaded.agents.get(parent.agent_id), self.loaded.packages.get(parent.agent_id)
+        if spawner is None or package is None or parent.agent_id in self.spawned.live:
+            raise SpawnRefused("only a Rune agent loaded from agents/ may spawn agents")
+        spawned = await trio.to_thread.run_sync(partial(
+            self.spawned.create, text, spawner=spawner, spawner_package=package, issuer=parent.issuer.pubkey,
+            issuer_display=parent.issuer.display, now_ms=now_ms()))
+        self._publish_spawned()
+        await self.audit.record("agent.spawn", {"intent": parent.intent_id, **spawned.view(),
+                                                "toolset": list(spawned.package.runefile.toolset)})
+        log.info("agent spawned", extra={"agent": spawned.agent.id, "spawner": spawned.spawner})
+        return spawned
+
+    async def kill_spawned(self, parent: ChainLink, agent_id: str) -> Spawned:
+        """Remove a spawned agent; only its spawner (same agent, same issuer) may."""
+        spawned = self.spawned.live.get(agent_id) or self.spawned.live.get(f"{agent_id}@spawned")
+        if spawned is None or spawned.spawner != parent.agent_id or spawned.issuer != parent.issuer.pubkey:
+            raise SpawnRefused(f"{agent_id} is not an agent this agent spawned for this issuer")
+        await self.remove_spawned(spawned.agent.id, reason="killed", intent=parent.intent_id)
+        return spawned
+
+    async def remove_spawned(self, agent_id: str, *, reason: str, intent: str | None = None) -> None:
+        """Stop the spawned agent's replica (its runs end as cancelled), then forget it."""
+        await self.rune.replicas.stop(agent_id, drain=False)
+        spawned = await trio.to_thread.run_sync(self.spawned.remove, agent_id)
+        if spawned is None:
+            return
+        self._publish_spawned()
+        await self.audit.record("agent.kill", {"intent": intent, **spawned.view(), "reason": reason})
+        log.info("spawned agent removed", extra={"agent": agent_id, "reason": reason})
+
+    async def expire_spawned(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Remove spawned agents past ``[rune] spawned_ttl_s``, checked every second, until cancelled."""
+        task_status.started()
+        while True:
+            for agent_id in self.spawned.expired(now_ms()):
+                await self.remove_spawned(agent_id, reason="expired")
+            await trio.sleep(1)
+
+    def _publish_spawned(self) -> None:
+        """The loaded agents with the live spawned ones (after a spawn, a kill or a reload)."""
+        agents = {k: v for k, v in self.loaded.agents.items() if not k.endswith("@spawned")}
+        packages = {k: v for k, v in self.loaded.packages.items() if not k.endswith("@spawned")}
+        for agent_id, spawned in self.spawned.live.items():
+            agents[agent_id], packages[agent_id] = spawned.agent, spawned.package
+        self.loaded = replace(self.loaded, agents=agents, packages=packages)
+        self.rune.packages = self.loaded.packages
+        self.rune.replicas.reconcile_soon({i: (agents[i], p) for i, p in packages.items()},
+                                          eager=self.config.rune.start == "eager")
 
     def _find_agent(self, name: str) -> AgentSpec | None:
         try:
@@ -749,12 +815,11 @@ class Daemon:
                     scan_agents(self.home.agents_dir, ManifestLimits.from_config(self.config.runtime)), self.config
                 )
             )
-            self.loaded, changes = merge_reload(self.loaded, fresh)
-            self.rune.packages = self.loaded.packages
-            self.rune.replicas.reconcile_soon(
-                {i: (self.loaded.agents[i], p) for i, p in self.loaded.packages.items()},
-                eager=self.config.rune.start == "eager",
-            )
+            without_spawned = replace(
+                self.loaded, agents={k: v for k, v in self.loaded.agents.items() if not k.endswith("@spawned")},
+                packages={k: v for k, v in self.loaded.packages.items() if not k.endswith("@spawned")})
+            self.loaded, changes = merge_reload(without_spawned, fresh)
+            self._publish_spawned()
             for agent_id in changes.withdrawn:
                 log.warning(
                     "agent withdrawn: its manifest was rejected",

@@ -154,9 +154,12 @@ class RunePackage:
     warnings: tuple[str, ...] = ()
     """Non-fatal remarks, e.g. an MCP server that must come from covenant.toml."""
 
+    namespace: str = "local"
+    """``local`` for a package in agents/; ``spawned`` for one an agent made with ``rune@agent-spawn``."""
+
     @property
     def id(self) -> str:
-        return f"{self.runefile.name}@local"
+        return f"{self.runefile.name}@{self.namespace}"
 
     def actions(self) -> tuple[str, ...]:
         """The capability actions the toolset requires, in toolset order, without repeats."""

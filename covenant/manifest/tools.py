@@ -218,12 +218,18 @@ def builtin_descriptor(name: str) -> ToolDescriptor:
     return ToolDescriptor.model_construct(name=name, runtime="builtin")
 
 
+_AUTHORITY_ACTIONS = {"rune@agent-spawn": "agent.spawn", "rune@agent-kill": "agent.spawn"}
+"""Built-ins that are an authority rather than a tool: creating agents is ``agent.spawn``, whoever asks."""
+
+
 def tool_action(name: str) -> str:
     """The capability action a tool needs.
 
     ``rune@web-fetch`` -> ``tool.web_fetch``; custom ``search_kb`` ->
     ``tool.search_kb``; MCP ``github/create_issue`` -> ``tool.mcp.github.create_issue``.
     """
+    if name in _AUTHORITY_ACTIONS:
+        return _AUTHORITY_ACTIONS[name]
     if name.startswith(BUILTIN_PREFIX):
         return "tool." + name[len(BUILTIN_PREFIX) :].replace("-", "_")
     if MCP_SEPARATOR in name:

@@ -48,6 +48,12 @@ class AgentCalls(Protocol):
     async def discover_remote(self, ctx: ToolCallContext, url: str, *, timeout_s: float) -> dict[str, Any]:
         """The remote A2A agent's card, summarised."""
 
+    async def spawn(self, ctx: ToolCallContext, manifest: str) -> dict[str, Any]:
+        """A new ``<name>@spawned`` agent from Runefile text: ``{agent_id, expires_at}``."""
+
+    async def kill(self, ctx: ToolCallContext, agent_id: str) -> dict[str, Any]:
+        """Remove an agent this one spawned: ``{agent_id, killed}``."""
+
 
 async def call_agent(
     agents: AgentCalls | None, ctx: ToolCallContext, agent_ref: str, text: str, *, max_depth: int | None, ends: float

@@ -54,6 +54,8 @@ ERROR_CODES: dict[str, str] = {
     "process_limit": "the agent already has [tools.process] max_per_agent processes",
     "agent_refused": "a call to another agent was refused before it ran (no shared network, max_depth, the issuer's grants, no such agent)",
     "agent_failed": "the called agent ran and did not end with outcome ok",
+    "spawn_refused": "agent-spawn or agent-kill was refused (an invalid manifest, tools the spawner lacks, "
+    "[rune] spawned_max reached, or an agent this one did not spawn)",
     "store_corrupt": "the agent's knowledge, tasks or events file failed verification and is not loaded",
     "store_full": "the agent's knowledge, tasks or events store holds the most allowed",
     "unknown_entity": "knowledge-add-relation named an entity that does not exist",
@@ -62,7 +64,7 @@ ERROR_CODES: dict[str, str] = {
 }
 """Every ``error_code`` a tool call can end with, and what it means."""
 
-DENIED_CODES = frozenset({"capability_denied", "path_refused", "address_refused", "agent_refused"})
+DENIED_CODES = frozenset({"capability_denied", "path_refused", "address_refused", "agent_refused", "spawn_refused"})
 """Error codes audited with outcome ``denied`` rather than ``error``."""
 
 

@@ -1,4 +1,5 @@
-"""``rune@agent-send``, ``rune@agent-list``, ``rune@agent-find``: agents calling agents by name.
+"""``rune@agent-send``, ``rune@agent-list``, ``rune@agent-find``: agents calling agents by name;
+``rune@agent-spawn`` and ``rune@agent-kill``: agents made at run time (covenant/daemon/spawned.py).
 
 ``agent-send`` is a child intent like an agent tool (network rule, depth,
 the root issuer's grants); ``agent-list`` and ``agent-find`` only show the
@@ -33,6 +34,18 @@ async def _send(call: BuiltinCall) -> dict[str, Any]:
     )
 
 
+async def _spawn(call: BuiltinCall) -> dict[str, Any]:
+    if call.services.agents is None:
+        raise ToolError("spawn_refused", "spawning agents needs the daemon (not available under `covenant run`)")
+    return await call.services.agents.spawn(call.ctx, call.arguments["manifest"])
+
+
+async def _kill(call: BuiltinCall) -> dict[str, Any]:
+    if call.services.agents is None:
+        raise ToolError("spawn_refused", "spawning agents needs the daemon (not available under `covenant run`)")
+    return await call.services.agents.kill(call.ctx, call.arguments["agent_id"])
+
+
 async def _list(call: BuiltinCall) -> dict[str, Any]:
     return {"agents": _peers(call)}
 
@@ -44,6 +57,29 @@ async def _find(call: BuiltinCall) -> dict[str, Any]:
 
 
 TOOLS = (
+    Builtin(
+        name="rune@agent-spawn",
+        description="Create a helper agent from a Runefile (YAML text). Its toolset must be a subset of yours; "
+        "it lives until agent-kill or its time runs out. Talk to it with agent-send and the agent_id returned.",
+        parameters={
+            "type": "object",
+            "properties": {"manifest": {"type": "string", "minLength": 1, "maxLength": 65536}},
+            "required": ["manifest"],
+            "additionalProperties": False,
+        },
+        run=_spawn,
+    ),
+    Builtin(
+        name="rune@agent-kill",
+        description="Remove an agent you spawned (its agent_id, e.g. helper@spawned).",
+        parameters={
+            "type": "object",
+            "properties": {"agent_id": {"type": "string", "minLength": 1, "maxLength": 200}},
+            "required": ["agent_id"],
+            "additionalProperties": False,
+        },
+        run=_kill,
+    ),
     Builtin(
         name="rune@agent-send",
         description="Ask another agent (one that shares a network with you) and get its answer. "
