@@ -17,7 +17,6 @@ import os
 import re
 from typing import Any
 
-import httpx
 
 from covenant.canonical import canonical_bytes
 from covenant.clock import iso_ms, now_ms
@@ -57,6 +56,8 @@ async def _send(call: BuiltinCall) -> dict[str, Any]:
                         f"http(s) URL and {channel.secret_env} a key")
     body = canonical_bytes({"agent": call.ctx.agent.id, "channel": name, "intent": call.ctx.intent_id,
                             "sent_at": iso_ms(now_ms()), "text": text})
+    import httpx  # loaded by the first message, not with the daemon
+
     headers = {"Content-Type": "application/json", SIGNATURE_HEADER: signature(secret.encode(), body)}
     try:
         async with httpx.AsyncClient(timeout=channel.timeout_s, follow_redirects=False, trust_env=False) as client:

@@ -23,15 +23,17 @@ from __future__ import annotations
 import base64
 import ipaddress
 import math
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import httpx
 import trio
 
 from covenant.config import Config
 from covenant.tools.builtins.base import Builtin, BuiltinCall
 from covenant.tools.netpolicy import AddressPolicy
 from covenant.tools.result import ToolError
+
+if TYPE_CHECKING:
+    import httpx
 
 __all__ = ["TOOL"]
 
@@ -113,6 +115,8 @@ def _why(exc: BaseException) -> str:
 
 async def _connect(client: httpx.AsyncClient, url: httpx.URL, addresses: list[str]) -> httpx.Response:
     """Send the GET to the checked addresses in turn (never to a name): the first that connects answers."""
+    import httpx  # loaded by the first fetch, not with the daemon
+
     extensions = {"sni_hostname": url.host} if url.scheme == "https" else {}
     # identity: the body is read raw, never decompressed, so a compression bomb costs at most max_bytes
     headers = {"Host": url.netloc.decode("ascii"), "User-Agent": _USER_AGENT, "Accept": "*/*", "Accept-Encoding": "identity"}
@@ -129,6 +133,8 @@ async def _connect(client: httpx.AsyncClient, url: httpx.URL, addresses: list[st
 
 
 async def _fetch(url: str, call: BuiltinCall) -> dict[str, Any]:
+    import httpx  # loaded by the first fetch, not with the daemon
+
     limits = call.services.config.tools.web_fetch
     policy = AddressPolicy.from_config(limits.allow)
     network = call.ctx.agent.resources.network
@@ -173,6 +179,8 @@ async def _fetch(url: str, call: BuiltinCall) -> dict[str, Any]:
 
 
 async def _run(call: BuiltinCall) -> dict[str, Any]:
+    import httpx  # loaded by the first fetch, not with the daemon
+
     limits = call.services.config.tools.web_fetch
     url = call.arguments["url"]
     ends = min(trio.current_time() + limits.timeout_ms / 1000, call.ends if math.isfinite(call.ends) else math.inf)

@@ -12,7 +12,6 @@ from __future__ import annotations
 import json
 from typing import Any
 
-import httpx
 
 from covenant.config import Config
 from covenant.tools.builtins.base import Builtin, BuiltinCall
@@ -35,6 +34,8 @@ def _text(value: Any, most: int) -> str:
 
 
 async def _search(call: BuiltinCall) -> dict[str, Any]:
+    import httpx  # loaded by the first search, not with the daemon
+
     settings = call.services.config.tools.web_search
     assert settings.url is not None  # offered only when configured
     query = call.arguments["query"]
