@@ -13,7 +13,6 @@ from __future__ import annotations
 import logging
 import os
 import resource
-import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
@@ -26,7 +25,7 @@ from covenant.config import Config, McpServerConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime import teardown
 from covenant.runtime.environment import agent_environment
-from covenant.runtime.launcher import AgentCredentials, Launched, LaunchError, LaunchPlan
+from covenant.runtime.launcher import AgentCredentials, LaunchError, LaunchPlan
 from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.runner import Runner
 
@@ -62,19 +61,6 @@ def _plan(config: Config, runner: Runner, agent: AgentSpec, server: McpServerCon
         pdeathsig=config.runtime.pdeathsig,
         credentials=creds,
     )
-
-
-async def _kill(launched: Launched) -> None:
-    if not launched.exited_now():
-        teardown.signal_group(launched.pid, signal.SIGTERM)
-        with trio.move_on_after(_KILL_GRACE_S):
-            await launched.wait_exit()
-    teardown.signal_group(launched.pid, signal.SIGKILL)
-    with trio.move_on_after(10):
-        await launched.wait_exit()
-    if launched.exited_now():
-        await trio.to_thread.run_sync(launched.reap)
-    await launched.aclose()
 
 
 @asynccontextmanager
@@ -156,7 +142,7 @@ async def launched_stdio_server(
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                await _kill(launched)
+                await teardown.stop_launched(launched, _KILL_GRACE_S)
     finally:
         with trio.CancelScope(shield=True):
             if creds is not None:
