@@ -18,13 +18,10 @@ import os
 from collections.abc import AsyncIterator, Mapping
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httpx2
 import trio
-from mcp import ClientSession
-from mcp.client.streamable_http import streamable_http_client
-from mcp_types import PaginatedRequestParams
 
 from covenant.config import Config
 from covenant.manifest.model import AgentSpec
@@ -32,7 +29,11 @@ from covenant.manifest.runefile import RunePackage
 from covenant.manifest.tools import MCP_SEPARATOR
 from covenant.runtime.runner import Runner
 from covenant.tools.mcp.endpoints import HttpEndpoint, McpUnavailable, StdioEndpoint, endpoint_for
+from covenant.tools.mcp.sdk import load_sdk
 from covenant.tools.mcp.stdio import launched_stdio_server
+
+if TYPE_CHECKING:
+    from mcp import ClientSession
 
 __all__ = ["McpHub", "McpTool", "BACKOFF_FIRST_S", "BACKOFF_MAX_S", "PING_INTERVAL_S"]
 
@@ -224,6 +225,9 @@ class McpHub:
     async def _session_life(self, conn: _Connection) -> None:
         endpoint = endpoint_for(conn.package, conn.server, self.config, self._environ)
         conn.endpoint = endpoint.describe()
+        await load_sdk()
+        from mcp import ClientSession
+
         async with self._transport(conn, endpoint) as (read, write, exited):
             async with ClientSession(read, write) as session:
                 with trio.fail_after(CONNECT_TIMEOUT_S):
@@ -244,6 +248,8 @@ class McpHub:
 
     @staticmethod
     async def _list_tools(server: str, session: ClientSession) -> dict[str, McpTool]:
+        from mcp_types import PaginatedRequestParams
+
         tools: dict[str, McpTool] = {}
         cursor: str | None = None
         for _ in range(_LIST_PAGES_MAX):
@@ -264,6 +270,8 @@ class McpHub:
                                              memory_mb) as streams:
                 yield streams
             return
+        from mcp.client.streamable_http import streamable_http_client
+
         never = trio.Event()
         timeout = httpx2.Timeout(30.0, read=300.0)
         async with httpx2.AsyncClient(headers=dict(endpoint.headers), timeout=timeout, follow_redirects=False) as client:

@@ -17,9 +17,7 @@ from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-import mcp_types
 import trio
-from mcp.shared.message import SessionMessage
 
 from covenant.config import Config, McpServerConfig
 from covenant.manifest.model import AgentSpec
@@ -28,6 +26,7 @@ from covenant.runtime.environment import agent_environment
 from covenant.runtime.launcher import AgentCredentials, LaunchError, LaunchPlan
 from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.runner import Runner
+from covenant.tools.mcp.sdk import load_sdk
 
 __all__ = ["launched_stdio_server", "LINE_MAX_BYTES"]
 
@@ -72,6 +71,10 @@ async def launched_stdio_server(
     On exit (or cancellation) the server's process group is killed and its uid released (swept when it
     was the uid's last live root).
     """
+    await load_sdk()
+    import mcp_types
+    from mcp.shared.message import SessionMessage
+
     creds = await runner.claim_uid(agent.id)
     scratch = await trio.to_thread.run_sync(runner.scratch.make)
     try:
