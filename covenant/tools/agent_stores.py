@@ -13,7 +13,6 @@ daemon's back is verified again before the next call.
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -22,15 +21,11 @@ from typing import Any
 import trio
 
 from covenant.audit.events import STORE_RECOVER
-from covenant.chainlog import ChainCorrupt
 from covenant.home import Home
-from covenant.tools.chain_file import VerifiedChainFile
+from covenant.tools.chain_file import VerifiedChainFile, open_verified
 from covenant.tools.memory_store import memory_dir
-from covenant.tools.result import ToolError
 
 __all__ = ["AgentStore", "AgentStores", "StoreKind", "STORE_RECOVER"]
-
-log = logging.getLogger("covenant.tools")
 
 
 @dataclass(frozen=True)
@@ -71,18 +66,8 @@ class AgentStores:
     async def open(self, kind: StoreKind, agent_id: str, intent_id: str, audit: Any) -> AgentStore:
         """The agent's verified store (hold :meth:`lock`); ``store_corrupt`` when a record was changed."""
         store = self._store(kind, agent_id)
-        try:
-            torn = await trio.to_thread.run_sync(store.load)
-        except ChainCorrupt as exc:
-            log.error("store fails verification", extra={"agent": agent_id, "path": str(exc.path), "detail": str(exc)})
-            raise ToolError(
-                "store_corrupt",
-                f"this agent's {kind.name} store failed verification at line {exc.line} ({exc.reason}) and is not "
-                "loaded; an operator must repair or remove the file",
-            ) from None
+        torn = await open_verified(store, agent_id, f"{kind.name} store", "store_corrupt")
         if torn is not None:
-            log.warning("store had a torn tail; cut", extra={"agent": agent_id, "path": str(store.path),
-                                                             "discarded_bytes": torn.discarded_bytes})
             await audit(STORE_RECOVER, {
                 "agent": agent_id, "intent": intent_id, "store": kind.name, "path": str(store.path),
                 "valid_bytes": torn.valid_bytes, "discarded_bytes": torn.discarded_bytes,

@@ -9,6 +9,7 @@ folders are made 0700 on first use (agent uids may not list them).
 
 from __future__ import annotations
 
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -17,9 +18,12 @@ from typing import Any
 
 import trio
 
-from covenant.chainlog import Chain, TornTail, append_records, read_chain, rewrite_chain
+from covenant.chainlog import Chain, ChainCorrupt, TornTail, append_records, read_chain, rewrite_chain
+from covenant.tools.result import ToolError
 
-__all__ = ["VerifiedChainFile"]
+__all__ = ["VerifiedChainFile", "open_verified"]
+
+log = logging.getLogger("covenant.tools")
 
 
 @dataclass
@@ -79,3 +83,25 @@ class VerifiedChainFile:
     def rewrite(self, records: list[dict[str, Any]]) -> None:
         """Replace the records (compaction), atomically (blocking)."""
         self._adopt(rewrite_chain(self.path, self.header, records))
+
+
+async def open_verified(file: VerifiedChainFile, agent_id: str, what: str, error_code: str) -> TornTail | None:
+    """Load and verify ``file`` in a worker thread (hold its lock); the torn tail it cut, if any.
+
+    A changed record raises ``error_code`` naming ``what`` ("memory", "tasks store"); a cut tail is
+    logged here and returned for the caller to audit.
+    """
+    try:
+        torn = await trio.to_thread.run_sync(file.load)
+    except ChainCorrupt as exc:
+        log.error("chain file fails verification",
+                  extra={"agent": agent_id, "store": what, "path": str(exc.path), "detail": str(exc)})
+        raise ToolError(
+            error_code,
+            f"this agent's {what} failed verification at line {exc.line} ({exc.reason}) and is not loaded; "
+            "an operator must repair or remove the file",
+        ) from None
+    if torn is not None:
+        log.warning("chain file had a torn tail; cut",
+                    extra={"agent": agent_id, "store": what, "path": str(file.path), "discarded_bytes": torn.discarded_bytes})
+    return torn

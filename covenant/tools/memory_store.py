@@ -15,7 +15,6 @@ atomically.
 
 from __future__ import annotations
 
-import logging
 import re
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -24,10 +23,10 @@ from typing import Any
 import trio
 
 from covenant.audit.events import MEMORY_RECOVER
-from covenant.chainlog import Chain, ChainCorrupt, TornTail
+from covenant.chainlog import Chain, TornTail
 from covenant.clock import now_ms
 from covenant.home import Home
-from covenant.tools.chain_file import VerifiedChainFile
+from covenant.tools.chain_file import VerifiedChainFile, open_verified
 from covenant.tools.result import ToolError
 
 __all__ = [
@@ -43,7 +42,6 @@ __all__ = [
     "memory_dir",
 ]
 
-log = logging.getLogger("covenant.tools")
 
 MEMORY_FORMAT = "covenant-memory/v1"
 KEY_MAX_BYTES = 128
@@ -137,20 +135,8 @@ class MemoryStores:
         raises ``memory_corrupt``.
         """
         memory = self._memory(agent_id)
-        try:
-            torn = await trio.to_thread.run_sync(memory.load)
-        except ChainCorrupt as exc:
-            log.error("memory file fails verification", extra={"agent": agent_id, "path": str(exc.path), "detail": str(exc)})
-            raise ToolError(
-                "memory_corrupt",
-                f"this agent's memory failed verification at line {exc.line} ({exc.reason}) and is not loaded; "
-                "an operator must repair or remove the file",
-            ) from None
+        torn = await open_verified(memory, agent_id, "memory", "memory_corrupt")
         if torn is not None:
-            log.warning(
-                "memory file had a torn tail; cut",
-                extra={"agent": agent_id, "path": str(memory.path), "discarded_bytes": torn.discarded_bytes},
-            )
             await report(memory.path, torn)
         return memory
 
