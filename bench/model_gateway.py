@@ -49,7 +49,7 @@ from covenant.config import AuditConfig, ProviderConfig  # noqa: E402
 from covenant.daemon.metrics import Metrics  # noqa: E402
 from covenant.models import AgentModels, ModelCall, ModelGateway, TokenBudget  # noqa: E402
 from covenant.models.http import ProviderHttp  # noqa: E402
-from covenant.models.sse import SseParser  # noqa: E402
+from covenant.sse import SseParser  # noqa: E402
 
 TOOLS = [
     {"type": "function", "function": {"name": "classify_ticket", "description": "Label a ticket technical or billing.",

@@ -18,7 +18,6 @@ import json
 import logging
 import os
 import resource
-import signal
 import sys
 import time
 from collections.abc import Callable
@@ -182,7 +181,7 @@ class ReplicaProcess:
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                await self._kill(launched)
+                await teardown.stop_launched(launched, _KILL_GRACE_S)
                 gateway_sock.close()
                 status = launched.status
                 if status is not None and reason == "the replica exited":
@@ -237,18 +236,6 @@ class ReplicaProcess:
                 return False
             return status == 200
         return False
-
-    async def _kill(self, launched: Launched) -> None:
-        if not launched.exited_now():
-            teardown.signal_group(launched.pid, signal.SIGTERM)
-            with trio.move_on_after(_KILL_GRACE_S):
-                await launched.wait_exit()
-        teardown.signal_group(launched.pid, signal.SIGKILL)
-        with trio.move_on_after(10):
-            await launched.wait_exit()
-        if launched.exited_now():
-            await trio.to_thread.run_sync(launched.reap)
-        await launched.aclose()
 
     async def _drain_output(self, replica: Replica, stream: trio.abc.ReceiveStream) -> None:
         pending = b""

@@ -18,6 +18,7 @@ import trio
 from covenant.clock import iso_now, now_ms
 from covenant.daemon.replica_gateway import IntentContext
 from covenant.daemon.replicas import ReplicaFailed, ReplicaSupervisor
+from covenant.daemon.workflow_record import hosted_record
 from covenant.manifest.model import AgentSpec
 from covenant.rune.conversation import new_session_id
 from covenant.rune.safety import LineRedactor, redact, still_secret
@@ -130,35 +131,17 @@ async def run_rune_intent(
         await flush()
     replica = replicas.replicas.get(agent.id)
     usage = document.get("usage") if isinstance(document.get("usage"), dict) else None
-    return DispatchRecord(
-        intent_id=intent.id,
-        agent_id=agent.id,
-        agent_version=agent.version,
-        runtime="rune",
-        argv=[],
-        limits={
-            "timeout_ms": rf.timeout_ms,
-            "max_steps": rf.max_steps,
-            "token_budget": rf.models.token_budget,
-            "request_timeout_ms": rf.runtime.request_timeout_ms,
-            "concurrency_limit": rf.runtime.concurrency_limit,
-            "resource_profile": rf.runtime.resource_profile,
-        },
+    limits = {
+        "timeout_ms": rf.timeout_ms,
+        "max_steps": rf.max_steps,
+        "token_budget": rf.models.token_budget,
+        "request_timeout_ms": rf.runtime.request_timeout_ms,
+        "concurrency_limit": rf.runtime.concurrency_limit,
+        "resource_profile": rf.runtime.resource_profile,
+    }
+    return hosted_record(
+        intent, agent, "rune", limits, outcome, error, text, started_at, t0,
         pid=replica.pid if replica is not None else None,
-        started_at=started_at,
-        ended_at=iso_now(),
-        exit_code=None,
-        signal=None,
-        outcome=outcome,  # type: ignore[arg-type]
-        error=error,
-        duration_ms=int((time.monotonic() - t0) * 1000),
-        cpu_ms=0,
-        peak_rss_kib=0,
-        stdout_bytes=0,
-        scratch_peak_bytes=0,
-        stderr_tail="",
-        result={"intent_id": intent.id, "status": "ok", "text": text, "sources": []} if outcome == "ok" else None,
-        network_enforced=False,
         session_id=document.get("session_id") if isinstance(document.get("session_id"), str) else session_id,
         usage={k: v for k, v in usage.items() if type(v) is int} if usage else None,
     )

@@ -1,8 +1,13 @@
-"""The dispatch record of one workflow intent, made from the engine's result."""
+"""The dispatch record of an intent the daemon ran itself (a workflow, a Rune replica call).
+
+No one-shot process of its own: no argv, exit code, signal, CPU or output
+counters; the outcome, error and answer text come from the engine.
+"""
 
 from __future__ import annotations
 
 import time
+from typing import Any
 
 from covenant.clock import iso_now
 from covenant.manifest.model import AgentSpec
@@ -11,25 +16,33 @@ from covenant.policy.intents import Intent
 from covenant.runtime.outcome import DispatchRecord
 from covenant.workflow.engine import WorkflowResult
 
-__all__ = ["workflow_record"]
+__all__ = ["hosted_record", "workflow_record"]
 
 
-def workflow_record(
-    intent: Intent, agent: AgentSpec, workflow: Workflow, result: WorkflowResult | None, started_at: str, t0: float
+def hosted_record(
+    intent: Intent,
+    agent: AgentSpec,
+    runtime: str,
+    limits: dict[str, Any],
+    outcome: str,
+    error: str | None,
+    text: str | None,
+    started_at: str,
+    t0: float,
+    *,
+    pid: int | None = None,
+    session_id: str | None = None,
+    usage: dict[str, int] | None = None,
 ) -> DispatchRecord:
-    """``result`` None: the run was cancelled (the daemon is shutting down)."""
-    if result is None:
-        outcome, error, text = "cancelled", "covenant stopped the intent: the daemon is shutting down", None
-    else:
-        outcome, error, text = result.outcome, result.error, result.text
+    """The record of a run hosted by the daemon; ``t0`` is its ``time.monotonic()`` start."""
     return DispatchRecord(
         intent_id=intent.id,
         agent_id=agent.id,
         agent_version=agent.version,
-        runtime="workflow",
+        runtime=runtime,  # type: ignore[arg-type]
         argv=[],
-        limits={"timeout_ms": workflow.timeout_ms, "steps": len(workflow.steps)},
-        pid=None,
+        limits=limits,
+        pid=pid,
         started_at=started_at,
         ended_at=iso_now(),
         exit_code=None,
@@ -44,4 +57,18 @@ def workflow_record(
         stderr_tail="",
         result={"intent_id": intent.id, "status": "ok", "text": text, "sources": []} if outcome == "ok" else None,
         network_enforced=False,
+        session_id=session_id,
+        usage=usage,
     )
+
+
+def workflow_record(
+    intent: Intent, agent: AgentSpec, workflow: Workflow, result: WorkflowResult | None, started_at: str, t0: float
+) -> DispatchRecord:
+    """``result`` None: the run was cancelled (the daemon is shutting down)."""
+    if result is None:
+        outcome, error, text = "cancelled", "covenant stopped the intent: the daemon is shutting down", None
+    else:
+        outcome, error, text = result.outcome, result.error, result.text
+    limits = {"timeout_ms": workflow.timeout_ms, "steps": len(workflow.steps)}
+    return hosted_record(intent, agent, "workflow", limits, outcome, error, text, started_at, t0)

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from typing import Any
 
 from covenant.config import ProviderConfig
-from covenant.models.sse import SseEvent
+from covenant.sse import SseEvent
 from covenant.models.types import Answer, ProviderProtocolError
 
 __all__ = ["Adapter", "StreamAssembler", "HttpRequest", "ChatTurn", "tool_call", "arguments_text", "require"]

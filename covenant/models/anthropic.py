@@ -12,7 +12,7 @@ from typing import Any
 
 from covenant.config import ProviderConfig
 from covenant.models.adapter import Adapter, ChatTurn, StreamAssembler, require, tool_call
-from covenant.models.sse import SseEvent
+from covenant.sse import SseEvent
 from covenant.models.types import Answer, ProviderProtocolError
 
 __all__ = ["AnthropicAdapter", "DEFAULT_MAX_TOKENS", "to_anthropic"]

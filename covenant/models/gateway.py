@@ -41,7 +41,7 @@ from covenant.models.anthropic import AnthropicAdapter
 from covenant.models.http import HttpResponse, ProviderHttp, TransportError
 from covenant.models.openai import OpenAIAdapter
 from covenant.models.plan import ModelPlan, PlannedProvider, plan_models, usable_key
-from covenant.models.sse import SseEvent, SseParser
+from covenant.sse import SseEvent, SseParser
 from covenant.models.validate import check_request
 from covenant.models.types import (
     AgentModels,

@@ -7,7 +7,7 @@ from typing import Any
 
 from covenant.config import ProviderConfig
 from covenant.models.adapter import Adapter, ChatTurn, StreamAssembler, require, tool_call
-from covenant.models.sse import SseEvent
+from covenant.sse import SseEvent
 from covenant.models.types import Answer, ProviderProtocolError
 
 __all__ = ["OpenAIAdapter"]

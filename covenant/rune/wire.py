@@ -28,6 +28,8 @@ from typing import Any
 import h11
 import trio
 
+from covenant.sse import SseEvent, SseParser
+
 log = logging.getLogger("covenant.rune")
 
 __all__ = [
@@ -275,6 +277,13 @@ async def call(path: Path | str, method: str, target: str, body: Any = None) -> 
         raise WireError(f"{path}: HTTP {response.status_code} with a body that is not JSON") from None
 
 
+def _event_data(path: Path | str, event: SseEvent) -> Any:
+    try:
+        return json.loads(event.data)
+    except ValueError:
+        raise WireError(f"{path}: a {event.event!r} event whose data is not JSON") from None
+
+
 async def stream(path: Path | str, target: str, body: Any) -> AsyncIterator[tuple[str, Any]]:
     """POST ``body`` asking for events; yields ``(event, data)``.
 
@@ -290,13 +299,9 @@ async def stream(path: Path | str, target: str, body: Any) -> AsyncIterator[tupl
                 raise WireError(f"{path}: HTTP {response.status_code} with a body that is not JSON") from None
             yield "response", {"status": response.status_code, "document": document}
             return
-        pending = b""
-        event_name = "message"
+        parser = SseParser()
         async for chunk in _body_events(conn, sock):
-            *lines, pending = (pending + chunk).split(b"\n")
-            for line in lines:
-                if line.startswith(b"event: "):
-                    event_name = line[7:].decode()
-                elif line.startswith(b"data: "):
-                    yield event_name, json.loads(line[6:])
-                    event_name = "message"
+            for event in parser.feed(chunk):
+                yield event.event, _event_data(path, event)
+        for event in parser.end():
+            yield event.event, _event_data(path, event)

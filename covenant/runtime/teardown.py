@@ -8,12 +8,17 @@ reaped here; the root process is reaped by its :class:`Launched`.
 from __future__ import annotations
 
 import os
+import signal
+from typing import TYPE_CHECKING
 
 import trio
 
 from covenant.runtime import _procfs
 
-__all__ = ["signal_group", "signal_processes", "marked_processes", "await_gone"]
+if TYPE_CHECKING:
+    from covenant.runtime.launcher import Launched
+
+__all__ = ["signal_group", "signal_processes", "marked_processes", "await_gone", "stop_launched"]
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -78,3 +83,21 @@ async def await_gone(members: dict[int, int], timeout: float) -> dict[int, int]:
                 await trio.sleep(0.01)
     return pending
 
+
+
+async def stop_launched(launched: Launched, grace_s: float) -> None:
+    """Stop a long-lived child's process group: SIGTERM, ``grace_s`` to exit, then SIGKILL; reap and close it.
+
+    For the daemon's own long-lived children (Rune replicas, stdio MCP servers); one-shot agents go
+    through the runner's kill ladder instead.
+    """
+    if not launched.exited_now():
+        signal_group(launched.pid, signal.SIGTERM)
+        with trio.move_on_after(grace_s):
+            await launched.wait_exit()
+    signal_group(launched.pid, signal.SIGKILL)
+    with trio.move_on_after(10):
+        await launched.wait_exit()
+    if launched.exited_now():
+        await trio.to_thread.run_sync(launched.reap)
+    await launched.aclose()

@@ -13,24 +13,19 @@ daemon's back is verified again before the next call.
 
 from __future__ import annotations
 
-import logging
-import os
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from covenant.audit.events import STORE_RECOVER
-from covenant.chainlog import Chain, ChainCorrupt, TornTail, append_records, read_chain, rewrite_chain
 from covenant.home import Home
+from covenant.tools.chain_file import VerifiedChainFile, open_verified
 from covenant.tools.memory_store import memory_dir
-from covenant.tools.result import ToolError
 
 __all__ = ["AgentStore", "AgentStores", "StoreKind", "STORE_RECOVER"]
-
-log = logging.getLogger("covenant.tools")
 
 
 @dataclass(frozen=True)
@@ -42,55 +37,12 @@ class StoreKind:
     """What is wrong with a stored record, or None."""
 
 
-@dataclass
-class AgentStore:
+class AgentStore(VerifiedChainFile):
     """One agent's store of one kind: its verified records (header excluded)."""
 
-    path: Path
-    header: dict[str, Any]
-    kind: StoreKind
-    lock: trio.Lock = field(default_factory=trio.Lock)
-    chain: Chain | None = None
-    loaded: bool = False
-
-    @property
-    def records(self) -> list[dict[str, Any]]:
-        return self.chain.records[1:] if self.chain else []
-
-    def _changed_on_disk(self) -> bool:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return self.chain is not None
-        return self.chain is None or (st.st_ino, st.st_size, st.st_mtime_ns) != self.chain.stamp
-
-    def load(self) -> TornTail | None:
-        """(Re)load and verify when needed (blocking). Raises ChainCorrupt."""
-        if self.loaded and not self._changed_on_disk():
-            return None
-        self.loaded = False
-        folder = self.path.parent
-        if not folder.is_dir():
-            folder.parent.parent.mkdir(parents=True, exist_ok=True)
-            folder.parent.mkdir(exist_ok=True, mode=0o700)  # agent uids may not list it
-            folder.mkdir(exist_ok=True, mode=0o700)
-        self.chain = read_chain(self.path, self.header, self.kind.check)
-        self.loaded = True
-        return self.chain.torn if self.chain else None
-
-    def append(self, record: dict[str, Any]) -> None:
-        """Append one record, durable when this returns (blocking)."""
-        problem = self.kind.check(record)
-        assert problem is None, problem  # the tool built it; a wrong shape is a bug, never written
-        try:
-            self.chain = append_records(self.path, self.chain, self.header, [record])
-        except BaseException:
-            self.loaded = False
-            raise
-
-    def rewrite(self, records: list[dict[str, Any]]) -> None:
-        """Replace the records (compaction), atomically (blocking)."""
-        self.chain = rewrite_chain(self.path, self.header, records)
+    def __init__(self, path: Path, header: dict[str, Any], kind: StoreKind) -> None:
+        super().__init__(path, header, kind.check)
+        self.kind = kind
 
 
 class AgentStores:
@@ -114,18 +66,8 @@ class AgentStores:
     async def open(self, kind: StoreKind, agent_id: str, intent_id: str, audit: Any) -> AgentStore:
         """The agent's verified store (hold :meth:`lock`); ``store_corrupt`` when a record was changed."""
         store = self._store(kind, agent_id)
-        try:
-            torn = await trio.to_thread.run_sync(store.load)
-        except ChainCorrupt as exc:
-            log.error("store fails verification", extra={"agent": agent_id, "path": str(exc.path), "detail": str(exc)})
-            raise ToolError(
-                "store_corrupt",
-                f"this agent's {kind.name} store failed verification at line {exc.line} ({exc.reason}) and is not "
-                "loaded; an operator must repair or remove the file",
-            ) from None
+        torn = await open_verified(store, agent_id, f"{kind.name} store", "store_corrupt")
         if torn is not None:
-            log.warning("store had a torn tail; cut", extra={"agent": agent_id, "path": str(store.path),
-                                                             "discarded_bytes": torn.discarded_bytes})
             await audit(STORE_RECOVER, {
                 "agent": agent_id, "intent": intent_id, "store": kind.name, "path": str(store.path),
                 "valid_bytes": torn.valid_bytes, "discarded_bytes": torn.discarded_bytes,

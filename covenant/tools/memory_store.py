@@ -15,20 +15,18 @@ atomically.
 
 from __future__ import annotations
 
-import logging
-import os
 import re
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import trio
 
 from covenant.audit.events import MEMORY_RECOVER
-from covenant.chainlog import Chain, ChainCorrupt, TornTail, append_records, read_chain, rewrite_chain
+from covenant.chainlog import Chain, TornTail
 from covenant.clock import now_ms
 from covenant.home import Home
+from covenant.tools.chain_file import VerifiedChainFile, open_verified
 from covenant.tools.result import ToolError
 
 __all__ = [
@@ -44,7 +42,6 @@ __all__ = [
     "memory_dir",
 ]
 
-log = logging.getLogger("covenant.tools")
 
 MEMORY_FORMAT = "covenant-memory/v1"
 KEY_MAX_BYTES = 128
@@ -91,60 +88,28 @@ def record_problem(record: dict[str, Any]) -> str | None:
     return _key_problem(key)
 
 
-@dataclass
-class AgentMemory:
+class AgentMemory(VerifiedChainFile):
     """One agent's memory: its verified file, the latest value of each key, a lock."""
 
-    path: Path
-    header: dict[str, Any]
-    lock: trio.Lock = field(default_factory=trio.Lock)
-    chain: Chain | None = None
-    latest: dict[str, dict[str, Any]] = field(default_factory=dict)
-    loaded: bool = False
+    def __init__(self, path: Path, header: dict[str, Any]) -> None:
+        self.latest: dict[str, dict[str, Any]] = {}
+        super().__init__(path, header, record_problem)
 
-    def _index(self, chain: Chain | None) -> None:
-        self.chain = chain
+    def _adopt(self, chain: Chain | None) -> None:
+        super()._adopt(chain)
         self.latest = {}
-        for record in (chain.records[1:] if chain else []):
+        for record in self.records:
             self.latest.pop(record["key"], None)  # re-insert: dict order is most recent last
             self.latest[record["key"]] = record
-        self.loaded = True
-
-    def _changed_on_disk(self) -> bool:
-        try:
-            st = os.stat(self.path)
-        except FileNotFoundError:
-            return self.chain is not None
-        return self.chain is None or (st.st_ino, st.st_size, st.st_mtime_ns) != self.chain.stamp
-
-    def load(self) -> TornTail | None:
-        """(Re)load and verify when needed (blocking). Raises ChainCorrupt."""
-        if self.loaded and not self._changed_on_disk():
-            return None
-        self.loaded = False
-        folder = self.path.parent
-        if not folder.is_dir():
-            folder.parent.parent.mkdir(parents=True, exist_ok=True)  # state/, normally made by init
-            folder.parent.mkdir(exist_ok=True, mode=0o700)  # state/memory: agent uids may not list it
-            folder.mkdir(exist_ok=True, mode=0o700)
-        chain = read_chain(self.path, self.header, record_problem)
-        self._index(chain)
-        return chain.torn if chain else None
 
     def store(self, key: str, value: str) -> dict[str, Any]:
         """Append one record (durable when this returns); compact when superseded records dominate (blocking)."""
         if key not in self.latest and len(self.latest) >= MAX_KEYS:
             raise ToolError("memory_full", f"this agent's memory holds {MAX_KEYS} keys, the most allowed; reuse a key")
-        record = {"key": key, "value": value, "at": now_ms()}
-        try:
-            chain = append_records(self.path, self.chain, self.header, [record])
-        except BaseException:
-            self.loaded = False  # the file may hold a torn tail now: read it again next time
-            raise
-        self._index(chain)
-        superseded = len(chain.records) - 1 - len(self.latest)
+        self.append({"key": key, "value": value, "at": now_ms()})
+        superseded = len(self.records) - len(self.latest)
         if superseded > max(len(self.latest), _COMPACT_MIN):
-            self._index(rewrite_chain(self.path, self.header, list(self.latest.values())))
+            self.rewrite(list(self.latest.values()))
         return self.latest[key]
 
 
@@ -170,20 +135,8 @@ class MemoryStores:
         raises ``memory_corrupt``.
         """
         memory = self._memory(agent_id)
-        try:
-            torn = await trio.to_thread.run_sync(memory.load)
-        except ChainCorrupt as exc:
-            log.error("memory file fails verification", extra={"agent": agent_id, "path": str(exc.path), "detail": str(exc)})
-            raise ToolError(
-                "memory_corrupt",
-                f"this agent's memory failed verification at line {exc.line} ({exc.reason}) and is not loaded; "
-                "an operator must repair or remove the file",
-            ) from None
+        torn = await open_verified(memory, agent_id, "memory", "memory_corrupt")
         if torn is not None:
-            log.warning(
-                "memory file had a torn tail; cut",
-                extra={"agent": agent_id, "path": str(memory.path), "discarded_bytes": torn.discarded_bytes},
-            )
             await report(memory.path, torn)
         return memory
 

@@ -272,7 +272,7 @@ def test_status_exit_codes(daemon: DaemonProcess) -> None:
     assert dispatch_down.cli("dispatch", "hello").returncode == 5
 
 
-@pytest.mark.parametrize("count", [500])
+@pytest.mark.parametrize("count", [200])
 def test_many_dispatches_from_one_async_client(daemon: DaemonProcess, count: int) -> None:
     daemon.write_config("""
         [daemon]

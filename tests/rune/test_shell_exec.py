@@ -82,12 +82,12 @@ def test_runs_as_the_agent_in_its_workspace_with_only_the_agents_env(
 
 
 def test_timeout_memory_hog_and_fork_bomb_are_stopped(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
-    start(daemon, fake_model, extra="[tools.shell_exec]\ntimeout_ms = 8000\n")
+    start(daemon, fake_model, extra="[tools.shell_exec]\ntimeout_ms = 4000\n")
     hog = "python3 -c \"import time\na=[]\nwhile True:\n a.append(b'x'*(32<<20)); time.sleep(0.02)\""
     fake_model.script(
         Reply.tools(
             ToolCall("shell-exec", {"command": "sleep 60", "timeout_ms": 1000}),
-            ToolCall("shell-exec", {"command": "sleep 60"}),  # the configured 8 s default
+            ToolCall("shell-exec", {"command": "sleep 60"}),  # the configured 4 s default
             ToolCall("shell-exec", {"command": hog}),
         ),
         Reply(text="done"),

@@ -1,4 +1,4 @@
-"""Schedules in a real daemon: every 5 s across a restart without a double fire, grants decide each firing."""
+"""Schedules in a real daemon: every 3 s across a restart without a double fire, grants decide each firing."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ from typing import Any
 from covenant.audit.recent import records_since
 from tests.daemon.conftest import DaemonProcess
 
+PERIOD_S = 3
+"""The shortest period that keeps at most one slot coming due while a loaded box drains the daemon."""
 _TYPES = frozenset({"schedule.fire", "schedule.skipped", "policy.decision", "intent.completed", "intent.received"})
 
 
@@ -45,19 +47,19 @@ def _setup(daemon: DaemonProcess, marks: Path) -> None:
         name = "tick"
         agent = "mark@local"
         input = "mark {marks}"
-        every = "5s"
+        every = "{PERIOD_S}s"
         issuer = "tester@test"
 
         [[schedules]]
         name = "sneaky"
         agent = "mark@local"
         input = "mark {marks}"
-        every = "5s"
+        every = "{PERIOD_S}s"
         issuer = "mallory@box"
     """)
 
 
-def test_every_5s_survives_a_restart_without_a_double_fire_and_grants_decide(daemon: DaemonProcess) -> None:
+def test_every_3s_survives_a_restart_without_a_double_fire_and_grants_decide(daemon: DaemonProcess) -> None:
     marks = daemon.home.parent / "marks"
     _setup(daemon, marks)
     daemon.start()
@@ -71,11 +73,11 @@ def test_every_5s_survives_a_restart_without_a_double_fire_and_grants_decide(dae
     daemon.start()
     records = _wait(daemon, "two more ticks", lambda rs: len(_fires(rs, "tick")) >= len(before) + 2)
     listed = {s["name"]: s for s in json.loads(daemon.cli("schedules", "--json", check=True).stdout)["schedules"]}
-    assert listed["tick"]["every"] == "5s" and listed["tick"]["issuer"] == "tester@test"
+    assert listed["tick"]["every"] == f"{PERIOD_S}s" and listed["tick"]["issuer"] == "tester@test"
     assert listed["tick"]["last_ms"] >= _fires(records, "tick")[-1]["slot_ms"]
     assert listed["tick"]["next_ms"] > listed["tick"]["last_ms"]
     table = daemon.cli("schedules", check=True).stdout
-    assert "tick" in table and "every 5s" in table and "sneaky" in table
+    assert "tick" in table and f"every {PERIOD_S}s" in table and "sneaky" in table
     assert daemon.stop() == 0
     records = _records(daemon)
     ticks = _fires(records, "tick")
@@ -85,8 +87,9 @@ def test_every_5s_survives_a_restart_without_a_double_fire_and_grants_decide(dae
     skipped = {r["data"]["slot_ms"] for r in records if r["type"] == "schedule.skipped" and r["data"]["schedule"] == "tick"}
     # Each slot follows the one before by one period, unless the slots between were audited as skipped.
     for earlier, later in zip(slots, slots[1:]):
-        between = set(range(earlier + 5000, later, 5000))
-        assert later - earlier >= 5000 and (later - earlier) % 5000 == 0 or skipped, (earlier, later)
+        period_ms = PERIOD_S * 1000
+        between = set(range(earlier + period_ms, later, period_ms))
+        assert later - earlier >= period_ms and (later - earlier) % period_ms == 0 or skipped, (earlier, later)
         assert between <= skipped, f"slots {sorted(between - skipped)} neither fired nor recorded as skipped"
     # The first slot after the restart is after the last one before it: nothing fired twice.
     assert ticks[len(before)]["slot_ms"] > before[-1]["slot_ms"]
@@ -179,7 +182,7 @@ def test_an_agent_made_schedule_is_picked_up_fires_for_its_issuer_and_stops_when
     daemon.start()
     tester = json.loads(daemon.cli("identity", "show", "--json", check=True).stdout)["pubkey"]
     store = AgentScheduleStore(agent_schedules_path(daemon.home / "state"))
-    schedule = ScheduleConfig(name="agentmade", agent="mark@local", input=f"mark {marks}", every="5s", issuer="tester@test")
+    schedule = ScheduleConfig(name="agentmade", agent="mark@local", input=f"mark {marks}", every="2s", issuer="tester@test")
     assert store.add(schedule, tester, "planner@local", int(time.time() * 1000)) is None
     records = _wait(daemon, "the agent schedule's first fire", lambda rs: any(
         r["type"] == "intent.completed" and r["data"]["intent"] in {f["intent"] for f in _fires(rs, "agentmade")}
@@ -197,6 +200,6 @@ def test_an_agent_made_schedule_is_picked_up_fires_for_its_issuer_and_stops_when
         assert time.monotonic() < deadline, "the deleted schedule is still listed"
         time.sleep(0.2)
     count = len(_fires(_records(daemon), "agentmade"))
-    time.sleep(7)  # more than one period: a schedule still planned would have fired
+    time.sleep(5)  # two and a half periods: a schedule still planned would have fired
     assert len(_fires(_records(daemon), "agentmade")) == count
     assert daemon.stop() == 0

@@ -28,12 +28,11 @@ from covenant.manifest.runefile import RunePackage
 from covenant.manifest.tools import MCP_SEPARATOR
 from covenant.runtime.runner import Runner
 from covenant.tools.mcp.endpoints import HttpEndpoint, McpUnavailable, StdioEndpoint, endpoint_for
+from covenant.tools.mcp.sdk import load_sdk
+from covenant.tools.mcp.stdio import launched_stdio_server
 
 if TYPE_CHECKING:
     from mcp import ClientSession
-
-# The MCP SDK (with httpx2 and its types) is imported by the first connection, not with the daemon:
-# a daemon whose agents name no MCP server never loads it (about 0.4 s and several MB).
 
 __all__ = ["McpHub", "McpTool", "BACKOFF_FIRST_S", "BACKOFF_MAX_S", "PING_INTERVAL_S"]
 
@@ -70,7 +69,7 @@ def _reason(exc: BaseException) -> str:
     while isinstance(exc, BaseExceptionGroup) and exc.exceptions:
         exc = exc.exceptions[0]
     text = str(exc) or type(exc).__name__
-    import httpx2
+    import httpx2  # already loaded with the SDK when a connection failed
 
     if isinstance(exc, httpx2.ConnectError):
         text = f"cannot connect: {text}"
@@ -227,6 +226,7 @@ class McpHub:
     async def _session_life(self, conn: _Connection) -> None:
         endpoint = endpoint_for(conn.package, conn.server, self.config, self._environ)
         conn.endpoint = endpoint.describe()
+        await load_sdk()
         from mcp import ClientSession
 
         async with self._transport(conn, endpoint) as (read, write, exited):
@@ -267,15 +267,14 @@ class McpHub:
     async def _transport(self, conn: _Connection, endpoint: HttpEndpoint | StdioEndpoint) -> AsyncIterator[tuple[Any, Any, trio.Event]]:
         if isinstance(endpoint, StdioEndpoint):
             memory_mb = self.config.rune.memory_mb(conn.package.runefile.runtime.resource_profile)
-            from covenant.tools.mcp.stdio import launched_stdio_server
-
             async with launched_stdio_server(self.config, self.runner, conn.agent, conn.server, endpoint.config,
                                              memory_mb) as streams:
                 yield streams
             return
+        from mcp.client.streamable_http import streamable_http_client
+
         never = trio.Event()
         import httpx2
-        from mcp.client.streamable_http import streamable_http_client
 
         timeout = httpx2.Timeout(30.0, read=300.0)
         async with httpx2.AsyncClient(headers=dict(endpoint.headers), timeout=timeout, follow_redirects=False) as client:

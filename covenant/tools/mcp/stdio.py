@@ -13,22 +13,20 @@ from __future__ import annotations
 import logging
 import os
 import resource
-import signal
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
 import anyio
-import mcp_types
 import trio
-from mcp.shared.message import SessionMessage
 
 from covenant.config import Config, McpServerConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime import teardown
 from covenant.runtime.environment import agent_environment
-from covenant.runtime.launcher import AgentCredentials, Launched, LaunchError, LaunchPlan
+from covenant.runtime.launcher import AgentCredentials, LaunchError, LaunchPlan
 from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.runner import Runner
+from covenant.tools.mcp.sdk import load_sdk
 
 __all__ = ["launched_stdio_server", "LINE_MAX_BYTES"]
 
@@ -64,19 +62,6 @@ def _plan(config: Config, runner: Runner, agent: AgentSpec, server: McpServerCon
     )
 
 
-async def _kill(launched: Launched) -> None:
-    if not launched.exited_now():
-        teardown.signal_group(launched.pid, signal.SIGTERM)
-        with trio.move_on_after(_KILL_GRACE_S):
-            await launched.wait_exit()
-    teardown.signal_group(launched.pid, signal.SIGKILL)
-    with trio.move_on_after(10):
-        await launched.wait_exit()
-    if launched.exited_now():
-        await trio.to_thread.run_sync(launched.reap)
-    await launched.aclose()
-
-
 @asynccontextmanager
 async def launched_stdio_server(
     config: Config, runner: Runner, agent: AgentSpec, server_name: str, server: McpServerConfig, memory_mb: int
@@ -86,6 +71,10 @@ async def launched_stdio_server(
     On exit (or cancellation) the server's process group is killed and its uid released (swept when it
     was the uid's last live root).
     """
+    await load_sdk()
+    import mcp_types
+    from mcp.shared.message import SessionMessage
+
     creds = await runner.claim_uid(agent.id)
     scratch = await trio.to_thread.run_sync(runner.scratch.make)
     try:
@@ -156,7 +145,7 @@ async def launched_stdio_server(
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                await _kill(launched)
+                await teardown.stop_launched(launched, _KILL_GRACE_S)
     finally:
         with trio.CancelScope(shield=True):
             if creds is not None:

@@ -1,4 +1,7 @@
-"""Server-sent events, as both providers frame their streams (``event:``/``data:`` lines, blank line ends one).
+"""Server-sent events (``event:``/``data:`` lines, blank line ends one): model providers' streams, replicas' answers.
+
+Imported by the model gateway and by the Rune replica's wire (:mod:`covenant.rune.wire`), so it stays
+free of daemon code.
 
 A push parser fed the body's bytes as they arrive (no async generator: the gateway stops reading
 at the provider's end marker, and an abandoned async generator would be finalized later by
