@@ -21,6 +21,7 @@ import trio
 
 from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.rune_dispatch import StreamSink
+from covenant.daemon.visibility import sees_every_record
 from covenant.daemon.server import Peer
 from covenant.daemon.service import Daemon
 from covenant.errors import CovenantError
@@ -279,7 +280,15 @@ class ControlAPI:
         return record.model_dump(mode="json")
 
     async def _logs(self, scope: dict, receive: Receive, send: Send) -> None:
-        """Server-sent events: recent lines, then (with follow=1) live lines until the client leaves."""
+        """Server-sent events: recent lines, then (with follow=1) live lines until the client leaves.
+
+        The log names every user's intents and carries agents' stderr: only those who see every
+        dispatch record (root, the daemon's uid, ``[isolation] operators_group``) may read it.
+        """
+        peer = _peer(scope)
+        if peer is None or not sees_every_record(peer, self.daemon.config.isolation.operators_group):
+            raise ApiError("forbidden", "the daemon's log is for root, the daemon's uid and [isolation] operators_group; "
+                                        "`covenant history` shows your own dispatches", 403)
         query = self._query(scope)
         agent, level = query.get("agent"), query.get("level")
         follow = query.get("follow", "0") in ("1", "true", "yes")

@@ -146,3 +146,21 @@ def test_history_and_show_from_the_cli_as_another_uid(served: DaemonProcess) -> 
     assert hidden.returncode == 1 and "no dispatch record" in hidden.stderr
     operator = _as(NOBODY, NOBODY, [SYSTEM_PYTHON, "-m", "covenant", "history", "--json"], env)
     assert {r["intent_id"] for r in json.loads(operator.stdout)} == {mine, theirs}
+
+
+_STATUS_ONLY = r"""
+import socket, sys
+s = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+s.connect(sys.argv[1])
+s.sendall(b"GET /v1/logs HTTP/1.1\r\nhost: covenant\r\nconnection: close\r\n\r\n")
+print(s.recv(65536).split(b"\r\n", 1)[0].split()[1].decode())
+"""
+
+
+def test_the_log_stream_is_for_operators_only(served: DaemonProcess) -> None:
+    _dispatch_via_api_as(served, OWNER_A, "echo a secret plan")
+    stranger = _as(OWNER_B, OWNER_B, [SYSTEM_PYTHON, "-c", _STATUS_ONLY, str(served.socket)])
+    operator = _as(NOBODY, NOBODY, [SYSTEM_PYTHON, "-c", _STATUS_ONLY, str(served.socket)])
+    assert (stranger.stdout.strip(), operator.stdout.strip()) == ("403", "200"), (stranger.stderr, operator.stderr)
+    status, body = _get(served, OWNER_A, OWNER_A, "/v1/logs")
+    assert status == 403 and body["error"]["code"] == "forbidden"  # even the dispatch's own user: history is theirs
