@@ -113,16 +113,19 @@ async def _send(stream: trio.SocketStream, conn: h11.Connection, event: Any) -> 
         await stream.send_all(data)
 
 
+async def _next_event(stream: trio.SocketStream, conn: h11.Connection) -> Any:
+    """The connection's next h11 event, reading from ``stream`` while h11 needs data."""
+    while (event := conn.next_event()) is h11.NEED_DATA:
+        conn.receive_data(await stream.receive_some(_RECV))
+    return event
+
+
 async def _read_request(stream: trio.SocketStream, conn: h11.Connection) -> Request | None:
     head: h11.Request | None = None
     chunks: list[bytes] = []
     size = 0
     while True:
-        event = conn.next_event()
-        if event is h11.NEED_DATA:
-            data = await stream.receive_some(_RECV)
-            conn.receive_data(data)
-            continue
+        event = await _next_event(stream, conn)
         if isinstance(event, h11.Request):
             head = event
         elif isinstance(event, h11.Data):
@@ -234,10 +237,7 @@ async def _exchange(
                 await _send(stream, conn, h11.Data(data=payload))
             await _send(stream, conn, h11.EndOfMessage())
             while True:
-                event = conn.next_event()
-                if event is h11.NEED_DATA:
-                    conn.receive_data(await stream.receive_some(_RECV))
-                    continue
+                event = await _next_event(stream, conn)
                 if isinstance(event, h11.Response):
                     break
                 if isinstance(event, h11.ConnectionClosed):
@@ -252,10 +252,7 @@ async def _exchange(
 async def _body_events(conn: h11.Connection, stream: trio.SocketStream) -> AsyncIterator[bytes]:
     try:
         while True:
-            event = conn.next_event()
-            if event is h11.NEED_DATA:
-                conn.receive_data(await stream.receive_some(_RECV))
-                continue
+            event = await _next_event(stream, conn)
             if isinstance(event, h11.Data):
                 yield bytes(event.data)
             elif isinstance(event, h11.EndOfMessage):
