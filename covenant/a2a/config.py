@@ -50,6 +50,7 @@ class A2AClient(BaseModel):
     token_env: Annotated[str, AfterValidator(check_env_name)] = Field(description="daemon env var holding the bearer token")
     issuer: str = Field(min_length=1, description="display name in identities.toml; its grants decide")
     rate: Annotated[str, AfterValidator(check_rate)] = Field("120/minute", description="requests accepted per minute")
+    max_body_kb: int | None = Field(None, ge=1, le=65_536, description="this client's body cap; default [a2a] max_body_kb")
 
 
 def _unique_clients(clients: tuple[A2AClient, ...]) -> tuple[A2AClient, ...]:

@@ -12,7 +12,8 @@ For each name in ``[a2a] expose`` the base URL ``/a2a/NAME`` answers:
 
 ``GET /.well-known/agent.json`` lists the exposed agents' 0.3 cards. Order of
 checks: path (404 for an agent not exposed, whatever the token), method (405),
-body cap (413), bearer token (401), the client's rate (429). One SendMessage is
+bearer token (401, before any of the body is read), the client's rate (429), the
+client's body cap (413). One SendMessage is
 one intent, signed by the daemon on behalf of the client's issuer, whose grants
 decide it; the task id is the intent id, and a Rune agent's session is the
 task's ``contextId``. Every request but a card read is audited as ``a2a.request``.
@@ -135,7 +136,6 @@ class A2AApp:
         self.daemon = daemon
         self.records = records
         self.store_text = store_text
-        self.max_body = config.max_body_kb * 1024
         self.ledger = TaskLedger()
         self.refusals = RefusalThrottle(config.audit_refusals_per_minute)
 
@@ -184,12 +184,14 @@ class A2AApp:
                 raise _Refused(405, "method_not_allowed", "this A2A path answers GET and POST only")
         else:
             raise _Refused(404, "not_found", f"no A2A route {rest!r} under {url}")
-        body = await self._body(scope, receive)
-        client = self._authenticate(scope)
-        if client.rate.over(time.monotonic()):
-            refused = _Refused(429, "rate_limited", f"client {client.config.name} may send {client.config.rate}")
+        client = self._authenticate(scope)  # before any of the body is read
+        try:
+            if client.rate.over(time.monotonic()):
+                raise _Refused(429, "rate_limited", f"client {client.config.name} may send {client.config.rate}")
+            body = await self._body(scope, receive, client)
+        except _Refused as refused:
             await self._audit_refusal(refused, client=client, agent=facts.agent.id)
-            await _send_json(send, 429, _http_error(429, refused.message, refused.code))
+            await _send_json(send, refused.status, _http_error(refused.status, refused.message, refused.code))
             return
         call = _Call(client, facts, url, binding)
         if binding == "jsonrpc":
@@ -201,17 +203,20 @@ class A2AApp:
         if method != allowed:
             raise _Refused(405, "method_not_allowed", f"this A2A path answers {allowed} only")
 
-    async def _body(self, scope: dict, receive: Any) -> bytes:
+    async def _body(self, scope: dict, receive: Any, client: Client) -> bytes:
+        cap_kb = client.config.max_body_kb or self.config.max_body_kb
+        too_large = _Refused(413, "body_too_large", f"the body is over {cap_kb} KiB, the most client "
+                                                    f"{client.config.name} may send (max_body_kb)")
         for name, value in scope.get("headers", []):
-            if name == b"content-length" and value.isdigit() and int(value) > self.max_body:
-                raise _Refused(413, "body_too_large", f"the body is over [a2a] max_body_kb = {self.config.max_body_kb}")
+            if name == b"content-length" and value.isdigit() and int(value) > cap_kb * 1024:
+                raise too_large
         chunks, size = [], 0
         while True:
             message = await receive()
             chunk = message.get("body", b"")
             size += len(chunk)
-            if size > self.max_body:
-                raise _Refused(413, "body_too_large", f"the body is over [a2a] max_body_kb = {self.config.max_body_kb}")
+            if size > cap_kb * 1024:
+                raise too_large
             chunks.append(chunk)
             if not message.get("more_body"):
                 return b"".join(chunks)

@@ -73,6 +73,7 @@ def serve_a2a(d: DaemonProcess, *, expose: tuple[str, ...], extra: str = "", bef
         token_env = "{OTHER_ENV}"
         issuer = "tester@test"
         rate = "3/minute"
+        max_body_kb = 4
     """)
     return served
 

@@ -125,6 +125,10 @@ async def test_sdk_client_sends_streams_reads_and_is_refused_where_it_must_be(da
     big = _rpc(served, "echo", "SendMessage", {"message": {"messageId": "m3", "role": "ROLE_USER",
                                                             "parts": [{"text": "x" * 2000}]}})
     assert big.status_code == 413
+    # Unauthenticated bodies are never read; a client's own cap replaces [a2a] max_body_kb (here 4 KiB against 1).
+    assert httpx.post(served.url("echo"), content=b"x" * 100_000, timeout=60).status_code == 401
+    roomy = _rpc(served, "echo", "GetTask", {"id": "y" * 2000}, token=served.other_token)
+    assert roomy.status_code == 200 and roomy.json()["error"]["code"] == -32001
     statuses = [_rpc(served, "echo", "GetTask", {"id": task.id}, token=served.other_token).status_code
                 for _ in range(4)]
     assert statuses[-1] == 429
