@@ -17,40 +17,26 @@ import secrets
 import shutil
 import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import textwrap
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
 
-from covenant.client import DaemonClient, DaemonUnreachable  # noqa: E402
+from daemon_dispatch import covenant_cli as cli, pct, start_daemon  # noqa: E402
+from covenant.client import DaemonClient  # noqa: E402
 from covenant.policy.identities import load_user_identity  # noqa: E402
 from covenant.policy.signing import new_intent, sign_intent  # noqa: E402
 
-COVENANT = REPO / ".venv" / "bin" / "covenant"
 TOKEN = "bench-" + secrets.token_hex(16)
 ECHO = '''import json, sys
 intent = json.loads(sys.stdin.readline())
 print(json.dumps({"intent_id": intent["id"], "status": "ok", "text": intent["text"], "sources": []}), flush=True)
 '''
-
-
-def cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([str(COVENANT), *args], env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"covenant {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
-    return done.stdout
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
 def main() -> None:
@@ -96,17 +82,7 @@ def main() -> None:
                 issuer = "bench@local"
                 rate = "100000/minute"
                 '''))
-        with open(tmp / "daemon.log", "wb") as log:
-            daemon = subprocess.Popen([str(COVENANT), "daemon"], env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                DaemonClient(socket_path, timeout=5).request("GET", "/v1/status")
-                break
-            except DaemonUnreachable:
-                if time.monotonic() > deadline or daemon.poll() is not None:
-                    raise SystemExit((tmp / "daemon.log").read_text())
-                time.sleep(0.05)
+        daemon = start_daemon(env, socket_path, tmp / "daemon.log")
 
         direct, a2a = [], []
         url = f"http://127.0.0.1:{port}/a2a/echo"
