@@ -42,12 +42,12 @@ from covenant.audit.recent import records_since
 from covenant.audit.refusals import RefusalThrottle
 from covenant.clock import iso_now, now_ms
 from covenant.daemon.rune_dispatch import StreamSink
-from covenant.errors import ConfigError, CovenantError
+from covenant.errors import CovenantError
 from covenant.policy.errors import BadIntent, PolicyDenied
 from covenant.ratelimit import MinuteRate
 from covenant.rune.sessions import valid_session_id
 from covenant.runtime.outcome import DispatchRecord
-from covenant.triggers.onbehalf import OnBehalfSigner
+from covenant.triggers.onbehalf import OnBehalfSigner, issuer_pubkey, secret_from_env
 from covenant.triggers.webhook_config import rate_per_minute
 
 __all__ = ["A2AApp", "Client", "resolve_clients"]
@@ -89,16 +89,10 @@ def resolve_clients(config: A2AConfig, known: dict[str, str], environ: Mapping[s
     """The clients with their tokens; ConfigError naming the client for an unknown issuer or an unset token."""
     clients = []
     for client in config.clients:
-        pubkey = known.get(client.issuer)
-        if pubkey is None:
-            raise ConfigError(f"[[a2a.clients]] {client.name}: issuer {client.issuer!r} is not a display name in "
-                              "identities.toml (record it with `covenant identity add NAME PUBKEY`)",
-                              field="a2a.clients.issuer")
-        token = environ.get(client.token_env, "")
-        if len(token) < 16:
-            raise ConfigError(f"[[a2a.clients]] {client.name}: the daemon's environment has no {client.token_env} "
-                              "of at least 16 characters (token_env names the variable holding the bearer token)",
-                              field="a2a.clients.token_env")
+        where = f"[[a2a.clients]] {client.name}"
+        pubkey = issuer_pubkey(known, client.issuer, where=where, field="a2a.clients.issuer")
+        token = secret_from_env(environ, client.token_env, where=where, field="a2a.clients.token_env",
+                                what="the bearer token", min_chars=16)
         clients.append(Client(client, token.encode(), pubkey, MinuteRate(rate_per_minute(client.rate))))
     return clients
 

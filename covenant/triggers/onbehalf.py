@@ -10,14 +10,16 @@ never passes ``daemon_signer``.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, Protocol
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from covenant.errors import ConfigError
 from covenant.keys import public_key_hex
 from covenant.policy.signing import new_intent, sign_intent
 
-__all__ = ["Dispatcher", "OnBehalfSigner"]
+__all__ = ["Dispatcher", "OnBehalfSigner", "issuer_pubkey", "secret_from_env"]
 
 
 class Dispatcher(Protocol):
@@ -38,3 +40,23 @@ class OnBehalfSigner:
 
     async def dispatch(self, daemon: Dispatcher, body: dict[str, Any]) -> dict[str, Any]:
         return await daemon.dispatch(body, daemon_signer=self.pubkey)
+
+
+def issuer_pubkey(known: Mapping[str, str], display: str, *, where: str, field: str) -> str:
+    """The public key ``identities.toml`` records for ``display``; ConfigError naming ``where`` otherwise."""
+    pubkey = known.get(display)
+    if pubkey is None:
+        raise ConfigError(f"{where}: issuer {display!r} is not a display name in identities.toml "
+                          "(record it with `covenant identity add NAME PUBKEY`)", field=field)
+    return pubkey
+
+
+def secret_from_env(environ: Mapping[str, str], name: str, *, where: str, field: str, what: str,
+                    min_chars: int = 1) -> str:
+    """A secret the daemon's environment holds under ``name``; ConfigError when it is unset or short."""
+    value = environ.get(name, "")
+    if len(value) < min_chars:
+        least = f" of at least {min_chars} characters" if min_chars > 1 else ""
+        raise ConfigError(f"{where}: the daemon's environment has no {name}{least} "
+                          f"({field.rpartition('.')[2]} names the variable holding {what})", field=field)
+    return value

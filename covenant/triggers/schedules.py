@@ -17,10 +17,10 @@ from typing import Any, Protocol
 import trio
 
 from covenant.clock import now_ms
-from covenant.errors import ConfigError, CovenantError
+from covenant.errors import CovenantError
 from covenant.triggers.agent_schedules import AgentScheduleStore
 from covenant.triggers.config import ScheduleConfig
-from covenant.triggers.onbehalf import OnBehalfSigner
+from covenant.triggers.onbehalf import OnBehalfSigner, issuer_pubkey
 from covenant.triggers.state import ScheduleState
 from covenant.triggers.timing import next_after
 
@@ -44,17 +44,9 @@ class _Audit(Protocol):
 
 def resolve_issuers(schedules: tuple[ScheduleConfig, ...], known: dict[str, str]) -> dict[str, str]:
     """schedule name -> issuer pubkey; ConfigError naming the schedule when its issuer is not known."""
-    resolved = {}
-    for schedule in schedules:
-        pubkey = known.get(schedule.issuer)
-        if pubkey is None:
-            raise ConfigError(
-                f"[[schedules]] {schedule.name!r}: issuer {schedule.issuer!r} is not a display name in "
-                "identities.toml (record it with `covenant identity add NAME PUBKEY`)",
-                field=f"schedules.{schedule.name}.issuer",
-            )
-        resolved[schedule.name] = pubkey
-    return resolved
+    return {schedule.name: issuer_pubkey(known, schedule.issuer, where=f"[[schedules]] {schedule.name!r}",
+                                         field=f"schedules.{schedule.name}.issuer")
+            for schedule in schedules}
 
 
 @dataclass

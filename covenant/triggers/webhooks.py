@@ -25,9 +25,9 @@ import trio
 from covenant.audit.recent import records_since
 from covenant.audit.refusals import RefusalThrottle
 from covenant.clock import now_ms
-from covenant.errors import ConfigError, CovenantError
+from covenant.errors import CovenantError
 from covenant.ratelimit import MinuteRate
-from covenant.triggers.onbehalf import Dispatcher, OnBehalfSigner
+from covenant.triggers.onbehalf import Dispatcher, OnBehalfSigner, issuer_pubkey, secret_from_env
 from covenant.triggers.webhook_config import WebhookRoute, WebhooksConfig, rate_per_minute
 
 __all__ = ["WebhookApp", "signature_header", "resolve_routes"]
@@ -56,16 +56,10 @@ def resolve_routes(config: WebhooksConfig, known: dict[str, str], environ: Mappi
     """path -> route; ConfigError naming the route for an unknown issuer or an unset secret variable."""
     routes = {}
     for route in config.routes:
-        pubkey = known.get(route.issuer)
-        if pubkey is None:
-            raise ConfigError(f"[[webhooks.routes]] {route.path}: issuer {route.issuer!r} is not a display name in "
-                              "identities.toml (record it with `covenant identity add NAME PUBKEY`)",
-                              field="webhooks.routes.issuer")
-        secret = environ.get(route.secret_env, "")
-        if not secret:
-            raise ConfigError(f"[[webhooks.routes]] {route.path}: the daemon's environment has no {route.secret_env} "
-                              "(secret_env names the variable holding the route's secret)",
-                              field="webhooks.routes.secret_env")
+        where = f"[[webhooks.routes]] {route.path}"
+        pubkey = issuer_pubkey(known, route.issuer, where=where, field="webhooks.routes.issuer")
+        secret = secret_from_env(environ, route.secret_env, where=where, field="webhooks.routes.secret_env",
+                                 what="the route's secret")
         routes[route.path] = _Route(route, secret.encode(), pubkey)
     return routes
 
