@@ -12,14 +12,10 @@ HTTP over TCP, the token check, the daemon's signing on the client's behalf, the
 from __future__ import annotations
 
 import argparse
-import os
 import secrets
 import shutil
-import socket
 import statistics
 import sys
-import tempfile
-import textwrap
 import time
 from pathlib import Path
 
@@ -27,16 +23,13 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
 
-from daemon_dispatch import covenant_cli as cli, pct, start_daemon  # noqa: E402
+from daemon_dispatch import pct, start_daemon  # noqa: E402
+from echo_home import echo_home  # noqa: E402
 from covenant.client import DaemonClient  # noqa: E402
 from covenant.policy.identities import load_user_identity  # noqa: E402
 from covenant.policy.signing import new_intent, sign_intent  # noqa: E402
 
 TOKEN = "bench-" + secrets.token_hex(16)
-ECHO = '''import json, sys
-intent = json.loads(sys.stdin.readline())
-print(json.dumps({"intent_id": intent["id"], "status": "ok", "text": intent["text"], "sources": []}), flush=True)
-'''
 
 
 def main() -> None:
@@ -44,34 +37,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=200, help="interleaved direct/A2A dispatch pairs")
     parser.add_argument("--keep", action="store_true", help="keep the temp home afterwards")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="covenant-a2a-"))
-    os.chmod(tmp, 0o711)
-    home, socket_path = tmp / "home", tmp / "covenant.sock"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
-           "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench",
-           "LANG": "C.UTF-8", "BENCH_A2A_TOKEN": TOKEN}
-    os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    bench = echo_home("covenant-a2a-", {"BENCH_A2A_TOKEN": TOKEN})
+    tmp, socket_path, env, port = bench.tmp, bench.socket_path, bench.env, bench.port
     daemon = None
     try:
-        cli(env, "init", "--display", "bench@local")
         identity = load_user_identity()
-        agent_dir = home / "agents" / "echo"
-        agent_dir.mkdir(parents=True)
-        (agent_dir / "echo.py").write_text(ECHO)
-        os.chmod(agent_dir / "echo.py", 0o644)
-        (agent_dir / "agent.toml").write_text(textwrap.dedent('''\
-            [agent]
-            id = "echo@local"
-            name = "echo"
-            version = "0.1.0"
-            runtime = "python3"
-            entry = "echo.py"
-            '''))
-        with open(home / "covenant.toml", "a") as config:
-            config.write(textwrap.dedent(f'''
+        bench.add_config(f'''
                 [a2a]
                 listen = "127.0.0.1:{port}"
                 expose = ["echo"]
@@ -81,7 +52,7 @@ def main() -> None:
                 token_env = "BENCH_A2A_TOKEN"
                 issuer = "bench@local"
                 rate = "100000/minute"
-                '''))
+                ''')
         daemon = start_daemon(env, socket_path, tmp / "daemon.log")
 
         direct, a2a = [], []

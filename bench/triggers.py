@@ -14,45 +14,26 @@ from __future__ import annotations
 import argparse
 import os
 import shutil
-import socket
 import statistics
-import subprocess
 import sys
-import tempfile
-import textwrap
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
 
+from daemon_dispatch import pct, start_daemon  # noqa: E402
+from echo_home import echo_home  # noqa: E402
+
 from covenant.audit.recent import records_since  # noqa: E402
-from covenant.client import DaemonClient, DaemonUnreachable  # noqa: E402
+from covenant.client import DaemonClient  # noqa: E402
 from covenant.clock import ms_from_iso  # noqa: E402
 from covenant.policy.identities import load_user_identity  # noqa: E402
 from covenant.policy.signing import new_intent, sign_intent  # noqa: E402
 from covenant.triggers.webhooks import signature_header  # noqa: E402
 
-COVENANT = REPO / ".venv" / "bin" / "covenant"
 SECRET = "bench-secret-" + os.urandom(8).hex()
-ECHO = '''import json, sys
-intent = json.loads(sys.stdin.readline())
-print(json.dumps({"intent_id": intent["id"], "status": "ok", "text": intent["text"], "sources": []}), flush=True)
-'''
-
-
-def cli(env: dict[str, str], *args: str) -> str:
-    done = subprocess.run([str(COVENANT), *args], env=env, capture_output=True, text=True)
-    if done.returncode != 0:
-        raise SystemExit(f"covenant {' '.join(args)} exited {done.returncode}:\n{done.stdout}{done.stderr}")
-    return done.stdout
-
-
-def pct(values: list[float], p: float) -> float:
-    ordered = sorted(values)
-    return ordered[min(len(ordered) - 1, int(round(p / 100 * (len(ordered) - 1))))]
 
 
 def main() -> None:
@@ -61,34 +42,12 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=100, help="interleaved direct/webhook dispatch pairs")
     parser.add_argument("--keep", action="store_true", help="keep the temp home afterwards")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="covenant-trig-"))
-    os.chmod(tmp, 0o711)
-    home, socket_path = tmp / "home", tmp / "covenant.sock"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
-           "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench",
-           "LANG": "C.UTF-8", "BENCH_HOOK_SECRET": SECRET}
-    os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        port = s.getsockname()[1]
+    bench = echo_home("covenant-trig-", {"BENCH_HOOK_SECRET": SECRET})
+    tmp, home, socket_path, env, port = bench.tmp, bench.home, bench.socket_path, bench.env, bench.port
     daemon = None
     try:
-        cli(env, "init", "--display", "bench@local")
         identity = load_user_identity()
-        agent_dir = home / "agents" / "echo"
-        agent_dir.mkdir(parents=True)
-        (agent_dir / "echo.py").write_text(ECHO)
-        os.chmod(agent_dir / "echo.py", 0o644)
-        (agent_dir / "agent.toml").write_text(textwrap.dedent('''\
-            [agent]
-            id = "echo@local"
-            name = "echo"
-            version = "0.1.0"
-            runtime = "python3"
-            entry = "echo.py"
-            '''))
-        with open(home / "covenant.toml", "a") as config:
-            config.write(textwrap.dedent(f'''
+        bench.add_config(f'''
                 [webhooks]
                 listen = "127.0.0.1:{port}"
 
@@ -105,18 +64,8 @@ def main() -> None:
                 input = "tick"
                 every = "1s"
                 issuer = "bench@local"
-                '''))
-        with open(tmp / "daemon.log", "wb") as log:
-            daemon = subprocess.Popen([str(COVENANT), "daemon"], env=env, stdout=log, stderr=subprocess.STDOUT)
-        deadline = time.monotonic() + 60
-        while True:
-            try:
-                DaemonClient(socket_path, timeout=5).request("GET", "/v1/status")
-                break
-            except DaemonUnreachable:
-                if time.monotonic() > deadline or daemon.poll() is not None:
-                    raise SystemExit((tmp / "daemon.log").read_text())
-                time.sleep(0.05)
+                ''')
+        daemon = start_daemon(env, socket_path, tmp / "daemon.log")
 
         while True:
             fires = records_since(home / "audit", 0, frozenset({"schedule.fire"}))
