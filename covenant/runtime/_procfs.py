@@ -39,6 +39,7 @@ class ProcStat:
     session: int
     cpu_ticks: int
     """utime + stime + cutime + cstime: the process and its reaped children."""
+    num_threads: int
     starttime: int
     """Clock ticks after boot; with the pid it names one process across pid reuse."""
     rss_kib: int
@@ -60,6 +61,7 @@ def read_stat(pid: int) -> ProcStat | None:
         pgrp=int(rest[2]),
         session=int(rest[3]),
         cpu_ticks=int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14]),
+        num_threads=int(rest[17]),
         starttime=int(rest[19]),
         rss_kib=int(rest[21]) * PAGE_KIB,
     )
@@ -78,8 +80,16 @@ def read_hwm_kib(pid: int) -> int:
     return int(data[at + 7 : data.index(b"\n", at + 7)].split()[0])
 
 
-def children(pid: int) -> list[int]:
-    """Direct children of every thread of ``pid`` (empty when it is gone)."""
+def children(pid: int, num_threads: int = 0) -> list[int]:
+    """Direct children of every thread of ``pid`` (empty when it is gone).
+
+    With ``num_threads`` 1 (from its ``stat``) only the main thread's list is read: the sampler's
+    usual case, one read instead of a directory listing plus one read per thread. A thread started
+    since that ``stat`` was read is listed at the next sample (a child it forks stays a child of the
+    thread group while the group lives).
+    """
+    if num_threads == 1:
+        return thread_children(pid)
     out: list[int] = []
     try:
         tids = os.listdir(f"/proc/{pid}/task")

@@ -52,7 +52,7 @@ class ProcessTree:
             if known is not None and known != stat.starttime:
                 continue  # the pid was reused by an unrelated process
             seen[pid] = stat
-            stack.extend(_procfs.children(pid))
+            stack.extend(_procfs.children(pid, stat.num_threads))
         self.members = {pid: stat.starttime for pid, stat in seen.items()}
         ticks = sum(stat.cpu_ticks for stat in seen.values())
         self.cpu_ms = max(self.cpu_ms, ticks * 1000 // _procfs.CLK_TCK)
