@@ -28,6 +28,10 @@ __all__ = ["RemoteAgents", "RemoteAnswer", "RemoteFailed", "Endpoint"]
 
 _CARD_PATH = "/.well-known/agent-card.json"
 _CARD_TTL_S = 300.0
+_CARDS_MAX = 256
+"""Cards remembered; the cache is cleared when it is full (URLs are bounded by remotes, not by number)."""
+_STILL_RUNNING = frozenset({"SUBMITTED", "WORKING"})
+"""Remote task states worth polling; any other (INPUT_REQUIRED, AUTH_REQUIRED, a terminal one) ends the call."""
 _POLL_S = 0.5
 
 
@@ -88,6 +92,8 @@ class RemoteAgents:
             raise RemoteFailed("remote_error", f"{url}: the agent card answered HTTP {status}")
         else:
             card = _json_object(body, f"{url}{_CARD_PATH}")
+        if len(self._cards) >= _CARDS_MAX:
+            self._cards.clear()
         self._cards[url] = (time.monotonic() + _CARD_TTL_S, card)
         return card
 
@@ -104,7 +110,7 @@ class RemoteAgents:
             message["contextId"] = context_id
         result = await self._call(endpoint, "send", {"message": message}, url)
         answer = _read_answer(result, endpoint)
-        while answer.state not in wire.TERMINAL and answer.task_id:
+        while answer.state in _STILL_RUNNING and answer.task_id:
             await trio.sleep(_POLL_S)  # the caller's deadline (a cancel scope around us) ends this loop
             answer = _read_answer(await self._call(endpoint, "get", {"id": answer.task_id}, url), endpoint)
         return answer

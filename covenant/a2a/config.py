@@ -7,6 +7,7 @@ from urllib.parse import urlsplit
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
+from covenant.a2a.remotes import RemotePrefix
 from covenant.triggers.webhook_config import check_env_name, check_listen, check_rate
 
 __all__ = ["A2AClient", "A2AConfig"]
@@ -20,8 +21,6 @@ def _public_url(text: str) -> str:
 
 
 def _remote_url(text: str) -> str:
-    from covenant.a2a.remotes import RemotePrefix
-
     RemotePrefix.parse(text)  # ValueError naming what is wrong
     return text
 

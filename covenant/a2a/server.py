@@ -111,8 +111,6 @@ class _Call:
 
     client: Client
     agent: AgentFacts
-    base_url: str
-    binding: str  # "jsonrpc" or "http+json"
 
 
 class A2AApp:
@@ -187,7 +185,7 @@ class A2AApp:
             await self._audit_refusal(refused, client=client, agent=facts.agent.id)
             await _send_json(send, refused.status, _http_error(refused.status, refused.message, refused.code))
             return
-        call = _Call(client, facts, url, binding)
+        call = _Call(client, facts)
         if binding == "jsonrpc":
             await self._jsonrpc(call, scope, body, send)
         else:
@@ -515,7 +513,7 @@ def _split(path: str) -> tuple[str, str]:
     if not path.startswith("/a2a/"):
         return "", ""
     name, _, rest = path[len("/a2a/"):].partition("/")
-    return name, rest.rstrip("/") if rest != "/" else ""
+    return name, rest.rstrip("/")
 
 
 def _check_headers(scope: dict) -> None:

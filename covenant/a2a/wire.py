@@ -21,7 +21,8 @@ from typing import Any, Literal
 
 __all__ = [
     "V1", "V03", "Version", "RpcError", "IncomingMessage", "read_message", "task", "status_update",
-    "artifact_update", "stream_result", "send_result", "rpc_result", "rpc_error", "TERMINAL",
+    "artifact_update", "stream_result", "send_result", "rpc_result", "rpc_error", "agent_message", "TERMINAL",
+    "ERROR_INFO_TYPE",
 ]
 
 V1 = "1.0"
@@ -57,10 +58,6 @@ class RpcError(Exception):
     @classmethod
     def invalid_params(cls, message: str) -> RpcError:
         return cls(-32602, message, 400)
-
-    @classmethod
-    def internal(cls, message: str) -> RpcError:
-        return cls(-32603, message, 500)
 
     @classmethod
     def task_not_found(cls, task_id: str) -> RpcError:

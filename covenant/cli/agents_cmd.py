@@ -113,11 +113,15 @@ def agents() -> None:
 
 
 @agents.command("list")
-@click.option("--json", "as_json", is_flag=True, help="Stable JSON: {agents: [...], problems: [...]}.")
+@click.option("--json", "as_json", is_flag=True, help="Stable JSON: {agents: [...], problems: [...], spawned: [...]} (spawned: from a running daemon).")
 @pass_cli
 @reports_errors
 def list_agents(cli: CliContext, as_json: bool) -> None:
-    """List the valid agents of the home's agents folder."""
+    """List the valid agents of the home's agents folder.
+
+    With a running daemon, what it has loaded, and the agents made by rune@agent-spawn: a line
+    "NAME@spawned: spawned by AGENT for ISSUER, expires TIME" each (--json: "spawned").
+    """
     registry, spawned = _load_registry(cli.home)
     specs = [registry.agents[k] for k in sorted(registry.agents)]
     if as_json:

@@ -378,9 +378,9 @@ class Daemon:
         spawner, package = self.loaded.agents.get(parent.agent_id), self.loaded.packages.get(parent.agent_id)
         if spawner is None or package is None or parent.agent_id in self.spawned.live:
             raise SpawnRefused("only a Rune agent loaded from agents/ may spawn agents")
-        spawned = await trio.to_thread.run_sync(partial(
-            self.spawned.create, text, spawner=spawner, spawner_package=package, issuer=parent.issuer.pubkey,
-            issuer_display=parent.issuer.display, now_ms=now_ms()))
+        spawned = await self.spawned.create(text, spawner=spawner, spawner_package=package,
+                                            issuer=parent.issuer.pubkey, issuer_display=parent.issuer.display,
+                                            now_ms=now_ms())
         self._publish_spawned()
         await self.audit.record("agent.spawn", {"intent": parent.intent_id, **spawned.view(),
                                                 "toolset": list(spawned.package.runefile.toolset)})
@@ -398,7 +398,7 @@ class Daemon:
     async def remove_spawned(self, agent_id: str, *, reason: str, intent: str | None = None) -> None:
         """Stop the spawned agent's replica (its runs end as cancelled), then forget it."""
         await self.rune.replicas.stop(agent_id, drain=False)
-        spawned = await trio.to_thread.run_sync(self.spawned.remove, agent_id)
+        spawned = await self.spawned.remove(agent_id)
         if spawned is None:
             return
         self._publish_spawned()

@@ -15,9 +15,13 @@ from __future__ import annotations
 
 import os
 import shutil
+import tempfile
 from dataclasses import dataclass, replace
+from functools import partial
 from pathlib import Path
 from typing import Any
+
+import trio
 
 from covenant.errors import CovenantError, ExitCode
 from covenant.manifest.limits import ManifestLimits
@@ -64,6 +68,9 @@ class SpawnedAgents:
         self.ttl_ms = ttl_s * 1000
         self.per_spawner = per_spawner
         self.live: dict[str, Spawned] = {}
+        """Read and written on the event loop only; the file work runs in worker threads."""
+        self._lock = trio.Lock()
+        """One spawn or removal at a time: two of them never build into, or delete, the same folder."""
 
     def clear(self) -> None:
         """At start: whatever an earlier run left is removed (spawned agents never survive a restart)."""
@@ -71,42 +78,51 @@ class SpawnedAgents:
         self.root.mkdir(mode=0o711, parents=True, exist_ok=True)
         os.chmod(self.root, 0o711)
 
-    def create(self, text: str, *, spawner: AgentSpec, spawner_package: RunePackage, issuer: str,
-               issuer_display: str, now_ms: int) -> Spawned:
-        if self.per_spawner == 0:
-            raise SpawnRefused("spawning agents is off on this host ([rune] spawned_max = 0)")
-        mine = [s for s in self.live.values() if s.spawner == spawner.id and s.issuer == issuer]
-        if len(mine) >= self.per_spawner:
-            raise SpawnRefused(f"{spawner.id} already holds {len(mine)} spawned agents ([rune] spawned_max = "
-                               f"{self.per_spawner}); kill one first")
-        if len(text.encode()) > MAX_MANIFEST_BYTES:
-            raise SpawnRefused(f"the manifest is larger than {MAX_MANIFEST_BYTES // 1024} KiB")
-        folder = self.root / f".new-{os.getpid()}-{len(self.live)}-{now_ms}"
-        folder.mkdir(mode=0o755)
+    async def create(self, text: str, *, spawner: AgentSpec, spawner_package: RunePackage, issuer: str,
+                     issuer_display: str, now_ms: int) -> Spawned:
+        """A live ``<name>@spawned`` agent from Runefile ``text``; SpawnRefused naming what is wrong."""
+        async with self._lock:
+            if self.per_spawner == 0:
+                raise SpawnRefused("spawning agents is off on this host ([rune] spawned_max = 0)")
+            mine = sum(1 for s in self.live.values() if s.spawner == spawner.id and s.issuer == issuer)
+            if mine >= self.per_spawner:
+                raise SpawnRefused(f"{spawner.id} already holds {mine} spawned agents ([rune] spawned_max = "
+                                   f"{self.per_spawner}); kill one first")
+            if len(text.encode()) > MAX_MANIFEST_BYTES:
+                raise SpawnRefused(f"the manifest is larger than {MAX_MANIFEST_BYTES // 1024} KiB")
+            taken = frozenset(s.package.runefile.name for s in self.live.values())
+            package = await trio.to_thread.run_sync(self._build, text, spawner_package, taken)
+            spawned = Spawned(package.to_agent_spec(), package, spawner.id, issuer, issuer_display, now_ms,
+                              now_ms + self.ttl_ms)
+            self.live[spawned.agent.id] = spawned
+            return spawned
+
+    def _build(self, text: str, spawner_package: RunePackage, taken: frozenset[str]) -> RunePackage:
+        """Validate the Runefile in a fresh folder, then move it to ``<root>/<name>`` (blocking)."""
+        folder = Path(tempfile.mkdtemp(prefix=".new-", dir=self.root))
         try:
-            (folder / "Runefile").write_text(text, encoding="utf-8")
-            os.chmod(folder / "Runefile", 0o644)
+            os.chmod(folder, 0o755)  # the agent's uid reads its Runefile from here
+            runefile_path = folder / "Runefile"
+            runefile_path.write_text(text, encoding="utf-8")
+            os.chmod(runefile_path, 0o644)
             try:
                 package = load_rune_package(folder, self.limits)
             except ManifestError as exc:
                 raise SpawnRefused("the manifest is not a valid Runefile: " + "; ".join(
-                    str(p).replace(str(folder / "Runefile"), "manifest") for p in exc.problems)) from None
+                    str(p).replace(str(runefile_path), "manifest") for p in exc.problems)) from None
             self._check(package, spawner_package)
             name = package.runefile.name
-            if f"{name}@spawned" in self.live:
+            if name in taken:
                 raise SpawnRefused(f"{name}@spawned is already running; kill it first or pick another name")
             final = self.root / name
             shutil.rmtree(final, ignore_errors=True)
             folder.rename(final)
         finally:
             shutil.rmtree(folder, ignore_errors=True)
-        package = load_rune_package(final, self.limits)
+        # No tools, workflow or other files (see _check): only the Runefile's path moved with the folder.
         runefile = package.runefile.model_copy(update={"networks": spawner_package.runefile.networks})
-        package = replace(package, runefile=runefile, namespace="spawned")
-        spawned = Spawned(package.to_agent_spec(), package, spawner.id, issuer, issuer_display, now_ms,
-                          now_ms + self.ttl_ms)
-        self.live[spawned.agent.id] = spawned
-        return spawned
+        return replace(package, root=final, runefile_path=final / "Runefile", files=(final / "Runefile",),
+                       runefile=runefile, namespace="spawned")
 
     @staticmethod
     def _check(package: RunePackage, spawner: RunePackage) -> None:
@@ -121,11 +137,13 @@ class SpawnedAgents:
         if any(entry in ("rune@agent-spawn", "rune@agent-kill") for entry in runefile.toolset):
             raise SpawnRefused("a spawned agent may not spawn agents itself")
 
-    def remove(self, agent_id: str) -> Spawned | None:
-        spawned = self.live.pop(agent_id, None)
-        if spawned is not None:
-            shutil.rmtree(spawned.package.root, ignore_errors=True)
-        return spawned
+    async def remove(self, agent_id: str) -> Spawned | None:
+        """Forget a spawned agent and delete its folder; None when it is not live."""
+        async with self._lock:
+            spawned = self.live.pop(agent_id, None)
+            if spawned is not None:
+                await trio.to_thread.run_sync(partial(shutil.rmtree, spawned.package.root, ignore_errors=True))
+            return spawned
 
     def expired(self, now_ms: int) -> list[str]:
         return [agent_id for agent_id, s in self.live.items() if s.expires_ms <= now_ms]

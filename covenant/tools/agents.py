@@ -15,7 +15,7 @@ import trio
 from covenant.tools.context import ToolCallContext
 from covenant.tools.result import ToolError
 
-__all__ = ["AgentCalls", "AGENT_TOOL_SCHEMA", "call_agent"]
+__all__ = ["AgentCalls", "AGENT_TOOL_SCHEMA", "call_agent", "daemon_calls"]
 
 AGENT_TOOL_SCHEMA: dict[str, Any] = {
     "type": "object",
@@ -55,12 +55,18 @@ class AgentCalls(Protocol):
         """Remove an agent this one spawned: ``{agent_id, killed}``."""
 
 
+def daemon_calls(agents: AgentCalls | None, code: str = "agent_refused") -> AgentCalls:
+    """The daemon's side of calls between agents; ToolError ``code`` without it (``covenant run``)."""
+    if agents is None:
+        raise ToolError(code, "calls between agents are made by the daemon (not available under `covenant run`)")
+    return agents
+
+
 async def call_agent(
     agents: AgentCalls | None, ctx: ToolCallContext, agent_ref: str, text: str, *, max_depth: int | None, ends: float
 ) -> dict[str, Any]:
     """One call to another agent, ending by ``ends``: the tool's result, or ToolError."""
-    if agents is None:
-        raise ToolError("agent_refused", "calls to other agents need the daemon (not available under `covenant run`)")
+    agents = daemon_calls(agents)
     timeout_s = max(0.0, ends - trio.current_time())
     if agent_ref.startswith(("http://", "https://")):
         document = await agents.send_remote(ctx, agent_ref, text, context_id=None, timeout_s=timeout_s)

@@ -11,6 +11,7 @@ from typing import TYPE_CHECKING, Any
 
 import trio
 
+from covenant.tools.agents import daemon_calls
 from covenant.tools.builtins.base import Builtin, BuiltinCall
 from covenant.tools.result import ToolError
 
@@ -30,14 +31,8 @@ def _timeout_ms(config: Config, arguments: dict[str, Any]) -> int:
     return config.a2a.call_timeout_ms
 
 
-def _agents(call: BuiltinCall) -> Any:
-    if call.services.agents is None:
-        raise ToolError("agent_refused", "remote agents are called by the daemon (not available under `covenant run`)")
-    return call.services.agents
-
-
 async def _send(call: BuiltinCall) -> dict[str, Any]:
-    document = await _agents(call).send_remote(
+    document = await daemon_calls(call.services.agents).send_remote(
         call.ctx, call.arguments["agent_url"], call.arguments["message"],
         context_id=call.arguments.get("context_id"), timeout_s=max(0.0, call.ends - trio.current_time()))
     if document["outcome"] != "ok":
@@ -48,7 +43,7 @@ async def _send(call: BuiltinCall) -> dict[str, Any]:
 
 
 async def _discover(call: BuiltinCall) -> dict[str, Any]:
-    return await _agents(call).discover_remote(call.ctx, call.arguments["url"],
+    return await daemon_calls(call.services.agents).discover_remote(call.ctx, call.arguments["url"],
                                                timeout_s=max(0.0, call.ends - trio.current_time()))
 
 

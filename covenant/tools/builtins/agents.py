@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from covenant.tools.agents import call_agent
+from covenant.tools.agents import call_agent, daemon_calls
 from covenant.tools.builtins.base import NO_ARGUMENTS, Builtin, BuiltinCall
-from covenant.tools.result import ToolError
 
 __all__ = ["TOOLS"]
 
@@ -20,9 +19,7 @@ _SEND_TIMEOUT_S = 60.0
 
 
 def _peers(call: BuiltinCall) -> list[dict[str, Any]]:
-    if call.services.agents is None:
-        raise ToolError("agent_refused", "calls to other agents need the daemon (not available under `covenant run`)")
-    return call.services.agents.peers(call.ctx)
+    return daemon_calls(call.services.agents).peers(call.ctx)
 
 
 async def _send(call: BuiltinCall) -> dict[str, Any]:
@@ -35,15 +32,11 @@ async def _send(call: BuiltinCall) -> dict[str, Any]:
 
 
 async def _spawn(call: BuiltinCall) -> dict[str, Any]:
-    if call.services.agents is None:
-        raise ToolError("spawn_refused", "spawning agents needs the daemon (not available under `covenant run`)")
-    return await call.services.agents.spawn(call.ctx, call.arguments["manifest"])
+    return await daemon_calls(call.services.agents, "spawn_refused").spawn(call.ctx, call.arguments["manifest"])
 
 
 async def _kill(call: BuiltinCall) -> dict[str, Any]:
-    if call.services.agents is None:
-        raise ToolError("spawn_refused", "spawning agents needs the daemon (not available under `covenant run`)")
-    return await call.services.agents.kill(call.ctx, call.arguments["agent_id"])
+    return await daemon_calls(call.services.agents, "spawn_refused").kill(call.ctx, call.arguments["agent_id"])
 
 
 async def _list(call: BuiltinCall) -> dict[str, Any]:
