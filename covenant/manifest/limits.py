@@ -208,6 +208,10 @@ def yaml_structure_problem(text: str) -> tuple[int, str] | None:
                     f"parse error: YAML aliases would expand this document past {MAX_YAML_NODES} nodes "
                     "(an alias bomb); refused without expanding it"
                 )
-    except yaml.YAMLError:
+    except yaml.YAMLError as exc:
+        # libyaml >= 0.2.6 refuses deep flow nesting itself, while scanning ahead of the events counted here.
+        if "maximum nesting depth" in str(getattr(exc, "problem", "")):
+            mark = getattr(exc, "problem_mark", None)
+            return (mark.line + 1 if mark is not None else 1), _depth_message()
         return None
     return None
