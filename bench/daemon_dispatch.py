@@ -143,6 +143,16 @@ def covenant_cli(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
+def checkout_env() -> dict[str, str]:
+    """``PYTHONPATH`` for covenant's processes when ``BENCH_CHECKOUT`` names another checkout.
+
+    For before/after tables from one run: ``BENCH_CHECKOUT=/tmp/before .venv/bin/python bench/X.py``
+    runs the daemon and the CLI of that checkout (a ``git worktree`` of the old commit) on this venv.
+    """
+    other = os.environ.get("BENCH_CHECKOUT")
+    return {"PYTHONPATH": other} if other else {}
+
+
 def start_daemon(env: dict[str, str], socket_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
     with open(log_path, "wb") as log:
         process = subprocess.Popen([str(COVENANT), "daemon"], env=env, stdout=log, stderr=subprocess.STDOUT)
@@ -282,7 +292,7 @@ def main() -> int:
     socket_path = tmp / "covenant.sock"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
            "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench",
-           "LANG": "C.UTF-8"}
+           "LANG": "C.UTF-8", **checkout_env()}
     os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
     daemon: subprocess.Popen[bytes] | None = None
     try:

@@ -9,7 +9,7 @@ import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon_dispatch import covenant_cli
+from daemon_dispatch import checkout_env, covenant_cli
 
 __all__ = ["EchoHome", "echo_home"]
 
@@ -47,7 +47,7 @@ def echo_home(prefix: str, extra_env: dict[str, str]) -> EchoHome:
     home, socket_path = tmp / "home", tmp / "covenant.sock"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
            "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench",
-           "LANG": "C.UTF-8", **extra_env}
+           "LANG": "C.UTF-8", **checkout_env(), **extra_env}
     os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))

@@ -37,7 +37,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from daemon_dispatch import (  # noqa: E402
-    ACTION, covenant_cli, daemon_once, install_agents, ms, payload, pct, raw_once, start_daemon,
+    ACTION, checkout_env, covenant_cli, daemon_once, install_agents, ms, payload, pct, raw_once, start_daemon,
 )
 from covenant.config import RuntimeConfig  # noqa: E402
 from covenant.policy.identities import load_user_identity  # noqa: E402
@@ -133,7 +133,7 @@ def main() -> int:
     home, socket_path = tmp / "home", tmp / "covenant.sock"
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
            "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench",
-           "LANG": "C.UTF-8"}
+           "LANG": "C.UTF-8", **checkout_env()}
     os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
     daemon = supervisord = None
     try:

@@ -1,6 +1,7 @@
 """One sampler for every running dispatch: tree membership, CPU and RSS.
 
-Each tick walks ``/proc/<pid>/task/*/children`` from every agent's root,
+Each tick walks ``/proc/<pid>/task/*/children`` from every agent's root
+(through files kept open while the process lives, see ``_procfs.OpenProcess``),
 re-checks processes seen before (a descendant that called setsid() and lost
 its parent is still ours), and looks at covenant's own children: as a child
 subreaper, covenant adopts orphaned descendants, which are attributed to
@@ -33,6 +34,9 @@ class ProcessTree:
         self.cpu_ms = 0
         self.rss_kib = 0
         self.peak_rss_kib = 0
+        self._open: dict[int, _procfs.OpenProcess] = {}
+        """The members' /proc files, kept open between samples until :meth:`close`."""
+        self._closed = False
         # The root is not read here: /proc/<pid>/stat of a process in the middle
         # of execve blocks until the exec is done (~0.7 ms). Its pid cannot be
         # reused before covenant reaps it, so the first refresh may add it.
@@ -45,19 +49,48 @@ class ProcessTree:
             pid = stack.pop()
             if pid in seen:
                 continue
-            stat = _procfs.read_stat(pid)
+            proc, stat = self._read(pid)
             if stat is None:
                 continue
             known = self.members.get(pid)
             if known is not None and known != stat.starttime:
                 continue  # the pid was reused by an unrelated process
             seen[pid] = stat
-            stack.extend(_procfs.children(pid, stat.num_threads))
+            stack.extend(proc.children(stat.num_threads) if proc else _procfs.children(pid, stat.num_threads))
+        for pid in self._open.keys() - seen.keys():
+            self._open.pop(pid).close()
         self.members = {pid: stat.starttime for pid, stat in seen.items()}
         ticks = sum(stat.cpu_ticks for stat in seen.values())
         self.cpu_ms = max(self.cpu_ms, ticks * 1000 // _procfs.CLK_TCK)
         self.rss_kib = sum(stat.rss_kib for stat in seen.values())
         self.peak_rss_kib = max(self.peak_rss_kib, self.rss_kib)
+
+    def _read(self, pid: int) -> tuple[_procfs.OpenProcess | None, _procfs.ProcStat | None]:
+        """``pid``'s stat through its open files (opened now if need be), or by path past the fd limit."""
+        proc = self._open.get(pid)
+        if proc is not None:
+            stat = proc.stat()
+            if stat is not None:
+                return proc, stat
+            # That process has exited; the pid may already name another one.
+            self._open.pop(pid).close()
+        if not self._closed:
+            proc = _procfs.OpenProcess.open(pid)
+            if proc is not None:
+                stat = proc.stat()
+                if stat is None:
+                    proc.close()
+                    return None, None
+                self._open[pid] = proc
+                return proc, stat
+        return None, _procfs.read_stat(pid)
+
+    def close(self) -> None:
+        """Close the members' files; later refreshes read by path."""
+        self._closed = True
+        for proc in self._open.values():
+            proc.close()
+        self._open.clear()
 
     def note_root_hwm(self) -> None:
         """Fold the root's own RSS high-water mark (VmHWM) into the peak."""
@@ -89,7 +122,9 @@ class Sampler:
         self._trees[tree] = after_sample
 
     def unregister(self, tree: ProcessTree) -> None:
+        """Stop sampling ``tree`` and close the files it holds open."""
         self._trees.pop(tree, None)
+        tree.close()
 
     async def run(self) -> None:
         """Tick forever; cancelled by the runner's nursery on close."""

@@ -1,5 +1,6 @@
 """The sampler's view of a process's children: a one-thread process is read through its main thread
-only, and a child forked by another thread of a multi-threaded process is still found."""
+only, and a child forked by another thread of a multi-threaded process is still found; the files a
+tree keeps open between samples are closed when their process exits and when the tree is closed."""
 
 from __future__ import annotations
 
@@ -37,6 +38,7 @@ def _tree_pids(process: subprocess.Popen[str]) -> set[int]:
         if len(tree.members) == 2:
             break
         time.sleep(0.02)
+    tree.close()
     return set(tree.members)
 
 
@@ -61,3 +63,42 @@ def test_a_one_thread_process_and_a_child_forked_by_another_thread_are_both_foun
                 subprocess.run(["kill", "-9", str(pid)], check=False)
             process.kill()
             process.wait()
+
+
+def test_a_tree_holds_its_members_files_open_only_while_they_live_and_until_closed() -> None:
+    held_before = _procfs.OpenProcess.held
+    leaving, staying = subprocess.Popen(["sleep", "60"]), subprocess.Popen(["sleep", "60"])
+    trees = [ProcessTree(leaving.pid, "test"), ProcessTree(staying.pid, "test")]
+    try:
+        for tree in trees:
+            tree.refresh()
+        assert _procfs.OpenProcess.held == held_before + 4  # stat and children of both roots
+        leaving.kill()
+        leaving.wait()  # reaped: its pid is free for reuse
+        trees[0].refresh()
+        assert trees[0].members == {} and _procfs.OpenProcess.held == held_before + 2
+        trees[1].close()
+        assert _procfs.OpenProcess.held == held_before
+        trees[1].refresh()  # a closed tree still samples, by path, holding nothing open
+        assert set(trees[1].members) == {staying.pid} and _procfs.OpenProcess.held == held_before
+    finally:
+        for tree in trees:
+            tree.close()
+        for process in (leaving, staying):
+            process.kill()
+            process.wait()
+    assert _procfs.OpenProcess.held == held_before
+
+
+def test_an_open_process_reads_nothing_once_it_has_exited() -> None:
+    process = subprocess.Popen(["sleep", "60"])
+    proc = _procfs.OpenProcess.open(process.pid)
+    assert proc is not None
+    try:
+        stat = proc.stat()
+        assert stat is not None and stat.pid == process.pid and stat.state in "SR"
+        process.kill()
+        process.wait()  # reaped: the pid is free for reuse, the open file still names the old process
+        assert proc.stat() is None and proc.children(1) == []
+    finally:
+        proc.close()
