@@ -1,13 +1,15 @@
-"""What HTTP over the control socket costs by itself: covenant's hypercorn server vs a bare trio handler.
+"""What HTTP over the control socket costs by itself: covenant's servers vs a bare trio handler.
 
-Serves a trivial app (read the request, answer 12 bytes of JSON) two ways on a
+Serves a trivial app (read the request, answer 12 bytes of JSON) three ways on a
 unix socket, each in its own process, and times sequential requests from this
 process over a raw socket (a fixed request, read to EOF):
 
-1. ``covenant.daemon.server.serve`` -- hypercorn's per-connection server, as the
+1. ``covenant.daemon.server.serve`` -- the control socket's h11 server, as the
    daemon runs it -- with a new connection per request (what ``covenant dispatch``
    does) and on one kept-alive connection;
-2. a bare ``trio.serve_listeners`` handler that reads up to the end of the
+2. ``covenant.daemon.network_server.serve_network`` -- hypercorn, which serves
+   the webhook and A2A listeners and served the control socket before;
+3. a bare ``trio.serve_listeners`` handler that reads up to the end of the
    headers and writes a fixed response: the floor of trio plus the kernel.
 
 The difference is what the HTTP layer alone adds to every dispatch, before any
@@ -57,8 +59,12 @@ def serve(kind: str, path: Path) -> None:
 
     async def main() -> None:
         sock = server.bind_unix_socket(path)
-        if kind == "hypercorn":
+        if kind == "control":
             await server.serve(app, [sock])
+        elif kind == "hypercorn":
+            from covenant.daemon.network_server import serve_network
+
+            await serve_network(app, [sock])
         else:
             await trio.serve_listeners(bare, [trio.SocketListener(trio.socket.from_stdlib_socket(sock))])
 
@@ -112,12 +118,13 @@ def main() -> int:
     if args.serve:
         serve(args.serve[0], Path(args.serve[1]))
         return 0
-    cases = (("hypercorn", "new connection each", False), ("hypercorn", "one kept-alive connection", True),
+    cases = (("control", "new connection each", False), ("control", "one kept-alive connection", True),
+             ("hypercorn", "new connection each", False), ("hypercorn", "one kept-alive connection", True),
              ("bare trio", "new connection each", False))
     results: dict[tuple[str, str], float] = {}
     with tempfile.TemporaryDirectory() as tmp:
         servers = {}
-        for kind in ("hypercorn", "bare trio"):
+        for kind in ("control", "hypercorn", "bare trio"):
             path = Path(tmp) / f"{kind.replace(' ', '-')}.sock"
             servers[kind] = (path, subprocess.Popen([sys.executable, __file__, "--serve", kind, str(path)]))
         try:
@@ -136,8 +143,10 @@ def main() -> int:
             for _, process in servers.values():
                 process.kill()
                 process.wait()
-    extra = results[("hypercorn", "new connection each")] - results[("bare trio", "new connection each")]
-    print(f"hypercorn adds {extra * 1000:.3f} ms per request over the bare handler (new connection each)")
+    bare = results[("bare trio", "new connection each")]
+    for kind in ("control", "hypercorn"):
+        extra = results[(kind, "new connection each")] - bare
+        print(f"{kind} adds {extra * 1000:.3f} ms per request over the bare handler (new connection each)")
     return 0
 
 

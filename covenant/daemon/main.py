@@ -368,10 +368,13 @@ async def serve_daemon(
                     await nursery.start(serve, api, sockets)
                     await nursery.start(schedules.run)
                     await nursery.start(daemon.expire_spawned)
-                    if webhook_socket is not None:
-                        await nursery.start(serve, webhooks, [webhook_socket])
-                    if a2a_socket is not None:
-                        await nursery.start(serve, a2a, [a2a_socket])
+                    if webhook_socket is not None or a2a_socket is not None:
+                        from covenant.daemon.network_server import serve_network  # hypercorn: only when needed
+
+                        if webhook_socket is not None:
+                            await nursery.start(serve_network, webhooks, [webhook_socket])
+                        if a2a_socket is not None:
+                            await nursery.start(serve_network, a2a, [a2a_socket])
                     watchdog_period = systemd.watchdog_interval_s()
                     if watchdog_period is not None:
                         nursery.start_soon(systemd.run_watchdog, notifier, watchdog_period)

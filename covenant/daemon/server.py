@@ -1,15 +1,28 @@
-"""Serve the control API over unix sockets with hypercorn, knowing each peer's uid.
+"""Serve the control API on unix sockets: HTTP/1.1 parsed by h11, one trio task per connection.
 
-hypercorn's own ``worker_serve`` reports no client address for AF_UNIX
-sockets, and administrative calls must be decided on the peer's credentials
-(SO_PEERCRED). So we run hypercorn's per-connection ``TCPServer`` ourselves and
-wrap the app once per connection with the peer's credentials, which the app
-reads from ``scope["extensions"]["covenant.peer"]``. HTTP parsing stays
-hypercorn's; only the accept loop is ours.
+The control socket carries one short request per connection (``covenant
+dispatch``) far more often than anything else, so the server does as little
+as it can around h11: no task per request, no timers besides one deadline
+per read, the response head and body in one write. It also knows each
+peer's credentials (SO_PEERCRED), which the app reads from
+``scope["extensions"]["covenant.peer"]``: administrative calls are decided on
+them. (hypercorn, which served this socket before, spent about 0.8 ms per
+request in its own bookkeeping; it still serves the network-facing
+listeners, see :mod:`covenant.daemon.network_server`.)
+
+What an app sees is plain ASGI 3 ``http``: ``receive()`` yields the body in
+chunks, then blocks until the client hangs up (``http.disconnect``);
+``send()`` raises :class:`ClientGone` once the client is gone, as the ASGI
+spec asks. A response without ``content-length`` whose body comes in one
+message gets one; a streamed one is sent chunked. Requests on one
+connection are served one after the other (keep-alive, pipelining); an idle
+connection is closed after :data:`KEEP_ALIVE_S`, a request whose head or
+body stalls for :data:`READ_TIMEOUT_S` is dropped.
 """
 
 from __future__ import annotations
 
+import logging
 import os
 import socket
 import stat
@@ -18,20 +31,26 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+from urllib.parse import unquote_to_bytes
 
+import h11
 import trio
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.events import Event, Updated
-from hypercorn.trio.tcp_server import TCPServer
-from hypercorn.trio.worker_context import WorkerContext
 
 from covenant.errors import ConfigError
 
-__all__ = ["Peer", "bind_unix_socket", "serve", "peer_of"]
+__all__ = ["Peer", "ClientGone", "bind_unix_socket", "serve", "peer_of", "KEEP_ALIVE_S", "READ_TIMEOUT_S"]
 
 ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
 
+KEEP_ALIVE_S = 30.0
+"""How long a connection may wait idle for its next request."""
+READ_TIMEOUT_S = 30.0
+"""How long a request's head or next body chunk may take to arrive once it has begun."""
+_READ_SIZE = 65536
+
 _UCRED = struct.Struct("3i")
+
+log = logging.getLogger("covenant.daemon")
 
 
 @dataclass(frozen=True)
@@ -41,6 +60,10 @@ class Peer:
     pid: int
     uid: int
     gid: int
+
+
+class ClientGone(OSError):
+    """The client hung up: nothing more can be sent on this connection."""
 
 
 def peer_of(sock: socket.socket) -> Peer | None:
@@ -85,53 +108,197 @@ def bind_unix_socket(path: Path, *, mode: int = 0o660) -> socket.socket:
     return sock
 
 
-class _PeerApp:
-    """hypercorn AppWrapper that hands the peer's credentials to the ASGI app."""
+class _Connection:
+    """One client connection: h11's state machine over a trio stream."""
 
-    def __init__(self, app: ASGIApp, peer: Peer | None) -> None:
-        self._app = app
-        self._peer = peer
+    def __init__(self, stream: trio.SocketStream, app: ASGIApp, peer: Peer | None) -> None:
+        self.stream = stream
+        self.app = app
+        self.peer = peer
+        self.h11 = h11.Connection(h11.SERVER)
+        self.gone = False
+        """The client hung up (or its socket broke): stop reading and writing."""
 
-    async def __call__(self, scope: dict, receive: Any, send: Any, sync_spawn: Any, call_soon: Any) -> None:
-        scope = dict(scope)
-        scope["extensions"] = {**(scope.get("extensions") or {}), "covenant.peer": self._peer}
-        await self._app(scope, receive, send)
+    async def serve(self) -> None:
+        try:
+            while not self.gone:
+                request = await self._next_request()
+                if request is None:
+                    break
+                await self._respond(request)
+                self._skip_empty_body()
+                if self.gone or self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
+                    break  # a close was asked for, the body was left unread, or the app did not finish
+                self.h11.start_next_cycle()
+        finally:
+            with trio.CancelScope(shield=True):
+                await self.stream.aclose()
+
+    def _skip_empty_body(self) -> None:
+        """Finish a request whose app did not read its (empty, already received) body, e.g. a GET."""
+        try:
+            while self.h11.their_state is h11.SEND_BODY:
+                event = self.h11.next_event()
+                if event is h11.NEED_DATA or not isinstance(event, (h11.Data, h11.EndOfMessage)) or (
+                        isinstance(event, h11.Data) and event.data):
+                    return  # a body the app left unread: the connection is closed after the response
+        except h11.RemoteProtocolError:
+            self.gone = True
+
+    async def _next_event(self, timeout: float) -> Any:
+        """The next h11 event, reading from the socket as needed; ConnectionClosed when the client left."""
+        while True:
+            event = self.h11.next_event()
+            if event is not h11.NEED_DATA:
+                return event
+            with trio.move_on_after(timeout) as waited:
+                data = await self._receive()
+            if waited.cancelled_caught:
+                self.gone = True
+                return h11.ConnectionClosed()
+            self.h11.receive_data(data)
+
+    async def _receive(self) -> bytes:
+        try:
+            data = await self.stream.receive_some(_READ_SIZE)
+        except (trio.BrokenResourceError, trio.ClosedResourceError):
+            data = b""
+        if not data:
+            self.gone = True
+        return data
+
+    async def _next_request(self) -> h11.Request | None:
+        try:
+            event = await self._next_event(KEEP_ALIVE_S)
+            if isinstance(event, h11.Request):
+                return event
+        except h11.RemoteProtocolError as exc:
+            await self._refuse(exc.error_status_hint, str(exc))
+        return None
+
+    async def _refuse(self, status: int, reason: str) -> None:
+        """Answer a request h11 could not parse, if a response can still be sent."""
+        if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE) or self.gone:
+            return
+        body = f'{{"error":{{"code":"bad_request","message":"malformed HTTP request: {reason}"}}}}\n'.encode()
+        headers = [("content-type", "application/json"), ("content-length", str(len(body))), ("connection", "close")]
+        try:
+            await self._write(self.h11.send(h11.Response(status_code=status, headers=headers))
+                              + self.h11.send(h11.Data(data=body)) + self.h11.send(h11.EndOfMessage()))
+        except (h11.LocalProtocolError, ClientGone):
+            pass
+
+    async def _write(self, data: bytes) -> None:
+        if self.gone:
+            raise ClientGone("the client hung up")
+        try:
+            await self.stream.send_all(data)
+        except (trio.BrokenResourceError, trio.ClosedResourceError) as exc:
+            self.gone = True
+            raise ClientGone("the client hung up") from exc
+
+    async def _respond(self, request: h11.Request) -> None:
+        target = bytes(request.target)
+        raw_path, _, query = target.partition(b"?")
+        scope = {
+            "type": "http",
+            "asgi": {"version": "3.0", "spec_version": "2.4"},
+            "http_version": request.http_version.decode(),
+            "method": request.method.decode("ascii"),
+            "scheme": "http",
+            "path": unquote_to_bytes(raw_path).decode("utf-8", "replace"),
+            "raw_path": raw_path,
+            "query_string": query,
+            "root_path": "",
+            "headers": [(name, value) for name, value in request.headers],
+            "client": None,
+            "server": None,
+            "extensions": {"covenant.peer": self.peer},
+        }
+        response = _Response(self, head_only=request.method == b"HEAD")
+        try:
+            await self.app(scope, self._receive_body, response.send)
+        except ClientGone:
+            return
+        except Exception:
+            log.exception("control API request failed", extra={"path": scope["path"]})
+            if not response.started:
+                await self._refuse(500, "internal error")
+            self.gone = True  # the response is cut short: the client must not take it for whole
+            return
+        if not response.finished:
+            self.gone = True
+
+    async def _receive_body(self) -> dict:
+        """ASGI ``receive``: the request body in chunks, then ``http.disconnect`` once the client leaves."""
+        if self.h11.their_state is h11.SEND_BODY and not self.gone:
+            if self.h11.they_are_waiting_for_100_continue:
+                await self._write(self.h11.send(h11.InformationalResponse(status_code=100, headers=[])))
+            try:
+                event = await self._next_event(READ_TIMEOUT_S)
+            except h11.RemoteProtocolError:
+                self.gone = True
+                return {"type": "http.disconnect"}
+            if isinstance(event, h11.Data):
+                return {"type": "http.request", "body": bytes(event.data), "more_body": True}
+            if isinstance(event, h11.EndOfMessage):
+                return {"type": "http.request", "body": b"", "more_body": False}
+            return {"type": "http.disconnect"}
+        while not self.gone:  # the body is read: wait for the client to hang up
+            data = await self._receive()
+            if data:
+                self.h11.receive_data(data)  # a pipelined next request: h11 keeps it for later
+        return {"type": "http.disconnect"}
 
 
-class _ClosingTCPServer(TCPServer):
-    """hypercorn's connection handler, minus a linger after the client hangs up.
+class _Response:
+    """ASGI ``send`` for one response.
 
-    hypercorn (0.17/0.18, trio) arms a connection's keep-alive timer whenever a
-    response completes, even when the client has already hung up: the task and
-    its socket then live on until the timer fires (30 s). That happens when the
-    client closes with part of the response unread (the read side sees
-    ECONNRESET, so h11 never learns of the close) while the response task is
-    between its last write and the keep-alive reset -- a window that a loaded
-    machine hits often. Once the read loop has ended no further request can
-    come, so from then on the timer is neither left running nor re-armed, and
-    the connection closes as soon as the response in progress is done.
+    A head that announces its length is held back and written together with
+    the body (one write); the head of a streamed response goes out at once.
     """
 
-    _client_gone = False
+    def __init__(self, connection: _Connection, head_only: bool) -> None:
+        self.connection = connection
+        self.head_only = head_only
+        self.started = False
+        self.finished = False
+        self._head: tuple[int, list[tuple[bytes, bytes]]] | None = None
 
-    async def _read_data(self) -> None:
-        await super()._read_data()
-        self._client_gone = True
-        await self.idle_task.stop()
+    async def send(self, message: dict) -> None:
+        kind = message["type"]
+        if kind == "http.response.start":
+            if self.started:
+                raise RuntimeError("http.response.start sent twice")
+            self.started = True
+            self._head = (int(message["status"]), list(message.get("headers") or []))
+            if any(name.lower() == b"content-length" for name, _ in self._head[1]):
+                return  # written with the body
+            await self.connection._write(self._head_bytes(more=True, body=b""))
+            return
+        if kind != "http.response.body":
+            raise RuntimeError(f"unexpected ASGI message {kind!r}")
+        if not self.started or self.finished:
+            raise RuntimeError("http.response.body outside a response")
+        conn = self.connection.h11
+        body = bytes(message.get("body") or b"")
+        more = bool(message.get("more_body"))
+        out = self._head_bytes(more, body) if self._head is not None else b""
+        if body and not self.head_only:
+            out += conn.send(h11.Data(data=body))
+        if not more:
+            out += conn.send(h11.EndOfMessage())
+            self.finished = True
+        if out:
+            await self.connection._write(out)
 
-    async def protocol_send(self, event: Event) -> None:
-        if self._client_gone and isinstance(event, Updated) and event.idle:
-            return  # keep-alive for a client that hung up: nothing to wait for
-        await super().protocol_send(event)
-
-
-def _hypercorn_config() -> HypercornConfig:
-    config = HypercornConfig()
-    config.keep_alive_timeout = 30
-    config.graceful_timeout = 5
-    config.accesslog = None
-    config.errorlog = None
-    return config
+    def _head_bytes(self, more: bool, body: bytes) -> bytes:
+        assert self._head is not None
+        status, headers = self._head
+        self._head = None
+        if not more and not any(name.lower() == b"content-length" for name, _ in headers):
+            headers = [*headers, (b"content-length", str(len(body)).encode())]
+        return self.connection.h11.send(h11.Response(status_code=status, headers=headers))
 
 
 async def serve(
@@ -141,12 +308,9 @@ async def serve(
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
     """Accept connections on ``sockets`` forever; cancel the caller's scope to stop."""
-    config = _hypercorn_config()
-    context = WorkerContext(None)
     listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in sockets]
 
     async def handle(stream: trio.SocketStream) -> None:
-        peer = peer_of(stream.socket)  # type: ignore[arg-type]
-        await _ClosingTCPServer(_PeerApp(app, peer), config, context, {}, stream)  # type: ignore[arg-type]
+        await _Connection(stream, app, peer_of(stream.socket)).serve()  # type: ignore[arg-type]
 
     await trio.serve_listeners(handle, listeners, task_status=task_status)
