@@ -22,7 +22,7 @@ import trio
 from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.rune_dispatch import StreamSink
 from covenant.daemon.visibility import sees_every_record
-from covenant.daemon.server import Peer
+from covenant.daemon.server import ClientGone, Peer
 from covenant.daemon.service import Daemon
 from covenant.errors import CovenantError
 
@@ -129,6 +129,8 @@ class ControlAPI:
     async def _guarded(self, responder: Callable[..., Awaitable[None]], scope: dict, receive: Receive, send: Send) -> None:
         try:
             await responder(scope, receive, send)
+        except ClientGone:
+            return  # the caller hung up: nothing to answer (a dispatch has still run to its end and been recorded)
         except CovenantError as exc:
             await _send_json(send, exc.http_status, exc.to_json(), retry_after_s=exc.retry_after_s)
         except Exception:

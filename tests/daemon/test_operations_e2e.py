@@ -201,6 +201,21 @@ def test_closed_connections_do_not_linger(daemon: DaemonProcess) -> None:
     assert proc.num_fds() <= baseline + 5
 
 
+def test_a_dispatch_whose_client_hangs_up_runs_to_its_end_and_is_recorded(daemon: DaemonProcess) -> None:
+    from tests.daemon.test_daemon_e2e import slow_dispatches_in_flight, status, wait_for
+
+    daemon.add_agent("slow", "slow.py", keywords=("sleep",))
+    daemon.start()
+    (client,) = slow_dispatches_in_flight(daemon, 1, 2)
+    client.kill()  # the CLI is gone before the answer: writing it fails
+    client.wait()
+    wait_for(lambda: not status(daemon)["in_flight"], what="the dispatch to end")
+    records = daemon.api("GET", "/v1/dispatches?limit=5")["dispatches"]  # type: ignore[index]
+    assert [(r["agent_id"], r["outcome"]) for r in records] == [("slow@local", "ok")]
+    log = daemon.log()
+    assert "internal error" not in log and "request failed" not in log, log
+
+
 def test_daemon_lifts_its_open_files_limit(daemon: DaemonProcess) -> None:
     import resource
 
