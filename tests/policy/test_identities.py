@@ -51,6 +51,26 @@ def test_display_with_quotes_and_unicode_round_trips(home: Home) -> None:
     assert load_user_identity().display == 'Zoë "z" \\ ops@host'
 
 
+@pytest.mark.parametrize("text, display", [
+    ('# mine\ndisplay = "ana@box"\n', "ana@box"),  # as covenant writes it: read without tomllib
+    ('display = "Zo\u00eb \\"z\\" ops"\n', 'Zoë "z" ops'),  # escapes: parsed as TOML
+    ("display = 'ana@box' # edited by hand\ncolour = 'blue'\n", "ana@box"),
+    ('display = "ana@box"\r\n', "ana@box"),
+])
+def test_a_display_file_reads_the_same_written_or_edited(home: Home, text: str, display: str) -> None:
+    ensure_user_identity("first@box")
+    user_display_path().write_text(text, newline="")
+    assert load_user_identity().display == display
+
+
+@pytest.mark.parametrize("raw", [b'# \x01 control\ndisplay = "ana@box"\n', b'display = "\xffana"\n', b'display = "a\tb"\n'])
+def test_a_display_file_toml_refuses_is_refused(home: Home, raw: bytes) -> None:
+    ensure_user_identity("first@box")
+    user_display_path().write_bytes(raw)
+    with pytest.raises(IdentityError):
+        load_user_identity()
+
+
 def test_bad_display_is_refused(home: Home) -> None:
     with pytest.raises(IdentityError):
         init_user_identity("two\nlines")
@@ -158,7 +178,7 @@ def test_light_modules_do_not_import_heavy_dependencies() -> None:
     code = (
         "import sys\n"
         "import covenant.policy.signing, covenant.policy.identities, covenant.policy.errors\n"
-        "heavy = [m for m in ('pydantic', 'trio', 'psutil', 'yaml', 'tomlkit') if m in sys.modules]\n"
+        "heavy = [m for m in ('pydantic', 'trio', 'psutil', 'yaml', 'tomlkit', 'tomllib') if m in sys.modules]\n"
         "print(heavy); sys.exit(1 if heavy else 0)\n"
     )
     result = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60)
