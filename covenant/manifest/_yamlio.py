@@ -2,23 +2,24 @@
 
 Every YAML document is loaded with a *safe* loader (the C one when PyYAML
 was built with libyaml): a ``!!python/object`` tag is a parse error, never
-an object. Problems carry one of the Rune spec's error kinds in their
+an object. PyYAML is imported with the first YAML file read: a daemon whose
+agents are all ``agent.toml`` never loads it. Problems carry one of the Rune spec's error kinds in their
 message: ``io error``, ``parse error`` or ``validation error``.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
+from functools import cache
 from typing import Any, Union, get_args
 
-import yaml
 from pydantic import BaseModel, ValidationError
 
 from covenant.manifest.limits import DEFAULT_LIMITS, ManifestTooLarge, read_capped, yaml_structure_problem
 from covenant.manifest.problems import Problem
 
 __all__ = [
-    "SafeLoader",
+    "safe_loader",
     "Loc",
     "read_yaml",
     "node_line",
@@ -27,8 +28,12 @@ __all__ = [
     "problem_at",
 ]
 
-SafeLoader: type = getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
-"""libyaml's safe loader when available (fast), else the pure-Python safe loader. Never yaml.Loader."""
+@cache
+def safe_loader() -> type:
+    """libyaml's safe loader when available (fast), else the pure-Python safe loader. Never yaml.Loader."""
+    import yaml
+
+    return getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
 
 Loc = tuple[Union[str, int], ...]
 
@@ -79,8 +84,10 @@ def read_yaml(
     if hostile is not None:
         problems.append(Problem(path, hostile[0], None, hostile[1]))
         return None
+    import yaml
+
     try:
-        data = yaml.load(text, Loader=SafeLoader)  # noqa: S506 - SafeLoader/CSafeLoader only
+        data = yaml.load(text, Loader=safe_loader())  # noqa: S506 - SafeLoader/CSafeLoader only
     except yaml.YAMLError as exc:
         mark = getattr(exc, "problem_mark", None) or getattr(exc, "context_mark", None)
         line = mark.line + 1 if mark is not None else None
@@ -96,8 +103,10 @@ def read_yaml(
 
 def node_line(text: str, loc: Loc) -> int | None:
     """1-based line of the YAML node at ``loc`` (or its nearest existing parent); only called on problems."""
+    import yaml
+
     try:
-        node = yaml.compose(text, Loader=SafeLoader)
+        node = yaml.compose(text, Loader=safe_loader())
     except yaml.YAMLError:
         return None
     line = node.start_mark.line + 1 if node is not None else None

@@ -162,14 +162,14 @@ def yaml_structure_problem(text: str) -> tuple[int, str] | None:
     """
     import yaml
 
-    from covenant.manifest._yamlio import SafeLoader
+    from covenant.manifest._yamlio import safe_loader
 
     sizes: dict[str, int] = {}  # anchor -> expanded node count
     stack: list[list[Any]] = []  # open collections: [anchor, expanded node count so far]
     total = 0
     aliases = 0
     try:
-        for event in yaml.parse(text, Loader=SafeLoader):
+        for event in yaml.parse(text, Loader=safe_loader()):
             line = event.start_mark.line + 1
             if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
                 stack.append([event.anchor, 1])

@@ -17,7 +17,10 @@ import pytest
 
 HEAVY = ("trio", "pydantic", "psutil", "yaml", "httpx", "tomlkit", "rich")
 # Not heavy for every command, but each costs the click-free dispatch path 5-30 ms of start-up.
-FAST_PATH_FORBIDDEN = (*HEAVY, "click", "http", "ssl", "email", "h11", "dataclasses", "inspect", "uuid")
+FAST_PATH_FORBIDDEN = (*HEAVY, "click", "http", "ssl", "email", "h11", "dataclasses", "inspect", "uuid", "tomllib",
+                       "datetime")
+# What the daemon loads only once a Rune package, a network listener or an MCP server needs it (idle RSS).
+DAEMON_ON_DEMAND = ("yaml", "jsonschema", "regex", "anyio", "hypercorn", "mcp", "httpx", "tomlkit")
 COVENANT = Path(sys.executable).parent / "covenant"
 
 _PROBE = """
@@ -49,6 +52,10 @@ def test_dispatch_dependencies_import_no_heavy_library(module: str) -> None:
                                     "covenant.client"])
 def test_fast_path_modules_import_no_click_http_client_or_ssl(module: str) -> None:
     assert heavy_modules_after(f"import {module}", FAST_PATH_FORBIDDEN) == []
+
+
+def test_the_daemon_loads_rune_listener_and_mcp_libraries_on_demand() -> None:
+    assert heavy_modules_after("import covenant.daemon.main", DAEMON_ON_DEMAND) == []
 
 
 def _env(tmp_path: Path) -> dict[str, str]:

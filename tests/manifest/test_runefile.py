@@ -176,8 +176,9 @@ def test_python_object_tag_in_a_tool_file_is_refused(tmp_path: Path) -> None:
 def test_the_c_safe_loader_is_used_when_available() -> None:
     import yaml
 
-    assert _yamlio.SafeLoader in (getattr(yaml, "CSafeLoader", None), yaml.SafeLoader)
-    assert issubclass(_yamlio.SafeLoader, yaml.SafeLoader) or _yamlio.SafeLoader is getattr(yaml, "CSafeLoader", None)
+    loader = _yamlio.safe_loader()
+    assert loader in (getattr(yaml, "CSafeLoader", None), yaml.SafeLoader)
+    assert issubclass(loader, yaml.SafeLoader) or loader is getattr(yaml, "CSafeLoader", None)
 
 
 def test_error_kinds_io_parse_validation(tmp_path: Path) -> None:

@@ -16,7 +16,6 @@ import resource
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 
-import anyio
 import trio
 
 from covenant.config import Config, McpServerConfig
@@ -72,6 +71,7 @@ async def launched_stdio_server(
     was the uid's last live root).
     """
     await load_sdk()
+    import anyio  # the SDK's streams; loaded with it
     import mcp_types
     from mcp.shared.message import SessionMessage
 
