@@ -47,6 +47,10 @@ KEEP_ALIVE_S = 30.0
 READ_TIMEOUT_S = 30.0
 """How long a request's head or next body chunk may take to arrive once it has begun."""
 _READ_SIZE = 65536
+_LINGER_S = 1.0
+_LINGER_BYTES = 1 << 20
+"""After refusing a request, what is read and dropped before closing, so the client gets the answer
+rather than a reset for the bytes it was still sending."""
 
 _UCRED = struct.Struct("3i")
 
@@ -118,6 +122,8 @@ class _Connection:
         self.h11 = h11.Connection(h11.SERVER)
         self.gone = False
         """The client hung up (or its socket broke): stop reading and writing."""
+        self.refused = False
+        """A request was refused unread: linger before closing."""
 
     async def serve(self) -> None:
         try:
@@ -132,7 +138,20 @@ class _Connection:
                 self.h11.start_next_cycle()
         finally:
             with trio.CancelScope(shield=True):
+                if self.refused and not self.gone:
+                    await self._linger()
                 await self.stream.aclose()
+
+    async def _linger(self) -> None:
+        """Stop sending, then drop what the client still sends for a moment (bounded)."""
+        dropped = 0
+        with trio.move_on_after(_LINGER_S):
+            try:
+                await self.stream.send_eof()
+                while dropped < _LINGER_BYTES and (data := await self.stream.receive_some(_READ_SIZE)):
+                    dropped += len(data)
+            except (trio.BrokenResourceError, trio.ClosedResourceError):
+                pass
 
     def _skip_empty_body(self) -> None:
         """Finish a request whose app did not read its (empty, already received) body, e.g. a GET."""
@@ -180,6 +199,7 @@ class _Connection:
         """Answer a request h11 could not parse, if a response can still be sent."""
         if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE) or self.gone:
             return
+        self.refused = True
         body = f'{{"error":{{"code":"bad_request","message":"malformed HTTP request: {reason}"}}}}\n'.encode()
         headers = [("content-type", "application/json"), ("content-length", str(len(body))), ("connection", "close")]
         try:
