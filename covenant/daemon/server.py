@@ -49,8 +49,8 @@ READ_TIMEOUT_S = 30.0
 _READ_SIZE = 65536
 _LINGER_S = 1.0
 _LINGER_BYTES = 1 << 20
-"""After refusing a request, what is read and dropped before closing, so the client gets the answer
-rather than a reset for the bytes it was still sending."""
+"""After refusing a request or answering one without reading its body, what is read and dropped
+before closing, so the client gets the answer rather than a reset for the bytes it was still sending."""
 
 _UCRED = struct.Struct("3i")
 
@@ -122,8 +122,8 @@ class _Connection:
         self.h11 = h11.Connection(h11.SERVER)
         self.gone = False
         """The client hung up (or its socket broke): stop reading and writing."""
-        self.refused = False
-        """A request was refused unread: linger before closing."""
+        self.linger = False
+        """A request was refused, or answered with its body unread: linger before closing."""
 
     async def serve(self) -> None:
         try:
@@ -133,12 +133,14 @@ class _Connection:
                     break
                 await self._respond(request)
                 self._skip_empty_body()
+                if self.h11.their_state is h11.SEND_BODY:
+                    self.linger = True  # the app answered without reading the body: close without a reset
                 if self.gone or self.h11.our_state is not h11.DONE or self.h11.their_state is not h11.DONE:
                     break  # a close was asked for, the body was left unread, or the app did not finish
                 self.h11.start_next_cycle()
         finally:
             with trio.CancelScope(shield=True):
-                if self.refused and not self.gone:
+                if self.linger and not self.gone:
                     await self._linger()
                 await self.stream.aclose()
 
@@ -199,7 +201,7 @@ class _Connection:
         """Answer a request h11 could not parse, if a response can still be sent."""
         if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE) or self.gone:
             return
-        self.refused = True
+        self.linger = True
         body = f'{{"error":{{"code":"bad_request","message":"malformed HTTP request: {reason}"}}}}\n'.encode()
         headers = [("content-type", "application/json"), ("content-length", str(len(body))), ("connection", "close")]
         try:

@@ -29,11 +29,15 @@ class _App:
 
     async def __call__(self, scope: dict, receive, send) -> None:  # type: ignore[no-untyped-def]
         body = b""
-        while True:
+        while scope["path"] != "/ignore":
             message = await receive()
             body += message.get("body", b"")
             if not message.get("more_body"):
                 break
+        if scope["path"] == "/ignore":  # answers before reading the body, as the API does for an unknown path
+            await send({"type": "http.response.start", "status": 404, "headers": [(b"content-length", b"3")]})
+            await send({"type": "http.response.body", "body": b"no\n"})
+            return
         if scope["path"] == "/stream":
             await send({"type": "http.response.start", "status": 200, "headers": [(b"content-type", b"text/plain")]})
             for part in (b"one ", b"two ", b"three"):
@@ -127,6 +131,9 @@ async def test_a_streamed_answer_is_chunked_and_a_malformed_request_gets_400(tmp
         huge = b"GET / HTTP/1.1\r\nhost: x\r\nx-pad: " + b"a" * 100_000 + b"\r\n\r\n"  # a head past h11's 16 KiB
         refused = await trio.to_thread.run_sync(lambda: _exchange(path, huge, until=b"\n}\n"))
         assert refused.startswith(b"HTTP/1.1 431 ")
+        post = b"POST /ignore HTTP/1.1\r\nhost: x\r\ncontent-length: 300000\r\n\r\n" + b"b" * 300_000
+        ignored = await trio.to_thread.run_sync(lambda: _exchange(path, post, until=b"no\n"))
+        assert ignored.startswith(b"HTTP/1.1 404 ") and ignored.endswith(b"no\n")
         nursery.cancel_scope.cancel()
 
 
