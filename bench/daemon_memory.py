@@ -1,0 +1,79 @@
+"""The daemon's resident memory at start and as dispatches accumulate (issue 17).
+
+A real daemon on a throwaway home (the same set-up as ``daemon_dispatch.py``): its RSS 2 s after it
+answers, then after every ``--every`` of ``--dispatches`` sequential dispatches of the echo agent
+(rust-bin when cargo is on PATH, else python3), then after ``--idle`` seconds without work. Goals:
+≤ 40 MB idle after start-up, ≤ 45 MB after 10,000 dispatches.
+
+    .venv/bin/python bench/daemon_memory.py [--dispatches N] [--every N] [--idle S] [--keep]
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from daemon_dispatch import (  # noqa: E402
+    ACTION, checkout_env, covenant_cli, daemon_once, install_agents, start_daemon,
+)
+from covenant.config import RuntimeConfig  # noqa: E402
+from covenant.policy.identities import load_user_identity  # noqa: E402
+
+
+def rss_mb(pid: int) -> float:
+    with open(f"/proc/{pid}/status") as status:
+        line = next(line for line in status if line.startswith("VmRSS:"))
+    return int(line.split()[1]) / 1000
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--dispatches", type=int, default=10_000, help="sequential dispatches in all")
+    parser.add_argument("--every", type=int, default=2_000, help="read RSS after every N dispatches")
+    parser.add_argument("--idle", type=float, default=12.0, help="seconds without work before the last reading")
+    parser.add_argument("--keep", action="store_true", help="keep the temp home afterwards")
+    args = parser.parse_args()
+    tmp = Path(tempfile.mkdtemp(prefix="covenant-mem-"))
+    os.chmod(tmp, 0o711)  # agents run as other uids: they must traverse to their package
+    home, socket_path = tmp / "home", tmp / "covenant.sock"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
+           "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench",
+           "LANG": "C.UTF-8", **checkout_env()}
+    os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
+    daemon = None
+    try:
+        covenant_cli(env, "init", "--display", "bench@local")
+        identity = load_user_identity()
+        covenant_cli(env, "grant", identity.pubkey, ACTION)
+        agents = install_agents(home, tmp, RuntimeConfig())
+        agent = next((a for a in agents if a.runtime == "rust-bin"), None) or next(a for a in agents if a.runtime == "python3")
+        daemon = start_daemon(env, socket_path, tmp / "daemon.log")
+        time.sleep(2.0)
+        print(f"daemon memory, {agent.runtime} echo agent, load {os.getloadavg()[0]:.2f}")
+        print(f"| after | RSS (MB) |\n|---|---:|\n| start-up (2 s idle) | {rss_mb(daemon.pid):.1f} |")
+        for done in range(1, args.dispatches + 1):
+            daemon_once(agent, identity, socket_path)
+            if done % args.every == 0 or done == args.dispatches:
+                print(f"| {done:,} dispatches | {rss_mb(daemon.pid):.1f} |", flush=True)
+        time.sleep(args.idle)
+        print(f"| then {args.idle:g} s idle | {rss_mb(daemon.pid):.1f} |")
+        return 0
+    finally:
+        if daemon is not None:
+            daemon.terminate()
+            daemon.wait(timeout=120)
+        if args.keep:
+            print(f"kept {tmp}")
+        else:
+            shutil.rmtree(tmp, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
