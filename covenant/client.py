@@ -19,12 +19,14 @@ from __future__ import annotations
 import json
 import socket
 from collections.abc import Iterator
-from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import httptools
 
 from covenant.errors import CovenantError, ExitCode
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = ["DaemonClient", "DaemonUnreachable", "RemoteError", "EXIT_BY_CODE"]
 
@@ -141,7 +143,7 @@ def _request_head(method: str, path: str, payload: bytes | None, accept: str | N
 class DaemonClient:
     """Requests to the daemon at ``socket_path``; ``timeout`` (s) bounds each socket operation."""
 
-    def __init__(self, socket_path: Path, *, timeout: float | None = None) -> None:
+    def __init__(self, socket_path: str | Path, *, timeout: float | None = None) -> None:
         self.socket_path = socket_path
         self._timeout = timeout
         self._sock: socket.socket | None = None

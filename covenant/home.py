@@ -1,26 +1,31 @@
 """The COVENANT_HOME layout.
 
 Kept free of heavy imports (no pydantic, trio, yaml): ``covenant dispatch``
-uses it to find the socket and the user's key. The typed daemon config lives
-in :mod:`covenant.config`.
+uses it to find the socket and the user's key, through the functions that
+return ``str`` (:func:`home_dir`, :func:`socket_file`,
+:func:`user_identity_file`): importing pathlib costs that command ~3 ms of
+its ~50. :class:`Home` and the ``*_path`` helpers give ``Path`` objects to
+everything else. The typed daemon config lives in :mod:`covenant.config`.
 """
 
 from __future__ import annotations
 
 import os
-from pathlib import Path
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from covenant.errors import ConfigError
 
-__all__ = ["Home", "user_identity_path", "read_raw_config"]
+if TYPE_CHECKING:
+    from pathlib import Path
+
+__all__ = ["Home", "home_dir", "socket_file", "user_identity_file", "user_identity_path", "read_raw_config"]
 
 CONFIG_NAME = "covenant.toml"
 DEFAULT_SOCKET = "run/covenant.sock"
 """The control socket, relative to the home: ``run/`` is 0750, out of agent uids' reach."""
 
 
-def read_raw_config(path: Path) -> dict[str, Any]:
+def read_raw_config(path: str | Path) -> dict[str, Any]:
     """Read covenant.toml as a plain dict; a missing file is an empty config."""
     import tomllib  # here, not at the top: `covenant dispatch` with COVENANT_SOCKET set never reads it
 
@@ -33,10 +38,55 @@ def read_raw_config(path: Path) -> dict[str, Any]:
         raise ConfigError(f"{path}: not valid TOML: {exc}; fix the syntax there", path=str(path)) from None
 
 
-def user_identity_path() -> Path:
+def user_identity_file() -> str:
     """``$XDG_CONFIG_HOME/covenant/identity.key`` (default ``~/.config``)."""
     base = os.environ.get("XDG_CONFIG_HOME") or os.path.join(os.path.expanduser("~"), ".config")
-    return Path(base) / "covenant" / "identity.key"
+    return os.path.join(base, "covenant", "identity.key")
+
+
+def user_identity_path() -> Path:
+    """:func:`user_identity_file` as a Path."""
+    from pathlib import Path
+
+    return Path(user_identity_file())
+
+
+def home_dir(explicit: str | os.PathLike[str] | None = None) -> str:
+    """``--home`` beats env ``COVENANT_HOME`` beats ``~/.covenant``; relative to the working directory."""
+    chosen = os.fspath(explicit) if explicit else (
+        os.environ.get("COVENANT_HOME") or os.path.join(os.path.expanduser("~"), ".covenant"))
+    return os.path.join(os.getcwd(), chosen)  # an absolute ``chosen`` stays as it is
+
+
+def _setting_file(root: str, raw: dict[str, Any], key: str, default: str) -> str:
+    """A path setting of covenant.toml (relative to the home), default ``default``."""
+    value = raw.get(key, default)
+    if not isinstance(value, str) or not value:
+        raise ConfigError(
+            f"{os.path.join(root, CONFIG_NAME)}: {key}: must be a non-empty string in quotes, like "
+            f"{key} = \"{default}\", got {value!r}",
+            field=key,
+        )
+    return os.path.join(root, value)
+
+
+def socket_file(root: str) -> str:
+    """The control socket of the home at ``root``: env ``COVENANT_SOCKET`` beats systemd's
+    ``$RUNTIME_DIRECTORY/covenant.sock`` beats ``socket`` in covenant.toml beats ``<home>/run/covenant.sock``.
+
+    covenant.toml is 0600 (the daemon's): a user who cannot read it gets the default path.
+    """
+    env = os.environ.get("COVENANT_SOCKET")
+    if env:
+        return env
+    runtime_dir = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
+    if runtime_dir:
+        return os.path.join(runtime_dir, "covenant.sock")
+    try:
+        raw = read_raw_config(os.path.join(root, CONFIG_NAME))
+    except PermissionError:
+        raw = {}
+    return _setting_file(root, raw, "socket", DEFAULT_SOCKET)
 
 
 class Home(NamedTuple):
@@ -50,9 +100,10 @@ class Home(NamedTuple):
 
     @classmethod
     def resolve(cls, explicit: str | os.PathLike[str] | None = None) -> "Home":
-        """``--home`` beats env ``COVENANT_HOME`` beats ``~/.covenant``."""
-        chosen = explicit or os.environ.get("COVENANT_HOME") or os.path.join(os.path.expanduser("~"), ".covenant")
-        return cls(Path(chosen).absolute())
+        """The home :func:`home_dir` chooses."""
+        from pathlib import Path
+
+        return cls(Path(home_dir(explicit)))
 
     @property
     def config_path(self) -> Path:
@@ -101,15 +152,7 @@ class Home(NamedTuple):
         return read_raw_config(self.config_path)
 
     def _path_setting(self, raw: dict[str, Any], key: str, default: str) -> Path:
-        value = raw.get(key, default)
-        if not isinstance(value, str) or not value:
-            raise ConfigError(
-                f"{self.config_path}: {key}: must be a non-empty string in quotes, like {key} = \"{default}\", "
-                f"got {value!r}",
-                field=key,
-            )
-        path = Path(value)
-        return path if path.is_absolute() else self.root / path
+        return self.root.joinpath(_setting_file(str(self.root), raw, key, default))
 
     @property
     def agents_dir(self) -> Path:
@@ -118,19 +161,5 @@ class Home(NamedTuple):
 
     @property
     def socket_path(self) -> Path:
-        """env ``COVENANT_SOCKET`` beats systemd's ``$RUNTIME_DIRECTORY/covenant.sock`` beats ``socket``
-        in covenant.toml beats ``<home>/run/covenant.sock``.
-
-        covenant.toml is 0600 (the daemon's): a user who cannot read it gets the default path.
-        """
-        env = os.environ.get("COVENANT_SOCKET")
-        if env:
-            return Path(env)
-        runtime_dir = os.environ.get("RUNTIME_DIRECTORY", "").split(":")[0]
-        if runtime_dir:
-            return Path(runtime_dir) / "covenant.sock"
-        try:
-            raw = self.raw_config()
-        except PermissionError:
-            raw = {}
-        return self._path_setting(raw, "socket", DEFAULT_SOCKET)
+        """The control socket: see :func:`socket_file`."""
+        return self.root.joinpath(socket_file(str(self.root)))

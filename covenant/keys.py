@@ -19,12 +19,15 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from pathlib import Path
+from typing import TYPE_CHECKING
 
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from covenant.errors import KeyFileError
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "create_key_file",
@@ -74,7 +77,7 @@ def _pem_private_key_loader() -> Callable[..., object]:
         return serialization.load_pem_private_key
 
 
-def load_private_key(path: Path) -> Ed25519PrivateKey:
+def load_private_key(path: str | Path) -> Ed25519PrivateKey:
     """Load an Ed25519 private key, refusing symlinks and files others can read.
 
     Raises KeyFileError naming the file and the fix.

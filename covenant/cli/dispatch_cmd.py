@@ -49,4 +49,4 @@ def dispatch(cli: CliContext, text: str, agent_id: str | None, priority: str, pa
     unreachable, overloaded or shutting down, 6 no agent matched or the match
     is ambiguous. A session of another issuer (session_forbidden) exits 3.
     """
-    dispatch_and_exit(cli.home, text, agent_id, priority, parent, as_json, dry_run, session_id, stream)
+    dispatch_and_exit(str(cli.home.root), text, agent_id, priority, parent, as_json, dry_run, session_id, stream)

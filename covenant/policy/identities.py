@@ -15,15 +15,17 @@ from __future__ import annotations
 import json
 import os
 import re
-from pathlib import Path
-from typing import NamedTuple
+from typing import TYPE_CHECKING, NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from covenant.home import Home, user_identity_path
+from covenant.home import Home, user_identity_file
 from covenant.keys import create_key_file, load_private_key, public_key_from_hex, public_key_hex
 from covenant.policy.errors import IdentityError, UnknownIdentity
 from covenant.policy.signing import display_problem
+
+if TYPE_CHECKING:
+    from pathlib import Path
 
 __all__ = [
     "UserIdentity",
@@ -46,7 +48,8 @@ class UserIdentity(NamedTuple):
 
     key: Ed25519PrivateKey
     display: str
-    path: Path
+    path: str
+    """The key file (a str: ``covenant dispatch`` does not import pathlib)."""
 
     @property
     def pubkey(self) -> str:
@@ -65,9 +68,16 @@ def default_display() -> str:
     return f"{user}@{os.uname().nodename}"
 
 
-def user_display_path() -> Path:
+def user_display_file() -> str:
     """``identity.toml`` beside the user's key: holds its display name."""
-    return user_identity_path().with_name("identity.toml")
+    return os.path.join(os.path.dirname(user_identity_file()), "identity.toml")
+
+
+def user_display_path() -> Path:
+    """:func:`user_display_file` as a Path."""
+    from pathlib import Path
+
+    return Path(user_display_file())
 
 
 def _check_display(display: str) -> str:
@@ -77,7 +87,7 @@ def _check_display(display: str) -> str:
     return display
 
 
-def _read_display(path: Path) -> str | None:
+def _read_display(path: str) -> str | None:
     """The display name in identity.toml; None when there is no such file.
 
     ``covenant dispatch`` reads it on every run: a file as covenant wrote it is
@@ -123,15 +133,17 @@ def _write_display(path: Path, display: str) -> None:
 
 
 def _create(display: str) -> UserIdentity:
-    path = user_identity_path()
-    key = create_key_file(path)
+    from pathlib import Path  # creating an identity: a one-time cost
+
+    path = user_identity_file()
+    key = create_key_file(Path(path))
     _write_display(user_display_path(), display)
     return UserIdentity(key=key, display=display, path=path)
 
 
 def init_user_identity(display: str | None = None) -> UserIdentity:
     """Create the user's identity; refuse when a key already exists (never overwrite one)."""
-    path = user_identity_path()
+    path = user_identity_file()
     chosen = _check_display(display or default_display())
     if os.path.lexists(path):
         raise IdentityError(
@@ -148,14 +160,14 @@ def init_user_identity(display: str | None = None) -> UserIdentity:
 
 def load_user_identity() -> UserIdentity:
     """Load the user's key (refusing symlinks and keys readable by others) and its display name."""
-    path = user_identity_path()
+    path = user_identity_file()
     if not os.path.lexists(path):
         raise IdentityError(
             f"{path}: no identity key (create one with `covenant identity init` or `covenant init`)",
             path=str(path),
         )
     key = load_private_key(path)
-    display = _read_display(user_display_path()) or default_display()
+    display = _read_display(user_display_file()) or default_display()
     return UserIdentity(key=key, display=display, path=path)
 
 
@@ -165,14 +177,14 @@ def ensure_user_identity(display: str | None = None) -> tuple[UserIdentity, bool
     An existing identity keeps its stored display name (``display`` applies only
     to a new one); a missing ``identity.toml`` is written with the default name.
     """
-    path = user_identity_path()
+    path = user_identity_file()
     if not os.path.lexists(path):
         try:
             return _create(_check_display(display or default_display())), True
         except FileExistsError:
             pass  # another process created it between our check and O_EXCL: use theirs
     key = load_private_key(path)
-    stored = _read_display(user_display_path())
+    stored = _read_display(user_display_file())
     if stored is None:
         stored = _check_display(display or default_display())
         _write_display(user_display_path(), stored)

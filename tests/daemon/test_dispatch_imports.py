@@ -18,7 +18,7 @@ import pytest
 HEAVY = ("trio", "pydantic", "psutil", "yaml", "httpx", "tomlkit", "rich")
 # Not heavy for every command, but each costs the click-free dispatch path 5-30 ms of start-up.
 FAST_PATH_FORBIDDEN = (*HEAVY, "click", "http", "ssl", "email", "h11", "dataclasses", "inspect", "uuid", "tomllib",
-                       "datetime")
+                       "datetime", "pathlib")
 # What the daemon loads only once a Rune package, a network listener or an MCP server needs it (idle RSS).
 DAEMON_ON_DEMAND = ("yaml", "jsonschema", "regex", "anyio", "hypercorn", "mcp", "httpx", "tomlkit")
 COVENANT = Path(sys.executable).parent / "covenant"

@@ -14,7 +14,7 @@ import trio
 
 from covenant.config import IsolationConfig, RuntimeConfig
 from covenant.errors import ConfigError
-from covenant.home import Home
+from covenant.home import Home, home_dir, socket_file
 from covenant.homeinit import check_home_modes, init_home
 from covenant.policy._files import atomic_write_text
 from covenant.runtime import _elf, host, uidkill
@@ -298,13 +298,28 @@ def test_workspace_is_owned_by_the_agent_uid(agent_reachable_dir: Path) -> None:
 
 
 def test_socket_discovery_order(home: Home, monkeypatch: pytest.MonkeyPatch) -> None:
-    assert home.socket_path == home.root / "run" / "covenant.sock"
+    def socket() -> Path:
+        # `covenant dispatch` finds it through str functions, everything else through Home: the same file.
+        assert Path(socket_file(home_dir(str(home.root)))) == home.socket_path
+        return home.socket_path
+
+    assert socket() == home.root / "run" / "covenant.sock"
+    home.config_path.write_text('socket = "sockets/c.sock"\n')
+    assert socket() == home.root / "sockets" / "c.sock"
     home.config_path.write_text('socket = "/srv/c.sock"\n')
-    assert home.socket_path == Path("/srv/c.sock")
+    assert socket() == Path("/srv/c.sock")
     monkeypatch.setenv("RUNTIME_DIRECTORY", "/run/covenant:/run/other")
-    assert home.socket_path == Path("/run/covenant/covenant.sock")
+    assert socket() == Path("/run/covenant/covenant.sock")
     monkeypatch.setenv("COVENANT_SOCKET", "/x/y.sock")
-    assert home.socket_path == Path("/x/y.sock")
+    assert socket() == Path("/x/y.sock")
+
+
+def test_a_relative_home_is_taken_from_the_working_directory(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("COVENANT_HOME", raising=False)
+    assert Path(home_dir("h")) == tmp_path / "h" == Home.resolve("h").root
+    monkeypatch.setenv("COVENANT_HOME", "./other")
+    assert Path(home_dir()) == tmp_path / "other" == Home.resolve().root
 
 
 LIMITS_AGENT = (
