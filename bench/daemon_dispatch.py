@@ -44,6 +44,7 @@ from collections.abc import Callable
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import NamedTuple
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
@@ -151,6 +152,26 @@ def checkout_env() -> dict[str, str]:
     """
     other = os.environ.get("BENCH_CHECKOUT")
     return {"PYTHONPATH": other} if other else {}
+
+
+class Throwaway(NamedTuple):
+    tmp: Path
+    home: Path
+    socket_path: Path
+    env: dict[str, str]
+
+
+def throwaway_home(prefix: str, extra_env: dict[str, str] | None = None) -> Throwaway:
+    """A 0711 temp dir for a home (not initialised) and the env covenant's processes get; this process's
+    env points at it too (the in-process client and ``load_user_identity`` read it)."""
+    tmp = Path(tempfile.mkdtemp(prefix=prefix))
+    os.chmod(tmp, 0o711)  # a root daemon runs agents as other uids: they must traverse to their package
+    home, socket_path = tmp / "home", tmp / "covenant.sock"
+    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
+           "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench",
+           "LANG": "C.UTF-8", **checkout_env(), **(extra_env or {})}
+    os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
+    return Throwaway(tmp, home, socket_path, env)
 
 
 def start_daemon(env: dict[str, str], socket_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
@@ -286,14 +307,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temp home (and the daemon log) afterwards")
     args = parser.parse_args()
 
-    tmp = Path(tempfile.mkdtemp(prefix="covenant-dd-"))
-    os.chmod(tmp, 0o711)  # a root daemon runs agents as other uids: they must traverse to their package
-    home = tmp / "home"
-    socket_path = tmp / "covenant.sock"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
-           "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench",
-           "LANG": "C.UTF-8", **checkout_env()}
-    os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
+    tmp, home, socket_path, env = throwaway_home("covenant-dd-")
     daemon: subprocess.Popen[bytes] | None = None
     try:
         covenant_cli(env, "init", "--display", "bench@local")

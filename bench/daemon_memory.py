@@ -14,14 +14,13 @@ import argparse
 import os
 import shutil
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from daemon_dispatch import (  # noqa: E402
-    ACTION, checkout_env, covenant_cli, daemon_once, install_agents, start_daemon,
+    ACTION, covenant_cli, daemon_once, install_agents, start_daemon, throwaway_home,
 )
 from covenant.config import RuntimeConfig  # noqa: E402
 from covenant.policy.identities import load_user_identity  # noqa: E402
@@ -40,13 +39,7 @@ def main() -> int:
     parser.add_argument("--idle", type=float, default=12.0, help="seconds without work before the last reading")
     parser.add_argument("--keep", action="store_true", help="keep the temp home afterwards")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="covenant-mem-"))
-    os.chmod(tmp, 0o711)  # agents run as other uids: they must traverse to their package
-    home, socket_path = tmp / "home", tmp / "covenant.sock"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
-           "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench",
-           "LANG": "C.UTF-8", **checkout_env()}
-    os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
+    tmp, home, socket_path, env = throwaway_home("covenant-mem-")
     daemon = None
     try:
         covenant_cli(env, "init", "--display", "bench@local")

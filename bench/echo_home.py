@@ -4,12 +4,11 @@ from __future__ import annotations
 
 import os
 import socket
-import tempfile
 import textwrap
 from dataclasses import dataclass
 from pathlib import Path
 
-from daemon_dispatch import checkout_env, covenant_cli
+from daemon_dispatch import covenant_cli, throwaway_home
 
 __all__ = ["EchoHome", "echo_home"]
 
@@ -42,13 +41,7 @@ class EchoHome:
 
 def echo_home(prefix: str, extra_env: dict[str, str]) -> EchoHome:
     """`covenant init` as bench@local in a 0711 temp dir, agent echo@local installed; this process's env points at it."""
-    tmp = Path(tempfile.mkdtemp(prefix=prefix))
-    os.chmod(tmp, 0o711)  # agents run as other uids: they must traverse to their folder
-    home, socket_path = tmp / "home", tmp / "covenant.sock"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
-           "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench",
-           "LANG": "C.UTF-8", **checkout_env(), **extra_env}
-    os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
+    tmp, home, socket_path, env = throwaway_home(prefix, extra_env)
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
         port = s.getsockname()[1]

@@ -28,7 +28,6 @@ import socket
 import statistics
 import subprocess
 import sys
-import tempfile
 import textwrap
 import time
 import xmlrpc.client
@@ -37,7 +36,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from daemon_dispatch import (  # noqa: E402
-    ACTION, checkout_env, covenant_cli, daemon_once, install_agents, ms, payload, pct, raw_once, start_daemon,
+    ACTION, covenant_cli, daemon_once, install_agents, ms, payload, pct, raw_once, start_daemon, throwaway_home,
 )
 from covenant.config import RuntimeConfig  # noqa: E402
 from covenant.policy.identities import load_user_identity  # noqa: E402
@@ -128,13 +127,7 @@ def main() -> int:
     parser.add_argument("--runs", type=int, default=100, help="interleaved rounds")
     parser.add_argument("--keep", action="store_true", help="keep the temp dir afterwards")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="covenant-sv-"))
-    os.chmod(tmp, 0o711)
-    home, socket_path = tmp / "home", tmp / "covenant.sock"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
-           "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench",
-           "LANG": "C.UTF-8", **checkout_env()}
-    os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
+    tmp, home, socket_path, env = throwaway_home("covenant-sv-")
     daemon = supervisord = None
     try:
         supervisord_bin = _install_supervisor(tmp)

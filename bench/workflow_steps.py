@@ -27,14 +27,13 @@ import os
 import shutil
 import statistics
 import sys
-import tempfile
 import time
 from pathlib import Path
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from daemon_dispatch import (  # noqa: E402
-    ACTION, REPO, TEXT, covenant_cli, manifest, start_daemon,
+    ACTION, REPO, TEXT, covenant_cli, manifest, start_daemon, throwaway_home,
 )
 from echo_agents import AGENTS  # noqa: E402
 
@@ -71,12 +70,7 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--runs", type=int, default=15, help="interleaved rounds")
     args = parser.parse_args()
-    tmp = Path(tempfile.mkdtemp(prefix="covenant-wf-"))
-    os.chmod(tmp, 0o711)
-    home, socket_path = tmp / "home", tmp / "covenant.sock"
-    env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
-           "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench", "LANG": "C.UTF-8"}
-    os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
+    tmp, home, socket_path, env = throwaway_home("covenant-wf-")
     daemon = None
     try:
         covenant_cli(env, "init", "--display", "bench@local")
