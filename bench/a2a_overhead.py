@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import secrets
-import shutil
 import statistics
 import sys
 import time
@@ -23,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
 
-from daemon_dispatch import pct, start_daemon  # noqa: E402
+from daemon_dispatch import pct, start_daemon, stop_and_clean  # noqa: E402
 from echo_home import echo_home  # noqa: E402
 from covenant.client import DaemonClient  # noqa: E402
 from covenant.policy.identities import load_user_identity  # noqa: E402
@@ -79,13 +78,7 @@ def main() -> None:
         print(f"  A2A (TCP, bearer, JSON-RPC) p50 {pct(a2a, 50):7.2f} ms   p90 {pct(a2a, 90):7.2f} ms")
         print(f"  added by A2A (median difference): {added:+.2f} ms   (goal <= 2 ms)")
     finally:
-        if daemon is not None:
-            daemon.terminate()
-            daemon.wait(timeout=60)
-        if not args.keep:
-            shutil.rmtree(tmp, ignore_errors=True)
-        else:
-            print(f"kept {tmp}")
+        stop_and_clean([daemon], tmp, args.keep)
 
 
 if __name__ == "__main__":

@@ -144,6 +144,14 @@ def covenant_cli(env: dict[str, str], *args: str) -> str:
     return done.stdout
 
 
+def granted_identity(env: dict[str, str]) -> UserIdentity:
+    """``covenant init`` of the throwaway home as bench@local, granted the echo agents' action."""
+    covenant_cli(env, "init", "--display", "bench@local")
+    identity = load_user_identity()
+    covenant_cli(env, "grant", identity.pubkey, ACTION)
+    return identity
+
+
 def checkout_env() -> dict[str, str]:
     """``PYTHONPATH`` for covenant's processes when ``BENCH_CHECKOUT`` names another checkout.
 
@@ -172,6 +180,22 @@ def throwaway_home(prefix: str, extra_env: dict[str, str] | None = None) -> Thro
            "LANG": "C.UTF-8", **checkout_env(), **(extra_env or {})}
     os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
     return Throwaway(tmp, home, socket_path, env)
+
+
+def stop_and_clean(processes: list[subprocess.Popen[bytes] | None], tmp: Path, keep: bool = False) -> None:
+    """Stop what is still running (SIGTERM, then SIGKILL after 60 s) and remove the throwaway dir unless ``keep``."""
+    for process in processes:
+        if process is not None and process.poll() is None:
+            process.terminate()
+            try:
+                process.wait(timeout=60)
+            except subprocess.TimeoutExpired:
+                process.kill()
+                process.wait()
+    if keep:
+        print(f"kept {tmp}")
+    else:
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def start_daemon(env: dict[str, str], socket_path: Path, log_path: Path) -> subprocess.Popen[bytes]:
@@ -310,9 +334,7 @@ def main() -> int:
     tmp, home, socket_path, env = throwaway_home("covenant-dd-")
     daemon: subprocess.Popen[bytes] | None = None
     try:
-        covenant_cli(env, "init", "--display", "bench@local")
-        identity = load_user_identity()
-        covenant_cli(env, "grant", identity.pubkey, ACTION)
+        identity = granted_identity(env)
         if args.max_concurrent is not None:
             config = home / "covenant.toml"
             config.write_text(config.read_text().replace("[daemon]\n", f"[daemon]\nmax_concurrent = {args.max_concurrent}\n", 1))
@@ -394,17 +416,7 @@ def main() -> int:
                rss_start, rss_after, load_end)
         return 0
     finally:
-        if daemon is not None and daemon.poll() is None:
-            daemon.terminate()
-            try:
-                daemon.wait(timeout=60)
-            except subprocess.TimeoutExpired:
-                daemon.kill()
-                daemon.wait()
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        stop_and_clean([daemon], tmp, args.keep)
 
 
 def report(agents: list[Agent], context: dict[str, tuple[float, float]],

@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import sys
 import time
 from pathlib import Path
@@ -20,10 +19,9 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from daemon_dispatch import (  # noqa: E402
-    ACTION, covenant_cli, daemon_once, install_agents, start_daemon, throwaway_home,
+    daemon_once, granted_identity, install_agents, start_daemon, stop_and_clean, throwaway_home,
 )
 from covenant.config import RuntimeConfig  # noqa: E402
-from covenant.policy.identities import load_user_identity  # noqa: E402
 
 
 def rss_mb(pid: int) -> float:
@@ -42,9 +40,7 @@ def main() -> int:
     tmp, home, socket_path, env = throwaway_home("covenant-mem-")
     daemon = None
     try:
-        covenant_cli(env, "init", "--display", "bench@local")
-        identity = load_user_identity()
-        covenant_cli(env, "grant", identity.pubkey, ACTION)
+        identity = granted_identity(env)
         agents = install_agents(home, tmp, RuntimeConfig())
         agent = next((a for a in agents if a.runtime == "rust-bin"), None) or next(a for a in agents if a.runtime == "python3")
         daemon = start_daemon(env, socket_path, tmp / "daemon.log")
@@ -59,13 +55,7 @@ def main() -> int:
         print(f"| then {args.idle:g} s idle | {rss_mb(daemon.pid):.1f} |")
         return 0
     finally:
-        if daemon is not None:
-            daemon.terminate()
-            daemon.wait(timeout=120)
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        stop_and_clean([daemon], tmp, args.keep)
 
 
 if __name__ == "__main__":

@@ -23,7 +23,6 @@ import argparse
 import http.client
 import os
 import shlex
-import shutil
 import socket
 import statistics
 import subprocess
@@ -36,10 +35,10 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from daemon_dispatch import (  # noqa: E402
-    ACTION, covenant_cli, daemon_once, install_agents, ms, payload, pct, raw_once, start_daemon, throwaway_home,
+    daemon_once, granted_identity, install_agents, ms, payload, pct, raw_once, start_daemon, stop_and_clean,
+    throwaway_home,
 )
 from covenant.config import RuntimeConfig  # noqa: E402
-from covenant.policy.identities import load_user_identity  # noqa: E402
 from covenant.runtime.contract import intent_line  # noqa: E402
 
 
@@ -131,9 +130,7 @@ def main() -> int:
     daemon = supervisord = None
     try:
         supervisord_bin = _install_supervisor(tmp)
-        covenant_cli(env, "init", "--display", "bench@local")
-        identity = load_user_identity()
-        covenant_cli(env, "grant", identity.pubkey, ACTION)
+        identity = granted_identity(env)
         agents = [a for a in install_agents(home, tmp, RuntimeConfig()) if a.runtime == "rust-bin"]
         if not agents:
             raise SystemExit("cargo is needed to build the rust-bin echo agent")
@@ -169,14 +166,7 @@ def main() -> int:
             print(f"| {label} | {ms(p50[key])} | {ms(pct(series[key], 90))} | {extra} |")
         return 0
     finally:
-        for process in (supervisord, daemon):
-            if process is not None and process.poll() is None:
-                process.terminate()
-                process.wait(timeout=60)
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        stop_and_clean([supervisord, daemon], tmp, args.keep)
 
 
 if __name__ == "__main__":

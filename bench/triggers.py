@@ -13,7 +13,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import shutil
 import statistics
 import sys
 import time
@@ -23,7 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 import httpx  # noqa: E402
 
-from daemon_dispatch import pct, start_daemon  # noqa: E402
+from daemon_dispatch import pct, start_daemon, stop_and_clean  # noqa: E402
 from echo_home import echo_home  # noqa: E402
 
 from covenant.audit.recent import records_since  # noqa: E402
@@ -97,13 +96,7 @@ def main() -> None:
               f"webhook adds {statistics.median(hook) - statistics.median(direct):.2f} ms "
               f"(ratio {statistics.median(hook) / statistics.median(direct):.2f})")
     finally:
-        if daemon is not None and daemon.poll() is None:
-            daemon.terminate()
-            daemon.wait(timeout=60)
-        if args.keep:
-            print(f"kept {tmp}")
-        else:
-            shutil.rmtree(tmp, ignore_errors=True)
+        stop_and_clean([daemon], tmp, args.keep)
 
 
 if __name__ == "__main__":

@@ -33,12 +33,12 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from daemon_dispatch import (  # noqa: E402
-    ACTION, REPO, TEXT, covenant_cli, manifest, start_daemon, throwaway_home,
+    REPO, TEXT, granted_identity, manifest, start_daemon, stop_and_clean, throwaway_home,
 )
 from echo_agents import AGENTS  # noqa: E402
 
 from covenant.client import DaemonClient  # noqa: E402
-from covenant.policy.identities import UserIdentity, load_user_identity  # noqa: E402
+from covenant.policy.identities import UserIdentity  # noqa: E402
 from covenant.policy.signing import new_intent, sign_intent  # noqa: E402
 
 del REPO
@@ -73,9 +73,7 @@ def main() -> int:
     tmp, home, socket_path, env = throwaway_home("covenant-wf-")
     daemon = None
     try:
-        covenant_cli(env, "init", "--display", "bench@local")
-        identity = load_user_identity()
-        covenant_cli(env, "grant", identity.pubkey, ACTION)
+        identity = granted_identity(env)
         root = home / "agents" / "echo-python3"
         root.mkdir(parents=True)
         shutil.copy2(AGENTS / "echo.py", root / "echo.py")
@@ -107,10 +105,7 @@ def main() -> int:
         print(f"step without the agent's run        {(step - med(runner)) * 1000:7.2f} ms (runner p50 {med(runner) * 1000:.2f} ms)")
         return 0
     finally:
-        if daemon is not None:
-            daemon.terminate()
-            daemon.wait(timeout=60)
-        shutil.rmtree(tmp, ignore_errors=True)
+        stop_and_clean([daemon], tmp)
 
 
 if __name__ == "__main__":

@@ -55,7 +55,7 @@ def home_dir(explicit: str | os.PathLike[str] | None = None) -> str:
     """``--home`` beats env ``COVENANT_HOME`` beats ``~/.covenant``; relative to the working directory."""
     chosen = os.fspath(explicit) if explicit else (
         os.environ.get("COVENANT_HOME") or os.path.join(os.path.expanduser("~"), ".covenant"))
-    return os.path.join(os.getcwd(), chosen)  # an absolute ``chosen`` stays as it is
+    return chosen if os.path.isabs(chosen) else os.path.join(os.getcwd(), chosen)
 
 
 def _setting_file(root: str, raw: dict[str, Any], key: str, default: str) -> str:

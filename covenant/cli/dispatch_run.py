@@ -129,9 +129,10 @@ def _echo_rune_plan(plan: dict[str, Any]) -> None:
         echo(f"unavailable tool {tool['tool']}: {tool['reason']}")
 
 
-def dispatch_and_exit(home: str, text: str, agent_id: str | None, priority: str, parent: str | None,
+def dispatch_and_exit(home_root: str, text: str, agent_id: str | None, priority: str, parent: str | None,
                       as_json: bool, dry_run: bool, session_id: str | None = None, stream: bool = False) -> NoReturn:
-    """Sign ``text``, send it to the daemon of the home at ``home``, print the answer and exit with DESIGN.md §7's code.
+    """Sign ``text``, send it to the daemon of the home at ``home_root``, print the answer and exit
+    with DESIGN.md §7's code.
 
     A CovenantError from the libraries becomes ``covenant: error: …`` and its exit code.
     """
@@ -147,7 +148,7 @@ def dispatch_and_exit(home: str, text: str, agent_id: str | None, priority: str,
         body: dict[str, Any] = {"intent": intent, "signature": sign_intent(identity.key, intent), "dry_run": dry_run}
         if session_id is not None:
             body["session_id"] = session_id
-        with DaemonClient(socket_file(home)) as client:
+        with DaemonClient(socket_file(home_root)) as client:
             if stream and not dry_run:
                 outcome, streamed = _stream(client, body, as_json)
             else:
@@ -185,6 +186,6 @@ def dispatch_and_exit(home: str, text: str, agent_id: str | None, priority: str,
 
 def run_fast(args: DispatchArgs) -> NoReturn:
     """The click-free ``covenant dispatch``: what the click group and command would do, then exit."""
-    home = home_dir(args.home)
-    run_standalone(lambda: dispatch_and_exit(home, args.text, args.agent_id, args.priority, args.parent,
+    home_root = home_dir(args.home)
+    run_standalone(lambda: dispatch_and_exit(home_root, args.text, args.agent_id, args.priority, args.parent,
                                              args.as_json, args.dry_run, args.session_id, args.stream))

@@ -10,9 +10,9 @@ from __future__ import annotations
 
 import socket
 from collections.abc import Awaitable, Callable
-from typing import Any
 
 import trio
+from hypercorn.app_wrappers import ASGIWrapper
 from hypercorn.config import Config as HypercornConfig
 from hypercorn.events import Event, Updated
 from hypercorn.trio.tcp_server import TCPServer
@@ -21,16 +21,6 @@ from hypercorn.trio.worker_context import WorkerContext
 __all__ = ["serve_network"]
 
 ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
-
-
-class _App:
-    """hypercorn's AppWrapper shape around a plain ASGI app."""
-
-    def __init__(self, app: ASGIApp) -> None:
-        self._app = app
-
-    async def __call__(self, scope: dict, receive: Any, send: Any, sync_spawn: Any, call_soon: Any) -> None:
-        await self._app(scope, receive, send)
 
 
 class _ClosingTCPServer(TCPServer):
@@ -81,6 +71,6 @@ async def serve_network(
     listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in sockets]
 
     async def handle(stream: trio.SocketStream) -> None:
-        await _ClosingTCPServer(_App(app), config, context, {}, stream)  # type: ignore[arg-type]
+        await _ClosingTCPServer(ASGIWrapper(app), config, context, {}, stream)  # type: ignore[arg-type]
 
     await trio.serve_listeners(handle, listeners, task_status=task_status)

@@ -13,15 +13,15 @@ listeners, see :mod:`covenant.daemon.network_server`.)
 What an app sees is plain ASGI 3 ``http``: ``receive()`` yields the body in
 chunks, then blocks until the client hangs up (``http.disconnect``);
 ``send()`` raises :class:`ClientGone` once the client is gone, as the ASGI
-spec asks. A response without ``content-length`` whose body comes in one
-message gets one; a streamed one is sent chunked. Requests on one
-connection are served one after the other (keep-alive, pipelining); an idle
-connection is closed after :data:`KEEP_ALIVE_S`, a request whose head or
-body stalls for :data:`READ_TIMEOUT_S` is dropped.
+spec asks. A response with ``content-length`` goes out in one write with its
+body; one without is sent chunked. Requests on one connection are served one
+after the other (keep-alive, pipelining); a connection whose client sends
+nothing for :data:`IDLE_TIMEOUT_S`, between requests or within one, is closed.
 """
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import socket
@@ -38,14 +38,12 @@ import trio
 
 from covenant.errors import ConfigError
 
-__all__ = ["Peer", "ClientGone", "bind_unix_socket", "serve", "peer_of", "KEEP_ALIVE_S", "READ_TIMEOUT_S"]
+__all__ = ["Peer", "ClientGone", "bind_unix_socket", "serve", "peer_of", "IDLE_TIMEOUT_S"]
 
 ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
 
-KEEP_ALIVE_S = 30.0
-"""How long a connection may wait idle for its next request."""
-READ_TIMEOUT_S = 30.0
-"""How long a request's head or next body chunk may take to arrive once it has begun."""
+IDLE_TIMEOUT_S = 30.0
+"""The longest a client may send nothing, waiting between requests or in the middle of one."""
 _READ_SIZE = 65536
 _LINGER_S = 1.0
 _LINGER_BYTES = 1 << 20
@@ -166,13 +164,13 @@ class _Connection:
         except h11.RemoteProtocolError:
             self.gone = True
 
-    async def _next_event(self, timeout: float) -> Any:
+    async def _next_event(self) -> Any:
         """The next h11 event, reading from the socket as needed; ConnectionClosed when the client left."""
         while True:
             event = self.h11.next_event()
             if event is not h11.NEED_DATA:
                 return event
-            with trio.move_on_after(timeout) as waited:
+            with trio.move_on_after(IDLE_TIMEOUT_S) as waited:
                 data = await self._receive()
             if waited.cancelled_caught:
                 self.gone = True
@@ -190,19 +188,19 @@ class _Connection:
 
     async def _next_request(self) -> h11.Request | None:
         try:
-            event = await self._next_event(KEEP_ALIVE_S)
+            event = await self._next_event()
             if isinstance(event, h11.Request):
                 return event
         except h11.RemoteProtocolError as exc:
-            await self._refuse(exc.error_status_hint, str(exc))
+            await self._refuse(exc.error_status_hint, "bad_request", f"malformed HTTP request: {exc}")
         return None
 
-    async def _refuse(self, status: int, reason: str) -> None:
-        """Answer a request h11 could not parse, if a response can still be sent."""
+    async def _refuse(self, status: int, code: str, message: str) -> None:
+        """Answer with the API's error document and close, if a response can still be sent."""
         if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE) or self.gone:
             return
         self.linger = True
-        body = f'{{"error":{{"code":"bad_request","message":"malformed HTTP request: {reason}"}}}}\n'.encode()
+        body = json.dumps({"error": {"code": code, "message": message}}).encode() + b"\n"
         headers = [("content-type", "application/json"), ("content-length", str(len(body))), ("connection", "close")]
         try:
             await self._write(self.h11.send(h11.Response(status_code=status, headers=headers))
@@ -245,7 +243,7 @@ class _Connection:
         except Exception:
             log.exception("control API request failed", extra={"path": scope["path"]})
             if not response.started:
-                await self._refuse(500, "internal error")
+                await self._refuse(500, "internal_error", "internal error; see the daemon log")
             self.gone = True  # the response is cut short: the client must not take it for whole
             return
         if not response.finished:
@@ -257,7 +255,7 @@ class _Connection:
             if self.h11.they_are_waiting_for_100_continue:
                 await self._write(self.h11.send(h11.InformationalResponse(status_code=100, headers=[])))
             try:
-                event = await self._next_event(READ_TIMEOUT_S)
+                event = await self._next_event()
             except h11.RemoteProtocolError:
                 self.gone = True
                 return {"type": "http.disconnect"}
@@ -296,7 +294,7 @@ class _Response:
             self._head = (int(message["status"]), list(message.get("headers") or []))
             if any(name.lower() == b"content-length" for name, _ in self._head[1]):
                 return  # written with the body
-            await self.connection._write(self._head_bytes(more=True, body=b""))
+            await self.connection._write(self._head_bytes())
             return
         if kind != "http.response.body":
             raise RuntimeError(f"unexpected ASGI message {kind!r}")
@@ -305,7 +303,7 @@ class _Response:
         conn = self.connection.h11
         body = bytes(message.get("body") or b"")
         more = bool(message.get("more_body"))
-        out = self._head_bytes(more, body) if self._head is not None else b""
+        out = self._head_bytes() if self._head is not None else b""
         if body and not self.head_only:
             out += conn.send(h11.Data(data=body))
         if not more:
@@ -314,12 +312,10 @@ class _Response:
         if out:
             await self.connection._write(out)
 
-    def _head_bytes(self, more: bool, body: bytes) -> bytes:
+    def _head_bytes(self) -> bytes:
         assert self._head is not None
         status, headers = self._head
         self._head = None
-        if not more and not any(name.lower() == b"content-length" for name, _ in headers):
-            headers = [*headers, (b"content-length", str(len(body)).encode())]
         return self.connection.h11.send(h11.Response(status_code=status, headers=headers))
 
 

@@ -3,14 +3,15 @@
 Every YAML document is loaded with a *safe* loader (the C one when PyYAML
 was built with libyaml): a ``!!python/object`` tag is a parse error, never
 an object. PyYAML is imported with the first YAML file read: a daemon whose
-agents are all ``agent.toml`` never loads it. Problems carry one of the Rune spec's error kinds in their
-message: ``io error``, ``parse error`` or ``validation error``.
+agents are all ``agent.toml`` never loads it. Problems carry one of the
+Rune spec's error kinds in their message: ``io error``, ``parse error`` or
+``validation error``.
 """
 
 from __future__ import annotations
 
-from pathlib import Path
 from functools import cache
+from pathlib import Path
 from typing import Any, Union, get_args
 
 from pydantic import BaseModel, ValidationError
@@ -28,12 +29,14 @@ __all__ = [
     "problem_at",
 ]
 
+
 @cache
 def safe_loader() -> type:
     """libyaml's safe loader when available (fast), else the pure-Python safe loader. Never yaml.Loader."""
     import yaml
 
     return getattr(yaml, "CSafeLoader", None) or yaml.SafeLoader
+
 
 Loc = tuple[Union[str, int], ...]
 

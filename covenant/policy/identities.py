@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from covenant.home import Home, user_identity_file
+from covenant.home import Home, user_identity_file, user_identity_path
 from covenant.keys import create_key_file, load_private_key, public_key_from_hex, public_key_hex
 from covenant.policy.errors import IdentityError, UnknownIdentity
 from covenant.policy.signing import display_problem
@@ -133,12 +133,9 @@ def _write_display(path: Path, display: str) -> None:
 
 
 def _create(display: str) -> UserIdentity:
-    from pathlib import Path  # creating an identity: a one-time cost
-
-    path = user_identity_file()
-    key = create_key_file(Path(path))
+    key = create_key_file(user_identity_path())
     _write_display(user_display_path(), display)
-    return UserIdentity(key=key, display=display, path=path)
+    return UserIdentity(key=key, display=display, path=user_identity_file())
 
 
 def init_user_identity(display: str | None = None) -> UserIdentity:

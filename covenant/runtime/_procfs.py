@@ -184,7 +184,7 @@ def children(pid: int, num_threads: int = 0) -> list[int]:
     out: list[int] = []
     try:
         tids = os.listdir(f"/proc/{pid}/task")
-    except (FileNotFoundError, ProcessLookupError, PermissionError):
+    except _GONE:
         return out
     for tid in tids:
         data = _read_path(f"/proc/{pid}/task/{tid}/children")

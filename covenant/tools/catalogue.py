@@ -25,6 +25,7 @@ from covenant.manifest.tools import BUILTIN_PREFIX, MCP_SEPARATOR, ToolDescripto
 from covenant.tools.agents import AGENT_TOOL_SCHEMA
 from covenant.tools.builtins import BUILTINS, Builtin
 from covenant.tools.mcp.hub import McpTool
+from covenant.tools.schema import schema_problem, validator_for
 from covenant.tools.unavailable import builtin_unavailable_reason
 
 __all__ = [
@@ -138,8 +139,6 @@ def _load_schema(root: Path, ref: str, what: str) -> dict[str, Any]:
         raise _Unavailable(f"{what} {path} is not a JSON/YAML document: {exc}") from None
     if not isinstance(schema, dict):
         raise _Unavailable(f"{what} {path} must be a JSON schema object")
-    from covenant.tools.schema import schema_problem  # jsonschema: loaded with the first Rune tool
-
     problem = schema_problem(schema)
     if problem is not None:
         raise _Unavailable(f"{what} {path}: {problem}")
@@ -213,8 +212,6 @@ def _mcp_entry(name: str, mcp: McpLookup | None) -> ToolEntry:
     if not MODEL_NAME.match(facing):
         raise _Unavailable(f"its model-facing name {facing!r} cannot be sent to models (must match {MODEL_NAME.pattern})")
     schema = found.input_schema or {"type": "object"}
-    from covenant.tools.schema import schema_problem  # jsonschema: loaded with the first Rune tool
-
     problem = schema_problem(schema)
     if problem is None and schema.get("type") != "object":
         problem = "it does not describe an object (type: object)"
@@ -281,8 +278,6 @@ def _entry(
 
 
 def _with_validators(entry: ToolEntry) -> ToolEntry:
-    from covenant.tools.schema import validator_for  # jsonschema: loaded with the first Rune tool
-
     return replace(
         entry,
         validator=validator_for(entry.parameters),

@@ -47,6 +47,7 @@ from covenant.tools.packages import PackageFiles, PackageSource
 from covenant.tools.process import run_process_tool
 from covenant.tools.result import MAX_DEPTH, ToolError, ToolResult, capped, too_deep
 from covenant.tools.retry import run_with_retries
+from covenant.tools.schema import first_error
 from covenant.tools.services import ToolServices
 from covenant.tools.supervised import ProcessRegistry
 
@@ -125,8 +126,6 @@ def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
 
 
 def _schema_problem(entry: ToolEntry, arguments: dict[str, Any]) -> str | None:
-    from covenant.tools.schema import first_error  # jsonschema: loaded with the first Rune tool
-
     error = first_error(entry.validator, arguments)
     if error is None:
         return None

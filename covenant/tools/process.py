@@ -19,6 +19,7 @@ from covenant.runtime.toolrun import ToolRun
 from covenant.tools.catalogue import ToolEntry
 from covenant.tools.context import ToolCallContext
 from covenant.tools.result import ToolResult, capped
+from covenant.tools.schema import first_error
 from covenant.tools.services import ToolServices
 
 __all__ = ["run_process_tool", "run_marker"]
@@ -46,8 +47,6 @@ def _result(entry: ToolEntry, run: ToolRun) -> ToolResult:
     match run.outcome:
         case "ok":
             if entry.output_validator is not None:
-                from covenant.tools.schema import first_error  # jsonschema: loaded with the first Rune tool
-
                 error = first_error(entry.output_validator, run.result)
                 if error is not None:
                     where = "/".join(str(p) for p in error.absolute_path) or "(the document)"

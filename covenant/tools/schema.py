@@ -9,6 +9,9 @@ validation at most :data:`VALIDATION_BUDGET_S`; a pattern that runs out is a
 validation error (``invalid_arguments``), never a stalled event loop.
 ``unevaluatedProperties`` next to ``patternProperties`` would still reach
 ``re``: such a schema is refused (:func:`schema_problem`).
+
+jsonschema and regex (≈ 2 MB together) are imported with the first schema
+checked: a daemon without Rune tools never loads them.
 """
 
 from __future__ import annotations
@@ -16,12 +19,11 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Iterator
-from typing import Any
+from functools import cache
+from typing import TYPE_CHECKING, Any
 
-import regex
-from jsonschema import Draft202012Validator, ValidationError
-from jsonschema.exceptions import SchemaError
-from jsonschema.validators import extend
+if TYPE_CHECKING:
+    from jsonschema import ValidationError
 
 __all__ = ["validator_for", "schema_problem", "first_error", "SEARCH_TIMEOUT_S", "VALIDATION_BUDGET_S"]
 
@@ -36,6 +38,8 @@ class _OutOfTime(Exception):
 
 
 def _search(pattern: str, text: str) -> bool:
+    import regex
+
     left = _deadline.get() - time.monotonic()
     if left <= 0:
         raise _OutOfTime
@@ -45,8 +49,14 @@ def _search(pattern: str, text: str) -> bool:
         raise _OutOfTime from None
 
 
+def _error(message: str) -> ValidationError:
+    from jsonschema import ValidationError
+
+    return ValidationError(message)
+
+
 def _slow(pattern: str) -> ValidationError:
-    return ValidationError(f"the value could not be checked against the pattern {pattern!r} in time")
+    return _error(f"the value could not be checked against the pattern {pattern!r} in time")
 
 
 def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
@@ -58,7 +68,7 @@ def _pattern(validator: Any, pattern: str, instance: Any, schema: dict[str, Any]
         yield _slow(pattern)
         return
     if not matched:
-        yield ValidationError(f"{instance!r} does not match {pattern!r}")
+        yield _error(f"{instance!r} does not match {pattern!r}")
 
 
 def _pattern_properties(validator: Any, patterns: dict[str, Any], instance: Any, schema: dict[str, Any]) -> Iterator[ValidationError]:
@@ -96,13 +106,19 @@ def _additional_properties(validator: Any, additional: Any, instance: Any, schem
             yield from validator.descend(instance[key], additional, path=key)
     elif additional is False and extras:
         names = ", ".join(repr(key) for key in sorted(extras))
-        yield ValidationError(f"Additional properties are not allowed ({names} unexpected)")
+        yield _error(f"Additional properties are not allowed ({names} unexpected)")
 
 
-_Validator = extend(
-    Draft202012Validator,
-    {"pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties},
-)
+@cache
+def _validator_class() -> Any:
+    """Draft 2020-12 with the time-bounded pattern keywords (built once, on first use)."""
+    from jsonschema import Draft202012Validator
+    from jsonschema.validators import extend
+
+    return extend(
+        Draft202012Validator,
+        {"pattern": _pattern, "patternProperties": _pattern_properties, "additionalProperties": _additional_properties},
+    )
 
 
 def _walk(node: Any) -> Iterator[dict[str, Any]]:
@@ -117,6 +133,10 @@ def _walk(node: Any) -> Iterator[dict[str, Any]]:
 
 def schema_problem(schema: dict[str, Any]) -> str | None:
     """Why ``schema`` cannot validate tool arguments here, or None."""
+    import regex
+    from jsonschema import Draft202012Validator
+    from jsonschema.exceptions import SchemaError
+
     try:
         Draft202012Validator.check_schema(schema)
     except SchemaError as exc:
@@ -136,7 +156,7 @@ def schema_problem(schema: dict[str, Any]) -> str | None:
 
 def validator_for(schema: dict[str, Any]) -> Any:
     """A validator whose regex patterns run under the time budget (the schema passed :func:`schema_problem`)."""
-    return _Validator(schema)
+    return _validator_class()(schema)
 
 
 def first_error(validator: Any, instance: Any) -> ValidationError | None:

@@ -127,7 +127,9 @@ async def test_a_streamed_answer_is_chunked_and_a_malformed_request_gets_400(tmp
         assert b"transfer-encoding: chunked" in got.lower()
         assert got.endswith(b"4\r\none \r\n4\r\ntwo \r\n5\r\nthree\r\n0\r\n\r\n")
         bad = await trio.to_thread.run_sync(lambda: _exchange(path, b"NOT HTTP AT ALL\r\n\r\n", until=b"\n}\n"))
-        assert bad.startswith(b"HTTP/1.1 400 ") and b"malformed HTTP request" in bad
+        assert bad.startswith(b"HTTP/1.1 400 ")
+        error = json.loads(bad.split(b"\r\n\r\n", 1)[1])["error"]  # the API's error document, valid JSON
+        assert error["code"] == "bad_request" and error["message"].startswith("malformed HTTP request")
         huge = b"GET / HTTP/1.1\r\nhost: x\r\nx-pad: " + b"a" * 100_000 + b"\r\n\r\n"  # a head past h11's 16 KiB
         refused = await trio.to_thread.run_sync(lambda: _exchange(path, huge, until=b"\n}\n"))
         assert refused.startswith(b"HTTP/1.1 431 ")

@@ -320,6 +320,11 @@ def test_a_relative_home_is_taken_from_the_working_directory(tmp_path: Path, mon
     assert Path(home_dir("h")) == tmp_path / "h" == Home.resolve("h").root
     monkeypatch.setenv("COVENANT_HOME", "./other")
     assert Path(home_dir()) == tmp_path / "other" == Home.resolve().root
+    gone = tmp_path / "gone"
+    gone.mkdir()
+    monkeypatch.chdir(gone)
+    gone.rmdir()  # an absolute home needs no working directory
+    assert home_dir("/srv/covenant") == "/srv/covenant" and Home.resolve("/srv/covenant").root == Path("/srv/covenant")
 
 
 LIMITS_AGENT = (
