@@ -54,6 +54,7 @@ from covenant.runtime.isolation import Isolation
 from covenant.runtime.outcome import DispatchRecord, outcome_exit_code
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
+from covenant.runtime.workers import WorkerThreads
 from covenant.rune.sessions import valid_session_id
 from covenant.manifest.workflow import Workflow, WorkflowStep
 from covenant.policy.intents import verify_child_intent
@@ -108,6 +109,7 @@ class Daemon:
         runner: Runner,
         audit: AuditLog,
         store: DispatchStore,
+        store_thread: WorkerThreads,
         grants: GrantsWatch,
         names: IdentityNames,
         agents: LoadedAgents,
@@ -124,6 +126,8 @@ class Daemon:
         self.runner = runner
         self.audit = audit
         self.store = store
+        self._store_thread = store_thread
+        """Appends records (one fsync each, so one thread is all the store can use)."""
         self.grants = grants
         self.names = names
         self.loaded = agents
@@ -155,9 +159,6 @@ class Daemon:
         self.idle = trio.Event()
         self.idle.set()
         self._reload_lock = trio.Lock()
-        # DispatchStore.append writes and fsyncs under its own lock: one thread is all it can use,
-        # and without a limit a burst parks up to 40 of trio's threads on that lock (each leaves RSS).
-        self._store_writer = trio.CapacityLimiter(1)
         metrics.set_registry(len(agents.agents), len(agents.problems))
 
     async def restore_replay_window(self) -> int:
@@ -734,16 +735,14 @@ class Daemon:
         if record.runtime == "rune":
             completed.update(session=record.session_id, usage=record.usage, duration_ms=record.duration_ms)
         events.append(("intent.completed", completed))
-        # The dispatch record and the audit events are made durable side by side.
-        refused: CovenantError | None = None
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(partial(trio.to_thread.run_sync, self.store.append, record, limiter=self._store_writer))
-            try:
-                await self.audit.record_many(events)
-            except CovenantError as exc:  # raised bare below, not wrapped in the nursery's ExceptionGroup
-                refused = exc
-        if refused is not None:
-            raise refused
+        # The dispatch record and the audit events are made durable side by side: the record's write
+        # starts first, on its thread, while this thread encodes the events for the audit writer.
+        stored = self._store_thread.submit(self.store.append, record)
+        try:
+            await self.audit.record_many(events)
+        finally:
+            await stored.wait()
+        await stored.result()  # at once now: raises the store's error, if any
 
     def _intent_event(self, intent: Intent, dry_run: bool, child: _Child | None = None) -> dict[str, Any]:
         extra: dict[str, Any] = {}

@@ -51,8 +51,8 @@ from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.run_state import RunState
 from covenant.runtime.sampler import Sampler, adopted_orphans
 from covenant.runtime.scratch import ScratchDirs, remove_owned_entries
-from covenant.runtime.spawnthreads import SpawnThreads
 from covenant.runtime.toolrun import ToolRun, tool_run_record
+from covenant.runtime.workers import WorkerThreads
 from covenant.runtime.verdict import build_record
 
 __all__ = ["Runner", "SpawnHook", "PRIORITY_NICE", "WorkflowNotSupported"]
@@ -113,7 +113,8 @@ class Runner:
         """Shared with a replica supervisor: a uid is swept only when its last live root ends."""
         self.scratch_root = scratch_root
         self.scratch = ScratchDirs(scratch_root)
-        self._spawner = SpawnThreads(_SPAWN_THREADS)
+        # Long-lived: PR_SET_PDEATHSIG fires when the thread that spawned an agent exits.
+        self._spawner = WorkerThreads(_SPAWN_THREADS, "covenant-spawn")
         self.launcher = launcher
         self.sampler = sampler
         self._interpreters = {

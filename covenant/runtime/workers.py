@@ -1,0 +1,104 @@
+"""Long-lived worker threads for blocking calls the event loop must not wait on.
+
+Two jobs use them: starting agent processes (``subprocess.Popen`` blocks until
+the child has exec'd, and on a busy box that child may wait milliseconds for a
+CPU) and appending dispatch records (an fsync each).
+
+Why not ``trio.to_thread``: PR_SET_PDEATHSIG fires when the *thread* that
+spawned an agent exits, and trio's thread cache retires idle threads, so spawns
+need threads that live as long as the runner. And :meth:`WorkerThreads.submit`
+hands a call over at once, before the caller's next await, where a
+``to_thread`` task would start only after the caller yields: the daemon starts
+a record's fsync first and then writes the audit batch beside it.
+"""
+
+from __future__ import annotations
+
+import queue
+import threading
+from collections.abc import AsyncIterator, Callable
+from contextlib import asynccontextmanager
+from typing import Any, Generic, TypeVar
+
+import trio
+
+__all__ = ["Job", "WorkerThreads"]
+
+T = TypeVar("T")
+
+
+class Job(Generic[T]):
+    """One call handed to a worker thread; :meth:`result` awaits it."""
+
+    def __init__(self, fn: Callable[..., T], args: tuple[Any, ...]) -> None:
+        self._call = (fn, args)
+        self._token = trio.lowlevel.current_trio_token()
+        self._done = trio.Event()
+        self._value: T | None = None
+        self._error: BaseException | None = None
+
+    def _run(self) -> None:
+        """On the worker thread."""
+        fn, args = self._call
+        try:
+            self._value = fn(*args)
+        except BaseException as exc:  # handed back to the awaiting task as is
+            self._error = exc
+        self._token.run_sync_soon(self._done.set)
+
+    async def wait(self) -> None:
+        """Until the call has ended. Not cancellable: a started call is always collected (a spawned
+        process, a written record)."""
+        with trio.CancelScope(shield=True):
+            await self._done.wait()
+
+    async def result(self) -> T:
+        """The call's return value, or its exception raised (after :meth:`wait`)."""
+        await self.wait()
+        if self._error is not None:
+            raise self._error
+        return self._value  # type: ignore[return-value]
+
+
+class WorkerThreads:
+    """A fixed set of named threads that run calls in the order they were submitted."""
+
+    def __init__(self, count: int, name: str) -> None:
+        self._jobs: queue.SimpleQueue[Job[Any] | None] = queue.SimpleQueue()
+        self._threads = [
+            threading.Thread(target=self._work, name=f"{name}-{i}", daemon=True) for i in range(count)
+        ]
+        for thread in self._threads:
+            thread.start()
+
+    @classmethod
+    @asynccontextmanager
+    async def open(cls, count: int, name: str) -> AsyncIterator["WorkerThreads"]:
+        """The threads for the body of the ``async with``; joined (off the loop) when it ends."""
+        threads = cls(count, name)
+        try:
+            yield threads
+        finally:
+            with trio.CancelScope(shield=True):
+                await trio.to_thread.run_sync(threads.close)
+
+    def _work(self) -> None:
+        while (job := self._jobs.get()) is not None:
+            job._run()
+
+    def submit(self, fn: Callable[..., T], *args: Any) -> Job[T]:
+        """Hand ``fn(*args)`` to a thread now (from the trio thread); await the job's ``result()``."""
+        job = Job(fn, args)
+        self._jobs.put(job)
+        return job
+
+    async def run(self, fn: Callable[..., T], *args: Any) -> T:
+        """``fn(*args)`` on a worker thread, awaited (not cancellable, as :meth:`Job.result`)."""
+        return await self.submit(fn, *args).result()
+
+    def close(self) -> None:
+        """Stop and join the threads (blocking) once the jobs already submitted are done."""
+        for _ in self._threads:
+            self._jobs.put(None)
+        for thread in self._threads:
+            thread.join()
