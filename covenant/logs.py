@@ -169,7 +169,11 @@ def record_fields(record: logging.LogRecord) -> dict[str, Any]:
 
     Values are JSON-safe. An extra that collides with a base field is kept
     under its name plus ``_``. Tracebacks become ``exc`` (and ``stack``).
+    Computed once per record (each handler gets its own copy): the daemon has two handlers.
     """
+    cached = record.__dict__.get("_covenant_fields")
+    if cached is not None:
+        return dict(cached)
     fields: dict[str, Any] = {
         "ts": iso_timestamp(record.created),
         "level": record.levelname.lower(),
@@ -187,7 +191,8 @@ def record_fields(record: logging.LogRecord) -> dict[str, Any]:
         fields["exc"] = record.exc_text
     if record.stack_info:
         fields["stack"] = record.stack_info.rstrip()
-    return fields
+    record.__dict__["_covenant_fields"] = fields  # underscored: never read back as an extra
+    return dict(fields)
 
 
 def _logfmt_value(value: Any) -> str:
