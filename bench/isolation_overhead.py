@@ -62,7 +62,7 @@ async def spawn_once(launcher: ProcessGroupLauncher, plan: LaunchPlan) -> float:
     os.waitid(os.P_PID, launched.pid, os.WEXITED | os.WNOWAIT)
     status = launched.reap()
     elapsed = time.perf_counter() - start
-    await launched.aclose()
+    launched.close()
     assert status.exit_code == 0, status
     return elapsed
 

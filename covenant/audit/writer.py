@@ -216,8 +216,8 @@ class AuditLog:
         with self._wake:
             self._queue.extend(items)  # one extend: the events stay adjacent and in order
             self._wake.notify()
-        for item in items:
-            await item.done.wait()
+        # Batches are acknowledged (or failed) in order, so the last item's event covers them all.
+        await items[-1].done.wait()
         for item in items:
             if item.error is not None:
                 raise item.error

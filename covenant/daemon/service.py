@@ -742,7 +742,7 @@ class Daemon:
             await self.audit.record_many(events)
         finally:
             await stored.wait()
-        await stored.result()  # at once now: raises the store's error, if any
+        stored.result()  # raises the store's error, if any
 
     def _intent_event(self, intent: Intent, dry_run: bool, child: _Child | None = None) -> dict[str, Any]:
         extra: dict[str, Any] = {}

@@ -91,7 +91,15 @@ class _Holder:
         return f"/proc/{self.process.pid}/ns/mnt"
 
     def alive(self) -> bool:
-        return self.process.poll() is None
+        """Has the holder not exited? Never reaps it: an unreaped holder's pid cannot be reused while it
+        is still listed in :attr:`MountNamespaces.holder_pids`."""
+        if self.process.returncode is not None:
+            return False
+        try:
+            info = os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
+        except ChildProcessError:
+            return False
+        return info is None
 
 
 class MountNamespaces:
@@ -102,6 +110,9 @@ class MountNamespaces:
         self.always_needed = list(always_needed)
         self._holders: dict[int, _Holder] = {}
         self._lock = threading.Lock()
+        self.holder_pids: frozenset[int] = frozenset()
+        """The holders' pids: children of covenant that are never an agent's orphan, so the runner's
+        scans for orphans skip them unread. A holder leaves this set before it is reaped."""
         self._sleep = shutil.which("sleep", path="/usr/bin:/bin")
 
     @staticmethod
@@ -117,11 +128,19 @@ class MountNamespaces:
         """
         with self._lock:
             holder = self._holders.get(uid)
-            if holder is not None and holder.alive():
-                return holder.namespace
+            if holder is not None:
+                if holder.alive():
+                    return holder.namespace
+                del self._holders[uid]
+                self._list_pids()
+                holder.process.wait()  # reaped only once it is off the list
             holder = self._start(size_mb, [*self.always_needed, *needed])
             self._holders[uid] = holder
+            self._list_pids()
             return holder.namespace
+
+    def _list_pids(self) -> None:
+        self.holder_pids = frozenset(holder.process.pid for holder in self._holders.values())
 
     def _start(self, size_mb: int, needed: list[str]) -> _Holder:
         import json
@@ -209,6 +228,7 @@ class MountNamespaces:
         """Stop every holder (their namespaces and tmpfs contents go with them)."""
         with self._lock:
             holders, self._holders = list(self._holders.values()), {}
+            self._list_pids()
         for holder in holders:
             holder.process.kill()
             holder.process.wait()

@@ -167,7 +167,9 @@ class Runner:
         mount_namespaces = None
         if enforced:
             mount_namespaces = await trio.to_thread.run_sync(cls._private_tmp, config, scratch_root, isolation)
-        sampler = Sampler(config.sample_interval_ms)
+        sampler = Sampler(
+            config.sample_interval_ms, (lambda: mount_namespaces.holder_pids) if mount_namespaces is not None else tuple
+        )
         runner = cls(
             config, scratch_root, launcher or ProcessGroupLauncher(), sampler, isolation, live_roots, mount_namespaces
         )
@@ -541,7 +543,7 @@ class Runner:
             d.deadline = trio.current_time() + d.wall_s
             rest = self._write_stdin_now(d, GATE_BYTE + line if d.launched.gated else line)
         if not rest and not d.keep_stdin_open:
-            await d.launched.stdin.aclose()  # without the gate byte, a gated helper kills itself
+            d.launched.stdin.close()  # without the gate byte, a gated helper kills itself
         await self._watch(d, rest)
 
     async def _call_hook(self, d: RunState, on_spawned: SpawnHook) -> None:
@@ -588,7 +590,7 @@ class Runner:
             pass  # the agent exited or closed stdin without reading: its output decides
         finally:
             if not d.keep_stdin_open:
-                await stream.aclose()
+                stream.close()
 
     async def _read_stdout(self, d: RunState) -> None:
         cap = self.config.stdout_cap_bytes
@@ -612,7 +614,7 @@ class Runner:
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         finally:
-            await stream.aclose()
+            stream.close()
             d.stream_closed()
 
     async def _drain_stderr(self, d: RunState) -> None:
@@ -639,7 +641,7 @@ class Runner:
         finally:
             if pending:
                 self._log_line(d, pending)
-            await stream.aclose()
+            stream.close()
             d.stream_closed()
 
     @staticmethod
@@ -704,7 +706,8 @@ class Runner:
         tree = d.tree
         # Attributing against every in-flight tree spares reading the environment
         # of the other dispatches' roots and known members.
-        adopted = adopted_orphans([tree, *(o.tree for o in self._dispatches if o is not d)]).get(tree, [])
+        others = (o.tree for o in self._dispatches if o is not d)
+        adopted = adopted_orphans([tree, *others], self.sampler.foreign, self.sampler.helper_pids()).get(tree, [])
         if adopted or tree.has_descendants():
             tree.refresh(adopted)
         victims = {pid: start for pid, start in tree.members.items() if pid != tree.root}
@@ -734,7 +737,7 @@ class Runner:
         """
         for _round in range(64):
             reaped = 0
-            for pid in _procfs.thread_children(os.getpid()):
+            for pid in self._strangers():
                 stat = _procfs.read_stat(pid)
                 if stat is None or stat.state != "Z" or stat.pgrp != group or pid == group:
                     continue
@@ -771,7 +774,7 @@ class Runner:
 
         Kills every process still running as the uid (escapes that left the
         tree: setsid, double fork, emptied environment; see
-        :meth:`_adopted_of_uid` for when), reaps those covenant adopted, and
+        :meth:`_strangers` for when), reaps those covenant adopted, and
         empties the uid's private /tmp and /dev/shm (or removes what it left
         in :data:`SHARED_TMP_DIRS`);
         returns those bytes (they count as the dispatch's disk use). New runs
@@ -781,11 +784,13 @@ class Runner:
             return 0
         done = self._sweeping[creds.uid] = trio.Event()
         try:
-            if not self._subreaper or self._adopted_of_uid(creds.uid):
+            strangers = self._strangers()
+            if not self._subreaper or any(_procfs.read_real_uid(pid) == creds.uid for pid in strangers):
                 killed = await trio.to_thread.run_sync(uidkill.kill_uid, creds.uid, creds.gid)
                 if not killed:
                     log.error("cannot sweep agent uid", extra={"agent": agent_id, "intent": intent_id, "uid": creds.uid})
-            self._reap_adopted()
+                strangers = self._strangers()
+            self._reap_zombies(strangers)
             if self.mount_namespaces is not None:
                 if not self.mount_namespaces.used_bytes(creds.uid):
                     return 0  # nothing left there (the usual case): no thread hop
@@ -795,24 +800,23 @@ class Runner:
             del self._sweeping[creds.uid]
             done.set()
 
-    def _adopted_of_uid(self, uid: int) -> bool:
-        """Does covenant have a live child of ``uid`` that is no run's root (an escape)? ~20 µs.
+    def _strangers(self) -> list[int]:
+        """covenant's children that are neither the root of a run in flight nor a mount namespace holder.
 
-        As child subreaper covenant is the parent of last resort of every
-        process an agent starts: once a run's tree is gone, anything left
-        of its uid is an orphan covenant adopted, or a descendant of one.
-        So the uid kill (a process spawn, ~0.3 ms) runs only when there is
-        such an orphan; without subreaper it always runs.
+        As child subreaper covenant is the parent of last resort of every process an agent starts:
+        once a run's tree is gone, anything left of its uid is such a stranger (an orphan covenant
+        adopted), or a descendant of one. So the uid kill (a process spawn, ~0.3 ms) runs only when a
+        stranger has the uid; without subreaper it always runs. Usually there is none, and one read
+        of covenant's children list is all this costs.
         """
-        roots = {o.launched.pid for o in self._dispatches}
-        return any(pid not in roots and _procfs.read_real_uid(pid) == uid for pid in _procfs.thread_children(os.getpid()))
+        known = {o.launched.pid for o in self._dispatches}
+        helpers = self.sampler.helper_pids()
+        return [pid for pid in _procfs.thread_children(os.getpid()) if pid not in known and pid not in helpers]
 
-    def _reap_adopted(self) -> None:
-        """Reap the zombies covenant adopted as child subreaper (never the root of a live run)."""
-        roots = {o.launched.pid for o in self._dispatches}
-        for pid in _procfs.thread_children(os.getpid()):
-            if pid in roots:
-                continue
+    @staticmethod
+    def _reap_zombies(strangers: list[int]) -> None:
+        """Reap the zombies among ``strangers`` (orphans covenant adopted as child subreaper)."""
+        for pid in strangers:
             stat = _procfs.read_stat(pid)
             if stat is not None and stat.state == "Z":
                 try:
@@ -824,4 +828,4 @@ class Runner:
         """Make sure the tree is gone and our ends are closed (also on cancellation)."""
         if d.launched.status is None or not d.swept:
             await self._terminate(d)
-        await d.launched.aclose()
+        d.launched.close()

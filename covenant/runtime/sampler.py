@@ -11,7 +11,7 @@ their dispatch by the ``COVENANT_INTENT_ID`` marker in their environment.
 from __future__ import annotations
 
 import os
-from collections.abc import Callable, Iterable
+from collections.abc import Callable, Collection, Iterable
 
 import trio
 
@@ -112,10 +112,14 @@ class Sampler:
     the runner uses it to check the dispatch's limits.
     """
 
-    def __init__(self, interval_ms: int) -> None:
+    def __init__(self, interval_ms: int, helper_pids: Callable[[], Collection[int]] = tuple) -> None:
         self.interval = interval_ms / 1000
+        self.helper_pids = helper_pids
+        """covenant's own long-lived children (mount namespace holders): never read as orphans."""
         self._trees: dict[ProcessTree, Callable[[], None]] = {}
-        self._foreign: dict[tuple[int, int], None] = {}
+        self.foreign: dict[tuple[int, int], None] = {}
+        """Children of covenant known to belong to no run, as (pid, starttime): their environment
+        is read once."""
         self.ticks = 0
 
     def register(self, tree: ProcessTree, after_sample: Callable[[], None]) -> None:
@@ -136,14 +140,14 @@ class Sampler:
     def tick(self) -> None:
         """Sample every tree once (one pass over /proc for all dispatches)."""
         self.ticks += 1
-        adopted = adopted_orphans(list(self._trees), self._foreign)
+        adopted = adopted_orphans(list(self._trees), self.foreign, self.helper_pids())
         for tree, after_sample in list(self._trees.items()):
             tree.refresh(adopted.get(tree, ()))
             after_sample()
 
 
 def adopted_orphans(
-    trees: list[ProcessTree], foreign: dict[tuple[int, int], None] | None = None
+    trees: list[ProcessTree], foreign: dict[tuple[int, int], None] | None = None, helpers: Collection[int] = ()
 ) -> dict[ProcessTree, list[int]]:
     """covenant's own children that belong to a dispatch but are not its root.
 
@@ -153,12 +157,13 @@ def adopted_orphans(
 
     An orphan already known as a member is attributed directly; an unknown one
     by its environment marker. Children that belong to no dispatch are
-    remembered in ``foreign`` (pid, starttime) so their environment is read once.
+    remembered in ``foreign`` (pid, starttime) so their environment is read once; ``helpers``
+    (covenant's own long-lived children) are skipped unread.
     """
     roots = {tree.root for tree in trees}
     out: dict[ProcessTree, list[int]] = {}
     for pid in _procfs.thread_children(os.getpid()):
-        if pid in roots:
+        if pid in roots or pid in helpers:
             continue
         owner = next((tree for tree in trees if pid in tree.members), None)
         if owner is None:

@@ -100,4 +100,4 @@ async def stop_launched(launched: Launched, grace_s: float) -> None:
         await launched.wait_exit()
     if launched.exited_now():
         await trio.to_thread.run_sync(launched.reap)
-    await launched.aclose()
+    launched.close()

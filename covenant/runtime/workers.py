@@ -28,7 +28,7 @@ T = TypeVar("T")
 
 
 class Job(Generic[T]):
-    """One call handed to a worker thread; :meth:`result` awaits it."""
+    """One call handed to a worker thread: :meth:`wait` for it, then take its :meth:`result`."""
 
     def __init__(self, fn: Callable[..., T], args: tuple[Any, ...]) -> None:
         self._call = (fn, args)
@@ -52,9 +52,10 @@ class Job(Generic[T]):
         with trio.CancelScope(shield=True):
             await self._done.wait()
 
-    async def result(self) -> T:
-        """The call's return value, or its exception raised (after :meth:`wait`)."""
-        await self.wait()
+    def result(self) -> T:
+        """The call's return value, or its exception raised; only once :meth:`wait` returned."""
+        if not self._done.is_set():
+            raise RuntimeError("Job.result() before the call ended: await wait() first")
         if self._error is not None:
             raise self._error
         return self._value  # type: ignore[return-value]
@@ -93,8 +94,10 @@ class WorkerThreads:
         return job
 
     async def run(self, fn: Callable[..., T], *args: Any) -> T:
-        """``fn(*args)`` on a worker thread, awaited (not cancellable, as :meth:`Job.result`)."""
-        return await self.submit(fn, *args).result()
+        """``fn(*args)`` on a worker thread, awaited (not cancellable, as :meth:`Job.wait`)."""
+        job = self.submit(fn, *args)
+        await job.wait()
+        return job.result()
 
     def close(self) -> None:
         """Stop and join the threads (blocking) once the jobs already submitted are done."""
