@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import time
 from pathlib import Path
@@ -17,7 +18,7 @@ from covenant.errors import ConfigError
 from covenant.home import Home, home_dir, socket_file
 from covenant.homeinit import check_home_modes, init_home
 from covenant.policy._files import atomic_write_text
-from covenant.runtime import _elf, host, uidkill
+from covenant.runtime import _elf, _procfs, host, uidkill
 from covenant.runtime.isolation import Isolation, open_isolation, reachability_problems
 from covenant.runtime.launcher import AgentCredentials, LaunchError, LaunchPlan, ProcessGroupLauncher
 from covenant.runtime.liveroots import LiveRoots
@@ -236,6 +237,38 @@ def test_private_tmp_hides_the_hosts_but_keeps_the_package_and_home(agent_reacha
     assert json.loads(second.result["text"])["tmp"] == sorted([agent_reachable_dir.name, "left-behind"])
     assert package.exists() and entry.exists()  # emptying the private /tmp never touched what was bound back
     assert not Path("/tmp/left-behind").exists()
+
+
+@root_only
+def test_namespace_holders_are_never_strangers_and_a_dead_one_is_reaped_when_replaced(agent_reachable_dir: Path) -> None:
+    """Each agent uid's holder is covenant's child, yet no scan for orphans reads it (a dispatch's end
+    would cost a read per agent uid); a holder that died is replaced, and reaped only once off the list."""
+    iso = open_isolation(IsolationConfig(uid_range=(301000, 301999)), agent_reachable_dir / "state")
+    first = make_agent("fault.py")
+    second = first.model_copy(update={"id": "other@test"})
+
+    async def main() -> tuple[list[str], int, set[int]]:
+        async with Runner.open(RuntimeConfig(python3="/usr/bin/python3"), scratch_root=agent_reachable_dir / "scratch",
+                               isolation=iso) as runner:
+            spaces = runner.mount_namespaces
+            assert spaces is not None, iso.problems
+            outcomes = [(await runner.run(agent, make_payload("echo hi"))).outcome for agent in (first, second)]
+            holders = set(spaces.holder_pids)
+            assert len(holders) == 2 and holders <= set(_procfs.thread_children(os.getpid()))
+            assert runner._strangers() == []
+            victim = min(holders)
+            os.kill(victim, signal.SIGKILL)
+            while _procfs.read_stat(victim).state != "Z":
+                await trio.sleep(0.01)
+            assert victim in spaces.holder_pids  # dead, but not reaped: its pid cannot be reused yet
+            outcomes += [(await runner.run(agent, make_payload("echo hi"))).outcome for agent in (first, second)]
+            return outcomes, victim, set(spaces.holder_pids)
+
+    outcomes, victim, holders = trio.run(main)
+    assert outcomes == ["ok"] * 4
+    assert victim not in holders and len(holders) == 2
+    with pytest.raises(ChildProcessError):
+        os.waitpid(victim, os.WNOHANG)  # reaped by the replacement, not left a zombie
 
 
 # -- the home's modes and what agents can reach ----------------------------------------------------
