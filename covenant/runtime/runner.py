@@ -487,7 +487,7 @@ class Runner:
         On failure the uid and the dir are given back and the error is raised.
         """
         creds = await self.claim_uid(agent.id)
-        scratch = self.scratch.take()
+        scratch = self.scratch.take(creds.uid if creds is not None else os.getuid())
         if self._dispatches:
             # Others are in flight: spawn off the loop so they are served meanwhile.
             made, launched = await self._spawner.run(self._launch, agent, marker, argv, scratch, cpu_ms, creds, cwd)

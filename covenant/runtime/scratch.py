@@ -1,21 +1,29 @@
-"""Per-dispatch scratch dirs, made ahead and removed behind the dispatch.
+"""Per-dispatch scratch dirs: empty, 0700, the agent uid's own; made ahead, reused or removed behind.
 
-Every dispatch gets a fresh, empty, 0700 dir (its HOME and TMPDIR). On ext4
-``mkdir`` + ``rmdir`` cost ~0.13 ms together when the disk is idle and
-several ms when another process is syncing the journal; done inline they
-block the event loop for every other dispatch. So a background task keeps a
-few fresh dirs ready and removes the empty dirs dispatches leave behind, in
-one worker-thread hop per batch of four (or after a second). A dir an agent left files in is measured
-and removed by the dispatch itself before its record is made (its size is
-part of the record); an empty one is measured with one ``listdir`` and
-removed right after. :meth:`ScratchDirs.close` removes everything left.
+Every dispatch gets an empty, 0700 dir owned by the uid it runs as (its HOME
+and TMPDIR). On ext4 ``mkdir`` + ``rmdir`` cost ~0.13 ms together when the
+disk is idle and several ms when another process is syncing the journal
+(and each is one more change the audit log's next sync commits). So:
+
+- a dir a dispatch leaves empty (the usual case, checked with one ``listdir``)
+  goes back to a pool of its owner's uid, and the next dispatch that runs as
+  that uid gets it after ``lstat`` and ``listdir`` show it is still an empty
+  0700 dir of that uid; anything else about it and it is removed instead;
+- a dir an agent left files in is measured and removed by the dispatch itself
+  before its record is made (its size is part of the record);
+- a background task keeps a few fresh dirs ready for uids with none to reuse,
+  and removes the surplus, in one worker-thread hop per batch (or after a second).
+
+:meth:`ScratchDirs.close` removes everything left.
 """
 
 from __future__ import annotations
 
+import contextlib
 import math
 import os
 import shutil
+import stat
 import tempfile
 from pathlib import Path
 
@@ -27,6 +35,10 @@ _SPARE = 8
 """Fresh dirs kept ready: enough for a burst of concurrent dispatches."""
 _LINGER_S = 1.0
 """Longest an empty given-back dir waits for its batch (batches form at spare/2)."""
+_REUSE_PER_UID = 4
+"""Empty dirs kept for reuse per uid (more concurrent runs of one uid get fresh ones)."""
+_REUSE_TOTAL = 256
+"""Empty dirs kept for reuse over all uids."""
 
 
 def measure_and_remove(path: str) -> int:
@@ -80,37 +92,75 @@ class ScratchDirs:
         self.spare = spare
         self._ready: list[str] = []
         self._doomed: list[str] = []
+        self._reusable: dict[int, list[str]] = {}
+        """uid -> empty dirs that uid owns, given back by finished runs."""
+        self._reusable_count = 0
         self._work = trio.Event()
 
     def make(self) -> str:
         """A new dir made now (blocking; safe on any thread)."""
         return tempfile.mkdtemp(prefix="dispatch-", dir=self.root)
 
-    def take(self) -> str | None:
-        """A fresh empty dir made ahead, or None when none is ready (then :meth:`make` one)."""
+    def take(self, uid: int) -> str | None:
+        """An empty dir for a run as ``uid``: one it was given back, else a fresh one made ahead, else None
+        (then :meth:`make` one). A fresh dir is covenant's: chown it to an agent uid before the spawn."""
+        reused = self._reuse(uid)
+        if reused is not None:
+            return reused
         if len(self._ready) <= self.spare // 2:
             self._work.set()
         return self._ready.pop() if self._ready else None
 
+    def _reuse(self, uid: int) -> str | None:
+        pool = self._reusable.get(uid)
+        while pool:
+            path = pool.pop()
+            self._reusable_count -= 1
+            try:
+                st = os.lstat(path)
+                intact = stat.S_ISDIR(st.st_mode) and stat.S_IMODE(st.st_mode) == 0o700 and st.st_uid == uid
+                if intact and not os.listdir(path):
+                    return path
+            except FileNotFoundError:
+                continue
+            except OSError:
+                pass
+            self._doom(path)  # changed since it was given back: removed (and measured) the usual way
+        return None
+
     async def give_back(self, path: str) -> int:
-        """Bytes the dispatch left in ``path``; the dir is gone or queued for removal."""
+        """Bytes the dispatch left in ``path``; an empty dir is kept for its owner's next run or removed."""
         try:
             empty = not os.listdir(path)
+            owner = os.lstat(path).st_uid
         except FileNotFoundError:
             return 0
         except OSError:
             empty = False
         if empty:
-            self._doomed.append(path)
-            if len(self._doomed) >= self.spare // 2:
-                self._work.set()
+            pool = self._reusable.setdefault(owner, [])
+            if len(pool) < _REUSE_PER_UID and self._reusable_count < _REUSE_TOTAL:
+                pool.append(path)
+                self._reusable_count += 1
+            else:
+                self._doom(path)
             return 0
         return await trio.to_thread.run_sync(measure_and_remove, path)
+
+    def _doom(self, path: str) -> None:
+        self._doomed.append(path)
+        if len(self._doomed) >= self.spare // 2:
+            self._work.set()
 
     def _batch(self, doomed: list[str], make: int) -> list[str]:
         for path in doomed:
             try:
                 os.rmdir(path)
+            except FileNotFoundError:
+                pass
+            except NotADirectoryError:  # no longer a dir: remove the entry, never what a link points at
+                with contextlib.suppress(OSError):
+                    os.unlink(path)
             except OSError:
                 measure_and_remove(path)  # something appeared after the check
         return [self.make() for _ in range(make)]
@@ -135,5 +185,7 @@ class ScratchDirs:
     def close(self) -> None:
         """Remove the ready dirs and those still queued (blocking; call once the runs are over)."""
         doomed, self._doomed = self._doomed + self._ready, []
-        self._ready = []
+        for pool in self._reusable.values():
+            doomed += pool
+        self._ready, self._reusable, self._reusable_count = [], {}, 0
         self._batch(doomed, 0)
