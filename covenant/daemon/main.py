@@ -39,7 +39,7 @@ from covenant.daemon.service import Daemon
 from covenant.errors import ConfigError, ExitCode
 from covenant.home import Home
 from covenant.homeinit import check_home_modes, init_home
-from covenant.daemon.a2a import DaemonAgentCalls
+from covenant.daemon.agent_calls import DaemonAgentCalls
 from covenant.keys import load_private_key, public_key_hex
 from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.registry import Registry, scan_agents
