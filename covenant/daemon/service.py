@@ -651,9 +651,7 @@ class Daemon:
                 await write_pending()  # it will queue: the decision is durable before the wait
             async with self.scheduler.slot(agent.id, intent.priority):
                 self._update_queue_metrics()
-                if not self.inflight:
-                    self.idle = trio.Event()
-                self.inflight[intent.id] = _Inflight(intent.id, agent.id, time.monotonic())
+                self._enter(intent, agent)
                 _log_dispatch("dispatch started", intent, agent.id)
                 started = True
                 try:
@@ -662,9 +660,7 @@ class Daemon:
                     await self._finish(intent, agent, record, pending)
                     _log_dispatch("dispatch finished", intent, agent.id, outcome=record.outcome, ms=record.duration_ms)
                 finally:
-                    del self.inflight[intent.id]
-                    if not self.inflight:
-                        self.idle.set()
+                    self._leave(intent)
         except CovenantError as exc:
             await write_pending(
                 ("intent.completed", {"intent": intent.id, "agent": agent.id, "outcome": exc.code, "status": None})
