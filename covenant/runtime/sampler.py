@@ -43,6 +43,8 @@ class ProcessTree:
 
     def refresh(self, adopted: Iterable[int] = ()) -> None:
         """Rebuild membership from the root, known members and ``adopted`` pids; update figures."""
+        if not adopted and self._refresh_lone_root():
+            return
         seen: dict[int, _procfs.ProcStat] = {}
         stack = [self.root, *self.members, *adopted]
         while stack:
@@ -64,6 +66,19 @@ class ProcessTree:
         self.cpu_ms = max(self.cpu_ms, ticks * 1000 // _procfs.CLK_TCK)
         self.rss_kib = sum(stat.rss_kib for stat in seen.values())
         self.peak_rss_kib = max(self.peak_rss_kib, self.rss_kib)
+
+    def _refresh_lone_root(self) -> bool:
+        """The usual sample, cheaply: the tree is its root alone and still has no child. False when that
+        is not so (or not known), and :meth:`refresh` walks the tree instead."""
+        if len(self.members) != 1 or (proc := self._open.get(self.root)) is None:
+            return False
+        stat = proc.stat()
+        if stat is None or stat.starttime != self.members.get(self.root) or proc.children(stat.num_threads):
+            return False
+        self.cpu_ms = max(self.cpu_ms, stat.cpu_ticks * 1000 // _procfs.CLK_TCK)
+        self.rss_kib = stat.rss_kib
+        self.peak_rss_kib = max(self.peak_rss_kib, stat.rss_kib)
+        return True
 
     def _read(self, pid: int) -> tuple[_procfs.OpenProcess | None, _procfs.ProcStat | None]:
         """``pid``'s stat through its open files (opened now if need be), or by path past the fd limit."""

@@ -102,3 +102,27 @@ def test_an_open_process_reads_nothing_once_it_has_exited() -> None:
         assert proc.stat() is None and proc.children(1) == []
     finally:
         proc.close()
+
+
+def test_a_lone_root_sampled_cheaply_still_gains_the_child_it_forks_later() -> None:
+    code = ("import subprocess, sys, time\nprint('ready', flush=True)\nsys.stdin.readline()\n"
+            "subprocess.Popen(['sleep', '60'])\nprint('forked', flush=True)\ntime.sleep(60)\n")
+    process = subprocess.Popen([sys.executable, "-c", code], stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    assert process.stdin is not None and process.stdout is not None
+    tree = ProcessTree(process.pid, "test")
+    try:
+        assert process.stdout.readline().strip() == "ready"
+        tree.refresh()
+        tree.refresh()  # the root alone: the cheap path
+        assert set(tree.members) == {process.pid} and tree.rss_kib > 0
+        process.stdin.write("go\n")
+        process.stdin.flush()
+        assert process.stdout.readline().strip() == "forked"
+        tree.refresh()
+        assert len(tree.members) == 2 and tree.has_descendants()
+    finally:
+        for pid in set(tree.members) - {process.pid}:
+            subprocess.run(["kill", "-9", str(pid)], check=False)
+        tree.close()
+        process.kill()
+        process.wait()
