@@ -183,7 +183,8 @@ class ScratchDirs:
             self._ready.extend(made)
 
     def close(self) -> None:
-        """Remove the ready dirs and those still queued (blocking; call once the runs are over)."""
+        """Remove the ready dirs, those kept for reuse and those still queued (blocking; call once the runs
+        are over)."""
         doomed, self._doomed = self._doomed + self._ready, []
         for pool in self._reusable.values():
             doomed += pool
