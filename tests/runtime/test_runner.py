@@ -37,10 +37,22 @@ async def test_ok_round_trip(runner: Runner) -> None:
     assert record.outcome == "ok" and record.error is None
     assert record.result is not None and record.result["text"] == "hello there"
     assert record.exit_code == 0 and record.signal is None and record.pid
-    assert record.cpu_ms > 0 and record.peak_rss_kib > 0
+    assert record.cpu_ms > 0  # from wait4: there even for a run no sample saw
     assert record.argv[-1].endswith(FAULT) and record.limits["memory_mb"] == 512
     assert record.started_at.endswith("Z") and len(record.started_at) == 24
     assert elapsed < 10
+
+
+async def test_a_run_shorter_than_a_sample_has_its_peak_read_when_it_answers(
+    tmp_path: Path, runtime_config: RuntimeConfig
+) -> None:
+    """Read when its answer arrives, not left to the next tick. (An agent that exits before covenant reads
+    its answer, and before any tick, has released its memory already: its peak_rss_kib is 0.)"""
+    no_ticks = runtime_config.model_copy(update={"sample_interval_ms": 10_000})  # the run takes ~0.6 s
+    async with Runner.open(no_ticks, scratch_root=tmp_path / "scratch") as runner:
+        record, _ = await run_fault(runner, "echo-linger hello")
+        assert runner.sampler.ticks == 0
+    assert record.outcome == "ok" and record.peak_rss_kib > 1024
 
 
 async def test_agent_error(runner: Runner) -> None:

@@ -24,6 +24,9 @@ def sleep_forever():
 
 if mode == "echo":
     answer(arg)
+elif mode == "echo-linger":  # answers, then stays alive a moment: its memory can be read when it answers
+    answer(arg)
+    time.sleep(0.5)
 elif mode == "error":
     answer("it went wrong", status="error")
 elif mode == "sleep":
