@@ -178,8 +178,15 @@ def throwaway_home(prefix: str, extra_env: dict[str, str] | None = None) -> Thro
     env = {"PATH": os.environ.get("PATH", "/usr/bin:/bin"), "HOME": str(tmp), "COVENANT_HOME": str(home),
            "COVENANT_SOCKET": str(socket_path), "XDG_CONFIG_HOME": str(tmp / "xdg"), "USER": "bench",
            "LANG": "C.UTF-8", **checkout_env(), **(extra_env or {})}
-    os.environ.update({k: env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
-    return Throwaway(tmp, home, socket_path, env)
+    throwaway = Throwaway(tmp, home, socket_path, env)
+    use_home(throwaway)
+    return throwaway
+
+
+def use_home(throwaway: Throwaway) -> None:
+    """Point this process's env at ``throwaway``'s home (the in-process client and ``load_user_identity``
+    read it)."""
+    os.environ.update({k: throwaway.env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
 
 
 def stop_and_clean(processes: list[subprocess.Popen[bytes] | None], tmp: Path, keep: bool = False) -> None:

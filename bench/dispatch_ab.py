@@ -33,6 +33,7 @@ import psutil  # noqa: E402
 
 from daemon_dispatch import (  # noqa: E402
     Agent, Throwaway, daemon_once, granted_identity, install_agents, start_daemon, stop_and_clean, throwaway_home,
+    use_home,
 )
 from covenant.config import RuntimeConfig  # noqa: E402
 from covenant.policy.identities import UserIdentity  # noqa: E402
@@ -53,8 +54,7 @@ class Side:
     rounds: list[str] = field(default_factory=list)
 
     def use(self) -> None:
-        """Point this process's env at the side's home (the in-process client reads it)."""
-        os.environ.update({k: self.home.env[k] for k in ("COVENANT_HOME", "COVENANT_SOCKET", "XDG_CONFIG_HOME")})
+        use_home(self.home)
 
     def once(self) -> float:
         return daemon_once(self.agent, self.identity, self.home.socket_path)[0]

@@ -9,7 +9,6 @@ these listeners is configured.
 from __future__ import annotations
 
 import socket
-from collections.abc import Awaitable, Callable
 
 import trio
 from hypercorn.app_wrappers import ASGIWrapper
@@ -18,9 +17,9 @@ from hypercorn.events import Event, Updated
 from hypercorn.trio.tcp_server import TCPServer
 from hypercorn.trio.worker_context import WorkerContext
 
-__all__ = ["serve_network"]
+from covenant.daemon.server import ASGIApp
 
-ASGIApp = Callable[[dict, Callable[[], Awaitable[dict]], Callable[[dict], Awaitable[None]]], Awaitable[None]]
+__all__ = ["serve_network"]
 
 
 class _ClosingTCPServer(TCPServer):

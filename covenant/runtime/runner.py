@@ -736,17 +736,7 @@ class Runner:
         (pgid = its root's pid) are taken, never another child of covenant.
         """
         for _round in range(64):
-            reaped = 0
-            for pid in self._strangers():
-                stat = _procfs.read_stat(pid)
-                if stat is None or stat.state != "Z" or stat.pgrp != group or pid == group:
-                    continue
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                    reaped += 1
-                except ChildProcessError:
-                    pass
-            if not reaped:
+            if not self._reap_zombies(self._strangers(), group=group):
                 return
 
     async def claim_uid(self, agent_id: str) -> AgentCredentials | None:
@@ -814,15 +804,20 @@ class Runner:
         return [pid for pid in _procfs.thread_children(os.getpid()) if pid not in known and pid not in helpers]
 
     @staticmethod
-    def _reap_zombies(strangers: list[int]) -> None:
-        """Reap the zombies among ``strangers`` (orphans covenant adopted as child subreaper)."""
+    def _reap_zombies(strangers: list[int], *, group: int | None = None) -> int:
+        """Reap the zombies among ``strangers`` (orphans covenant adopted as child subreaper), only those of
+        process group ``group`` when given (never its leader, a run's root); returns how many."""
+        reaped = 0
         for pid in strangers:
             stat = _procfs.read_stat(pid)
-            if stat is not None and stat.state == "Z":
-                try:
-                    os.waitpid(pid, os.WNOHANG)
-                except ChildProcessError:
-                    pass
+            if stat is None or stat.state != "Z" or (group is not None and (stat.pgrp != group or pid == group)):
+                continue
+            try:
+                os.waitpid(pid, os.WNOHANG)
+                reaped += 1
+            except ChildProcessError:
+                pass
+        return reaped
 
     async def _finish(self, d: RunState) -> None:
         """Make sure the tree is gone and our ends are closed (also on cancellation)."""
