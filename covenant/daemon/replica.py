@@ -38,17 +38,16 @@ from covenant.runtime.environment import agent_environment
 from covenant.runtime.launcher import AgentCredentials, Launched, LaunchError, LaunchPlan
 from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.runner import Runner
+from covenant.runtime.stderr_lines import StderrLines
 
 __all__ = ["Replica", "ReplicaFailed", "ReplicaProcess", "Offered", "REPLICAS_DIR", "PROBE_FAILURES_BEFORE_RESTART"]
 
 log = logging.getLogger("covenant.rune")
-agent_log = logging.getLogger("covenant.agent")
 
 REPLICAS_DIR = "replicas"
 PROBE_FAILURES_BEFORE_RESTART = 3
 _MIB = 1024 * 1024
 _KILL_GRACE_S = 2.0
-_LOG_LINE_MAX = 4096
 
 
 class ReplicaFailed(Exception):
@@ -237,22 +236,15 @@ class ReplicaProcess:
             return status == 200
         return False
 
-    async def _drain_output(self, replica: Replica, stream: trio.abc.ReceiveStream) -> None:
-        pending = b""
+    @staticmethod
+    async def _drain_output(replica: Replica, stream: trio.abc.ReceiveStream) -> None:
+        lines = StderrLines("replica stderr", {"agent": replica.agent.id})
         try:
             while data := await stream.receive_some(65536):
-                *lines, pending = (pending + data).split(b"\n")
-                for raw in lines:
-                    self._log_line(replica, raw)
+                lines.feed(data)
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
-        if pending:
-            self._log_line(replica, pending)
-
-    @staticmethod
-    def _log_line(replica: Replica, raw: bytes) -> None:
-        text = raw[:_LOG_LINE_MAX].decode("utf-8", "replace").rstrip("\r")
-        agent_log.info("replica stderr", extra={"agent": replica.agent.id, "line": text})
+        lines.flush()
 
     def _settings(self, replica: Replica) -> dict[str, Any]:
         settings = loop_settings(

@@ -114,6 +114,11 @@ class Launched:
         self._exited = trio.Event()
         self._pidfd_waiter = False
 
+    @property
+    def pidfd(self) -> int:
+        """The root's pidfd (readable once it has exited); -1 after :meth:`close`."""
+        return self._pidfd
+
     async def wait_exit(self) -> None:
         """Wait until the root process has exited, without reaping it.
 

@@ -42,9 +42,8 @@ class RunState:
         self.verdict: Outcome | None = None
         self.error: str | None = None
         self.notes: list[str] = []
-        self.wake = trio.Event()
-        self.streams_open = 2
-        self.streams_done = trio.Event()
+        self.interrupt: trio.CancelScope | None = None
+        """Set while the run's task waits for its end; :meth:`decide` cancels it to wake that task."""
         self.stdout = bytearray()
         self.stdout_bytes = 0
         self.stderr_tail = bytearray()
@@ -59,12 +58,8 @@ class RunState:
         if self.verdict is None:
             self.verdict = outcome
             self.error = error
-        self.wake.set()
-
-    def stream_closed(self) -> None:
-        self.streams_open -= 1
-        if self.streams_open == 0:
-            self.streams_done.set()
+        if self.interrupt is not None:
+            self.interrupt.cancel()
 
     def check_limits(self) -> None:
         """Called by the sampler after each tick."""

@@ -33,7 +33,7 @@ from covenant.clock import iso_now
 from covenant.config import RuntimeConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime import _procfs, host, teardown, uidkill
-from covenant.runtime.contract import intent_line, preview
+from covenant.runtime.contract import intent_line
 from covenant.runtime.environment import agent_environment
 from covenant.runtime.isolation import Isolation
 from covenant.runtime.launcher import (
@@ -54,18 +54,16 @@ from covenant.runtime.scratch import ScratchDirs, remove_owned_entries
 from covenant.runtime.toolrun import ToolRun, tool_run_record
 from covenant.runtime.workers import WorkerThreads
 from covenant.runtime.verdict import build_record
+from covenant.runtime.watch import RunWatch
 
 __all__ = ["Runner", "SpawnHook", "PRIORITY_NICE", "WorkflowNotSupported"]
 
 log = logging.getLogger("covenant.runtime")
-agent_log = logging.getLogger("covenant.agent")
 
 PRIORITY_NICE: dict[str, int] = {"low": 10, "normal": 0, "high": -5}
 """Manifest ``[settlement] priority`` -> the agent's nice value."""
 
 _MIB = 1024 * 1024
-_LOG_LINE_MAX = 4096
-"""Longer stderr lines are cut in the log (the tail in the record keeps the bytes)."""
 _PIPE_DRAIN_S = 5.0
 """After every process is dead, how long buffered output may take to arrive."""
 _KILL_WAIT_S = 10.0
@@ -566,21 +564,29 @@ class Runner:
         return line[written:]
 
     async def _watch(self, d: RunState, rest: bytes) -> None:
-        async with trio.open_nursery() as nursery:
-            if rest:
-                nursery.start_soon(self._feed_stdin, d, rest)
-            nursery.start_soon(self._read_stdout, d)
-            nursery.start_soon(self._drain_stderr, d)
-            nursery.start_soon(self._watch_exit, d)
-            with trio.move_on_at(d.deadline):
-                await d.wake.wait()
-            if d.verdict is None and d.launched.status is None:
-                wall_ms = round(d.wall_s * 1000)
-                d.decide("timeout", f"the agent did not finish within its wall-clock budget of {wall_ms} ms")
-            await self._terminate(d)
-            with trio.move_on_after(_PIPE_DRAIN_S):
-                await d.streams_done.wait()
-            nursery.cancel_scope.cancel()
+        """Read the agent's output until its root exits, a limit is crossed or the wall clock runs out;
+        then the kill ladder, then what is still buffered in the pipes."""
+        watch = RunWatch(d, stdout_cap=self.config.stdout_cap_bytes, stderr_keep=self.config.stderr_tail_bytes)
+        try:
+            if rest:  # an intent larger than the pipe: fed by a task of its own meanwhile
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._feed_stdin, d, rest)
+                    await self._watch_to_end(d, watch)
+                    nursery.cancel_scope.cancel()
+            else:
+                await self._watch_to_end(d, watch)
+        finally:
+            watch.close()
+
+    async def _watch_to_end(self, d: RunState, watch: RunWatch) -> None:
+        await watch.until_exit_or_decided(d.deadline)
+        if watch.root_exited and d.launched.status is None:
+            self._collect_root(d)
+        elif d.verdict is None and d.launched.status is None:
+            wall_ms = round(d.wall_s * 1000)
+            d.decide("timeout", f"the agent did not finish within its wall-clock budget of {wall_ms} ms")
+        await self._terminate(d, watch.await_root)
+        await watch.drain(_PIPE_DRAIN_S)
 
     async def _feed_stdin(self, d: RunState, line: bytes) -> None:
         stream = d.launched.stdin
@@ -591,69 +597,6 @@ class Runner:
         finally:
             if not d.keep_stdin_open:
                 stream.close()
-
-    async def _read_stdout(self, d: RunState) -> None:
-        cap = self.config.stdout_cap_bytes
-        stream = d.launched.stdout
-        try:
-            while data := await stream.receive_some(65536):
-                if not d.stdout_bytes:
-                    # The agent is answering and still alive: read its memory
-                    # high-water mark now, so a run shorter than one tick has a peak.
-                    d.tree.note_root_hwm()
-                d.stdout_bytes += len(data)
-                if len(d.stdout) + len(data) > cap:
-                    d.stdout += data[: cap - len(d.stdout)]
-                    d.decide(
-                        "output_too_large",
-                        f"the agent wrote more than runtime.stdout_cap_bytes = {cap} bytes on stdout; "
-                        f"first bytes: {preview(bytes(d.stdout))}",
-                    )
-                    break  # stop reading: closing the pipe makes further writes fail
-                d.stdout += data
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        finally:
-            stream.close()
-            d.stream_closed()
-
-    async def _drain_stderr(self, d: RunState) -> None:
-        """Read stderr as it comes (a full pipe must never block the agent); log each line."""
-        keep = self.config.stderr_tail_bytes
-        stream = d.launched.stderr
-        pending = b""
-        logging_on = agent_log.isEnabledFor(logging.INFO)
-        try:
-            while data := await stream.receive_some(65536):
-                d.stderr_tail += data
-                if len(d.stderr_tail) > 2 * keep:
-                    del d.stderr_tail[:-keep]
-                if not logging_on:
-                    continue
-                *lines, pending = (pending + data).split(b"\n")
-                if len(pending) > _LOG_LINE_MAX:
-                    lines.append(pending)
-                    pending = b""
-                for raw in lines:
-                    self._log_line(d, raw)
-        except (trio.BrokenResourceError, trio.ClosedResourceError):
-            pass
-        finally:
-            if pending:
-                self._log_line(d, pending)
-            stream.close()
-            d.stream_closed()
-
-    @staticmethod
-    def _log_line(d: RunState, raw: bytes) -> None:
-        text = raw[:_LOG_LINE_MAX].decode("utf-8", "replace").rstrip("\r")
-        agent_log.info("agent stderr", extra={"agent": d.agent.id, "intent": d.intent_id, "line": text})
-
-    async def _watch_exit(self, d: RunState) -> None:
-        await d.launched.wait_exit()
-        if d.launched.status is None:
-            self._collect_root(d)
-        d.wake.set()
 
     def _collect_root(self, d: RunState) -> None:
         """The root has exited: kill what is left of its group, take the last sample, reap it.
@@ -668,30 +611,33 @@ class Runner:
 
     @staticmethod
     async def _await_root(d: RunState, timeout: float) -> bool:
+        """Wait up to ``timeout`` s for the root to exit, on its pidfd alone (the pipes are not read)."""
         with trio.move_on_after(timeout):
             await d.launched.wait_exit()
             return True
         return False
 
-    async def _terminate(self, d: RunState) -> None:
+    async def _terminate(self, d: RunState, await_root: Callable[[float], Awaitable[bool]] | None = None) -> None:
         """The kill ladder: SIGTERM to the group, grace, SIGKILL to the group and every survivor.
 
         Survivors are found by the tree walk, covenant's adopted orphans and,
         when covenant is not a subreaper, a scan for the intent's marker.
-        Whatever the outcome, no process of the dispatch remains.
+        Whatever the outcome, no process of the dispatch remains. ``await_root``
+        waits for the root's exit with a timeout (default: :meth:`_await_root`).
         """
+        await_root = await_root or partial(self._await_root, d)
         pid = d.launched.pid
         if not d.launched.exited_now():
             d.tree.refresh()
             teardown.signal_group(pid, signal.SIGTERM)
             teardown.signal_processes(d.tree.members, signal.SIGTERM)
             grace_ms = self.config.kill_grace_ms
-            if not await self._await_root(d, grace_ms / 1000):
+            if not await await_root(grace_ms / 1000):
                 d.notes.append(f"the agent ignored SIGTERM for {grace_ms} ms and was killed with SIGKILL")
                 d.tree.refresh()
                 teardown.signal_group(pid, signal.SIGKILL)
                 teardown.signal_processes(d.tree.members, signal.SIGKILL)
-                if not await self._await_root(d, _KILL_WAIT_S):
+                if not await await_root(_KILL_WAIT_S):
                     log.error(
                         "agent survived SIGKILL",
                         extra={"agent": d.agent.id, "intent": d.intent_id, "pid": pid},

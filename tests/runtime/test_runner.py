@@ -101,6 +101,34 @@ async def test_stderr_flood_does_not_deadlock(runner: Runner) -> None:
     assert elapsed < 20
 
 
+async def test_output_written_during_the_kill_ladder_is_read(runner: Runner) -> None:
+    """On SIGTERM the agent writes 256 KiB on stderr (a pipe holds 64) and exits: covenant reads the pipes during
+    the grace, so the agent is not blocked on a full pipe until SIGKILL."""
+    record, elapsed = await run_fault(runner, "farewell 256", cpu_ms_per_task=300)
+    assert record.outcome == "timeout"
+    assert "ignored SIGTERM" not in (record.error or "")
+    assert record.exit_code == 0 and record.signal is None
+    assert record.stderr_tail.endswith("farewell done\n")
+    assert elapsed < 10
+
+
+async def test_an_intent_larger_than_the_pipe_is_fed_whole(runner: Runner) -> None:
+    text = "y" * (300 * 1024)
+    record, _ = await run_fault(runner, f"echo {text}")
+    assert record.outcome == "ok" and record.result is not None
+    assert record.result["text"] == text
+
+
+async def test_every_stderr_line_is_logged_with_the_last_unended_one(
+    runner: Runner, caplog: pytest.LogCaptureFixture
+) -> None:
+    caplog.set_level("INFO", logger="covenant.agent")
+    record, _ = await run_fault(runner, "unended")
+    assert record.outcome == "ok"
+    lines = [r.line for r in caplog.records if r.getMessage() == "agent stderr" and r.intent == record.intent_id]
+    assert lines == ["first line", "last words"]
+
+
 @pytest.mark.parametrize(
     ("text", "needle"),
     [

@@ -75,6 +75,21 @@ elif mode == "escape":
     if arg == "stay":
         sleep_forever()
     answer("escaped")
+elif mode == "farewell":  # on SIGTERM: more on stderr than a pipe holds, then a clean exit
+    def farewell(_signum, _frame):
+        sys.stderr.buffer.write(b"f" * 1023 + b"\n")
+        for _ in range(int(arg)):
+            sys.stderr.buffer.write(b"f" * 1023 + b"\n")
+        sys.stderr.write("farewell done\n")
+        sys.stderr.flush()
+        os._exit(0)
+
+    signal.signal(signal.SIGTERM, farewell)
+    sleep_forever()
+elif mode == "unended":  # a last stderr line without its newline
+    sys.stderr.write("first line\nlast words")
+    sys.stderr.flush()
+    answer("said")
 elif mode == "stubborn":
     signal.signal(signal.SIGTERM, signal.SIG_IGN)
     sys.stderr.write("ignoring SIGTERM\n")

@@ -1,0 +1,162 @@
+"""Watch one run from one task: its stdout, its stderr and its root's exit through one epoll set.
+
+A run has three things to wait on: two pipes and the root's pidfd. Three
+trio tasks (one per stream, one per pidfd) cost a scheduler pass and an
+epoll registration each, per read, on every dispatch. Here the three fds sit
+in one private epoll set, and the run's task waits on that set's own fd
+with :func:`trio.lowlevel.wait_readable`: one registration, one wake-up for
+whatever is ready. Each wake-up reads at most one chunk per pipe, then
+waits again, so an agent that never stops writing cannot hold the loop.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import select
+
+import trio
+
+from covenant.runtime.contract import preview
+from covenant.runtime.run_state import RunState
+from covenant.runtime.stderr_lines import StderrLines, agent_log
+
+__all__ = ["RunWatch"]
+
+_CHUNK = 65536
+
+
+class RunWatch:
+    """Reads a run's output and notices its root's exit; one per run, closed by its owner.
+
+    What it reads goes into the :class:`RunState`: ``stdout`` up to
+    ``stdout_cap`` bytes (more decides ``output_too_large``), the last
+    stderr bytes, and each stderr line to the ``covenant.agent`` log.
+    """
+
+    def __init__(self, d: RunState, *, stdout_cap: int, stderr_keep: int) -> None:
+        self._run = d
+        self._stdout_cap = stdout_cap
+        self._stderr_keep = stderr_keep
+        self._lines = (
+            StderrLines("agent stderr", {"agent": d.agent.id, "intent": d.intent_id})
+            if agent_log.isEnabledFor(logging.INFO) else None
+        )
+        launched = d.launched
+        self._stdout = launched.stdout
+        self._stderr = launched.stderr
+        self._stdout_fd = launched.stdout.fileno()
+        self._stderr_fd = launched.stderr.fileno()
+        self._pidfd = launched.pidfd
+        self._open = {self._stdout_fd, self._stderr_fd}
+        self.root_exited = False
+        """The root has exited (it may not be reaped yet)."""
+        self._epoll = select.epoll(3)
+        for fd in (self._stdout_fd, self._stderr_fd, self._pidfd):
+            self._epoll.register(fd, select.EPOLLIN)
+
+    def close(self) -> None:
+        """Log a last unended stderr line and close the epoll set.
+
+        The pipes and the pidfd belong to :class:`~covenant.runtime.launcher.Launched`.
+        """
+        if self._lines is not None:
+            self._lines.flush()
+        self._epoll.close()
+
+    @property
+    def streams_closed(self) -> bool:
+        """Both pipes have reached their end (or stdout was cut at its cap)."""
+        return not self._open
+
+    async def until_exit_or_decided(self, deadline: float) -> None:
+        """Read output until the root exits, the run is decided (:meth:`RunState.decide`) or ``deadline``."""
+        d = self._run
+        with trio.CancelScope(deadline=deadline) as scope:
+            d.interrupt = scope
+            try:
+                while d.verdict is None and not self.root_exited:
+                    await self._next()
+            finally:
+                d.interrupt = None
+
+    async def await_root(self, timeout: float) -> bool:
+        """Read output until the root exits (True) or ``timeout`` seconds pass (False): the kill ladder's wait."""
+        with trio.move_on_after(timeout):
+            while not self.root_exited:
+                await self._next()
+        return self.root_exited or self._run.launched.exited_now()
+
+    async def drain(self, timeout: float) -> None:
+        """Read what is still buffered until both pipes end, for at most ``timeout`` seconds."""
+        with trio.move_on_after(timeout):
+            while self._open:
+                await self._next()
+
+    async def _next(self) -> None:
+        await trio.lowlevel.wait_readable(self._epoll.fileno())
+        for fd, _events in self._epoll.poll(0):
+            if fd == self._pidfd:
+                self._epoll.unregister(fd)  # readable from now on: level-triggered, it would spin
+                self.root_exited = True
+            elif fd == self._stdout_fd:
+                self._read_stdout()
+            elif fd == self._stderr_fd:
+                self._read_stderr()
+
+    def _end(self, fd: int, stream: trio.lowlevel.FdStream) -> None:
+        self._epoll.unregister(fd)
+        self._open.discard(fd)
+        stream.close()
+
+    def _read(self, fd: int) -> bytes | None:
+        """One chunk, b"" at the end, None when nothing is there after all."""
+        try:
+            return os.read(fd, _CHUNK)
+        except BlockingIOError:
+            return None
+        except OSError:
+            return b""
+
+    def _read_stdout(self) -> None:
+        data = self._read(self._stdout_fd)
+        if data is None:
+            return
+        if not data:
+            self._end(self._stdout_fd, self._stdout)
+            return
+        d = self._run
+        if not d.stdout_bytes:
+            # The agent is answering and still alive: read its memory
+            # high-water mark now, so a run shorter than one tick has a peak.
+            d.tree.note_root_hwm()
+        d.stdout_bytes += len(data)
+        cap = self._stdout_cap
+        if len(d.stdout) + len(data) > cap:
+            d.stdout += data[: cap - len(d.stdout)]
+            d.decide(
+                "output_too_large",
+                f"the agent wrote more than runtime.stdout_cap_bytes = {cap} bytes on stdout; "
+                f"first bytes: {preview(bytes(d.stdout))}",
+            )
+            self._end(self._stdout_fd, self._stdout)  # closing the pipe makes further writes fail
+            return
+        d.stdout += data
+
+    def _read_stderr(self) -> None:
+        """Keep the tail and log each line; a full pipe must never block the agent."""
+        data = self._read(self._stderr_fd)
+        if data is None:
+            return
+        if not data:
+            self._end(self._stderr_fd, self._stderr)
+            if self._lines is not None:
+                self._lines.flush()
+            return
+        d = self._run
+        keep = self._stderr_keep
+        d.stderr_tail += data
+        if len(d.stderr_tail) > 2 * keep:
+            del d.stderr_tail[:-keep]
+        if self._lines is not None:
+            self._lines.feed(data)
