@@ -322,7 +322,6 @@ class Daemon:
             await self.audit.record_many(pending)
             if denial is not None:
                 _log_dispatch("dispatch refused", intent, agent.id, outcome=denial.code)
-            if denial is not None:
                 raise denial
             answer = {
                 "dry_run": True,

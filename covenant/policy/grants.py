@@ -24,6 +24,7 @@ import re
 import tomllib
 from collections.abc import Iterable
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -103,9 +104,9 @@ class Grant:
         """What the daemon key signs (canonical JSON of this)."""
         return grant_payload(self.issuer, self.action, self.granted_at, self.expires_at, self.display)
 
-    @property
+    @cached_property
     def id(self) -> str:
-        """Stable short id: the first 16 hex of SHA-256 over the signed payload."""
+        """Stable short id: the first 16 hex of SHA-256 over the signed payload (computed once per grant)."""
         return hashlib.sha256(canonical_bytes(self.payload())).hexdigest()[:16]
 
     def unexpired(self, now_ms: int) -> bool:

@@ -27,7 +27,7 @@ from covenant.policy.signing import (
     PUBKEY_PATTERN,
     display_problem,
     intent_signing_bytes,
-    verify_intent_signature,
+    signature_matches,
 )
 
 __all__ = ["Intent", "Issuer", "IntentVerifier", "sign_child_intent", "verify_child_intent"]
@@ -110,8 +110,8 @@ class IntentVerifier:
 
         ``signer``: the daemon's public key, for an intent it signed itself on its issuer's behalf.
         """
-        intent, raw = self._check_shape(body)
-        if not verify_intent_signature(raw, body["signature"], signer=signer):
+        intent, message = self._check_shape(body)
+        if not signature_matches(message, body["signature"], signer if signer is not None else intent.issuer.pubkey):
             raise BadSignature(
                 f"intent {intent.id}: signature does not verify against issuer public key "
                 f"{intent.issuer.pubkey} (the intent was altered, or signed by another key)",
@@ -141,7 +141,8 @@ class IntentVerifier:
             self._evict_overflow()
             return len(self._seen)
 
-    def _check_shape(self, body: Any) -> tuple[Intent, dict[str, Any]]:
+    def _check_shape(self, body: Any) -> tuple[Intent, bytes]:
+        """The intent, validated, and the bytes its signature covers (BadIntent if they cannot be encoded)."""
         if not isinstance(body, dict):
             raise BadIntent('dispatch body must be a JSON object {"intent": {...}, "signature": "<hex>"}')
         raw = body.get("intent")
@@ -154,8 +155,7 @@ class IntentVerifier:
         except ValidationError as exc:
             problems = _shape_problems(exc)
             raise BadIntent(f"malformed intent: {'; '.join(problems)}", problems=problems) from None
-        intent_signing_bytes(raw)  # BadIntent if it cannot be encoded (e.g. a float slipped in)
-        return intent, raw
+        return intent, intent_signing_bytes(raw)
 
     def _check_skew(self, intent: Intent, now_ms: int) -> None:
         delta = intent.issued_at - now_ms

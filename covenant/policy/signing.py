@@ -39,6 +39,7 @@ __all__ = [
     "intent_signing_bytes",
     "sign_intent",
     "verify_intent_signature",
+    "signature_matches",
 ]
 
 INTENT_FIELDS: tuple[str, ...] = ("id", "text", "agent", "issuer", "issued_at", "priority", "parent")
@@ -138,14 +139,20 @@ def verify_intent_signature(intent: dict[str, Any], signature: str, *, signer: s
     False for any malformed input (never raises on attacker-controlled data
     except BadIntent for an intent that cannot be canonically encoded).
     """
-    if not isinstance(signature, str) or not _SIGNATURE.match(signature):
-        return False
     issuer = intent.get("issuer")
     pubkey = signer if signer is not None else (issuer.get("pubkey") if isinstance(issuer, dict) else None)
-    if not isinstance(pubkey, str):
+    return signature_matches(intent_signing_bytes(intent), signature, pubkey)
+
+
+def signature_matches(message: bytes, signature: Any, pubkey: Any) -> bool:
+    """True when ``signature`` (hex) is ``pubkey``'s (hex) Ed25519 signature over ``message``.
+
+    False for a malformed signature or key; never raises.
+    """
+    if not isinstance(signature, str) or not _SIGNATURE.match(signature) or not isinstance(pubkey, str):
         return False
     try:
         public_key = public_key_from_hex(pubkey)
     except ValueError:
         return False
-    return verify_signature(public_key, bytes.fromhex(signature), intent_signing_bytes(intent))
+    return verify_signature(public_key, bytes.fromhex(signature), message)
