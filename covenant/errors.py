@@ -13,7 +13,13 @@ __all__ = [
     "ConfigError",
     "KeyFileError",
     "ExitCode",
+    "error_document",
 ]
+
+
+def error_document(code: str, message: str, **details: Any) -> dict[str, Any]:
+    """The one shape of an error on every covenant wire: ``{"error": {"code", "message", ...details}}``."""
+    return {"error": {"code": code, "message": message, **details}}
 
 
 class ExitCode:
@@ -48,7 +54,7 @@ class CovenantError(Exception):
         self.details = details
 
     def to_json(self) -> dict[str, Any]:
-        return {"error": {"code": self.code, "message": self.message, **self.details}}
+        return error_document(self.code, self.message, **self.details)
 
 
 class ConfigError(CovenantError):

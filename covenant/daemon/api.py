@@ -24,7 +24,7 @@ from covenant.daemon.rune_dispatch import StreamSink
 from covenant.daemon.visibility import sees_every_record
 from covenant.daemon.server import ClientGone, Peer
 from covenant.daemon.service import Daemon
-from covenant.errors import CovenantError
+from covenant.errors import CovenantError, error_document
 
 __all__ = ["ControlAPI"]
 
@@ -135,7 +135,7 @@ class ControlAPI:
             await _send_json(send, exc.http_status, exc.to_json(), retry_after_s=exc.retry_after_s)
         except Exception:
             log.exception("internal error", extra={"path": scope["path"]})
-            await _send_json(send, 500, {"error": {"code": "internal_error", "message": "internal error; see the daemon log"}})
+            await _send_json(send, 500, error_document("internal_error", "internal error; see the daemon log"))
 
     async def _respond(self, scope: dict, receive: Receive, send: Send) -> None:
         if scope["path"] == "/metrics" and scope["method"] == "GET":

@@ -22,6 +22,7 @@ from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from covenant.errors import error_document
 from covenant.manifest.model import AgentSpec
 from covenant.rune import wire
 from covenant.rune.gateway_client import MODEL_PATH, TOOL_PATH
@@ -68,10 +69,6 @@ class GatewayRefused(Exception):
         self.status = status
 
 
-def _error(code: str, message: str) -> dict[str, Any]:
-    return {"error": {"code": code, "message": message}}
-
-
 class ReplicaGateway:
     """Request handling of one replica's gateway socket."""
 
@@ -87,16 +84,16 @@ class ReplicaGateway:
         if request.peer_pid is None or pid is None or request.peer_pid != pid:
             log.warning("gateway call from a process that is not the replica",
                         extra={"agent": self.agent_id, "peer_pid": request.peer_pid})
-            return wire.JSONResponse(403, _error("forbidden", "only the agent's replica may use this gateway"))
+            return wire.JSONResponse(403, error_document("forbidden", "only the agent's replica may use this gateway"))
         if request.method != "POST" or request.target not in (MODEL_PATH, TOOL_PATH):
-            return wire.JSONResponse(404, _error("not_found", f"no such endpoint: {request.method} {request.target}"))
+            return wire.JSONResponse(404, error_document("not_found", f"no such endpoint: {request.method} {request.target}"))
         body = request.body
         if not isinstance(body, dict) or not isinstance(body.get("intent_id"), str):
-            return wire.JSONResponse(400, _error("bad_request", "the body must be a JSON object with intent_id"))
+            return wire.JSONResponse(400, error_document("bad_request", "the body must be a JSON object with intent_id"))
         intent = self.intents.get(body["intent_id"])
         if intent is None:
             return wire.JSONResponse(
-                403, _error("unknown_intent", f"intent {body['intent_id']!r} is not in flight on {self.agent_id}")
+                403, error_document("unknown_intent", f"intent {body['intent_id']!r} is not in flight on {self.agent_id}")
             )
         if request.target == TOOL_PATH:
             return wire.JSONResponse(200, await self.calls.tool(intent, body))
@@ -104,7 +101,7 @@ class ReplicaGateway:
             try:
                 return wire.JSONResponse(200, await self.calls.model(intent, body, None))
             except GatewayRefused as exc:
-                return wire.JSONResponse(exc.status, _error(exc.code, exc.message))
+                return wire.JSONResponse(exc.status, error_document(exc.code, exc.message))
 
         async def produce(emit: wire.Emit) -> None:
             async def on_token(text: str) -> None:
@@ -113,7 +110,7 @@ class ReplicaGateway:
             try:
                 result = await self.calls.model(intent, body, on_token)
             except GatewayRefused as exc:
-                await emit("error", _error(exc.code, exc.message))
+                await emit("error", error_document(exc.code, exc.message))
                 return
             await emit("result", result)
 

@@ -36,7 +36,7 @@ from urllib.parse import unquote_to_bytes
 import h11
 import trio
 
-from covenant.errors import ConfigError
+from covenant.errors import ConfigError, error_document
 
 __all__ = ["Peer", "ClientGone", "bind_unix_socket", "serve", "peer_of", "IDLE_TIMEOUT_S"]
 
@@ -200,7 +200,7 @@ class _Connection:
         if self.h11.our_state not in (h11.IDLE, h11.SEND_RESPONSE) or self.gone:
             return
         self.linger = True
-        body = json.dumps({"error": {"code": code, "message": message}}).encode() + b"\n"
+        body = json.dumps(error_document(code, message)).encode() + b"\n"
         headers = [("content-type", "application/json"), ("content-length", str(len(body))), ("connection", "close")]
         try:
             await self._write(self.h11.send(h11.Response(status_code=status, headers=headers))

@@ -26,6 +26,8 @@ from typing import Any, Protocol
 
 import trio
 
+from covenant.errors import error_document
+
 __all__ = ["LoopSpec", "LoopFailed", "LoopResult", "Backend", "EventSink", "run_loop", "error_content"]
 
 UNTRUSTED_NOTE = (
@@ -78,7 +80,7 @@ EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
 
 def error_content(code: str, message: str) -> str:
     """The tool message content of an error result (design §8)."""
-    return json.dumps({"error": {"code": code, "message": message}}, ensure_ascii=False)
+    return json.dumps(error_document(code, message), ensure_ascii=False)
 
 
 def _content_text(content: Any) -> str:

@@ -25,7 +25,7 @@ import trio
 from covenant.audit.recent import records_since
 from covenant.audit.refusals import RefusalThrottle
 from covenant.clock import now_ms
-from covenant.errors import CovenantError
+from covenant.errors import CovenantError, error_document
 from covenant.ratelimit import MinuteRate
 from covenant.triggers.onbehalf import Dispatcher, OnBehalfSigner, issuer_pubkey, secret_from_env
 from covenant.triggers.webhook_config import WebhookRoute, WebhooksConfig, rate_per_minute
@@ -119,7 +119,7 @@ class WebhookApp:
             if suppressed is not None:
                 await self.audit("webhook.request", {"route": path[:256], "outcome": refused.code,
                                                      "status": refused.status, "suppressed": suppressed})
-            await _send(send, refused.status, {"error": {"code": refused.code, "message": refused.message}})
+            await _send(send, refused.status, error_document(refused.code, refused.message))
             return
         request = self.signer.body(text, agent=route.config.agent, issuer_display=route.config.issuer,
                                    issuer_pubkey=route.pubkey, now_ms=now_ms())
