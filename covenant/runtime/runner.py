@@ -630,13 +630,13 @@ class Runner:
         if not d.launched.exited_now():
             d.tree.refresh()
             teardown.signal_group(pid, signal.SIGTERM)
-            teardown.signal_processes(d.tree.members, signal.SIGTERM)
+            teardown.signal_processes(d.tree.members, signal.SIGTERM, signalled_group=pid)
             grace_ms = self.config.kill_grace_ms
             if not await await_root(grace_ms / 1000):
                 d.notes.append(f"the agent ignored SIGTERM for {grace_ms} ms and was killed with SIGKILL")
                 d.tree.refresh()
                 teardown.signal_group(pid, signal.SIGKILL)
-                teardown.signal_processes(d.tree.members, signal.SIGKILL)
+                teardown.signal_processes(d.tree.members, signal.SIGKILL, signalled_group=pid)
                 if not await await_root(_KILL_WAIT_S):
                     log.error(
                         "agent survived SIGKILL",

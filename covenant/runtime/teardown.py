@@ -29,11 +29,15 @@ def signal_group(pgid: int, sig: int) -> None:
         pass
 
 
-def signal_processes(members: dict[int, int], sig: int) -> None:
-    """Send ``sig`` to each pid whose start time still matches."""
+def signal_processes(members: dict[int, int], sig: int, *, signalled_group: int | None = None) -> None:
+    """Send ``sig`` to each pid whose start time still matches.
+
+    ``signalled_group``: a process group that just got ``sig`` with :func:`signal_group`; its members
+    are skipped, so a process's handler for ``sig`` runs once, not twice.
+    """
     for pid, start in members.items():
         stat = _procfs.read_stat(pid)
-        if stat is None or stat.starttime != start or stat.state == "Z":
+        if stat is None or stat.starttime != start or stat.state == "Z" or stat.pgrp == signalled_group:
             continue
         try:
             os.kill(pid, sig)

@@ -7,6 +7,7 @@ import json
 import os
 import socket
 import time
+from collections.abc import AsyncIterator
 from pathlib import Path
 
 import psutil
@@ -101,15 +102,29 @@ async def test_stderr_flood_does_not_deadlock(runner: Runner) -> None:
     assert elapsed < 20
 
 
-async def test_output_written_during_the_kill_ladder_is_read(runner: Runner) -> None:
+@pytest.fixture
+async def patient_runner(tmp_path: Path) -> AsyncIterator[Runner]:
+    """A grace of 5 s after SIGTERM: room for an agent that exits on it, however loaded the box."""
+    async with Runner.open(RuntimeConfig(kill_grace_ms=5000), scratch_root=tmp_path) as runner:
+        yield runner
+
+
+async def test_output_written_during_the_kill_ladder_is_read(patient_runner: Runner) -> None:
     """On SIGTERM the agent writes 256 KiB on stderr (a pipe holds 64) and exits: covenant reads the pipes during
     the grace, so the agent is not blocked on a full pipe until SIGKILL."""
-    record, elapsed = await run_fault(runner, "farewell 256", cpu_ms_per_task=300)
+    record, elapsed = await run_fault(patient_runner, "farewell 256", cpu_ms_per_task=300)
     assert record.outcome == "timeout"
     assert "ignored SIGTERM" not in (record.error or "")
     assert record.exit_code == 0 and record.signal is None
     assert record.stderr_tail.endswith("farewell done\n")
     assert elapsed < 10
+
+
+async def test_the_kill_ladder_sends_sigterm_once(patient_runner: Runner) -> None:
+    """The root is signalled through its process group; it is not signalled a second time as a tree member."""
+    record, _ = await run_fault(patient_runner, "count-term", cpu_ms_per_task=300)
+    assert record.outcome == "timeout" and record.exit_code == 0
+    assert record.stderr_tail.count("got SIGTERM") == 1
 
 
 async def test_an_intent_larger_than_the_pipe_is_fed_whole(runner: Runner) -> None:

@@ -77,15 +77,25 @@ elif mode == "escape":
     answer("escaped")
 elif mode == "farewell":  # on SIGTERM: more on stderr than a pipe holds, then a clean exit
     def farewell(_signum, _frame):
-        sys.stderr.buffer.write(b"f" * 1023 + b"\n")
         for _ in range(int(arg)):
-            sys.stderr.buffer.write(b"f" * 1023 + b"\n")
-        sys.stderr.write("farewell done\n")
-        sys.stderr.flush()
+            os.write(2, b"f" * 1023 + b"\n")  # under PIPE_BUF: each write is whole
+        os.write(2, b"farewell done\n")
         os._exit(0)
 
     signal.signal(signal.SIGTERM, farewell)
     sleep_forever()
+elif mode == "count-term":  # says each SIGTERM it gets; exits a moment after the first
+    received = []
+
+    def counted(_signum, _frame):
+        received.append(1)
+        os.write(2, b"got SIGTERM\n")
+
+    signal.signal(signal.SIGTERM, counted)
+    while not received:
+        time.sleep(0.01)
+    time.sleep(0.2)
+    os._exit(0)
 elif mode == "unended":  # a last stderr line without its newline
     sys.stderr.write("first line\nlast words")
     sys.stderr.flush()
