@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import time
 from collections.abc import AsyncIterator
@@ -125,6 +126,14 @@ async def test_the_kill_ladder_sends_sigterm_once(patient_runner: Runner) -> Non
     record, _ = await run_fault(patient_runner, "count-term", cpu_ms_per_task=300)
     assert record.outcome == "timeout" and record.exit_code == 0
     assert record.stderr_tail.count("got SIGTERM") == 1
+
+
+async def test_an_agent_that_closes_its_pipes_and_stays_is_timed_out(runner: Runner) -> None:
+    """Both pipes end long before the process does: the run still waits for its exit or its budget."""
+    record, elapsed = await run_fault(runner, "close-pipes", cpu_ms_per_task=300)
+    assert record.outcome == "timeout" and record.signal == signal.SIGTERM
+    assert record.stdout_bytes == 0 and elapsed < 10
+    assert record.duration_ms >= record.limits["wall_ms"]  # its whole budget, not cut short at the pipes' end
 
 
 async def test_an_intent_larger_than_the_pipe_is_fed_whole(runner: Runner) -> None:

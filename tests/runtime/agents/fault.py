@@ -96,6 +96,10 @@ elif mode == "count-term":  # says each SIGTERM it gets; exits a moment after th
         time.sleep(0.01)
     time.sleep(0.2)
     os._exit(0)
+elif mode == "close-pipes":  # closes stdout and stderr at once, then stays
+    os.close(1)
+    os.close(2)
+    sleep_forever()
 elif mode == "unended":  # a last stderr line without its newline
     sys.stderr.write("first line\nlast words")
     sys.stderr.flush()
