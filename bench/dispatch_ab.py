@@ -10,9 +10,12 @@ other daemon is this checkout's. Both serve the rust-bin echo agent from their o
   daemon in turn, ``--rounds`` times. Per round: dispatches/s, the daemon's CPU as a share of one core
   and per dispatch, this client process's share, and how busy the whole box was (``/proc/stat``):
   what is left of the two cores for the daemon once the agents, the client and the kernel had theirs.
+  Then the means and medians, how many rounds this checkout won and the mean ratio of the pairs.
+  Many short rounds (the default: 14 of 3 s) tell two daemons apart where a few long ones cannot: the
+  box drifts by ±15 % over minutes, and each pair of short rounds sees the same stretch of it.
 
     .venv/bin/python bench/dispatch_ab.py --base /tmp/base [--blocks 20] [--per-block 100]
-        [--concurrency 16] [--window 10] [--rounds 3] [--keep]
+        [--concurrency 16] [--window 3] [--rounds 14] [--keep]
 """
 
 from __future__ import annotations
@@ -52,6 +55,8 @@ class Side:
     dispatches: int = 0
     latencies: list[float] = field(default_factory=list)
     rounds: list[str] = field(default_factory=list)
+    rates: list[float] = field(default_factory=list)
+    """Dispatches per second of each concurrent round."""
 
     def use(self) -> None:
         use_home(self.home)
@@ -113,6 +118,7 @@ def concurrent_round(side: Side, concurrency: int, window_s: float) -> None:
     wall = time.monotonic() - started
     daemon_s, me_s, (all1, idle1) = cpu_seconds(side.process) - daemon0, cpu_seconds(me) - me0, box_busy()
     busy = (1 - (idle1 - idle0) / max(1, all1 - all0)) * (os.cpu_count() or 1) * 100
+    side.rates.append(done[0] / wall)
     side.rounds.append(
         f"{done[0] / wall:6.0f}/s  daemon {daemon_s / wall * 100:3.0f} % of a core, {daemon_s / done[0] * 1000:.2f} ms "
         f"per dispatch; client {me_s / wall * 100:.0f} %; box busy {busy:.0f} % of {(os.cpu_count() or 1) * 100} %"
@@ -125,8 +131,8 @@ def main() -> int:
     parser.add_argument("--blocks", type=int, default=20, help="sequential blocks per daemon")
     parser.add_argument("--per-block", type=int, default=100, help="dispatches per sequential block")
     parser.add_argument("--concurrency", type=int, default=16, help="client threads for the concurrent rounds; 0 skips them")
-    parser.add_argument("--window", type=float, default=10.0, help="seconds per concurrent round")
-    parser.add_argument("--rounds", type=int, default=3, help="concurrent rounds per daemon")
+    parser.add_argument("--window", type=float, default=3.0, help="seconds per concurrent round")
+    parser.add_argument("--rounds", type=int, default=14, help="concurrent rounds per daemon")
     parser.add_argument("--keep", action="store_true", help="keep the temp homes afterwards")
     args = parser.parse_args()
     if not (Path(args.base) / "covenant" / "__init__.py").is_file():
@@ -160,6 +166,13 @@ def main() -> int:
     for side in sides:
         for n, line in enumerate(side.rounds, 1):
             print(f"c={args.concurrency} {side.name} round {n}: {line}")
+    if base.rates:
+        ahead = sum(t > b for t, b in zip(this.rates, base.rates))
+        ratio = statistics.mean(t / b for t, b in zip(this.rates, base.rates))
+        print(f"c={args.concurrency} per s, mean (median): base {statistics.mean(base.rates):.0f} "
+              f"({statistics.median(base.rates):.0f}), this {statistics.mean(this.rates):.0f} "
+              f"({statistics.median(this.rates):.0f}); this ahead in {ahead} of {len(base.rates)} rounds, "
+              f"mean ratio {ratio:.3f}")
     return 0
 
 
