@@ -64,11 +64,6 @@ class RunWatch:
             self._lines.flush()
         self._epoll.close()
 
-    @property
-    def streams_closed(self) -> bool:
-        """Both pipes have reached their end (or stdout was cut at its cap)."""
-        return not self._open
-
     async def until_exit_or_decided(self, deadline: float) -> None:
         """Read output until the root exits, the run is decided (:meth:`RunState.decide`) or ``deadline``."""
         d = self._run
