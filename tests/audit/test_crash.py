@@ -75,7 +75,10 @@ def test_kill_9_during_a_burst(tmp_path: Path) -> None:
         assert report.ok, f"kill {kill}: {report.first_problem}"
 
         acked = {}
-        for line in acks_path.read_text().splitlines():
+        text = acks_path.read_text()
+        # SIGKILL can cut the child's last ack write where it crosses a page boundary of the file:
+        # only whole lines are acknowledgments.
+        for line in text[: text.rfind("\n") + 1].splitlines():
             seq, round_, w, n = map(int, line.split())
             acked[seq] = (round_, w, n)
         present = {
