@@ -102,41 +102,32 @@ def text_digest(text: str, store_text: bool) -> dict[str, Any]:
     return out
 
 
-def _plain_data(value: Any) -> bool:
-    """Does ``value`` hold only what :func:`_check_value` accepts? The fast check every event takes:
-    it builds no paths; only a refused value is walked again for the message."""
+def _refusal(value: Any) -> tuple[str, str] | None:
+    """Where below ``value`` and why the log refuses it, e.g. ``(".limits.cpu", "is a float (0.5); ...")``;
+    None when it holds only str, int, bool, None, lists, tuples and dicts with str keys.
+
+    Floats are refused outright: canonical JSON of a float is not stable across
+    languages, and verify rejects any line that holds one. The path is built only
+    on the way back from a refusal: every event is checked, almost none is refused.
+    """
     kind = type(value)
     if value is None or kind is str or kind is int or kind is bool:
-        return True
-    if kind is dict:
-        for key, item in value.items():
-            if type(key) is not str or not _plain_data(item):
-                return False
-        return True
-    if kind is list or kind is tuple:
-        for item in value:
-            if not _plain_data(item):
-                return False
-        return True
-    return False
-
-
-def _check_value(value: Any, where: str) -> None:
-    # Floats are refused outright: canonical JSON of a float is not stable
-    # across languages, and verify rejects any line that holds one.
-    kind = type(value)
-    if kind is float:
-        raise AuditDataError(f"audit data {where} is a float ({value!r}); record integers (e.g. milliseconds) instead")
+        return None
     if kind is dict:
         for key, item in value.items():
             if type(key) is not str:
-                raise AuditDataError(f"audit data {where} has a non-string key {key!r}")
-            _check_value(item, f"{where}.{key}")
-    elif kind in (list, tuple):
+                return "", f"has a non-string key {key!r}"
+            if (found := _refusal(item)) is not None:
+                return f".{key}{found[0]}", found[1]
+        return None
+    if kind is list or kind is tuple:
         for index, item in enumerate(value):
-            _check_value(item, f"{where}[{index}]")
-    elif value is not None and kind not in (str, int, bool):
-        raise AuditDataError(f"audit data {where} has unsupported type {kind.__name__}; use str, int, bool, list or dict")
+            if (found := _refusal(item)) is not None:
+                return f"[{index}]{found[0]}", found[1]
+        return None
+    if kind is float:
+        return "", f"is a float ({value!r}); record integers (e.g. milliseconds) instead"
+    return "", f"has unsupported type {kind.__name__}; use str, int, bool, list or dict"
 
 
 def encode_event_data(type_: str, data: dict[str, Any], *, writer: bool = False) -> bytes:
@@ -151,8 +142,9 @@ def encode_event_data(type_: str, data: dict[str, Any], *, writer: bool = False)
         raise AuditDataError(f"audit event type {type_!r} is reserved for the audit writer")
     if type(data) is not dict:
         raise AuditDataError(f"audit data for {type_} must be a dict, not {type(data).__name__}")
-    if not _plain_data(data):
-        _check_value(data, "data")  # raises, naming where
+    if (refused := _refusal(data)) is not None:
+        where, problem = refused
+        raise AuditDataError(f"audit data data{where} {problem}")
     try:
         return canonical_bytes(data)
     except (ValueError, UnicodeEncodeError) as exc:

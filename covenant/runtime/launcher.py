@@ -21,7 +21,7 @@ from typing import NamedTuple
 
 import trio
 
-from covenant.runtime import _elf, host
+from covenant.runtime import _elf, host, teardown
 
 __all__ = [
     "AgentCredentials",
@@ -143,13 +143,7 @@ class Launched:
 
     def exited_now(self) -> bool:
         """Has the root process exited (reaped or not)? Never blocks."""
-        if self.status is not None:
-            return True
-        try:
-            info = os.waitid(os.P_PID, self.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return True
-        return info is not None
+        return self.status is not None or teardown.child_exited(self.pid)
 
     def reap(self) -> ExitStatus:
         """Collect the exited root process (idempotent); call after it exited."""

@@ -30,7 +30,7 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
-from covenant.runtime import host
+from covenant.runtime import host, teardown
 
 __all__ = ["MountNamespaces", "PRIVATE_DIRS"]
 
@@ -93,13 +93,7 @@ class _Holder:
     def alive(self) -> bool:
         """Has the holder not exited? Never reaps it: an unreaped holder's pid cannot be reused while it
         is still listed in :attr:`MountNamespaces.holder_pids`."""
-        if self.process.returncode is not None:
-            return False
-        try:
-            info = os.waitid(os.P_PID, self.process.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT)
-        except ChildProcessError:
-            return False
-        return info is None
+        return self.process.returncode is None and not teardown.child_exited(self.process.pid)
 
 
 class MountNamespaces:

@@ -18,7 +18,7 @@ from covenant.runtime import _procfs
 if TYPE_CHECKING:
     from covenant.runtime.launcher import Launched
 
-__all__ = ["signal_group", "signal_processes", "marked_processes", "await_gone", "stop_launched"]
+__all__ = ["signal_group", "signal_processes", "child_exited", "marked_processes", "await_gone", "stop_launched"]
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -43,6 +43,15 @@ def signal_processes(members: dict[int, int], sig: int, *, signalled_group: int 
             os.kill(pid, sig)
         except (ProcessLookupError, PermissionError):
             pass
+
+
+def child_exited(pid: int) -> bool:
+    """Has covenant's child ``pid`` exited (a zombie, or reaped already)? Never reaps it: while it is
+    unreaped its pid, and so its process group id, cannot be reused."""
+    try:
+        return os.waitid(os.P_PID, pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+    except ChildProcessError:
+        return True
 
 
 def marked_processes(marker: bytes, exclude: set[int]) -> dict[int, int]:

@@ -43,12 +43,11 @@ class RunWatch:
             if agent_log.isEnabledFor(logging.INFO) else None
         )
         launched = d.launched
-        self._stdout = launched.stdout
-        self._stderr = launched.stderr
         self._stdout_fd = launched.stdout.fileno()
         self._stderr_fd = launched.stderr.fileno()
         self._pidfd = launched.pidfd
-        self._open = {self._stdout_fd, self._stderr_fd}
+        self._open = {self._stdout_fd: launched.stdout, self._stderr_fd: launched.stderr}
+        """The pipes not at their end yet."""
         self.root_exited = False
         """The root has exited (it may not be reaped yet)."""
         self._epoll = select.epoll(3)
@@ -94,32 +93,28 @@ class RunWatch:
             if fd == self._pidfd:
                 self._epoll.unregister(fd)  # readable from now on: level-triggered, it would spin
                 self.root_exited = True
+                continue
+            try:
+                data = os.read(fd, _CHUNK)
+            except BlockingIOError:
+                continue  # nothing there after all
+            except OSError:
+                data = b""
+            if not data:
+                self._end(fd)
             elif fd == self._stdout_fd:
-                self._read_stdout()
-            elif fd == self._stderr_fd:
-                self._read_stderr()
+                self._take_stdout(data)
+            else:
+                self._take_stderr(data)
 
-    def _end(self, fd: int, stream: trio.lowlevel.FdStream) -> None:
+    def _end(self, fd: int) -> None:
+        """A pipe is done: stop watching it, close our end, and log stderr's unended last line."""
         self._epoll.unregister(fd)
-        self._open.discard(fd)
-        stream.close()
+        self._open.pop(fd).close()
+        if fd == self._stderr_fd and self._lines is not None:
+            self._lines.flush()
 
-    def _read(self, fd: int) -> bytes | None:
-        """One chunk, b"" at the end, None when nothing is there after all."""
-        try:
-            return os.read(fd, _CHUNK)
-        except BlockingIOError:
-            return None
-        except OSError:
-            return b""
-
-    def _read_stdout(self) -> None:
-        data = self._read(self._stdout_fd)
-        if data is None:
-            return
-        if not data:
-            self._end(self._stdout_fd, self._stdout)
-            return
+    def _take_stdout(self, data: bytes) -> None:
         d = self._run
         if not d.stdout_bytes:
             # The agent is answering and still alive: read its memory
@@ -134,20 +129,12 @@ class RunWatch:
                 f"the agent wrote more than runtime.stdout_cap_bytes = {cap} bytes on stdout; "
                 f"first bytes: {preview(bytes(d.stdout))}",
             )
-            self._end(self._stdout_fd, self._stdout)  # closing the pipe makes further writes fail
+            self._end(self._stdout_fd)  # closing the pipe makes further writes fail
             return
         d.stdout += data
 
-    def _read_stderr(self) -> None:
+    def _take_stderr(self, data: bytes) -> None:
         """Keep the tail and log each line; a full pipe must never block the agent."""
-        data = self._read(self._stderr_fd)
-        if data is None:
-            return
-        if not data:
-            self._end(self._stderr_fd, self._stderr)
-            if self._lines is not None:
-                self._lines.flush()
-            return
         d = self._run
         keep = self._stderr_keep
         d.stderr_tail += data
