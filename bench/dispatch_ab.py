@@ -35,7 +35,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 import psutil  # noqa: E402
 
 from daemon_dispatch import (  # noqa: E402
-    Agent, Throwaway, daemon_once, granted_identity, install_agents, start_daemon, stop_and_clean, throwaway_home,
+    Agent, DaemonCPU, Throwaway, daemon_once, granted_identity, install_agents, start_daemon, stop_and_clean, throwaway_home,
     use_home,
 )
 from covenant.config import RuntimeConfig  # noqa: E402
@@ -50,7 +50,7 @@ class Side:
     home: Throwaway
     identity: UserIdentity
     agent: Agent
-    process: psutil.Process
+    process: DaemonCPU
     cpu_s: float = 0.0
     dispatches: int = 0
     latencies: list[float] = field(default_factory=list)
@@ -81,7 +81,7 @@ def start_side(name: str, checkout: str | None) -> tuple[Side, subprocess.Popen[
     identity = granted_identity(home.env)
     agent = next(a for a in install_agents(home.home, home.tmp, RuntimeConfig()) if a.runtime == "rust-bin")
     daemon = start_daemon(home.env, home.socket_path, home.tmp / "daemon.log")
-    side = Side(name, home, identity, agent, psutil.Process(daemon.pid))
+    side = Side(name, home, identity, agent, DaemonCPU(daemon.pid))
     for _ in range(50):  # warm: imports done, scratch dirs ready
         side.once()
     return side, daemon
@@ -89,9 +89,9 @@ def start_side(name: str, checkout: str | None) -> tuple[Side, subprocess.Popen[
 
 def sequential_block(side: Side, count: int) -> None:
     side.use()
-    before = cpu_seconds(side.process)
+    before = side.process.seconds()
     side.latencies += [side.once() for _ in range(count)]
-    side.cpu_s += cpu_seconds(side.process) - before
+    side.cpu_s += side.process.seconds() - before
     side.dispatches += count
 
 
@@ -108,7 +108,7 @@ def concurrent_round(side: Side, concurrency: int, window_s: float) -> None:
             with lock:
                 done[0] += 1
 
-    daemon0, me0, (all0, idle0) = cpu_seconds(side.process), cpu_seconds(me), box_busy()
+    daemon0, me0, (all0, idle0) = side.process.seconds(), cpu_seconds(me), box_busy()
     started = time.monotonic()
     threads = [threading.Thread(target=client) for _ in range(concurrency)]
     for thread in threads:
@@ -116,7 +116,7 @@ def concurrent_round(side: Side, concurrency: int, window_s: float) -> None:
     for thread in threads:
         thread.join()
     wall = time.monotonic() - started
-    daemon_s, me_s, (all1, idle1) = cpu_seconds(side.process) - daemon0, cpu_seconds(me) - me0, box_busy()
+    daemon_s, me_s, (all1, idle1) = side.process.seconds() - daemon0, cpu_seconds(me) - me0, box_busy()
     busy = (1 - (idle1 - idle0) / max(1, all1 - all0)) * (os.cpu_count() or 1) * 100
     side.rates.append(done[0] / wall)
     side.rounds.append(

@@ -1,7 +1,7 @@
 """The blocking half of the writer: files, locks, appends, roll-over, recovery.
 
-Everything here runs in a worker thread (the trio writer calls it through
-``trio.to_thread.run_sync``); one thread at a time owns a LogFiles. Each
+Everything here runs in the audit writer process
+(:mod:`covenant.audit.writer_process`), which owns the one LogFiles. Each
 append writes the batch plus its checkpoint in one ``write()`` and then calls
 ``fsync`` (``os.fdatasync`` unless a test passes another OS-boundary function).
 """
@@ -146,6 +146,7 @@ class LogFiles:
             raise AuditLogError(
                 f"{directory}: another process is writing this audit log (is a covenant daemon already running?)",
                 path=str(directory),
+                locked=True,
             ) from None
         os.ftruncate(lock_fd, 0)
         os.pwrite(lock_fd, f"{os.getpid()}\n".encode(), 0)

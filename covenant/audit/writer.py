@@ -1,34 +1,41 @@
-"""The audit writer for trio: group commit, acknowledgement only after fdatasync.
+"""The audit log for trio: group commit in a writer process, acknowledgement only after fdatasync.
 
-Callers ``await log.record(type, data)``; records queue up while the
-previous batch is being synced, and a dedicated writer thread takes
-everything queued (up to ``batch_max``), writes it plus one signed checkpoint
-in one ``write()``, syncs, and only then hands the batch back to the trio
-thread, which wakes the callers. Under light load each record gets its own
-checkpoint; under heavy load one signature and one sync cover a whole batch.
+Callers ``await log.record(type, data)``. The event loop encodes the event's
+data, sends the record to the audit writer process
+(:mod:`covenant.audit.writer_process`) over a socketpair, and waits. That
+process takes everything queued (up to ``batch_max``), writes it plus one
+signed checkpoint in one ``write()``, syncs, and answers; only then are the
+callers woken. Under light load each record gets its own checkpoint; under
+heavy load one signature and one sync cover a whole batch.
 
-The thread is fed directly (a deque and a condition) rather than through a
-trio task and ``trio.to_thread`` per batch: each of those hops costs
-~0.1-0.2 ms on the reference box, and a dispatch waits for two commits.
+Why a process and not a thread: hashing, signing and writing took about a
+sixth of the daemon's CPU per dispatch, and in a thread they competed with
+the event loop for the GIL. In their own process they run on the second core
+(docs/performance.md, "Fourth round").
 
-If a write or sync fails, every caller in that batch, every queued caller
-and every later caller gets AuditUnavailable (fail closed). Retrying fsync on
-the same file and trusting it would be wrong: after a failed fsync Linux may
-have dropped the dirty pages. Instead the log is reopened from disk (with
-backoff, 1 s doubling to 30 s): the tail is walked again, whatever did not
-reach the disk whole is cut with an ``audit.recover`` record, and an
-``audit.resume`` record says how long the log was down and how many records
-were refused. Only then are records accepted again.
+If a write or sync fails, every record in flight and every later one gets
+AuditUnavailable (fail closed), and the writer process ends. Retrying fsync
+on the same file and trusting it would be wrong: after a failed fsync Linux
+may have dropped the dirty pages. Instead a new writer process reopens the
+log from disk (with backoff, 1 s doubling to 30 s): the tail is walked again,
+whatever did not reach the disk whole is cut with an ``audit.recover``
+record, and an ``audit.resume`` record says how long the log was down and how
+many records were refused. Only then are records accepted again. A writer
+process that dies is such a failure too.
 """
 
 from __future__ import annotations
 
 import contextlib
+import errno
+import json
 import logging
 import os
-import threading
-import time
+import socket
+import subprocess
+import sys
 from collections import deque
+from collections.abc import Sequence
 from contextlib import asynccontextmanager
 from pathlib import Path
 from typing import Any, AsyncIterator, Callable
@@ -36,48 +43,159 @@ from typing import Any, AsyncIterator, Callable
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+import covenant
+from covenant.audit.channel import frame, record_frame
 from covenant.audit.errors import AuditLogError, AuditUnavailable
 from covenant.audit.events import encode_event_data
 from covenant.audit.format import HEARTBEAT, RESUME, timestamp
-from covenant.audit.store import LogFiles, unavailable
+from covenant.audit.store import unavailable
 from covenant.canonical import canonical_bytes
 from covenant.config import AuditConfig
 
-__all__ = ["AuditLog"]
+__all__ = ["AuditLog", "WRITER_COMMAND"]
 
 log = logging.getLogger("covenant.audit")
 
-# How long closing waits for queued records before giving up on them.
+# The writer process; its file descriptor and the daemon's pid are appended.
+WRITER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "covenant.audit.writer_process")
+# How long closing waits for queued records, and then for the writer to exit.
 _CLOSE_TIMEOUT_S = 30.0
-# Longest head.json may lag behind the newest checkpoint while the log is open.
-_HEAD_INTERVAL_S = 0.5
 # Reopening a failed log: first try after this long, doubling up to the cap.
 _REOPEN_FIRST_S = 1.0
 _REOPEN_MAX_S = 30.0
 
 
-def _report_repairs(files: LogFiles) -> None:
-    """Log what opening the files had to repair (a torn tail cut, a damaged segment sealed)."""
-    if files.recovered is not None:
-        log.warning("audit log recovered from a torn tail", extra={"directory": str(files.directory), **files.recovered})
-    if files.sealed is not None:
+def _report_repairs(directory: Path, recovered: dict[str, Any] | None, sealed: dict[str, Any] | None) -> None:
+    """Log what opening or appending had to repair (a torn tail cut, a damaged segment sealed)."""
+    if recovered is not None:
+        log.warning("audit log recovered from a torn tail", extra={"directory": str(directory), **recovered})
+    if sealed is not None:
         log.error(
             "audit log segment sealed: bytes after the chain's end were not written by this daemon",
-            extra={"directory": str(files.directory), **files.sealed},
+            extra={"directory": str(directory), **sealed},
         )
-        files.sealed = None
+
+
+def _writer_environment() -> dict[str, str]:
+    """Only what the writer needs to import covenant: none of the daemon's variables (provider keys)."""
+    return {"PYTHONPATH": str(Path(covenant.__file__).resolve().parent.parent), "PATH": os.defpath}
 
 
 class _Pending:
-    __slots__ = ("type", "data", "ts", "done", "seq", "error")
+    __slots__ = ("frame", "done", "seq", "error")
 
     def __init__(self, type_: str, data: bytes) -> None:
-        self.type = type_
-        self.data = data
-        self.ts = timestamp()
+        self.frame = record_frame(type_, timestamp(), data)
         self.done = trio.Event()
         self.seq = -1
         self.error: AuditUnavailable | None = None
+
+
+class _WriterProcess:
+    """One running writer process and the daemon's end of its socket."""
+
+    def __init__(self, process: subprocess.Popen[bytes], sock: socket.socket) -> None:
+        self.process = process
+        self._sock = sock
+        self._received = b""
+        self._outbox = bytearray()
+        self._outbox_filled = trio.Event()
+
+    @classmethod
+    async def start(cls, command: Sequence[str], hello: dict[str, Any]) -> tuple["_WriterProcess", dict[str, Any]]:
+        """Start a writer and open the log in it; returns it and its ``opened`` answer.
+
+        Raises AuditLogError (the log on disk cannot be used as it is) or
+        AuditUnavailable (the disk fails, or the process could not start).
+        """
+        ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
+        with theirs:
+            try:
+                process = subprocess.Popen(
+                    [*command, str(theirs.fileno()), str(os.getpid())],
+                    pass_fds=(theirs.fileno(),),
+                    stdin=subprocess.DEVNULL,
+                    stdout=subprocess.DEVNULL,
+                    env=_writer_environment(),
+                )
+            except OSError as exc:
+                ours.close()
+                raise unavailable(Path(hello["directory"]), exc) from None
+        ours.setblocking(False)
+        self = cls(process, ours)
+        self.send(frame(json.dumps(hello).encode()))
+        answer = await self.receive()
+        if answer and "opened" in answer[0]:
+            return self, answer[0]["opened"]
+        await self.stop(timeout=_CLOSE_TIMEOUT_S)
+        directory = Path(hello["directory"])
+        problem = answer[0].get("error") if answer else None
+        if problem is None:
+            exc = OSError(errno.EIO, f"the audit writer process exited at start (status {self.process.returncode})")
+            raise unavailable(directory, exc)
+        if problem["kind"] == "log":
+            raise AuditLogError(problem["message"], path=str(directory))
+        raise unavailable(directory, OSError(problem["errno"], problem["strerror"]))
+
+    def send(self, data: bytes) -> None:
+        """Send at once if the socket takes it; whatever does not fit waits for :meth:`flush`."""
+        if self._outbox:
+            self._outbox += data
+            return
+        try:
+            sent = self._sock.send(data)
+        except BlockingIOError:
+            sent = 0
+        except OSError:  # the writer is gone: its end of file fails everything in flight
+            return
+        if sent < len(data):
+            self._outbox += data[sent:]
+            self._outbox_filled.set()
+
+    async def flush(self) -> None:
+        """Forever: send what :meth:`send` could not, as the writer makes room."""
+        while True:
+            await self._outbox_filled.wait()
+            while self._outbox:
+                await trio.lowlevel.wait_writable(self._sock)
+                try:
+                    sent = self._sock.send(self._outbox)
+                except BlockingIOError:
+                    continue
+                except OSError:
+                    self._outbox.clear()
+                    break
+                del self._outbox[:sent]
+            self._outbox_filled = trio.Event()
+
+    async def receive(self) -> list[dict[str, Any]]:
+        """The writer's next messages; [] once it has closed its end."""
+        while True:
+            await trio.lowlevel.wait_readable(self._sock)
+            try:
+                chunk = self._sock.recv(1 << 16)
+            except BlockingIOError:
+                continue
+            except OSError:
+                chunk = b""
+            if not chunk:
+                return []
+            *lines, self._received = (self._received + chunk).split(b"\n")
+            if lines:
+                return [json.loads(line) for line in lines]
+
+    async def stop(self, timeout: float) -> None:
+        """End of file to the writer: it writes what it has, then head.json, and exits."""
+        with contextlib.suppress(OSError):
+            self._sock.shutdown(socket.SHUT_WR)
+        try:
+            await trio.to_thread.run_sync(self.process.wait, timeout, abandon_on_cancel=True)
+        except subprocess.TimeoutExpired:
+            log.error("the audit writer did not stop (a sync is hanging); killing it", extra={"pid": self.process.pid})
+            self.process.kill()
+            await trio.to_thread.run_sync(self.process.wait, abandon_on_cancel=True)
+        finally:
+            self._sock.close()
 
 
 class AuditLog:
@@ -85,29 +203,34 @@ class AuditLog:
 
     def __init__(
         self,
-        files: LogFiles,
+        directory: Path,
+        key: Ed25519PrivateKey,
         config: AuditConfig,
         on_batch: Callable[[int, float], None] | None,
+        command: Sequence[str],
     ) -> None:
-        self._files = files
+        self._directory = directory
+        self._hello = {
+            "directory": str(directory),
+            "key": key.private_bytes_raw().hex(),
+            "segment_bytes": config.segment_bytes,
+            "batch_max": config.batch_max,
+            "batch_wait_ms": config.batch_wait_ms,
+        }
         self._config = config
         self._on_batch = on_batch
-        self._token = trio.lowlevel.current_trio_token()
-        # Shared with the writer thread, under _wake:
-        self._wake = threading.Condition()
-        self._queue: deque[_Pending] = deque()
-        self._stop = False
-        # Trio thread only:
-        self._unacked = 0
+        self._command = command
+        self._writer: _WriterProcess | None = None
+        self._opened: dict[str, Any] = {}
+        self._head: dict[str, Any] = {}
+        self._in_flight: deque[_Pending] = deque()  # sent, not yet acknowledged, in order
         self._settled = trio.Event()
         self._settled.set()
         self._closing = False
         self._failure: str | None = None
-        self._failed = trio.Event()  # set while _failure is; the reopen task waits on it
         self._failed_at = 0.0
         self._refused = 0  # records refused since the failure, for the audit.resume record
         self._last_write = trio.current_time()
-        self._thread = self._new_thread()
 
     # -- public face -----------------------------------------------------------
 
@@ -120,31 +243,22 @@ class AuditLog:
         config: AuditConfig,
         *,
         on_batch: Callable[[int, float], None] | None = None,
-        fsync: Callable[[int], None] = os.fdatasync,
+        writer: Sequence[str] = WRITER_COMMAND,
     ) -> AsyncIterator["AuditLog"]:
         """Open (or create) the log in ``directory``, recovering a torn tail, and run its writer.
 
-        ``fsync`` is the OS boundary used to make data durable (tests pass one
-        that fails). On exit, everything already queued is written first.
+        ``writer`` is the writer process's command (tests start one whose
+        fsync fails). On exit, everything already queued is written first.
 
             async with AuditLog.open(home.audit_dir, key, config.audit) as audit:
                 seq = await audit.record("daemon.start", {"pid": os.getpid()})
         """
-        try:
-            files = await trio.to_thread.run_sync(LogFiles.open, Path(directory), key, config.segment_bytes, fsync)
-        except OSError as exc:
-            raise AuditUnavailable(
-                f"audit log {directory} cannot be opened ({exc.strerror or exc}); free space or fix the disk, "
-                f"then start the daemon again",
-                path=str(directory),
-            ) from None
-        _report_repairs(files)
-        self = cls(files, config, on_batch)
-        self._thread.start()
+        self = cls(Path(directory), key, config, on_batch, writer)
+        await self._start_writer()
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._run_heartbeat)
-                nursery.start_soon(self._run_reopen)
+                nursery.start_soon(self._run_writers)
                 try:
                     yield self
                 finally:
@@ -152,8 +266,9 @@ class AuditLog:
                         await self._drain()
                     nursery.cancel_scope.cancel()
         finally:
-            with trio.CancelScope(shield=True):
-                await self._stop_thread()
+            if self._writer is not None:
+                with trio.CancelScope(shield=True):
+                    await self._writer.stop(timeout=_CLOSE_TIMEOUT_S)
 
     async def record(self, type: str, data: dict[str, Any]) -> int:  # noqa: A002 - the public name is `type`
         """Append one event; returns its ``seq`` once it is durable and under a signed checkpoint.
@@ -174,15 +289,22 @@ class AuditLog:
         agent may start.
         """
         self.check_writable()
-        return await self._enqueue([_Pending(type_, encode_event_data(type_, data)) for type_, data in events])
+        items = [_Pending(type_, encode_event_data(type_, data)) for type_, data in events]
+        self._submit(items)
+        # Batches are acknowledged (or failed) in order, so the last item's event covers them all.
+        await items[-1].done.wait()
+        for item in items:
+            if item.error is not None:
+                raise item.error
+        return [item.seq for item in items]
 
     def check_writable(self) -> None:
         """Raise AuditUnavailable if records would be refused (a failed write, or closing)."""
         if self._failure is not None:
             self._refused += 1
-            raise AuditUnavailable(self._failure, path=str(self._files.directory))
+            raise AuditUnavailable(self._failure, path=str(self._directory))
         if self._closing:
-            raise AuditUnavailable("the audit log is closed", path=str(self._files.directory))
+            raise AuditUnavailable("the audit log is closed", path=str(self._directory))
 
     @property
     def healthy(self) -> bool:
@@ -196,69 +318,123 @@ class AuditLog:
     @property
     def head(self) -> dict[str, Any] | None:
         """The latest checkpoint (what head.json holds, possibly a few ms newer)."""
-        return dict(self._files.head) if self._files.head else None
+        return dict(self._head) if self._head else None
 
     @property
     def public_key_hex(self) -> str:
-        return self._files.pubkey_hex
+        return str(self._opened["pubkey"])
+
+    @property
+    def process_ids(self) -> tuple[int, ...]:
+        """The writer process's pid while one runs (covenant's own child, never an agent's)."""
+        return (self._writer.process.pid,) if self._writer is not None else ()
 
     @property
     def recovered(self) -> dict[str, Any] | None:
         """The data of the audit.recover record written when this log was opened, if any."""
-        return self._files.recovered
+        return self._opened.get("recovered")
 
     # -- the trio side -----------------------------------------------------------
 
-    async def _enqueue(self, items: list[_Pending]) -> list[int]:
-        if not self._unacked:
+    def _submit(self, items: list[_Pending]) -> None:
+        """Send ``items`` to the writer, in one write when they fit (they stay adjacent and in order)."""
+        assert self._writer is not None
+        if self._settled.is_set():
             self._settled = trio.Event()
-        self._unacked += len(items)
-        with self._wake:
-            self._queue.extend(items)  # one extend: the events stay adjacent and in order
-            self._wake.notify()
-        # Batches are acknowledged (or failed) in order, so the last item's event covers them all.
-        await items[-1].done.wait()
-        for item in items:
-            if item.error is not None:
-                raise item.error
-        return [item.seq for item in items]
+        self._in_flight.extend(items)
+        self._writer.send(items[0].frame if len(items) == 1 else b"".join(item.frame for item in items))
 
-    def _acknowledge(self, batch: list[_Pending], first: int, fsync_s: float) -> None:
-        """Run in the trio thread once ``batch`` is durable: wake its callers."""
-        for n, item in enumerate(batch):
+    def _acknowledge(self, first: int, count: int, fsync_s: float) -> None:
+        """``count`` records in flight are durable from seq ``first`` on: wake their callers."""
+        in_flight = self._in_flight
+        for n in range(count):
+            item = in_flight.popleft()
             item.seq = first + n
             item.done.set()
-        self._settle(len(batch))
+        self._settle()
         self._last_write = trio.current_time()
         if self._on_batch is not None:
             try:
-                self._on_batch(len(batch), fsync_s)
+                self._on_batch(count, fsync_s)
             except Exception:  # a metrics hook must never take the audit log down
                 log.exception("audit on_batch hook failed")
 
-    def _fail(self, exc: OSError, batch: list[_Pending]) -> None:
-        """Run in the trio thread after a write or sync failed: refuse everything from now on."""
-        error = unavailable(self._files.directory, exc)
+    def _fail(self, exc: OSError) -> None:
+        """A write or sync failed, or the writer died: refuse everything in flight and from now on."""
+        error = unavailable(self._directory, exc)
         self._failure = error.message
         self._failed_at = trio.current_time()
-        self._failed.set()
-        with self._wake:
-            queued = list(self._queue)
-            self._queue.clear()
+        failed = list(self._in_flight)
+        self._in_flight.clear()
         log.error(
             "audit log write failed: refusing further records (fail closed)",
-            extra={"directory": str(self._files.directory), "error": str(exc), "records_lost": len(batch)},
+            extra={"directory": str(self._directory), "error": str(exc), "records_lost": len(failed)},
         )
-        for item in batch + queued:
+        for item in failed:
             item.error = error
             item.done.set()
-        self._refused += len(batch) + len(queued)
-        self._settle(len(batch) + len(queued))
+        self._refused += len(failed)
+        self._settle()
 
-    def _settle(self, count: int) -> None:
-        self._unacked -= count
-        if not self._unacked:
+    def _settle(self) -> None:
+        if not self._in_flight:
             self._settled.set()
+
+    async def _start_writer(self) -> None:
+        self._writer, self._opened = await _WriterProcess.start(self._command, self._hello)
+        self._head = self._opened["head"]
+        _report_repairs(self._directory, self._opened["recovered"], self._opened["sealed"])
+
+    async def _serve(self, writer: _WriterProcess) -> None:
+        """Take the writer's answers until it ends; a writer that ends unasked is a failure."""
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(writer.flush)
+            while messages := await writer.receive():
+                for message in messages:
+                    if "ack" in message:
+                        self._head = message["head"]
+                        _report_repairs(self._directory, None, message.get("sealed"))
+                        self._acknowledge(*message["ack"])
+                    else:
+                        failed = message["failed"]
+                        self._fail(OSError(failed["errno"], failed["strerror"]))
+            nursery.cancel_scope.cancel()
+        if self._failure is None:
+            self._fail(OSError(errno.EIO, f"its writer process (pid {writer.process.pid}) ended unexpectedly"))
+        await writer.stop(timeout=_CLOSE_TIMEOUT_S)
+
+    async def _run_writers(self) -> None:
+        """Serve the writer; after each failure, start a new one with backoff, then accept records again."""
+        while True:
+            assert self._writer is not None
+            await self._serve(self._writer)
+            self._writer = None
+            delay = _REOPEN_FIRST_S
+            while True:
+                await trio.sleep(delay)
+                try:
+                    await self._start_writer()
+                except (AuditLogError, AuditUnavailable) as exc:
+                    log.warning(
+                        "audit log still cannot be written; retrying",
+                        extra={"directory": str(self._directory), "error": exc.message, "retry_s": delay},
+                    )
+                    delay = min(delay * 2, _REOPEN_MAX_S)
+                    continue
+                break
+            self._resume()
+
+    def _resume(self) -> None:
+        """A new writer has the log open again: say so in the log, then accept records."""
+        down_ms = int((trio.current_time() - self._failed_at) * 1000)
+        resume = canonical_bytes({"error": self._failure or "", "down_ms": down_ms, "refused": self._refused})
+        self._failure = None
+        self._refused = 0
+        log.warning(
+            "audit log writable again; accepting records",
+            extra={"directory": str(self._directory), "down_ms": down_ms},
+        )
+        self._submit([_Pending(RESUME, resume)])  # ordered before any later record; nobody waits on it
 
     async def _run_heartbeat(self) -> None:
         """Write a heartbeat record + checkpoint after ``heartbeat_s`` without writes."""
@@ -269,113 +445,11 @@ class AuditLog:
                 due = max(due, trio.current_time() + interval)
             await trio.sleep_until(due)
             if trio.current_time() - self._last_write >= interval and self.healthy:
-                with contextlib.suppress(AuditUnavailable):
-                    await self._enqueue([_Pending(HEARTBEAT, b"{}")])
-
-    async def _run_reopen(self) -> None:
-        """After each failure: reopen the log from disk with backoff, then accept records again."""
-        while True:
-            await self._failed.wait()
-            delay = _REOPEN_FIRST_S
-            while True:
-                await trio.sleep(delay)
-                if self._closing:
-                    return
-                try:
-                    await trio.to_thread.run_sync(self._reopen_files)
-                except (OSError, AuditLogError) as exc:
-                    log.warning(
-                        "audit log still cannot be written; retrying",
-                        extra={"directory": str(self._files.directory), "error": str(exc), "retry_s": delay},
-                    )
-                    delay = min(delay * 2, _REOPEN_MAX_S)
-                    continue
-                break
-            await self._resume_after_reopen()
-
-    def _reopen_files(self) -> None:
-        """Worker thread: wait for the failed writer thread to end, then reopen the files from disk."""
-        self._thread.join()
-        self._files.reopen()
-        _report_repairs(self._files)
-
-    async def _resume_after_reopen(self) -> None:
-        down_ms = int((trio.current_time() - self._failed_at) * 1000)
-        resume = canonical_bytes({"error": self._failure or "", "down_ms": down_ms, "refused": self._refused})
-        self._failure = None
-        self._failed = trio.Event()
-        self._refused = 0
-        self._thread = self._new_thread()
-        self._thread.start()
-        log.warning(
-            "audit log writable again; accepting records",
-            extra={"directory": str(self._files.directory), "down_ms": down_ms},
-        )
-        with contextlib.suppress(AuditUnavailable):  # a new failure starts the next round
-            await self._enqueue([_Pending(RESUME, resume)])
-
-    def _new_thread(self) -> threading.Thread:
-        return threading.Thread(target=self._write_batches, name="covenant-audit-writer", daemon=True)
+                item = _Pending(HEARTBEAT, b"{}")
+                self._submit([item])
+                await item.done.wait()
 
     async def _drain(self) -> None:
         self._closing = True
         with trio.move_on_after(_CLOSE_TIMEOUT_S):
             await self._settled.wait()
-
-    async def _stop_thread(self) -> None:
-        """Stop the writer (it writes head.json last) and close the files."""
-        with self._wake:
-            self._stop = True
-            self._wake.notify()
-        await trio.to_thread.run_sync(self._thread.join, _CLOSE_TIMEOUT_S)
-        if self._thread.is_alive():
-            log.error("the audit writer did not stop (a sync is hanging); its files stay open")
-            return
-        self._files.close()
-
-    # -- the writer thread ---------------------------------------------------------
-
-    def _next_batch(self, head_dirty: bool, last_head: float) -> list[_Pending] | None:
-        """Wait for records; None once stopped and empty. Returns [] when head.json is due."""
-        batch_max = self._config.batch_max
-        with self._wake:
-            while not self._queue:
-                if self._stop:
-                    return None
-                if head_dirty:
-                    due = last_head + _HEAD_INTERVAL_S - time.monotonic()
-                    if due <= 0 or not self._wake.wait(due):
-                        return []
-                else:
-                    self._wake.wait()
-            return [self._queue.popleft() for _ in range(min(batch_max, len(self._queue)))]
-
-    def _write_batches(self) -> None:
-        """The writer thread: append batches, keep head.json at most _HEAD_INTERVAL_S behind."""
-        linger = self._config.batch_wait_ms / 1000
-        head_dirty = False
-        last_head = time.monotonic()
-        try:
-            while (batch := self._next_batch(head_dirty, last_head)) is not None:
-                if batch:
-                    if linger and len(batch) < self._config.batch_max:
-                        time.sleep(linger)
-                        with self._wake:
-                            while self._queue and len(batch) < self._config.batch_max:
-                                batch.append(self._queue.popleft())
-                    try:
-                        first, fsync_s = self._files.append([(p.type, p.data, p.ts) for p in batch])
-                    except OSError as exc:
-                        self._token.run_sync_soon(self._fail, exc, batch)
-                        return
-                    self._token.run_sync_soon(self._acknowledge, batch, first, fsync_s)
-                    if self._files.sealed is not None:
-                        _report_repairs(self._files)
-                    head_dirty = True
-                if head_dirty and time.monotonic() - last_head >= _HEAD_INTERVAL_S:
-                    self._files.write_head()
-                    head_dirty, last_head = False, time.monotonic()
-            if head_dirty:
-                self._files.write_head()
-        except OSError as exc:  # head.json: the same fail-closed rule as the log itself
-            self._token.run_sync_soon(self._fail, exc, [])

@@ -323,6 +323,7 @@ async def serve_daemon(
                 scratch_root=home.state_dir / "scratch",
                 isolation=isolation,
                 live_roots=LiveRoots(),
+                own_children=lambda: audit.process_ids,
             ) as runner:
                 rune = _rune_host(home, config, runner, audit, grants, metrics)
                 daemon = Daemon(

@@ -21,7 +21,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
 from functools import partial
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -134,6 +134,7 @@ class Runner:
         launcher: Launcher | None = None,
         isolation: Isolation | None = None,
         live_roots: LiveRoots | None = None,
+        own_children: Callable[[], Collection[int]] = tuple,
     ) -> AsyncIterator["Runner"]:
         """Start the shared sampler and scratch keeper; on exit stop every run still in flight.
 
@@ -141,7 +142,9 @@ class Runner:
         dispatch, and so is the PDEATHSIG wrapper (a one-time test exec).
         ``isolation`` decides the uid of every agent (default: covenant's own,
         ``same-uid``); ``live_roots`` is the per-uid registry shared with
-        other supervisors of agent processes.
+        other supervisors of agent processes. ``own_children`` gives the
+        pids of covenant's other long-lived children (the audit writer):
+        never an agent's, so never attributed, swept or reaped.
         """
         scratch_root = Path(scratch_root)
         enforced = isolation is not None and isolation.enforced
@@ -165,9 +168,11 @@ class Runner:
         mount_namespaces = None
         if enforced:
             mount_namespaces = await trio.to_thread.run_sync(cls._private_tmp, config, scratch_root, isolation)
-        sampler = Sampler(
-            config.sample_interval_ms, (lambda: mount_namespaces.holder_pids) if mount_namespaces is not None else tuple
-        )
+        def helper_pids() -> Collection[int]:
+            holders = mount_namespaces.holder_pids if mount_namespaces is not None else frozenset()
+            return holders.union(own_children())
+
+        sampler = Sampler(config.sample_interval_ms, helper_pids)
         runner = cls(
             config, scratch_root, launcher or ProcessGroupLauncher(), sampler, isolation, live_roots, mount_namespaces
         )

@@ -27,13 +27,15 @@ async def write_events(
     concurrent: int = 0,
     **config: Any,
 ) -> None:
-    """Write ``sequential`` events one by one (one checkpoint each), then ``concurrent`` at once (batched)."""
+    """Write ``sequential`` events one by one (one checkpoint each), then ``concurrent`` at once (one batch
+    of up to ``batch_max``)."""
     async with AuditLog.open(directory, key, AuditConfig(**config)) as log:
         for n in range(sequential):
             await log.record("agent.exited", {"agent": "echo", "intent": f"i{n}", "outcome": "ok", "n": n})
-        async with trio.open_nursery() as nursery:
-            for n in range(concurrent):
-                nursery.start_soon(log.record, "intent.received", {"agent": "batch", "intent": f"b{n}", "n": n})
+        if concurrent:
+            await log.record_many(
+                [("intent.received", {"agent": "batch", "intent": f"b{n}", "n": n}) for n in range(concurrent)]
+            )
 
 
 def write_events_sync(directory: Path, key: Ed25519PrivateKey, sequential: int = 0, concurrent: int = 0, **config: Any) -> None:

@@ -6,6 +6,7 @@ import errno
 import hashlib
 import json
 import os
+import sys
 from pathlib import Path
 
 import pytest
@@ -81,24 +82,30 @@ def test_text_digest() -> None:
 
 
 class FailingSync:
-    """The OS boundary the writer syncs through: os.fdatasync until armed, then EIO."""
+    """A writer process whose fdatasync raises EIO while armed (tests/audit/failing_writer.py)."""
 
-    def __init__(self) -> None:
-        self.armed = False
-        self.calls = 0
+    def __init__(self, tmp_path: Path) -> None:
+        self._flag = tmp_path / "fail-fsync"
+        self.command = [sys.executable, str(Path(__file__).with_name("failing_writer.py")), str(self._flag)]
 
-    def __call__(self, fd: int) -> None:
-        self.calls += 1
-        if self.armed:
-            raise OSError(errno.EIO, "Input/output error")
-        os.fdatasync(fd)
+    @property
+    def armed(self) -> bool:
+        return self._flag.exists()
+
+    @armed.setter
+    def armed(self, value: bool) -> None:
+        if value:
+            self._flag.touch()
+        else:
+            self._flag.unlink()
 
 
 async def test_fsync_eio_fails_closed(tmp_path: Path, key: Ed25519PrivateKey) -> None:
-    sync = FailingSync()
+    sync = FailingSync(tmp_path)
+    directory = tmp_path / "log"
     acked: list[int] = []
     errors: list[str] = []
-    async with AuditLog.open(tmp_path, key, AuditConfig(), fsync=sync) as log:
+    async with AuditLog.open(directory, key, AuditConfig(), writer=sync.command) as log:
         acked.append(await log.record("daemon.start", {"pid": 1}))
         sync.armed = True
 
@@ -124,23 +131,23 @@ async def test_fsync_eio_fails_closed(tmp_path: Path, key: Ed25519PrivateKey) ->
             while not log.healthy:
                 await trio.sleep(0.05)
         resumed_at = await log.record("intent.received", {"n": 100})
-    records = [parse_record(line)[0] for line in read_lines(segment(tmp_path))]
+    records = [parse_record(line)[0] for line in read_lines(segment(directory))]
     resume = [r for r in records if r["type"] == "audit.resume"]
     assert len(resume) == 1 and resume[0]["seq"] < resumed_at
     assert resume[0]["data"]["refused"] == 11 and "Input/output error" in resume[0]["data"]["error"]
     assert resume[0]["data"]["down_ms"] >= 0
-    assert verify_log(tmp_path, key.public_key()).ok
+    assert verify_log(directory, key.public_key()).ok
     # Reopening starts over on a good disk; the log verifies.
-    async with AuditLog.open(tmp_path, key, AuditConfig()) as log:
+    async with AuditLog.open(directory, key, AuditConfig()) as log:
         assert log.healthy
         await log.record("daemon.start", {"pid": 2})
-    assert verify_log(tmp_path, key.public_key()).ok
+    assert verify_log(directory, key.public_key()).ok
 
 
 async def test_eio_on_roll_over_fails_closed(tmp_path: Path, key: Ed25519PrivateKey) -> None:
-    sync = FailingSync()
-    async with AuditLog.open(tmp_path, key, AuditConfig(segment_bytes=4096), fsync=sync) as log:
-        while not (tmp_path / "audit-000001.jsonl").exists():
+    sync = FailingSync(tmp_path)
+    async with AuditLog.open(tmp_path / "log", key, AuditConfig(segment_bytes=4096), writer=sync.command) as log:
+        while not (tmp_path / "log" / "audit-000001.jsonl").exists():
             await log.record("intent.received", {"pad": "x" * 200})
         sync.armed = True
         with pytest.raises(AuditUnavailable):

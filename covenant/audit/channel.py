@@ -1,0 +1,46 @@
+"""Framing between the daemon and its audit writer process.
+
+Daemon to writer: length-prefixed frames (4 bytes, little endian, then the
+payload), because a record's data may be large and holds any byte but NUL.
+A record's payload is ``type NUL timestamp NUL canonical data``. Writer to
+daemon: one JSON object per line (acknowledgements are small and few).
+"""
+
+from __future__ import annotations
+
+import struct
+from typing import Iterator
+
+__all__ = ["FrameReader", "frame", "record_frame"]
+
+_LENGTH = struct.Struct("<I")
+
+
+def frame(payload: bytes) -> bytes:
+    return _LENGTH.pack(len(payload)) + payload
+
+
+def record_frame(type_: str, ts: str, data: bytes) -> bytes:
+    """One record as the writer process reads it."""
+    payload = b"%s\x00%s\x00%s" % (type_.encode(), ts.encode(), data)
+    return _LENGTH.pack(len(payload)) + payload
+
+
+class FrameReader:
+    """Cuts a byte stream into frames; keeps a partial frame for the next chunk."""
+
+    def __init__(self) -> None:
+        self._buffer = bytearray()
+
+    def feed(self, chunk: bytes) -> Iterator[bytes]:
+        buffer = self._buffer
+        buffer += chunk
+        start = 0
+        while len(buffer) - start >= 4:
+            (size,) = _LENGTH.unpack_from(buffer, start)
+            end = start + 4 + size
+            if end > len(buffer):
+                break
+            yield bytes(buffer[start + 4 : end])
+            start = end
+        del buffer[:start]

@@ -1,0 +1,191 @@
+"""The audit writer process: owns the log files, group-commits what the daemon sends.
+
+The daemon's event loop and this process talk over one unix socketpair
+(:mod:`covenant.audit.channel` has the framing). Encoding the lines, hashing
+the chain, signing checkpoints, writing and ``fdatasync`` happen here, on the
+second core, instead of in a thread that competes for the daemon's GIL.
+
+The protocol, in order:
+
+1. The daemon sends one frame: a JSON hello with the directory, the segment
+   size, the batch limits and the private key (hex). The key travels over the
+   socketpair only, never in argv or the environment.
+2. This process locks and opens (or recovers) the log and answers
+   ``{"opened": {...}}`` or ``{"error": {...}}`` (then exits 1).
+3. Each further frame is one record (type, timestamp, canonical data). This
+   process takes everything queued, up to ``batch_max``, appends it with one
+   checkpoint, syncs, and answers ``{"ack": [first seq, count, fsync s],
+   "head": {...}}``. A failed write or sync answers ``{"failed": {...}}`` and
+   ends the process: the daemon starts a new one, which reopens the log from
+   disk (a failed descriptor is never trusted again).
+4. End of file from the daemon: the rest is written, head.json last, and the
+   process exits 0.
+
+It dies with the daemon (PR_SET_PDEATHSIG): what it had not acknowledged was
+never promised, and a torn tail is cut on the next open.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import json
+import os
+import select
+import signal
+import socket
+import sys
+import time
+from collections import deque
+from pathlib import Path
+from typing import Any, Callable
+
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from covenant.audit.channel import FrameReader
+from covenant.audit.errors import AuditLogError
+from covenant.audit.store import Item, LogFiles
+
+__all__ = ["main", "serve"]
+
+# Longest head.json may lag behind the newest checkpoint while the log is open.
+HEAD_INTERVAL_S = 0.5
+# How long a new writer waits for the lock of one that is still dying (its daemon was killed).
+LOCK_WAIT_S = 2.0
+_PR_SET_PDEATHSIG = 1
+
+
+def _die_with_parent(parent: int) -> None:
+    """SIGKILL this process when the daemon dies; exit now if it already has."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    libc.prctl(_PR_SET_PDEATHSIG, signal.SIGKILL, 0, 0, 0)
+    if os.getppid() != parent:
+        os._exit(1)
+
+
+def _send(sock: socket.socket, message: dict[str, Any]) -> None:
+    sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+
+class _Writer:
+    def __init__(self, sock: socket.socket, files: LogFiles, batch_max: int, batch_wait_s: float) -> None:
+        self._sock = sock
+        self._files = files
+        self._batch_max = batch_max
+        self._linger = batch_wait_s
+        self._frames = FrameReader()
+        self._queue: deque[Item] = deque()
+        self._eof = False
+
+    def send(self, message: dict[str, Any]) -> None:
+        _send(self._sock, message)
+
+    def _receive(self, block: bool) -> None:
+        """Read what the daemon has sent (waiting for it when ``block``) into the queue."""
+        flags = 0 if block else socket.MSG_DONTWAIT
+        while not self._eof:
+            try:
+                chunk = self._sock.recv(1 << 20, flags)
+            except BlockingIOError:
+                return
+            if not chunk:
+                self._eof = True
+                return
+            for frame in self._frames.feed(chunk):
+                kind, ts, data = frame.split(b"\x00", 2)
+                self._queue.append((kind.decode(), data, ts.decode()))
+            flags = socket.MSG_DONTWAIT
+
+    def _take_batch(self) -> list[Item]:
+        self._receive(block=False)
+        if self._linger and len(self._queue) < self._batch_max:
+            time.sleep(self._linger)
+            self._receive(block=False)
+        return [self._queue.popleft() for _ in range(min(self._batch_max, len(self._queue)))]
+
+    def run(self) -> int:
+        """Append batches until end of file; keep head.json at most HEAD_INTERVAL_S behind."""
+        head_dirty, last_head = False, time.monotonic()
+        poller = select.poll()
+        poller.register(self._sock, select.POLLIN)
+        try:
+            while True:
+                if not self._queue and not self._eof:
+                    timeout = None
+                    if head_dirty:
+                        timeout = max(0, int((last_head + HEAD_INTERVAL_S - time.monotonic()) * 1000))
+                    if poller.poll(timeout):
+                        self._receive(block=True)
+                if not self._queue and self._eof:
+                    break
+                if batch := self._take_batch():
+                    first, fsync_s = self._files.append(batch)
+                    message: dict[str, Any] = {"ack": [first, len(batch), fsync_s], "head": self._files.head}
+                    if self._files.sealed is not None:
+                        message["sealed"], self._files.sealed = self._files.sealed, None
+                    self.send(message)
+                    head_dirty = True
+                if head_dirty and time.monotonic() - last_head >= HEAD_INTERVAL_S:
+                    self._files.write_head()
+                    head_dirty, last_head = False, time.monotonic()
+            if head_dirty:
+                self._files.write_head()
+        except OSError as exc:  # the log or head.json: nothing more is acknowledged by this process
+            self.send({"failed": {"errno": exc.errno or 0, "strerror": exc.strerror or str(exc)}})
+            return 1
+        finally:
+            self._files.close()
+        return 0
+
+
+def _open_files(hello: dict[str, Any], fsync: Callable[[int], None]) -> LogFiles:
+    key = Ed25519PrivateKey.from_private_bytes(bytes.fromhex(hello["key"]))
+    deadline = time.monotonic() + LOCK_WAIT_S
+    while True:
+        try:
+            return LogFiles.open(Path(hello["directory"]), key, hello["segment_bytes"], fsync)
+        except AuditLogError as exc:
+            if not exc.details.get("locked") or time.monotonic() > deadline:
+                raise
+            time.sleep(0.02)
+
+
+def serve(sock: socket.socket, fsync: Callable[[int], None] = os.fdatasync) -> int:
+    """Run the writer on ``sock`` (blocking); returns the exit status."""
+    frames = FrameReader()
+    hello: dict[str, Any] | None = None
+    while hello is None:
+        chunk = sock.recv(1 << 16)
+        if not chunk:
+            return 1
+        for frame in frames.feed(chunk):
+            hello = json.loads(frame)
+    try:
+        files = _open_files(hello, fsync)
+    except AuditLogError as exc:
+        _send(sock, {"error": {"kind": "log", "message": exc.message}})
+        return 1
+    except OSError as exc:
+        _send(sock, {"error": {"kind": "os", "errno": exc.errno or 0, "strerror": exc.strerror or str(exc)}})
+        return 1
+    writer = _Writer(sock, files, hello["batch_max"], hello["batch_wait_ms"] / 1000)
+    opened = {"pubkey": files.pubkey_hex, "recovered": files.recovered, "sealed": files.sealed, "head": files.head}
+    files.sealed = None
+    writer.send({"opened": opened})
+    return writer.run()
+
+
+def main(fsync: Callable[[int], None] = os.fdatasync) -> int:
+    """``python -m covenant.audit.writer_process FD PARENT_PID`` (started by :class:`AuditLog`)."""
+    fd, parent = int(sys.argv[1]), int(sys.argv[2])
+    _die_with_parent(parent)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the daemon's to handle
+    sock = socket.socket(fileno=fd)
+    sock.setblocking(True)
+    try:
+        return serve(sock, fsync)
+    except BrokenPipeError:  # the daemon is gone; what was not acknowledged was never promised
+        return 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
