@@ -178,7 +178,10 @@ def main(fsync: Callable[[int], None] = os.fdatasync) -> int:
     """``python -m covenant.audit.writer_process FD PARENT_PID`` (started by :class:`AuditLog`)."""
     fd, parent = int(sys.argv[1]), int(sys.argv[2])
     _die_with_parent(parent)
-    signal.signal(signal.SIGINT, signal.SIG_IGN)  # a terminal's ^C is the daemon's to handle
+    # A terminal's ^C and systemd's SIGTERM to the whole unit are the daemon's to handle: it still
+    # writes daemon.stop through this process, then closes the socket.
+    for signum in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP):
+        signal.signal(signum, signal.SIG_IGN)
     sock = socket.socket(fileno=fd)
     sock.setblocking(True)
     try:

@@ -884,6 +884,7 @@ class Daemon:
                 "healthy": self.audit.healthy,
                 "failure": self.audit.failure,
                 "head_seq": head.get("seq"),
+                "writer_pid": next(iter(self.audit.process_ids), None),
                 "checkpoint_age_ms": (now - ms_from_iso(head["ts"])) if "ts" in head else None,
                 "head": head or None,
             },

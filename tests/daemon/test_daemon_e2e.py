@@ -13,6 +13,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, agent_processes
+from tests.processes import wait_gone
 
 
 def audit_records(d: DaemonProcess) -> list[dict]:
@@ -216,6 +217,7 @@ def test_sigkill_during_burst_then_restart_and_verify(daemon: DaemonProcess) -> 
         for i in range(30)
     ]
     wait_for(lambda: any(p.poll() == 0 for p in clients), what="a first acknowledged dispatch")
+    writer = status(daemon)["audit"]["writer_pid"]
     daemon.stop(signal.SIGKILL)
     acknowledged = []
     for proc in clients:
@@ -224,6 +226,7 @@ def test_sigkill_during_burst_then_restart_and_verify(daemon: DaemonProcess) -> 
             acknowledged.append(json.loads(out)["intent_id"])
     assert acknowledged, "some dispatches completed before the kill"
     wait_for(lambda: not agent_processes(daemon.home), timeout=30, what="agents to die with the daemon")
+    assert wait_gone(writer, 10), "the audit writer outlived its daemon"
     daemon.start()
     assert daemon.stop() == 0
     verify = daemon.cli("audit", "verify")
@@ -265,6 +268,8 @@ def test_status_exit_codes(daemon: DaemonProcess) -> None:
     doc = json.loads(up.stdout)
     assert doc["audit"]["healthy"] is True
     assert doc["audit"]["head_seq"] >= 2 and doc["audit"]["checkpoint_age_ms"] >= 0
+    writer = doc["audit"]["writer_pid"]
+    assert b"covenant.audit.writer_process" in Path(f"/proc/{writer}/cmdline").read_bytes()
     assert doc["network_isolation"] is True  # root on Linux: unshare -n works
     assert doc["sockets"] == [str(daemon.socket)]
     dispatch_down = DaemonProcess(home=daemon.home, socket=Path("/nonexistent/x.sock"),

@@ -19,26 +19,10 @@ from covenant.config import RuntimeConfig
 from covenant.runtime import host
 from covenant.runtime.pdeathsig import GATE_BYTE, helper_elf
 from covenant.runtime.runner import Runner
+from tests.processes import alive, wait_gone
 from tests.runtime.conftest import leftovers, make_agent, make_payload
 
 REPO = Path(__file__).resolve().parents[2]
-
-
-def alive(pid: int) -> bool:
-    """Is ``pid`` running (not gone, not a zombie)?"""
-    try:
-        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
-
-
-def wait_gone(pid: int, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if not alive(pid):
-            return True
-        time.sleep(0.02)
-    return False
 
 
 def wait_in_sleep(pid: int, timeout: float) -> bool:

@@ -18,19 +18,12 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.test_daemon_e2e import audit_records, status, wait_for
+from tests.processes import alive
 from tests.security.conftest import DISK_MB, MAX_PROCESSES, UID_RANGE, AttackedDaemon, processes_of_uid
 
 
 def sha256(path: Path) -> str:
     return hashlib.sha256(path.read_bytes()).hexdigest()
-
-
-def alive(pid: int) -> bool:
-    try:
-        with open(f"/proc/{pid}/stat") as f:
-            return f.read().rsplit(")", 1)[1].split()[0] != "Z"
-    except OSError:
-        return False
 
 
 def test_agents_run_as_their_own_uid_and_status_says_so(attacked: AttackedDaemon) -> None:
@@ -134,6 +127,18 @@ def test_signalling_the_daemon_fails(attacked: AttackedDaemon) -> None:
     assert status(attacked)["shutting_down"] is False
 
 
+def test_the_audit_writer_process_is_out_of_reach(attacked: AttackedDaemon) -> None:
+    """It holds the signing key in memory: an agent can neither read it nor kill the writer."""
+    attacked.start()
+    writer = status(attacked)["audit"]["writer_pid"]
+    _, report = attacked.attack("writer", str(writer))
+    assert report["succeeded"] is False, report
+    assert report["mem"]["errno"] == errno.EACCES and report["environ"]["errno"] == errno.EACCES, report
+    assert report["kill"]["errno"] == errno.EPERM, report
+    audit = status(attacked)["audit"]
+    assert audit["writer_pid"] == writer and audit["healthy"] is True
+
+
 def test_a_fork_bomb_stops_at_the_uid_process_limit_and_leaves_nothing(attacked: AttackedDaemon) -> None:
     attacked.start()
     outcome, report = attacked.attack("forkbomb")
@@ -158,6 +163,7 @@ def test_a_dev_shm_filler_is_capped_counted_and_cleaned(attacked: AttackedDaemon
 
 def test_a_setsid_grandchild_with_an_empty_environment_is_gone_within_3_s(attacked: AttackedDaemon) -> None:
     attacked.start()
+    writer = status(attacked)["audit"]["writer_pid"]
     _, report = attacked.attack("escape")
     ended = time.monotonic()
     pid = report["pid"]
@@ -165,6 +171,7 @@ def test_a_setsid_grandchild_with_an_empty_environment_is_gone_within_3_s(attack
         time.sleep(0.02)
     assert not alive(pid), f"escaped grandchild {pid} outlived its dispatch by 3 s"
     assert not processes_of_uid(report["uid"])
+    assert status(attacked)["audit"]["writer_pid"] == writer  # the sweep spared covenant's own child
 
 
 def test_after_kill_9_of_the_daemon_the_next_start_sweeps_survivors(attacked: AttackedDaemon) -> None:

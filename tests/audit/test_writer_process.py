@@ -1,0 +1,133 @@
+"""The audit writer process: killed, signalled, orphaned, and what it is given."""
+
+from __future__ import annotations
+
+import multiprocessing
+import os
+import signal
+import time
+from pathlib import Path
+
+import pytest
+import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+from covenant.audit.errors import AuditUnavailable
+from covenant.audit.reader import Entry, iter_records
+from covenant.audit.verify import verify_log
+from covenant.audit.writer import AuditLog
+from covenant.config import AuditConfig
+from tests.processes import alive, wait_gone
+
+
+def _records(directory: Path, type_: str) -> dict[int, dict]:
+    return {e.seq: e.record["data"] for e in iter_records(directory) if isinstance(e, Entry) and e.type == type_}
+
+
+async def test_a_killed_writer_fails_closed_and_a_new_one_takes_over(tmp_path: Path, key: Ed25519PrivateKey) -> None:
+    acked: dict[int, tuple[int, int]] = {}
+    refused = 0
+    async with AuditLog.open(tmp_path, key, AuditConfig()) as log:
+        (first_writer,) = log.process_ids
+        stop = False
+
+        async def writer(w: int) -> None:
+            nonlocal refused
+            n = 0
+            while not stop:
+                try:
+                    acked[await log.record("intent.received", {"w": w, "n": n})] = (w, n)
+                except AuditUnavailable:
+                    refused += 1
+                    await trio.sleep(0.01)
+                n += 1
+
+        async def acked_at_least(count: int) -> None:
+            with trio.fail_after(30):
+                while len(acked) < count:
+                    await trio.sleep(0.005)
+
+        async with trio.open_nursery() as nursery:
+            for w in range(8):
+                nursery.start_soon(writer, w)
+            await acked_at_least(50)
+            os.kill(first_writer, signal.SIGKILL)
+            with trio.fail_after(30):
+                while log.healthy:  # the reopen waits 1 s first: this cannot miss the failure
+                    await trio.sleep(0.005)
+                assert "writer process" in (log.failure or "")
+                while not log.healthy:
+                    await trio.sleep(0.05)
+            await acked_at_least(len(acked) + 50)
+            stop = True
+        assert log.process_ids and log.process_ids[0] != first_writer
+    assert not alive(first_writer)
+    assert refused > 0
+    present = _records(tmp_path, "intent.received")
+    for seq, (w, n) in acked.items():
+        assert present.get(seq) == {"w": w, "n": n}, f"acknowledged seq {seq} is missing or different"
+    (resume,) = _records(tmp_path, "audit.resume").values()
+    assert "writer process" in resume["error"] and resume["refused"] >= 1
+    assert verify_log(tmp_path, key.public_key()).ok
+
+
+async def test_sigterm_and_sigint_are_the_daemons_to_handle(tmp_path: Path, key: Ed25519PrivateKey) -> None:
+    """systemd signals the whole unit: the writer stays until the daemon has recorded its stop."""
+    async with AuditLog.open(tmp_path, key, AuditConfig()) as log:
+        (pid,) = log.process_ids
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP):
+            os.kill(pid, signum)
+        await log.record("daemon.stop", {"pid": 1})
+        assert log.healthy and log.process_ids == (pid,)
+    assert list(_records(tmp_path, "daemon.stop").values()) == [{"pid": 1}]
+    assert not alive(pid)
+    assert verify_log(tmp_path, key.public_key()).ok
+
+
+async def test_the_writer_gets_no_environment_and_no_key_in_its_arguments(
+    tmp_path: Path, key: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    monkeypatch.setenv("OPENAI_API_KEY", "sk-the-daemons-own")
+    async with AuditLog.open(tmp_path, key, AuditConfig()) as log:
+        (pid,) = log.process_ids
+        environ = Path(f"/proc/{pid}/environ").read_bytes()
+        cmdline = Path(f"/proc/{pid}/cmdline").read_bytes()
+    names = {entry.split(b"=", 1)[0] for entry in environ.split(b"\0") if entry}
+    assert names == {b"PATH", b"PYTHONPATH"}
+    secret = key.private_bytes_raw().hex().encode()
+    assert secret not in environ and secret not in cmdline and b"sk-the" not in environ
+
+
+def _open_and_wait(directory: Path, key_bytes: bytes, pid_path: Path) -> None:
+    async def main() -> None:
+        async with AuditLog.open(directory, Ed25519PrivateKey.from_private_bytes(key_bytes), AuditConfig()) as log:
+            await log.record("daemon.start", {"pid": os.getpid()})
+            pid_path.write_text(str(log.process_ids[0]))
+            await trio.sleep_forever()
+
+    trio.run(main)
+
+
+def test_the_writer_dies_with_its_daemon(tmp_path: Path, key: Ed25519PrivateKey) -> None:
+    pid_path = tmp_path / "writer.pid"
+    daemon = multiprocessing.get_context("fork").Process(
+        target=_open_and_wait, args=(tmp_path / "log", key.private_bytes_raw(), pid_path)
+    )
+    daemon.start()
+    deadline = time.monotonic() + 30
+    while not pid_path.exists() or not pid_path.read_text():
+        assert time.monotonic() < deadline and daemon.is_alive()
+        time.sleep(0.01)
+    writer = int(pid_path.read_text())
+    assert alive(writer)
+    os.kill(daemon.pid, signal.SIGKILL)
+    daemon.join()
+    assert wait_gone(writer, 10), "the writer outlived its daemon"
+    # Its lock went with it: the next daemon opens the log.
+
+    async def reopen() -> None:
+        async with AuditLog.open(tmp_path / "log", key, AuditConfig()) as log:
+            assert log.healthy
+
+    trio.run(reopen)
+    assert verify_log(tmp_path / "log", key.public_key()).ok
