@@ -1,9 +1,10 @@
 """Framing between the daemon and its audit writer process.
 
 Daemon to writer: length-prefixed frames (4 bytes, little endian, then the
-payload), because a record's data may be large and holds any byte but NUL.
-A record's payload is ``type NUL timestamp NUL canonical data``. Writer to
-daemon: one JSON object per line (acknowledgements are small and few).
+payload), because a record's data may be large. An audit record's payload is
+``a type NUL timestamp NUL canonical data``; a dispatch record's is ``d`` and
+its line. Writer to daemon: one JSON object per line (acknowledgements are
+small and few).
 """
 
 from __future__ import annotations
@@ -11,19 +12,25 @@ from __future__ import annotations
 import struct
 from typing import Iterator
 
-__all__ = ["FrameReader", "frame", "record_frame"]
+__all__ = ["FrameReader", "frame", "event_frame", "dispatch_frame", "DISPATCH"]
 
 _LENGTH = struct.Struct("<I")
+DISPATCH = b"d"
 
 
 def frame(payload: bytes) -> bytes:
     return _LENGTH.pack(len(payload)) + payload
 
 
-def record_frame(type_: str, ts: str, data: bytes) -> bytes:
-    """One record as the writer process reads it."""
-    payload = b"%s\x00%s\x00%s" % (type_.encode(), ts.encode(), data)
+def event_frame(type_: str, ts: str, data: bytes) -> bytes:
+    """One audit record as the writer process reads it."""
+    payload = b"a%s\x00%s\x00%s" % (type_.encode(), ts.encode(), data)
     return _LENGTH.pack(len(payload)) + payload
+
+
+def dispatch_frame(line: bytes) -> bytes:
+    """One dispatch record (its line in a segment file) as the writer process reads it."""
+    return _LENGTH.pack(len(line) + 1) + DISPATCH + line
 
 
 class FrameReader:

@@ -44,7 +44,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import covenant
-from covenant.audit.channel import frame, record_frame
+from covenant.audit.channel import dispatch_frame, event_frame, frame
 from covenant.audit.errors import AuditLogError, AuditUnavailable
 from covenant.audit.events import encode_event_data
 from covenant.audit.format import HEARTBEAT, RESUME, timestamp
@@ -56,8 +56,9 @@ __all__ = ["AuditLog", "WRITER_COMMAND"]
 
 log = logging.getLogger("covenant.audit")
 
-# The writer process; its file descriptor and the daemon's pid are appended.
-WRITER_COMMAND: tuple[str, ...] = (sys.executable, "-m", "covenant.audit.writer_process")
+# The writer process; its file descriptor and the daemon's pid are appended. -P: never import from
+# the daemon's working directory (the writer holds the key); -s: nor from a user's site-packages.
+WRITER_COMMAND: tuple[str, ...] = (sys.executable, "-P", "-s", "-m", "covenant.audit.writer_process")
 # How long closing waits for queued records, and then for the writer to exit.
 _CLOSE_TIMEOUT_S = 30.0
 # Reopening a failed log: first try after this long, doubling up to the cap.
@@ -82,13 +83,20 @@ def _writer_environment() -> dict[str, str]:
 
 
 class _Pending:
-    __slots__ = ("frame", "done", "seq", "error")
+    """One frame sent to the writer: an audit record (``event``) or a dispatch record's line."""
 
-    def __init__(self, type_: str, data: bytes) -> None:
-        self.frame = record_frame(type_, timestamp(), data)
+    __slots__ = ("frame", "event", "done", "seq", "error")
+
+    def __init__(self, frame: bytes, event: bool) -> None:
+        self.frame = frame
+        self.event = event
         self.done = trio.Event()
         self.seq = -1
         self.error: AuditUnavailable | None = None
+
+    @classmethod
+    def record(cls, type_: str, data: bytes) -> "_Pending":
+        return cls(event_frame(type_, timestamp(), data), True)
 
 
 class _WriterProcess:
@@ -208,6 +216,7 @@ class AuditLog:
         config: AuditConfig,
         on_batch: Callable[[int, float], None] | None,
         command: Sequence[str],
+        dispatches: Path | None,
     ) -> None:
         self._directory = directory
         self._hello = {
@@ -216,6 +225,7 @@ class AuditLog:
             "segment_bytes": config.segment_bytes,
             "batch_max": config.batch_max,
             "batch_wait_ms": config.batch_wait_ms,
+            "dispatches": str(dispatches) if dispatches is not None else None,
         }
         self._config = config
         self._on_batch = on_batch
@@ -244,16 +254,19 @@ class AuditLog:
         *,
         on_batch: Callable[[int, float], None] | None = None,
         writer: Sequence[str] = WRITER_COMMAND,
+        dispatches: Path | None = None,
     ) -> AsyncIterator["AuditLog"]:
         """Open (or create) the log in ``directory``, recovering a torn tail, and run its writer.
 
         ``writer`` is the writer process's command (tests start one whose
-        fsync fails). On exit, everything already queued is written first.
+        fsync fails). With ``dispatches`` (the dispatch records' directory),
+        :meth:`record_many` also takes a dispatch record. On exit, everything
+        already queued is written first.
 
             async with AuditLog.open(home.audit_dir, key, config.audit) as audit:
                 seq = await audit.record("daemon.start", {"pid": os.getpid()})
         """
-        self = cls(Path(directory), key, config, on_batch, writer)
+        self = cls(Path(directory), key, config, on_batch, writer, dispatches)
         await self._start_writer()
         try:
             async with trio.open_nursery() as nursery:
@@ -279,24 +292,33 @@ class AuditLog:
         """
         return (await self.record_many([(type, data)]))[0]
 
-    async def record_many(self, events: list[tuple[str, dict[str, Any]]]) -> list[int]:
+    async def record_many(
+        self, events: list[tuple[str, dict[str, Any]]], *, dispatch_record: bytes | None = None
+    ) -> list[int]:
         """Append several events in order, in one group commit when they fit a batch.
 
         Same guarantees as :meth:`record` for each event: all are durable and
         checkpointed when this returns. The daemon writes an intent's
         ``intent.received``, ``policy.decision`` and ``agent.spawned``
         together this way, paying for one fsync instead of three before the
-        agent may start.
+        agent may start. ``dispatch_record`` (a line of
+        :func:`~covenant.runtime.records.encode_record`) is appended to the
+        dispatch records in the same commit and is durable too on return; the
+        log must have been opened with ``dispatches``.
         """
         self.check_writable()
-        items = [_Pending(type_, encode_event_data(type_, data)) for type_, data in events]
+        items = [_Pending.record(type_, encode_event_data(type_, data)) for type_, data in events]
+        if dispatch_record is not None:
+            if self._hello["dispatches"] is None:
+                raise ValueError("this audit log was opened without a dispatch records directory")
+            items.append(_Pending(dispatch_frame(dispatch_record), False))
         self._submit(items)
         # Batches are acknowledged (or failed) in order, so the last item's event covers them all.
         await items[-1].done.wait()
         for item in items:
             if item.error is not None:
                 raise item.error
-        return [item.seq for item in items]
+        return [item.seq for item in items if item.event]
 
     def check_writable(self) -> None:
         """Raise AuditUnavailable if records would be refused (a failed write, or closing)."""
@@ -345,17 +367,20 @@ class AuditLog:
         self._writer.send(items[0].frame if len(items) == 1 else b"".join(item.frame for item in items))
 
     def _acknowledge(self, first: int, count: int, fsync_s: float) -> None:
-        """``count`` records in flight are durable from seq ``first`` on: wake their callers."""
+        """The next ``count`` frames in flight are durable, their audit records from seq ``first`` on."""
         in_flight = self._in_flight
-        for n in range(count):
+        seq = first
+        for _ in range(count):
             item = in_flight.popleft()
-            item.seq = first + n
+            if item.event:
+                item.seq = seq
+                seq += 1
             item.done.set()
         self._settle()
         self._last_write = trio.current_time()
-        if self._on_batch is not None:
+        if self._on_batch is not None and seq > first:
             try:
-                self._on_batch(count, fsync_s)
+                self._on_batch(seq - first, fsync_s)
             except Exception:  # a metrics hook must never take the audit log down
                 log.exception("audit on_batch hook failed")
 
@@ -434,7 +459,7 @@ class AuditLog:
             "audit log writable again; accepting records",
             extra={"directory": str(self._directory), "down_ms": down_ms},
         )
-        self._submit([_Pending(RESUME, resume)])  # ordered before any later record; nobody waits on it
+        self._submit([_Pending.record(RESUME, resume)])  # ordered before any later record; nobody waits on it
 
     async def _run_heartbeat(self) -> None:
         """Write a heartbeat record + checkpoint after ``heartbeat_s`` without writes."""
@@ -445,7 +470,7 @@ class AuditLog:
                 due = max(due, trio.current_time() + interval)
             await trio.sleep_until(due)
             if trio.current_time() - self._last_write >= interval and self.healthy:
-                item = _Pending(HEARTBEAT, b"{}")
+                item = _Pending.record(HEARTBEAT, b"{}")
                 self._submit([item])
                 await item.done.wait()
 

@@ -52,7 +52,6 @@ from covenant.runtime.isolation import Isolation, open_isolation, reachability_p
 from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner
-from covenant.runtime.workers import WorkerThreads
 from covenant.tools import ToolHost
 from covenant.tools.refuse import enforce_unavailable_policy
 from covenant.triggers.agent_schedules import AgentScheduleStore, agent_schedules_path
@@ -305,10 +304,9 @@ async def serve_daemon(
         # Probing runs `unshare` once (cached): do it here, never on the loop in a status call.
         network_isolation = await trio.to_thread.run_sync(network_isolation_available)
         sockets, socket_names, activated = _open_sockets(options)
-        async with (
-            AuditLog.open(home.audit_dir, key, config.audit, on_batch=metrics.observe_audit_batch) as audit,
-            WorkerThreads.open(1, "covenant-records") as store_thread,
-        ):
+        async with AuditLog.open(
+            home.audit_dir, key, config.audit, on_batch=metrics.observe_audit_batch, dispatches=home.dispatches_dir
+        ) as audit:
             if isolation.enforced:
                 # Survivors of an earlier run (covenant killed with -9) die before any new work.
                 swept = await trio.to_thread.run_sync(isolation.sweep_survivors)
@@ -332,7 +330,6 @@ async def serve_daemon(
                     runner=runner,
                     audit=audit,
                     store=store,
-                    store_thread=store_thread,
                     grants=grants,
                     names=names,
                     agents=LoadedAgents.first(registry),

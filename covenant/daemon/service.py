@@ -52,9 +52,8 @@ from covenant.policy.errors import BadIntent
 from covenant.policy.intents import Intent, IntentVerifier
 from covenant.runtime.isolation import Isolation
 from covenant.runtime.outcome import DispatchRecord, outcome_exit_code
-from covenant.runtime.records import DispatchStore
+from covenant.runtime.records import DispatchStore, encode_record
 from covenant.runtime.runner import Runner
-from covenant.runtime.workers import WorkerThreads
 from covenant.rune.sessions import valid_session_id
 from covenant.manifest.workflow import Workflow, WorkflowStep
 from covenant.policy.intents import verify_child_intent
@@ -109,7 +108,6 @@ class Daemon:
         runner: Runner,
         audit: AuditLog,
         store: DispatchStore,
-        store_thread: WorkerThreads,
         grants: GrantsWatch,
         names: IdentityNames,
         agents: LoadedAgents,
@@ -126,7 +124,6 @@ class Daemon:
         self.runner = runner
         self.audit = audit
         self.store = store
-        self._store_thread = store_thread
         """Appends records (one fsync each, so one thread is all the store can use)."""
         self.grants = grants
         self.names = names
@@ -730,14 +727,8 @@ class Daemon:
         if record.runtime == "rune":
             completed.update(session=record.session_id, usage=record.usage, duration_ms=record.duration_ms)
         events.append(("intent.completed", completed))
-        # The dispatch record and the audit events are made durable side by side: the record's write
-        # starts first, on its thread, while this thread encodes the events for the audit writer.
-        stored = self._store_thread.submit(self.store.append, record)
-        try:
-            await self.audit.record_many(events)
-        finally:
-            await stored.wait()
-        stored.result()  # raises the store's error, if any
+        # The dispatch record and the audit events are made durable in one commit of the writer process.
+        await self.audit.record_many(events, dispatch_record=encode_record(record))
 
     def _intent_event(self, intent: Intent, dry_run: bool, child: _Child | None = None) -> dict[str, Any]:
         extra: dict[str, Any] = {}

@@ -10,6 +10,9 @@ descriptor and fsynced, so a crash can only leave a torn *last* line. Readers
 skip a line that does not parse and report it (log warning and
 :attr:`DispatchStore.problems`); a writer that finds a torn tail ends it with
 a newline before appending, so one bad line never swallows the next record.
+The writing is :class:`~covenant.runtime.record_files.RecordFiles`; the
+daemon's records are appended by its audit writer process, in the same
+durable commit as the dispatch's last audit events.
 
 Reads never load the whole history: :meth:`recent` reads segments backwards
 block by block and stops at ``limit``; :meth:`get` searches segments newest
@@ -22,27 +25,25 @@ import itertools
 import json
 import logging
 import os
-import threading
 from collections.abc import Iterator
-from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 from pydantic import ValidationError
 
 from covenant.runtime.outcome import DispatchRecord
+from covenant.runtime.record_files import PREFIX, SEGMENT_BYTES, SUFFIX, RecordFiles
 
-__all__ = ["DispatchStore", "SEGMENT_BYTES"]
+__all__ = ["DispatchStore", "SEGMENT_BYTES", "encode_record"]
 
 log = logging.getLogger("covenant.runtime")
 
-SEGMENT_BYTES = 64 * 1024 * 1024
-_PREFIX = "dispatches-"
-_SUFFIX = ".jsonl"
 _BLOCK = 64 * 1024
 
 
-def _encode(record: DispatchRecord) -> bytes:
-    data = record.model_dump(mode="json")
+def encode_record(record: DispatchRecord | dict[str, Any]) -> bytes:
+    """One record as its line in a segment file (``record`` may already be ``model_dump(mode="json")``)."""
+    data = record.model_dump(mode="json") if isinstance(record, DispatchRecord) else record
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
 
@@ -54,62 +55,19 @@ class DispatchStore:
 
     def __init__(self, directory: Path, *, segment_bytes: int = SEGMENT_BYTES) -> None:
         self.directory = Path(directory)
-        self.segment_bytes = segment_bytes
         self.problems: list[str] = []
         """Unreadable lines met while reading, each naming file and byte offset."""
-        self._lock = threading.Lock()
-        self._fd = -1
-        self._fd_path: Path | None = None
+        self._files = RecordFiles(self.directory, segment_bytes=segment_bytes)
 
     # -- writing -------------------------------------------------------------------------
 
     def append(self, record: DispatchRecord) -> None:
         """Write one record durably (fsync) at the end of today's segment."""
-        line = _encode(record)
-        with self._lock:
-            fd = self._segment_for(len(line))
-            os.write(fd, line)
-            os.fsync(fd)
+        self._files.append(encode_record(record))
+        self._files.sync()
 
     def close(self) -> None:
-        with self._lock:
-            if self._fd >= 0:
-                os.close(self._fd)
-            self._fd, self._fd_path = -1, None
-
-    def _segment_for(self, size: int) -> int:
-        day = datetime.now(timezone.utc).strftime("%Y%m%d")
-        if self._fd >= 0 and self._fd_path is not None and self._fd_path.name.startswith(_PREFIX + day):
-            if os.fstat(self._fd).st_size + size <= self.segment_bytes:
-                return self._fd
-        if self._fd >= 0:
-            os.close(self._fd)
-            self._fd = -1
-        self.directory.mkdir(parents=True, exist_ok=True, mode=0o700)
-        existing = sorted(self.directory.glob(f"{_PREFIX}{day}-*{_SUFFIX}"))
-        index = 0
-        if existing:
-            last = existing[-1]
-            index = int(last.name[len(_PREFIX) + 9 : -len(_SUFFIX)])
-            if last.stat().st_size + size > self.segment_bytes and last.stat().st_size > 0:
-                index += 1
-        path = self.directory / f"{_PREFIX}{day}-{index:04d}{_SUFFIX}"
-        fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o600)
-        self._end_torn_line(fd, path)
-        self._fd, self._fd_path = fd, path
-        return fd
-
-    @staticmethod
-    def _end_torn_line(fd: int, path: Path) -> None:
-        """If the file's last line was torn by a crash, terminate it so the next record stands alone."""
-        size = os.fstat(fd).st_size
-        if size == 0:
-            return
-        with open(path, "rb") as f:
-            f.seek(size - 1)
-            if f.read(1) != b"\n":
-                log.warning("torn dispatch record at end of file; closing it", extra={"path": str(path), "offset": size})
-                os.write(fd, b"\n")
+        self._files.close()
 
     # -- reading -------------------------------------------------------------------------
 
@@ -117,7 +75,7 @@ class DispatchStore:
         """Segment files, oldest first."""
         if not self.directory.is_dir():
             return []
-        return sorted(self.directory.glob(f"{_PREFIX}*{_SUFFIX}"))
+        return sorted(self.directory.glob(f"{PREFIX}*{SUFFIX}"))
 
     def recent(self, limit: int, agent: str | None = None, *, peer_uid: int | None = None) -> list[DispatchRecord]:
         """Up to ``limit`` records, newest first, optionally only those of agent ``agent``.

@@ -12,6 +12,7 @@ from pathlib import Path
 
 import pytest
 
+from covenant.runtime.records import DispatchStore
 from tests.daemon.conftest import DaemonProcess, agent_processes
 from tests.processes import wait_gone
 
@@ -233,6 +234,8 @@ def test_sigkill_during_burst_then_restart_and_verify(daemon: DaemonProcess) -> 
     assert verify.returncode == 0, verify.stdout + verify.stderr
     completed = {r["data"]["intent"] for r in audit_records(daemon) if r["type"] == "intent.completed"}
     assert set(acknowledged) <= completed
+    store = DispatchStore(daemon.home / "state" / "dispatches")  # committed with intent.completed
+    assert all(store.get(intent) is not None for intent in acknowledged)
 
 
 def test_other_uid_cannot_reload_but_can_read_status(daemon: DaemonProcess) -> None:
