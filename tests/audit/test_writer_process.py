@@ -131,3 +131,20 @@ def test_the_writer_dies_with_its_daemon(tmp_path: Path, key: Ed25519PrivateKey)
 
     trio.run(reopen)
     assert verify_log(tmp_path / "log", key.public_key()).ok
+
+
+async def test_the_writer_imports_nothing_from_the_daemons_working_directory(
+    tmp_path: Path, key: Ed25519PrivateKey, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """A daemon started in a directory someone else can write must not run that someone's code with its key."""
+    planted = tmp_path / "cwd" / "covenant"
+    (planted / "audit").mkdir(parents=True)
+    marker = tmp_path / "planted-code-ran"
+    (planted / "__init__.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    (planted / "audit" / "__init__.py").write_text("")
+    (planted / "audit" / "writer_process.py").write_text(f"open({str(marker)!r}, 'w').close()\n")
+    monkeypatch.chdir(tmp_path / "cwd")
+    async with AuditLog.open(tmp_path / "log", key, AuditConfig()) as log:
+        await log.record("daemon.start", {"pid": 1})
+    assert not marker.exists()
+    assert verify_log(tmp_path / "log", key.public_key()).ok
