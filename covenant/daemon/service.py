@@ -124,7 +124,7 @@ class Daemon:
         self.runner = runner
         self.audit = audit
         self.store = store
-        """Appends records (one fsync each, so one thread is all the store can use)."""
+        """Reads dispatch records back (the audit writer process appends them, see ``_finish``)."""
         self.grants = grants
         self.names = names
         self.loaded = agents
