@@ -2,8 +2,9 @@
 
 A real daemon on a throwaway home (the same set-up as ``daemon_dispatch.py``): its RSS 2 s after it
 answers, then after every ``--every`` of ``--dispatches`` sequential dispatches of the echo agent
-(rust-bin when cargo is on PATH, else python3), then after ``--idle`` seconds without work. Goals:
-≤ 40 MB idle after start-up, ≤ 45 MB after 10,000 dispatches.
+(rust-bin when cargo is on PATH, else python3), then after ``--idle`` seconds without work; and
+beside it the RSS of its audit writer process (a second interpreter, counted apart: the goals are
+the daemon's). Goals: ≤ 40 MB idle after start-up, ≤ 45 MB after 10,000 dispatches.
 
     .venv/bin/python bench/daemon_memory.py [--dispatches N] [--every N] [--idle S] [--keep]
 """
@@ -19,7 +20,7 @@ from pathlib import Path
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
 from daemon_dispatch import (  # noqa: E402
-    daemon_once, granted_identity, install_agents, start_daemon, stop_and_clean, throwaway_home,
+    DaemonCPU, daemon_once, granted_identity, install_agents, start_daemon, stop_and_clean, throwaway_home,
 )
 from covenant.config import RuntimeConfig  # noqa: E402
 
@@ -44,15 +45,23 @@ def main() -> int:
         agents = install_agents(home, tmp, RuntimeConfig())
         agent = next((a for a in agents if a.runtime == "rust-bin"), None) or next(a for a in agents if a.runtime == "python3")
         daemon = start_daemon(env, socket_path, tmp / "daemon.log")
+        writer = DaemonCPU(daemon.pid).writer  # the audit writer process, when this checkout has one
+
+        def row(after: str) -> str:
+            own = f"| {after} | {rss_mb(daemon.pid):.1f} |"
+            return own + (f" {rss_mb(writer.pid):.1f} |" if writer is not None else "")
+
         time.sleep(2.0)
         print(f"daemon memory, {agent.runtime} echo agent, load {os.getloadavg()[0]:.2f}")
-        print(f"| after | RSS (MB) |\n|---|---:|\n| start-up (2 s idle) | {rss_mb(daemon.pid):.1f} |")
+        head = "| after | daemon RSS (MB) |" + (" audit writer RSS (MB) |" if writer is not None else "")
+        print(head + "\n|---|---:|" + ("---:|" if writer is not None else ""))
+        print(row("start-up (2 s idle)"))
         for done in range(1, args.dispatches + 1):
             daemon_once(agent, identity, socket_path)
             if done % args.every == 0 or done == args.dispatches:
-                print(f"| {done:,} dispatches | {rss_mb(daemon.pid):.1f} |", flush=True)
+                print(row(f"{done:,} dispatches"), flush=True)
         time.sleep(args.idle)
-        print(f"| then {args.idle:g} s idle | {rss_mb(daemon.pid):.1f} |")
+        print(row(f"then {args.idle:g} s idle"))
         return 0
     finally:
         stop_and_clean([daemon], tmp, args.keep)
