@@ -114,7 +114,7 @@ class _WriterProcess:
         """Start a writer and open the log in it; returns it and its ``opened`` answer.
 
         Raises AuditLogError (the log on disk cannot be used as it is) or
-        AuditUnavailable (the disk fails, or the process could not start).
+        OSError (the disk fails, or the process could not start).
         """
         ours, theirs = socket.socketpair(socket.AF_UNIX, socket.SOCK_STREAM)
         with theirs:
@@ -126,9 +126,9 @@ class _WriterProcess:
                     stdout=subprocess.DEVNULL,
                     env=_writer_environment(),
                 )
-            except OSError as exc:
+            except OSError:
                 ours.close()
-                raise unavailable(Path(hello["directory"]), exc) from None
+                raise
         ours.setblocking(False)
         self = cls(process, ours)
         self.send(frame(json.dumps(hello).encode()))
@@ -136,14 +136,12 @@ class _WriterProcess:
         if answer and "opened" in answer[0]:
             return self, answer[0]["opened"]
         await self.stop(timeout=_CLOSE_TIMEOUT_S)
-        directory = Path(hello["directory"])
         problem = answer[0].get("error") if answer else None
         if problem is None:
-            exc = OSError(errno.EIO, f"the audit writer process exited at start (status {self.process.returncode})")
-            raise unavailable(directory, exc)
+            raise OSError(errno.EIO, f"the audit writer process exited at start (status {self.process.returncode})")
         if problem["kind"] == "log":
-            raise AuditLogError(problem["message"], path=str(directory))
-        raise unavailable(directory, OSError(problem["errno"], problem["strerror"]))
+            raise AuditLogError(problem["message"], path=hello["directory"])
+        raise OSError(problem["errno"], problem["strerror"])
 
     def send(self, data: bytes) -> None:
         """Send at once if the socket takes it; whatever does not fit waits for :meth:`flush`."""
@@ -267,7 +265,14 @@ class AuditLog:
                 seq = await audit.record("daemon.start", {"pid": os.getpid()})
         """
         self = cls(Path(directory), key, config, on_batch, writer, dispatches)
-        await self._start_writer()
+        try:
+            await self._start_writer()
+        except OSError as exc:
+            raise AuditUnavailable(
+                f"audit log {directory} cannot be opened ({exc.strerror or exc}); free space or fix the disk, "
+                f"then start the daemon again",
+                path=str(directory),
+            ) from None
         try:
             async with trio.open_nursery() as nursery:
                 nursery.start_soon(self._run_heartbeat)
@@ -439,10 +444,10 @@ class AuditLog:
                 await trio.sleep(delay)
                 try:
                     await self._start_writer()
-                except (AuditLogError, AuditUnavailable) as exc:
+                except (AuditLogError, OSError) as exc:
                     log.warning(
                         "audit log still cannot be written; retrying",
-                        extra={"directory": str(self._directory), "error": exc.message, "retry_s": delay},
+                        extra={"directory": str(self._directory), "error": str(exc), "retry_s": delay},
                     )
                     delay = min(delay * 2, _REOPEN_MAX_S)
                     continue

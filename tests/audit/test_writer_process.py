@@ -5,6 +5,7 @@ from __future__ import annotations
 import multiprocessing
 import os
 import signal
+import sys
 import time
 from pathlib import Path
 
@@ -148,3 +149,10 @@ async def test_the_writer_imports_nothing_from_the_daemons_working_directory(
         await log.record("daemon.start", {"pid": 1})
     assert not marker.exists()
     assert verify_log(tmp_path / "log", key.public_key()).ok
+
+
+async def test_a_writer_that_cannot_start_is_a_clear_error(tmp_path: Path, key: Ed25519PrivateKey) -> None:
+    broken = [sys.executable, "-c", "import sys; sys.exit(3)"]
+    with pytest.raises(AuditUnavailable, match=r"cannot be opened \(the audit writer process exited at start \(status 3\)\)"):
+        async with AuditLog.open(tmp_path, key, AuditConfig(), writer=broken):
+            pass
