@@ -156,3 +156,19 @@ async def test_a_writer_that_cannot_start_is_a_clear_error(tmp_path: Path, key: 
     with pytest.raises(AuditUnavailable, match=r"cannot be opened \(the audit writer process exited at start \(status 3\)\)"):
         async with AuditLog.open(tmp_path, key, AuditConfig(), writer=broken):
             pass
+
+
+async def test_records_larger_than_the_socket_buffer_arrive_whole_and_in_order(
+    tmp_path: Path, key: Ed25519PrivateKey
+) -> None:
+    big = "x" * (3 * 1024 * 1024)  # far past a unix socket's buffer: the rest waits in the outbox
+    events = [("intent.received", {"n": n, "text": big if n % 2 else "small"}) for n in range(6)]
+    with trio.fail_after(60):
+        async with AuditLog.open(tmp_path, key, AuditConfig()) as log:
+            async with trio.open_nursery() as nursery:  # another caller's records meanwhile
+                nursery.start_soon(log.record, "daemon.start", {"pid": 1})
+                seqs = await log.record_many(events)
+    assert seqs == sorted(seqs)
+    present = _records(tmp_path, "intent.received")
+    assert [present[seq] for seq in seqs] == [data for _, data in events]
+    assert verify_log(tmp_path, key.public_key()).ok
