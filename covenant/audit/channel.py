@@ -12,9 +12,12 @@ from __future__ import annotations
 import struct
 from typing import Iterator
 
-__all__ = ["FrameReader", "frame", "event_frame", "dispatch_frame", "DISPATCH"]
+__all__ = ["FrameReader", "frame", "event_frame", "dispatch_frame", "DISPATCH", "PROTOCOL"]
 
 _LENGTH = struct.Struct("<I")
+PROTOCOL = 1
+"""Bump on any change to these frames or the writer's answers. A daemon restarts its writer after a
+failed write, from the code on disk then: after an upgrade under a running daemon, the two may differ."""
 DISPATCH = b"d"
 
 

@@ -44,7 +44,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import covenant
-from covenant.audit.channel import dispatch_frame, event_frame, frame
+from covenant.audit.channel import PROTOCOL, dispatch_frame, event_frame, frame
 from covenant.audit.errors import AuditLogError, AuditUnavailable
 from covenant.audit.events import encode_event_data
 from covenant.audit.format import HEARTBEAT, RESUME, timestamp
@@ -218,6 +218,7 @@ class AuditLog:
     ) -> None:
         self._directory = directory
         self._hello = {
+            "protocol": PROTOCOL,
             "directory": str(directory),
             "key": key.private_bytes_raw().hex(),
             "segment_bytes": config.segment_bytes,

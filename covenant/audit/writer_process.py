@@ -7,7 +7,8 @@ second core, instead of in a thread that competes for the daemon's GIL.
 
 The protocol, in order:
 
-1. The daemon sends one frame: a JSON hello with the directory, the segment
+1. The daemon sends one frame: a JSON hello with the protocol version
+   (:data:`~covenant.audit.channel.PROTOCOL`), the directory, the segment
    size, the batch limits, the private key (hex) and the dispatch records'
    directory (or null). The key travels over the
    socketpair only, never in argv or the environment.
@@ -46,7 +47,7 @@ from typing import Any, Callable
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from covenant.audit.channel import DISPATCH, FrameReader
+from covenant.audit.channel import DISPATCH, PROTOCOL, FrameReader
 from covenant.audit.errors import AuditLogError
 from covenant.audit.store import Item, LogFiles
 from covenant.runtime.record_files import RecordFiles
@@ -199,6 +200,13 @@ def serve(sock: socket.socket, fsync: Callable[[int], None] = os.fdatasync) -> i
             return 1
         for frame in frames.feed(chunk):
             hello = json.loads(frame)
+    if hello.get("protocol") != PROTOCOL:
+        message = (
+            f"the audit writer on disk speaks protocol {PROTOCOL}, the daemon {hello.get('protocol')}: "
+            f"covenant was upgraded under a running daemon; restart the daemon"
+        )
+        _send(sock, {"error": {"kind": "log", "message": message}})
+        return 1
     try:
         files = _open_files(hello, fsync)
     except AuditLogError as exc:

@@ -2,9 +2,12 @@
 
 from __future__ import annotations
 
+import json
 import multiprocessing
 import os
 import signal
+import socket
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -13,10 +16,11 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
+from covenant.audit.channel import PROTOCOL, frame
 from covenant.audit.errors import AuditUnavailable
 from covenant.audit.reader import Entry, iter_records
 from covenant.audit.verify import verify_log
-from covenant.audit.writer import AuditLog
+from covenant.audit.writer import WRITER_COMMAND, AuditLog
 from covenant.config import AuditConfig
 from tests.processes import alive, wait_gone
 
@@ -172,3 +176,19 @@ async def test_records_larger_than_the_socket_buffer_arrive_whole_and_in_order(
     present = _records(tmp_path, "intent.received")
     assert [present[seq] for seq in seqs] == [data for _, data in events]
     assert verify_log(tmp_path, key.public_key()).ok
+
+
+def test_a_writer_of_another_protocol_refuses_to_write(tmp_path: Path, key: Ed25519PrivateKey) -> None:
+    """After an upgrade under a running daemon, a restarted writer must not misread the old daemon's frames."""
+    ours, theirs = socket.socketpair()
+    with ours, theirs:
+        writer = subprocess.Popen(
+            [*WRITER_COMMAND, str(theirs.fileno()), str(os.getpid())], pass_fds=(theirs.fileno(),)
+        )
+        theirs.close()
+        hello = {"protocol": PROTOCOL + 1, "directory": str(tmp_path / "log"), "key": key.private_bytes_raw().hex()}
+        ours.sendall(frame(json.dumps(hello).encode()))
+        answer = json.loads(ours.makefile("rb").readline())
+        assert writer.wait(30) == 1
+    assert "protocol" in answer["error"]["message"] and "restart the daemon" in answer["error"]["message"]
+    assert not (tmp_path / "log").exists()  # nothing was opened, locked or written
