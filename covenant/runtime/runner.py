@@ -68,6 +68,8 @@ _PIPE_DRAIN_S = 5.0
 """After every process is dead, how long buffered output may take to arrive."""
 _KILL_WAIT_S = 10.0
 """How long SIGKILL may take (a process in uninterruptible sleep dies late)."""
+_GROUP_GONE_S = 2.0
+"""After the sweep, how long a run's process group may take to empty (its last members dying)."""
 _LAUNCH_THREADS = 2
 """Long-lived threads that launch Rune replicas (see :meth:`Runner.launch`)."""
 SHARED_TMP_DIRS = ("/dev/shm", "/tmp")
@@ -673,10 +675,10 @@ class Runner:
                     extra={"agent": d.agent.id, "intent": d.intent_id, "pids": sorted(left)},
                 )
                 return
-        self._reap_group_zombies(tree.root)
+        await self._reap_group_zombies(tree.root)
         d.swept = True
 
-    def _reap_group_zombies(self, group: int) -> None:
+    async def _reap_group_zombies(self, group: int) -> None:
         """Reap the dead members of a finished run's process group that covenant adopted meanwhile.
 
         A zombie whose parent died after the sweep looked at it is reparented
@@ -684,10 +686,19 @@ class Runner:
         uid (a replica) no uid sweep comes to reap it, and zombies count
         against the uid's RLIMIT_NPROC. Only zombies of the run's own group
         (pgid = its root's pid) are taken, never another child of covenant.
+        Members killed a moment ago may still be dying, or become covenant's
+        only once their own parent is dead, so as child subreaper covenant
+        waits until the group is empty, for at most ``_GROUP_GONE_S``; the
+        usual run leaves nothing, and one ``killpg(group, 0)`` says so.
         """
-        for _round in range(64):
-            if not self._reap_zombies(self._strangers(), group=group):
+        deadline = trio.current_time() + _GROUP_GONE_S
+        while True:
+            for _round in range(64):
+                if not self._reap_zombies(self._strangers(), group=group):
+                    break
+            if not self._subreaper or not teardown.group_exists(group) or trio.current_time() > deadline:
                 return
+            await trio.sleep(0.005)
 
     async def claim_uid(self, agent_id: str) -> AgentCredentials | None:
         """The agent's credentials, registered as a live root of its uid before anything runs as it.

@@ -45,6 +45,17 @@ def signal_processes(members: dict[int, int], sig: int, *, signalled_group: int 
             pass
 
 
+def group_exists(pgid: int) -> bool:
+    """Is any process, a zombie included, still in process group ``pgid``?"""
+    try:
+        os.killpg(pgid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True
+    return True
+
+
 def child_exited(pid: int) -> bool:
     """Has covenant's child ``pid`` exited (a zombie, or reaped already)? Never reaps it: while it is
     unreaped its pid, and so its process group id, cannot be reused."""
