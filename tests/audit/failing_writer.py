@@ -9,17 +9,20 @@ from __future__ import annotations
 import errno
 import os
 import sys
+from collections.abc import Callable
 
 from covenant.audit.writer_process import main
 
-FLAG = sys.argv.pop(1)
 
+def fdatasync_failing_while(flag: str) -> Callable[[int], None]:
+    def sync(fd: int) -> None:
+        if os.path.exists(flag):
+            raise OSError(errno.EIO, "Input/output error")
+        os.fdatasync(fd)
 
-def failing_fdatasync(fd: int) -> None:
-    if os.path.exists(FLAG):
-        raise OSError(errno.EIO, "Input/output error")
-    os.fdatasync(fd)
+    return sync
 
 
 if __name__ == "__main__":
-    sys.exit(main(fsync=failing_fdatasync))
+    flag = sys.argv.pop(1)  # the writer's own arguments follow
+    sys.exit(main(fsync=fdatasync_failing_while(flag)))
