@@ -90,9 +90,6 @@ class _Writer:
         self._queue: deque[_Entry] = deque()
         self._eof = False
 
-    def send(self, message: dict[str, Any]) -> None:
-        _send(self._sock, message)
-
     def _receive(self, block: bool) -> None:
         """Read what the daemon has sent (waiting for it when ``block``) into the queue."""
         flags = 0 if block else socket.MSG_DONTWAIT
@@ -139,7 +136,7 @@ class _Writer:
                     message: dict[str, Any] = {"ack": [first, len(batch), fsync_s], "head": self._files.head}
                     if self._files.sealed is not None:
                         message["sealed"], self._files.sealed = self._files.sealed, None
-                    self.send(message)
+                    _send(self._sock, message)
                     head_dirty = True
                 if head_dirty and time.monotonic() - last_head >= HEAD_INTERVAL_S:
                     self._files.write_head()
@@ -147,7 +144,7 @@ class _Writer:
             if head_dirty:
                 self._files.write_head()
         except OSError as exc:  # the log or head.json: nothing more is acknowledged by this process
-            self.send({"failed": {"errno": exc.errno or 0, "strerror": exc.strerror or str(exc)}})
+            _send(self._sock, {"failed": {"errno": exc.errno or 0, "strerror": exc.strerror or str(exc)}})
             return 1
         finally:
             self._files.close()
@@ -219,7 +216,7 @@ def serve(sock: socket.socket, fsync: Callable[[int], None] = os.fdatasync) -> i
     writer = _Writer(sock, files, dispatches, hello["batch_max"], hello["batch_wait_ms"] / 1000)
     opened = {"pubkey": files.pubkey_hex, "recovered": files.recovered, "sealed": files.sealed, "head": files.head}
     files.sealed = None
-    writer.send({"opened": opened})
+    _send(sock, {"opened": opened})
     return writer.run()
 
 

@@ -27,7 +27,6 @@ import logging
 import os
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Any
 
 from pydantic import ValidationError
 
@@ -41,9 +40,9 @@ log = logging.getLogger("covenant.runtime")
 _BLOCK = 64 * 1024
 
 
-def encode_record(record: DispatchRecord | dict[str, Any]) -> bytes:
-    """One record as its line in a segment file (``record`` may already be ``model_dump(mode="json")``)."""
-    data = record.model_dump(mode="json") if isinstance(record, DispatchRecord) else record
+def encode_record(record: DispatchRecord) -> bytes:
+    """One record as its line in a segment file."""
+    data = record.model_dump(mode="json")
     return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
 

@@ -114,7 +114,7 @@ class Runner:
         self.scratch_root = scratch_root
         self.scratch = ScratchDirs(scratch_root)
         # Long-lived: PR_SET_PDEATHSIG fires when the thread that spawned an agent exits.
-        self._launchers = WorkerThreads(_LAUNCH_THREADS, "covenant-launch")
+        self._launch_threads = WorkerThreads(_LAUNCH_THREADS, "covenant-launch")
         self.launcher = launcher
         self.sampler = sampler
         self._interpreters = {
@@ -196,7 +196,7 @@ class Runner:
         finally:
             with trio.CancelScope(shield=True):
                 await trio.to_thread.run_sync(runner.scratch.close)
-                await trio.to_thread.run_sync(runner._launchers.close)
+                await trio.to_thread.run_sync(runner._launch_threads.close)
                 if mount_namespaces is not None:
                     await trio.to_thread.run_sync(mount_namespaces.close)
 
@@ -482,7 +482,7 @@ class Runner:
         *thread* that spawned a process exits, and trio's thread cache retires a worker idle for
         10 s, which would kill a process launched from it with SIGKILL.
         """
-        return await self._launchers.run(self.launcher.launch, plan)
+        return await self._launch_threads.run(self.launcher.launch, plan)
 
     async def _spawn(
         self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int, cwd: str | None = None
@@ -693,12 +693,12 @@ class Runner:
         """
         deadline = trio.current_time() + _GROUP_GONE_S
         while True:
-            for _round in range(64):
-                if not self._reap_zombies(self._strangers(), group=group):
-                    break
-            if not self._subreaper or not teardown.group_exists(group) or trio.current_time() > deadline:
+            reaped = self._reap_zombies(self._strangers(), group=group)
+            left = reaped or (self._subreaper and teardown.group_exists(group))
+            if not left or trio.current_time() > deadline:
                 return
-            await trio.sleep(0.005)
+            if not reaped:
+                await trio.sleep(0.005)
 
     async def claim_uid(self, agent_id: str) -> AgentCredentials | None:
         """The agent's credentials, registered as a live root of its uid before anything runs as it.
