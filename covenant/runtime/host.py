@@ -23,6 +23,7 @@ __all__ = [
     "netns_wrapper",
     "pdeathsig_wrapper",
     "can_switch_uid",
+    "current_cpu",
     "ExecWrapper",
 ]
 
@@ -40,6 +41,14 @@ def set_child_subreaper(enable: bool = True) -> None:
     if _libc().prctl(_PR_SET_CHILD_SUBREAPER, int(enable), 0, 0, 0) != 0:
         err = ctypes.get_errno()
         raise OSError(err, f"prctl(PR_SET_CHILD_SUBREAPER) failed: {os.strerror(err)}")
+
+
+def current_cpu() -> int:
+    """The CPU the calling thread runs on right now (sched_getcpu(3), through the vDSO); -1 if unknown."""
+    try:
+        return int(_libc().sched_getcpu())
+    except AttributeError:  # a libc without it
+        return -1
 
 
 def is_child_subreaper() -> bool:

@@ -194,6 +194,38 @@ class Launcher(abc.ABC):
         """Start the process described by ``plan``; raise :class:`LaunchError` if it cannot run."""
 
 
+def _pin_to_this_cpu() -> set[int] | None:
+    """Pin the calling thread to the CPU it is on; return the CPUs it had (to give back), or None.
+
+    CPython spawns with vfork(2): the spawning thread sleeps until the child has exec'd. Left to
+    itself, the kernel may start the child on another CPU, busy with an agent, and the spawning
+    thread (the daemon's event loop) then waits for the child's turn there. Pinned, the child runs
+    on the CPU its parent leaves free at once. At 16 concurrent dispatches on two cores the loop
+    spent 14 % of its time in that wait (docs/performance.md, fifth round). The child inherits the
+    pin; the launcher gives it the thread's CPUs back while the helper holds it at its gate.
+    """
+    try:
+        cpus = os.sched_getaffinity(0)
+        cpu = host.current_cpu()
+        if len(cpus) < 2 or cpu not in cpus:
+            return None
+        os.sched_setaffinity(0, (cpu,))
+    except OSError:  # a seccomp filter or an exotic kernel: spawn as before
+        return None
+    return cpus
+
+
+def _set_cpus(pid: int, cpus: set[int]) -> None:
+    """``sched_setaffinity(pid, cpus)``; a child that is already gone is no error."""
+    try:
+        os.sched_setaffinity(pid, cpus)
+    except ProcessLookupError:
+        pass
+    except OSError as exc:  # not expected: a thread of ours, or our own child still running as our uid
+        log.warning("cannot restore the CPU affinity of %s: %s", pid or "the spawning thread", exc,
+                    extra={"pid": pid, "detail": str(exc)})
+
+
 class ProcessGroupLauncher(Launcher):
     """A plain process in a new session (its own process group).
 
@@ -275,6 +307,9 @@ class ProcessGroupLauncher(Launcher):
             if isinstance(exc, LaunchError):
                 raise
             raise LaunchError(f"cannot enter the agent's mount namespace {plan.mount_namespace}: {exc}") from None
+        # Only where the helper holds the agent at its gate until the CPUs are given back, and
+        # CPython spawns with vfork (no preexec_fn).
+        own_cpus = _pin_to_this_cpu() if gated and not switch_in_popen else None
         try:
             popen = subprocess.Popen(
                 argv,
@@ -293,10 +328,14 @@ class ProcessGroupLauncher(Launcher):
                 os.close(fd)
             raise LaunchError(f"cannot execute {argv[0]}: {exc.strerror or exc}") from None
         finally:
+            if own_cpus is not None:
+                _set_cpus(0, own_cpus)
             for fd in (in_r, out_w, err_w):
                 os.close(fd)
             if ns_fd >= 0:
                 os.close(ns_fd)
+        if own_cpus is not None:
+            _set_cpus(popen.pid, own_cpus)  # before the release: the agent gets what its supervisor has
         # The helper is still covenant's uid here, blocked reading its credentials block (and
         # after that at its gate, still covenant's uid): rlimits go on now, while covenant may still
         # change them without CAP_SYS_RESOURCE (a process of another uid it may not touch).

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -220,6 +221,18 @@ async def test_ungated_agent_gets_its_intent_only_after_the_hook(tmp_path: Path)
     assert record.outcome == "ok" and record.result and record.result["text"] == "fast"
     assert len(record.argv) == 2  # no wrapper
     assert stdout_during_hook == [psutil.STATUS_SLEEPING]  # blocked reading its stdin
+
+
+@pytest.mark.parametrize("pdeathsig", [True, False], ids=["gated", "ungated"])
+async def test_agent_runs_on_every_cpu_of_its_supervisor(tmp_path: Path, pdeathsig: bool) -> None:
+    """The spawning thread is pinned to its CPU for the vfork only: neither it nor the agent keeps the pin."""
+    cpus = os.sched_getaffinity(0)
+    if len(cpus) < 2:
+        pytest.skip("one CPU: nothing is pinned")
+    async with Runner.open(RuntimeConfig(pdeathsig=pdeathsig), scratch_root=tmp_path) as runner:
+        records = [await runner.run(make_agent("fault.py"), make_payload("cpus")) for _ in range(3)]
+    assert [json.loads(r.result["text"]) for r in records if r.result] == [sorted(cpus)] * 3
+    assert os.sched_getaffinity(0) == cpus
 
 
 class AuditUnwritable(Exception):

@@ -122,6 +122,8 @@ elif mode == "connect":
         answer(f"refused: {exc}", status="error")
 elif mode == "nice":
     answer(str(os.getpriority(os.PRIO_PROCESS, 0)))
+elif mode == "cpus":
+    answer(json.dumps(sorted(os.sched_getaffinity(0))))
 elif mode == "env":
     answer(json.dumps(dict(os.environ)))
 else:
