@@ -69,6 +69,9 @@ class LaunchPlan:
     mount_namespace: str | None = None
     """A mount namespace file (``/proc/<pid>/ns/mnt``) to run in: the agent uid's private /tmp and
     /dev/shm (:mod:`covenant.runtime.mountns`). Needs ``credentials`` and covenant's exec helper."""
+    spawn_on_this_cpu: bool = False
+    """Start the process on the spawning thread's CPU (see :func:`_pin_to_this_cpu`): worth it while
+    other runs keep the other CPUs busy; on an idle box the kernel's choice is the better one."""
 
 
 @dataclass(frozen=True)
@@ -203,6 +206,8 @@ def _pin_to_this_cpu() -> set[int] | None:
     on the CPU its parent leaves free at once. At 16 concurrent dispatches on two cores the loop
     spent 14 % of its time in that wait (docs/performance.md, fifth round). The child inherits the
     pin; the launcher gives it the thread's CPUs back while the helper holds it at its gate.
+    When nothing else runs, the kernel's choice (an idle CPU) is better: the exec then does not
+    evict the loop's caches, and a lone dispatch answered 0.1 ms sooner without the pin.
     """
     try:
         cpus = os.sched_getaffinity(0)
@@ -309,7 +314,7 @@ class ProcessGroupLauncher(Launcher):
             raise LaunchError(f"cannot enter the agent's mount namespace {plan.mount_namespace}: {exc}") from None
         # Only where the helper holds the agent at its gate until the CPUs are given back, and
         # CPython spawns with vfork (no preexec_fn).
-        own_cpus = _pin_to_this_cpu() if gated and not switch_in_popen else None
+        own_cpus = _pin_to_this_cpu() if plan.spawn_on_this_cpu and gated and not switch_in_popen else None
         try:
             popen = subprocess.Popen(
                 argv,

@@ -348,6 +348,7 @@ class Runner:
                 pdeathsig=self.config.pdeathsig,
                 credentials=creds,
                 mount_namespace=mount_namespace,
+                spawn_on_this_cpu=self.in_flight > 0,
             )
             return scratch, self.launcher.launch(plan)
         except (LaunchError, OSError) as exc:

@@ -225,13 +225,23 @@ async def test_ungated_agent_gets_its_intent_only_after_the_hook(tmp_path: Path)
 
 @pytest.mark.parametrize("pdeathsig", [True, False], ids=["gated", "ungated"])
 async def test_agent_runs_on_every_cpu_of_its_supervisor(tmp_path: Path, pdeathsig: bool) -> None:
-    """The spawning thread is pinned to its CPU for the vfork only: neither it nor the agent keeps the pin."""
+    """While other runs are in flight the spawning thread is pinned to its CPU for the vfork only:
+    neither it nor the agent keeps the pin. A lone run is spawned unpinned."""
     cpus = os.sched_getaffinity(0)
     if len(cpus) < 2:
         pytest.skip("one CPU: nothing is pinned")
+    agent = make_agent("fault.py")
     async with Runner.open(RuntimeConfig(pdeathsig=pdeathsig), scratch_root=tmp_path) as runner:
-        records = [await runner.run(make_agent("fault.py"), make_payload("cpus")) for _ in range(3)]
-    assert [json.loads(r.result["text"]) for r in records if r.result] == [sorted(cpus)] * 3
+        alone = await runner.run(agent, make_payload("cpus"))
+        sleeper = make_payload("sleep")
+        async with trio.open_nursery() as nursery:
+            nursery.start_soon(runner.run, agent, sleeper)
+            with trio.fail_after(30):
+                while runner.in_flight == 0:
+                    await trio.sleep(0.01)
+            beside = [await runner.run(agent, make_payload("cpus")) for _ in range(3)]
+            assert runner.cancel(sleeper["id"], "the test is over")
+    assert [json.loads(r.result["text"]) for r in [alone, *beside] if r.result] == [sorted(cpus)] * 4
     assert os.sched_getaffinity(0) == cpus
 
 
