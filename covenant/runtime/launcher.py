@@ -206,8 +206,8 @@ def _pin_to_this_cpu() -> set[int] | None:
     on the CPU its parent leaves free at once. At 16 concurrent dispatches on two cores the loop
     spent 14 % of its time in that wait (docs/performance.md, fifth round). The child inherits the
     pin; the launcher gives it the thread's CPUs back while the helper holds it at its gate.
-    When nothing else runs, the kernel's choice (an idle CPU) is better: the exec then does not
-    evict the loop's caches, and a lone dispatch answered 0.1 ms sooner without the pin.
+    When nothing else runs there is no such wait to save, and the exec is better left to an idle
+    CPU than run on the loop's, whose caches it would evict.
     """
     try:
         cpus = os.sched_getaffinity(0)
