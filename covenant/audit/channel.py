@@ -4,19 +4,21 @@ Daemon to writer: length-prefixed frames (4 bytes, little endian, then the
 payload), because a record's data may be large. An audit record's payload is
 ``a type NUL timestamp NUL canonical data``; a dispatch record's is ``d`` and
 its line. Writer to daemon: one JSON object per line (acknowledgements are
-small and few).
+small and few), among them the writer's own log lines (:func:`log_entry`),
+which the daemon writes to its log (:func:`log_call`).
 """
 
 from __future__ import annotations
 
+import logging
 import struct
-from typing import Iterator
+from typing import Any, Iterator
 
-__all__ = ["FrameReader", "frame", "event_frame", "dispatch_frame", "DISPATCH", "PROTOCOL"]
+__all__ = ["FrameReader", "frame", "event_frame", "dispatch_frame", "log_entry", "log_call", "DISPATCH", "PROTOCOL"]
 
 _LENGTH = struct.Struct("<I")
-PROTOCOL = 1
-"""Bump on any change to these frames or the writer's answers. A daemon restarts its writer after a
+PROTOCOL = 2
+"""2: the writer's log lines (``{"log": ...}``). Bump on any change to these frames or the writer's answers. A daemon restarts its writer after a
 failed write, from the code on disk then: after an upgrade under a running daemon, the two may differ."""
 DISPATCH = b"d"
 
@@ -54,3 +56,37 @@ class FrameReader:
             yield bytes(buffer[start + 4 : end])
             start = end
         del buffer[:start]
+
+
+_RECORD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
+
+
+def log_entry(record: logging.LogRecord) -> dict[str, Any]:
+    """A log record of the writer process as the ``log`` message it sends: its extras that are
+    plain values go along as fields."""
+    fields = {
+        key: value
+        for key, value in record.__dict__.items()
+        if key not in _RECORD_ATTRS and not key.startswith("_") and (value is None or isinstance(value, (str, int, bool)))
+    }
+    return {"level": record.levelname, "logger": record.name, "msg": record.getMessage(), "fields": fields}
+
+
+def log_call(entry: Any) -> tuple[logging.Logger, int, str, dict[str, Any]]:
+    """(logger, level, message, extra) to log a ``log`` message from the writer in the daemon.
+
+    The writer is covenant's own process, but its message is still checked: a logger outside
+    ``covenant.`` becomes ``covenant.audit``, an unknown level WARNING, and a field that would
+    clash with a LogRecord attribute (``logging`` raises on those) is dropped.
+    """
+    entry = entry if isinstance(entry, dict) else {}
+    level = logging.getLevelName(str(entry.get("level", "")))
+    name = str(entry.get("logger", ""))
+    fields = entry.get("fields") if isinstance(entry.get("fields"), dict) else {}
+    extra = {key: value for key, value in fields.items() if isinstance(key, str) and key not in _RECORD_ATTRS and not key.startswith("_")}
+    return (
+        logging.getLogger(name if name.startswith("covenant.") else "covenant.audit"),
+        level if isinstance(level, int) else logging.WARNING,
+        str(entry.get("msg", "")),
+        extra,
+    )

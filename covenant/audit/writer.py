@@ -44,7 +44,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import covenant
-from covenant.audit.channel import PROTOCOL, dispatch_frame, event_frame, frame
+from covenant.audit.channel import PROTOCOL, dispatch_frame, event_frame, frame, log_call
 from covenant.audit.errors import AuditLogError, AuditUnavailable
 from covenant.audit.events import encode_event_data
 from covenant.audit.format import HEARTBEAT, RESUME, timestamp
@@ -426,6 +426,9 @@ class AuditLog:
                         self._head = message["head"]
                         _report_repairs(self._directory, None, message.get("sealed"))
                         self._acknowledge(*message["ack"])
+                    elif "log" in message:
+                        logger, level, text, extra = log_call(message["log"])
+                        logger.log(level, text, extra={**extra, "writer_pid": writer.process.pid})
                     else:
                         failed = message["failed"]
                         self._fail(OSError(failed["errno"], failed["strerror"]))

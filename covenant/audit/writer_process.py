@@ -26,6 +26,10 @@ The protocol, in order:
 4. End of file from the daemon: the rest is written, head.json last, and the
    process exits 0.
 
+Once the log is open, this process's log records (``covenant.*``, INFO and up, e.g. a torn
+dispatch-record line it ends after a crash) go to the daemon as ``{"log": {...}}`` lines; the
+daemon writes them to its own log, in its format, with ``writer_pid``.
+
 It dies with the daemon (PR_SET_PDEATHSIG): what it had not acknowledged was
 never promised, and a torn tail is cut on the next open.
 """
@@ -35,6 +39,7 @@ from __future__ import annotations
 import ctypes
 import errno
 import json
+import logging
 import os
 import select
 import signal
@@ -47,7 +52,7 @@ from typing import Any, Callable
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from covenant.audit.channel import DISPATCH, PROTOCOL, FrameReader
+from covenant.audit.channel import DISPATCH, PROTOCOL, FrameReader, log_entry
 from covenant.audit.errors import AuditLogError
 from covenant.audit.store import Item, LogFiles
 from covenant.runtime.record_files import RecordFiles
@@ -71,6 +76,27 @@ def _die_with_parent(parent: int) -> None:
 
 def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
+
+
+class _LogRelay(logging.Handler):
+    """Hands this process's log records to the daemon, which writes them to its own log."""
+
+    def __init__(self, sock: socket.socket) -> None:
+        super().__init__(logging.INFO)
+        self._sock = sock
+
+    def emit(self, record: logging.LogRecord) -> None:
+        try:
+            _send(self._sock, {"log": log_entry(record)})
+        except OSError:  # the daemon is gone
+            pass
+
+
+def _relay_logs(sock: socket.socket) -> None:
+    logger = logging.getLogger("covenant")
+    logger.addHandler(_LogRelay(sock))
+    logger.setLevel(logging.INFO)
+    logger.propagate = False
 
 
 # What the queue holds: an audit record, or a dispatch record's line.
@@ -217,6 +243,7 @@ def serve(sock: socket.socket, fsync: Callable[[int], None] = os.fdatasync) -> i
     opened = {"pubkey": files.pubkey_hex, "recovered": files.recovered, "sealed": files.sealed, "head": files.head}
     files.sealed = None
     _send(sock, {"opened": opened})
+    _relay_logs(sock)  # after "opened": the daemon's start-up reads that answer first
     return writer.run()
 
 
