@@ -18,8 +18,9 @@ __all__ = ["FrameReader", "frame", "event_frame", "dispatch_frame", "log_entry",
 
 _LENGTH = struct.Struct("<I")
 PROTOCOL = 2
-"""2: the writer's log lines (``{"log": ...}``). Bump on any change to these frames or the writer's answers. A daemon restarts its writer after a
-failed write, from the code on disk then: after an upgrade under a running daemon, the two may differ."""
+"""Bump on any change to these frames or the writer's answers (2: its log lines). A daemon restarts
+its writer after a failed write, from the code on disk then: after an upgrade under a running daemon,
+the two may differ."""
 DISPATCH = b"d"
 
 
@@ -83,7 +84,11 @@ def log_call(entry: Any) -> tuple[logging.Logger, int, str, dict[str, Any]]:
     level = logging.getLevelName(str(entry.get("level", "")))
     name = str(entry.get("logger", ""))
     fields = entry.get("fields") if isinstance(entry.get("fields"), dict) else {}
-    extra = {key: value for key, value in fields.items() if isinstance(key, str) and key not in _RECORD_ATTRS and not key.startswith("_")}
+    extra = {
+        key: value
+        for key, value in fields.items()
+        if isinstance(key, str) and key not in _RECORD_ATTRS and not key.startswith("_")
+    }
     return (
         logging.getLogger(name if name.startswith("covenant.") else "covenant.audit"),
         level if isinstance(level, int) else logging.WARNING,
