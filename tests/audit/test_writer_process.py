@@ -18,7 +18,7 @@ import pytest
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from covenant.audit.channel import PROTOCOL, frame
+from covenant.audit.channel import PROTOCOL, frame, log_call
 from covenant.audit.errors import AuditUnavailable
 from covenant.audit.reader import Entry, iter_records
 from covenant.audit.verify import verify_log
@@ -217,3 +217,14 @@ async def test_the_writers_log_lines_reach_the_daemons_log(tmp_path: Path, key: 
     assert (line.name, line.levelno) == ("covenant.runtime", logging.WARNING)
     assert line.path == str(torn) and line.offset == 24 and line.writer_pid == writer_pid  # type: ignore[attr-defined]
     assert torn.read_bytes() == b'{"intent_id": "cut short\n{"intent_id": "next"}\n'
+
+
+def test_a_log_message_from_the_writer_cannot_break_the_daemons_logging() -> None:
+    """Fields that clash with LogRecord attributes (logging raises on those) are dropped; a foreign
+    logger name and an unknown level fall back to covenant.audit and WARNING."""
+    logger, level, text, extra = log_call(
+        {"level": "LOUD", "logger": "root", "msg": "hello", "fields": {"msg": "x", "args": 1, "_p": 2, "path": "/p"}}
+    )
+    assert (logger.name, level, text, extra) == ("covenant.audit", logging.WARNING, "hello", {"path": "/p"})
+    logger.log(level, text, extra={**extra, "writer_pid": 1})  # does not raise
+    assert log_call("not a dict")[1:] == (logging.WARNING, "", {})
