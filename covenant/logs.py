@@ -24,6 +24,7 @@ from typing import IO, Any, Literal, TypeVar
 from covenant.clock import iso_ms
 from covenant.config import LogConfig
 from covenant.errors import ConfigError
+from covenant.log_extras import is_extra
 
 __all__ = [
     "LogSettings",
@@ -51,12 +52,6 @@ LEVELS: dict[str, int] = {
 FORMATS = ("logfmt", "json")
 _DEFAULTS = LogConfig()
 
-# Attributes every LogRecord has; anything else on a record came from `extra`.
-_RECORD_ATTRS = frozenset(logging.LogRecord("", 0, "", 0, "", (), None).__dict__) | {
-    "message",
-    "asctime",
-    "taskName",
-}
 _KEY_UNSAFE = re.compile(r"[^A-Za-z0-9_.\-]")
 _VALUE_NEEDS_QUOTES = re.compile(r'[\s"=\\]')
 _HANDLER_MARK = "_covenant_log_handler"
@@ -181,7 +176,7 @@ def record_fields(record: logging.LogRecord) -> dict[str, Any]:
         "msg": record.getMessage(),
     }
     for key, value in record.__dict__.items():
-        if key in _RECORD_ATTRS or key.startswith("_"):
+        if not is_extra(key):
             continue
         name = key if key not in fields else key + "_"
         fields[name] = _plain(value)

@@ -14,6 +14,8 @@ import logging
 import struct
 from typing import Any, Iterator
 
+from covenant.log_extras import is_extra
+
 __all__ = ["FrameReader", "frame", "event_frame", "dispatch_frame", "log_entry", "log_call", "DISPATCH", "PROTOCOL"]
 
 _LENGTH = struct.Struct("<I")
@@ -59,16 +61,13 @@ class FrameReader:
         del buffer[:start]
 
 
-_RECORD_ATTRS = frozenset(logging.makeLogRecord({}).__dict__) | {"message", "asctime", "taskName"}
-
-
 def log_entry(record: logging.LogRecord) -> dict[str, Any]:
     """A log record of the writer process as the ``log`` message it sends: its extras that are
     plain values go along as fields."""
     fields = {
         key: value
         for key, value in record.__dict__.items()
-        if key not in _RECORD_ATTRS and not key.startswith("_") and (value is None or isinstance(value, (str, int, bool)))
+        if is_extra(key) and (value is None or isinstance(value, (str, int, bool)))
     }
     return {"level": record.levelname, "logger": record.name, "msg": record.getMessage(), "fields": fields}
 
@@ -84,11 +83,7 @@ def log_call(entry: Any) -> tuple[logging.Logger, int, str, dict[str, Any]]:
     level = logging.getLevelName(str(entry.get("level", "")))
     name = str(entry.get("logger", ""))
     fields = entry.get("fields") if isinstance(entry.get("fields"), dict) else {}
-    extra = {
-        key: value
-        for key, value in fields.items()
-        if isinstance(key, str) and key not in _RECORD_ATTRS and not key.startswith("_")
-    }
+    extra = {key: value for key, value in fields.items() if isinstance(key, str) and is_extra(key)}
     return (
         logging.getLogger(name if name.startswith("covenant.") else "covenant.audit"),
         level if isinstance(level, int) else logging.WARNING,

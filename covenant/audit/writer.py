@@ -444,7 +444,7 @@ class AuditLog:
             await self._serve(self._writer)
             self._writer = None
             delay = _REOPEN_FIRST_S
-            while True:
+            while self._writer is None:
                 await trio.sleep(delay)
                 try:
                     await self._start_writer()
@@ -454,8 +454,6 @@ class AuditLog:
                         extra={"directory": str(self._directory), "error": str(exc), "retry_s": delay},
                     )
                     delay = min(delay * 2, _REOPEN_MAX_S)
-                    continue
-                break
             self._resume()
 
     def _resume(self) -> None:

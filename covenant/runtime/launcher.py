@@ -210,7 +210,7 @@ def _pin_to_this_cpu() -> set[int] | None:
     CPU than run on the loop's, whose caches it would evict.
     """
     try:
-        cpus = os.sched_getaffinity(0)
+        cpus = os.sched_getaffinity(0)  # read each time: an operator may `taskset` covenant while it runs
         cpu = host.current_cpu()
         if len(cpus) < 2 or cpu not in cpus:
             return None

@@ -51,8 +51,8 @@ def group_exists(pgid: int) -> bool:
         os.killpg(pgid, 0)
     except ProcessLookupError:
         return False
-    except PermissionError:
-        return True
+    except PermissionError:  # members of another uid: they exist
+        pass
     return True
 
 
