@@ -270,3 +270,29 @@ def test_a_server_that_comes_up_later_is_connected_by_the_retries(
         assert daemon.stop() == 0
     finally:
         server.close()
+
+
+def test_an_idle_stdio_server_outlives_the_thread_cache_of_trio(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """PR_SET_PDEATHSIG fires when the *thread* that spawned a process exits, and trio retires a
+    worker thread left idle for 10 s: a server started from one was killed 10 s later, then again
+    after each restart. Started from the runner's own launch threads, it stays up."""
+    configure(daemon, ("fake", fake_model), extra=f'[mcp.time]\ncommand = ["{BIN / "mcp-server-time"}"]\n')
+    add_rune_agent(daemon, "clock", toolset=("time/get_current_time",))
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.*", check=True)
+    fake_model.script(Reply(text="awake"))  # the replica's start connects its MCP servers
+    assert outcome_of(daemon.cli("dispatch", "wake up", "--agent", "clock@local", "--json"))["outcome"] == "ok"
+    assert _mcp_status(daemon)[0]["state"] == "up", _mcp_status(daemon)
+    before = {p.pid for p in _server_processes("clock@local")}
+    assert before
+    time.sleep(13)  # past trio's IDLE_TIMEOUT of 10 s, with the daemon idle
+    after = {p.pid for p in _server_processes("clock@local") if p.status() != psutil.STATUS_ZOMBIE}
+    assert after == before, "the MCP server was killed and restarted while idle"
+    assert _mcp_status(daemon)[0]["state"] == "up"
+    fake_model.script(Reply.tools(ToolCall("time__get_current_time", {"timezone": "UTC"})), Reply(text="ok"))
+    outcome = outcome_of(daemon.cli("dispatch", "what time?", "--agent", "clock@local", "--json"))
+    assert outcome["outcome"] == "ok", outcome
+    assert _tool_message(fake_model.requests[2])["timezone"] == "UTC"
+    assert daemon.stop() == 0
