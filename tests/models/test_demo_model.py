@@ -7,11 +7,10 @@ import subprocess
 import sys
 from pathlib import Path
 
-import psutil
-
 from covenant.config import load_config
 from covenant.home import Home
 from tests.conftest import REPO_ROOT
+from tests.processes import alive
 
 
 def test_start_configure_and_stop_leave_no_process(tmp_path: Path) -> None:
@@ -33,7 +32,7 @@ demo_model_stop
     assert result.returncode == 0, result.stderr
     assert "[stand-in model]" in result.stdout
     pid = int(next(line for line in result.stdout.splitlines() if line.startswith("pid="))[4:])
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not alive(pid)
     local = load_config(Home(home)).providers["local"]
     assert (local.kind, local.model, local.api_key_env) == ("openai", "covenant-stand-in-model", None)
     assert local.base_url.startswith("http://127.0.0.1:") and local.base_url.endswith("/v1")

@@ -15,6 +15,7 @@ import psutil
 from tests.daemon.conftest import DaemonProcess, agent_processes
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.rune.conftest import KEY_VALUE, add_rune_agent, configure, outcome_of
+from tests.processes import alive
 
 
 def test_a_dispatch_with_a_tool_round_trip(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
@@ -242,7 +243,7 @@ def test_the_key_stays_in_the_daemon_and_no_replica_outlives_it(daemon: DaemonPr
     assert psutil.pid_exists(replica_pid)
     assert daemon.stop() == 0
     assert not agent_processes(daemon.home), "a replica outlived the daemon"
-    assert not psutil.pid_exists(replica_pid) or psutil.Process(replica_pid).status() == psutil.STATUS_ZOMBIE
+    assert not alive(replica_pid)
     for path in daemon.home.rglob("*"):
         if path.is_file():
             assert KEY_VALUE.encode() not in path.read_bytes(), f"{path} holds the key"

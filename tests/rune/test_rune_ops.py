@@ -5,16 +5,14 @@ from __future__ import annotations
 import json
 import os
 import signal
-import subprocess
-import sys
 import time
 
-import psutil
 import pytest
 
 from tests.daemon.conftest import DaemonProcess
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.rune.conftest import KEY_ENV, add_rune_agent, configure, outcome_of
+from tests.processes import alive
+from tests.rune.conftest import add_rune_agent, configure, outcome_of
 
 
 def wait_for(predicate, timeout: float = 60, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
@@ -75,7 +73,7 @@ def test_status_restart_and_replica_logs(daemon: DaemonProcess, fake_model: Fake
     assert "restarted the replica of chat@local" in restarted.stdout
     wait_for(lambda: replicas(daemon)[0]["state"] == "ready", what="the new replica")
     assert replicas(daemon)[0]["pid"] != before["pid"]
-    assert not psutil.pid_exists(before["pid"]) or psutil.Process(before["pid"]).status() == psutil.STATUS_ZOMBIE
+    assert not alive(before["pid"])
     assert outcome_of(daemon.cli("dispatch", "b", "--agent", "chat@local", "--json"))["text"] == "two"
     logs = daemon.cli("logs", check=True).stdout
     assert "replica serving" in logs and "chat@local" in logs
@@ -90,7 +88,7 @@ def test_eager_start_and_idle_stop(daemon: DaemonProcess, fake_model: FakeModelS
     wait_for(lambda: [r["state"] for r in replicas(daemon)] == ["ready"], what="an eager replica")
     pid = replicas(daemon)[0]["pid"]
     wait_for(lambda: replicas(daemon)[0]["state"] == "stopped", what="the idle stop")
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not alive(pid)
     fake_model.script(Reply(text="woken"))
     assert outcome_of(daemon.cli("dispatch", "a", "--agent", "chat@local", "--json"))["text"] == "woken"
 
@@ -138,7 +136,7 @@ def test_sigterm_drains_an_in_flight_rune_intent(daemon: DaemonProcess, fake_mod
     out, _ = pending.communicate(timeout=120)
     assert json.loads(out)["text"] == "finished in time"
     assert daemon.process.wait(timeout=120) == 0
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not alive(pid)
 
 
 def test_sessions_commands_without_a_daemon(daemon: DaemonProcess) -> None:
@@ -201,7 +199,7 @@ def test_a_replica_that_stops_answering_probes_is_replaced(daemon: DaemonProcess
              what="a replacement after three failed probes")
     (replica,) = replicas(daemon)
     assert replica["pid"] != frozen and "health probes in a row failed" in replica["last_error"]
-    assert not psutil.pid_exists(frozen) or psutil.Process(frozen).status() == psutil.STATUS_ZOMBIE
+    assert not alive(frozen)
     fake_model.script(Reply(text="fresh"))
     assert outcome_of(daemon.cli("dispatch", "a", "--agent", "chat@local", "--json"))["text"] == "fresh"
 

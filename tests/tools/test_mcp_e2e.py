@@ -91,6 +91,13 @@ def _server_processes(agent_id: str) -> list[psutil.Process]:
     return found
 
 
+def _running(proc: psutil.Process) -> bool:
+    try:
+        return proc.status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
 def test_only_listed_http_tools_are_offered_and_an_unlisted_one_never_runs(
     daemon: DaemonProcess, fake_model: FakeModelServer, http_server: HttpServer
 ) -> None:
@@ -199,7 +206,7 @@ def test_registry_stdio_servers_run_as_the_agent_uid_and_die_with_the_daemon(
     assert all(p.uids().real != 0 and p.uids().real != os.geteuid() for p in procs)
     assert daemon.stop() == 0
     deadline = time.monotonic() + 30
-    while any(p.is_running() and p.status() != psutil.STATUS_ZOMBIE for p in procs):
+    while any(p.is_running() and _running(p) for p in procs):
         assert time.monotonic() < deadline, "an MCP server outlived the daemon"
         time.sleep(0.1)
 
@@ -288,7 +295,7 @@ def test_an_idle_stdio_server_outlives_the_thread_cache_of_trio(
     before = {p.pid for p in _server_processes("clock@local")}
     assert before
     time.sleep(13)  # past trio's IDLE_TIMEOUT of 10 s, with the daemon idle
-    after = {p.pid for p in _server_processes("clock@local") if p.status() != psutil.STATUS_ZOMBIE}
+    after = {p.pid for p in _server_processes("clock@local") if _running(p)}
     assert after == before, "the MCP server was killed and restarted while idle"
     assert _mcp_status(daemon)[0]["state"] == "up"
     fake_model.script(Reply.tools(ToolCall("time__get_current_time", {"timezone": "UTC"})), Reply(text="ok"))

@@ -17,6 +17,7 @@ from covenant.tools import ToolHost
 
 from ..conftest import EXAMPLES_DIR, require_tool, rune_examples
 from .conftest import Tools
+from ..processes import alive
 
 
 ECHO_PY = """\
@@ -135,7 +136,7 @@ async def test_a_sleeping_tool_is_killed_at_its_timeout_with_its_children(tools:
     result = await tools.host.call(tools.ctx(agent, tools.grant("tool.nap"), intent="nap-intent"), "nap", {})
     assert result.error_code == "tool_timeout", result
     child = int(pid_file.read_text())  # the escaped child existed before the timeout
-    assert not psutil.pid_exists(child) or psutil.Process(child).status() == psutil.STATUS_ZOMBIE
+    assert not alive(child)
     assert marked_processes("nap-intent") == []
     [event] = tools.audit.of("tool.call")
     assert event["outcome"] == "error" and event["error_code"] == "tool_timeout"

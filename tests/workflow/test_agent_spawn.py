@@ -13,6 +13,7 @@ from tests.daemon.test_daemon_e2e import wait_for
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.rune.conftest import outcome_of
 from tests.workflow.conftest import audit, configure, rune_agent
+from tests.processes import alive
 
 HELPER = """name: helper
 version: 0.1.0
@@ -79,7 +80,7 @@ def test_spawn_talk_kill_and_expire(daemon: DaemonProcess, fake_model: FakeModel
     fake_model.script(Reply.tools(ToolCall("agent-kill", {"agent_id": "helper@spawned"})), Reply(text="gone"))
     assert _boss(daemon, "kill the helper")["outcome"] == "ok"
     assert _spawned(daemon) == []
-    wait_for(lambda: not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE,
+    wait_for(lambda: not alive(pid),
              timeout=30, what="the helper's replica to end")
     kinds = [(r["type"], r["data"].get("reason")) for r in audit(daemon, "agent.spawn", "agent.kill")]
     assert kinds == [("agent.spawn", None), ("agent.kill", "killed")]
@@ -92,7 +93,7 @@ def test_spawn_talk_kill_and_expire(daemon: DaemonProcess, fake_model: FakeModel
     pid = _helper_pid(daemon)
     assert pid is not None
     assert daemon.stop() == 0
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert not alive(pid)
     daemon.start()
     assert _spawned(daemon) == []
     assert not (daemon.home / "state" / "spawned" / "helper").exists()
