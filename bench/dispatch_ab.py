@@ -13,6 +13,8 @@ other daemon is this checkout's. Both serve the rust-bin echo agent from their o
   Then the means and medians, how many rounds this checkout won and the mean ratio of the pairs.
   Many short rounds (the default: 14 of 3 s) tell two daemons apart where a few long ones cannot: the
   box drifts by ±15 % over minutes, and each pair of short rounds sees the same stretch of it.
+- For both: a 95 % bootstrap interval of the mean ratio of the pairs (of blocks, of rounds). An
+  interval that holds 1.0 means this run cannot tell the two daemons apart.
 
     .venv/bin/python bench/dispatch_ab.py --base /tmp/base [--blocks 20] [--per-block 100]
         [--concurrency 16] [--window 3] [--rounds 14] [--keep]
@@ -22,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import os
+import random
 import statistics
 import subprocess
 import sys
@@ -57,6 +60,8 @@ class Side:
     rounds: list[str] = field(default_factory=list)
     rates: list[float] = field(default_factory=list)
     """Dispatches per second of each concurrent round."""
+    block_cpu: list[float] = field(default_factory=list)
+    """CPU seconds per dispatch of each sequential block."""
 
     def use(self) -> None:
         use_home(self.home)
@@ -76,6 +81,17 @@ def box_busy() -> tuple[int, int]:
     return sum(fields), fields[3] + fields[4]
 
 
+def paired_interval(this: list[float], base: list[float], resamples: int = 4000) -> tuple[float, float]:
+    """95 % bootstrap interval of the mean of the pairs' ratios this/base (a fixed seed: reruns agree).
+
+    An interval that holds 1.0 means the run cannot tell the two daemons apart.
+    """
+    ratios = [t / b for t, b in zip(this, base)]
+    draw = random.Random(0)
+    means = sorted(statistics.mean(draw.choices(ratios, k=len(ratios))) for _ in range(resamples))
+    return means[int(0.025 * resamples)], means[int(0.975 * resamples) - 1]
+
+
 def start_side(name: str, checkout: str | None) -> tuple[Side, subprocess.Popen[bytes]]:
     home = throwaway_home(f"covenant-ab-{name}-", {"PYTHONPATH": checkout} if checkout else None)
     identity = granted_identity(home.env)
@@ -91,8 +107,10 @@ def sequential_block(side: Side, count: int) -> None:
     side.use()
     before = side.process.seconds()
     side.latencies += [side.once() for _ in range(count)]
-    side.cpu_s += side.process.seconds() - before
+    spent = side.process.seconds() - before
+    side.cpu_s += spent
     side.dispatches += count
+    side.block_cpu.append(spent / count)
 
 
 def concurrent_round(side: Side, concurrency: int, window_s: float) -> None:
@@ -162,17 +180,20 @@ def main() -> int:
     for side in sides:
         print(f"| {side.name} | {side.cpu_s / side.dispatches * 1000:.3f} | "
               f"{statistics.median(side.latencies) * 1000:.3f} | {side.dispatches} |")
-    print(f"this/base CPU per dispatch: {this.cpu_s / this.dispatches / (base.cpu_s / base.dispatches):.3f}")
+    low, high = paired_interval(this.block_cpu, base.block_cpu)
+    print(f"this/base CPU per dispatch: {this.cpu_s / this.dispatches / (base.cpu_s / base.dispatches):.3f} "
+          f"(pairs of blocks: 95 % interval of the mean ratio {low:.3f}–{high:.3f})")
     for side in sides:
         for n, line in enumerate(side.rounds, 1):
             print(f"c={args.concurrency} {side.name} round {n}: {line}")
     if base.rates:
         ahead = sum(t > b for t, b in zip(this.rates, base.rates))
         ratio = statistics.mean(t / b for t, b in zip(this.rates, base.rates))
+        low, high = paired_interval(this.rates, base.rates)
         print(f"c={args.concurrency} per s, mean (median): base {statistics.mean(base.rates):.0f} "
               f"({statistics.median(base.rates):.0f}), this {statistics.mean(this.rates):.0f} "
               f"({statistics.median(this.rates):.0f}); this ahead in {ahead} of {len(base.rates)} rounds, "
-              f"mean ratio {ratio:.3f}")
+              f"mean ratio {ratio:.3f} (95 % interval {low:.3f}–{high:.3f})")
     return 0
 
 
