@@ -479,9 +479,9 @@ class Runner:
     async def launch(self, plan: LaunchPlan) -> Launched:
         """Launch ``plan`` from one of the runner's launch threads (raises LaunchError/OSError).
 
-        For processes started outside :meth:`run` (Rune replicas, stdio MCP servers): PR_SET_PDEATHSIG fires when the
-        *thread* that spawned a process exits, and trio's thread cache retires a worker idle for
-        10 s, which would kill a process launched from it with SIGKILL.
+        For processes started outside :meth:`run` (Rune replicas, stdio MCP servers):
+        PR_SET_PDEATHSIG fires when the *thread* that spawned a process exits, and trio's thread
+        cache retires a worker idle for 10 s, which would kill a process launched from it with SIGKILL.
         """
         return await self._launch_threads.run(self.launcher.launch, plan)
 
