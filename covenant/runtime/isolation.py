@@ -71,7 +71,8 @@ def _has_account(uid: int) -> bool:
 
 
 class _UidTable:
-    """The persistent agent id -> uid allocation (thread-safe: an agent's first one runs on a worker thread)."""
+    """The persistent agent id -> uid allocation (thread-safe: an agent's first allocation runs on a
+    worker thread)."""
 
     def __init__(self, path: Path, low: int, high: int) -> None:
         self.path = path

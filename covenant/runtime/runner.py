@@ -71,7 +71,7 @@ _KILL_WAIT_S = 10.0
 _GROUP_GONE_S = 2.0
 """After the sweep, how long a run's process group may take to empty (its last members dying)."""
 _LAUNCH_THREADS = 2
-"""Long-lived threads that launch Rune replicas (see :meth:`Runner.launch`)."""
+"""Long-lived threads that launch Rune replicas and stdio MCP servers (see :meth:`Runner.launch`)."""
 SHARED_TMP_DIRS = ("/dev/shm", "/tmp")
 """World-writable host dirs: without private ones (:mod:`~covenant.runtime.mountns`), what an agent
 uid left there is removed and counted after its last run."""

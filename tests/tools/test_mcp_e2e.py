@@ -22,6 +22,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture
 from tests.fakes import FakeModelServer, Reply, ToolCall
+from tests.processes import alive
 from tests.rune.conftest import add_rune_agent, configure, outcome_of
 
 from tests.conftest import rune_examples
@@ -89,13 +90,6 @@ def _server_processes(agent_id: str) -> list[psutil.Process]:
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
-
-
-def _running(proc: psutil.Process) -> bool:
-    try:
-        return proc.status() != psutil.STATUS_ZOMBIE
-    except psutil.NoSuchProcess:
-        return False
 
 
 def test_only_listed_http_tools_are_offered_and_an_unlisted_one_never_runs(
@@ -206,7 +200,7 @@ def test_registry_stdio_servers_run_as_the_agent_uid_and_die_with_the_daemon(
     assert all(p.uids().real != 0 and p.uids().real != os.geteuid() for p in procs)
     assert daemon.stop() == 0
     deadline = time.monotonic() + 30
-    while any(p.is_running() and _running(p) for p in procs):
+    while any(p.is_running() and alive(p.pid) for p in procs):
         assert time.monotonic() < deadline, "an MCP server outlived the daemon"
         time.sleep(0.1)
 
@@ -295,7 +289,7 @@ def test_an_idle_stdio_server_outlives_the_thread_cache_of_trio(
     before = {p.pid for p in _server_processes("clock@local")}
     assert before
     time.sleep(13)  # past trio's IDLE_TIMEOUT of 10 s, with the daemon idle
-    after = {p.pid for p in _server_processes("clock@local") if _running(p)}
+    after = {p.pid for p in _server_processes("clock@local") if alive(p.pid)}
     assert after == before, "the MCP server was killed and restarted while idle"
     assert _mcp_status(daemon)[0]["state"] == "up"
     fake_model.script(Reply.tools(ToolCall("time__get_current_time", {"timezone": "UTC"})), Reply(text="ok"))
