@@ -316,6 +316,12 @@ class McpServerConfig(_Section):
             raise ValueError(f"cwd {self.cwd!r} must be an absolute path")
         return self
 
+    def named_paths(self) -> list[str]:
+        """Absolute paths its arguments name (``/p`` or ``--opt=/p``) and its cwd: a private /tmp of the
+        agent's uid keeps the ones under /tmp visible to the server."""
+        values = [arg.partition("=")[2] if arg.startswith("-") else arg for arg in self.command[1:]]
+        return [v for v in [*values, self.cwd or ""] if os.path.isabs(v)]
+
 
 def _mcp_names(value: dict[str, McpServerConfig]) -> dict[str, McpServerConfig]:
     for name in value:

@@ -156,6 +156,16 @@ def _open_sockets(options: DaemonOptions) -> tuple[list[socket.socket], list[str
     return [bind_unix_socket(options.socket_path)], [str(options.socket_path)], False
 
 
+def _paths_agent_processes_run(config: Config) -> list[str]:
+    """Paths outside agents' packages that replicas and stdio MCP servers run: kept visible (bound
+    back) when an agent uid's private /tmp covers the host's."""
+    paths = [config.rune.python] if config.rune.python else []
+    for server in config.mcp.values():
+        program = Runner.resolve_program(server.command[0], config.runtime.path)
+        paths += [*([program] if program else []), *server.named_paths()]
+    return paths
+
+
 def _rune_host(
     home: Home, config: Config, runner: Runner, audit: AuditLog, grants: GrantsWatch, metrics: Metrics
 ) -> RuneHost:
@@ -322,6 +332,7 @@ async def serve_daemon(
                 isolation=isolation,
                 live_roots=LiveRoots(),
                 own_children=lambda: audit.process_ids,
+                visible=_paths_agent_processes_run(config),
             ) as runner:
                 rune = _rune_host(home, config, runner, audit, grants, metrics)
                 daemon = Daemon(

@@ -21,7 +21,7 @@ import shutil
 import signal
 import sys
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Sequence
+from collections.abc import AsyncIterator, Awaitable, Callable, Collection, Iterable, Sequence
 from functools import partial
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -137,6 +137,7 @@ class Runner:
         isolation: Isolation | None = None,
         live_roots: LiveRoots | None = None,
         own_children: Callable[[], Collection[int]] = tuple,
+        visible: Iterable[str] = (),
     ) -> AsyncIterator["Runner"]:
         """Start the shared sampler and scratch keeper; on exit stop every run still in flight.
 
@@ -146,7 +147,9 @@ class Runner:
         ``same-uid``); ``live_roots`` is the per-uid registry shared with
         other supervisors of agent processes. ``own_children`` gives the
         pids of covenant's other long-lived children (the audit writer):
-        never an agent's, so never attributed, swept or reaped.
+        never an agent's, so never attributed, swept or reaped. ``visible``
+        names further paths every agent process must still see when a private
+        /tmp covers the host's (a replica's interpreter, stdio MCP servers).
         """
         scratch_root = Path(scratch_root)
         enforced = isolation is not None and isolation.enforced
@@ -169,7 +172,9 @@ class Runner:
                 await trio.to_thread.run_sync(partial(host.pdeathsig_wrapper, credentials=True))
         mount_namespaces = None
         if enforced:
-            mount_namespaces = await trio.to_thread.run_sync(cls._private_tmp, config, scratch_root, isolation)
+            mount_namespaces = await trio.to_thread.run_sync(
+                cls._private_tmp, config, scratch_root, isolation, list(visible)
+            )
         def helper_pids() -> Collection[int]:
             holders = mount_namespaces.holder_pids if mount_namespaces is not None else frozenset()
             return holders.union(own_children())
@@ -201,11 +206,13 @@ class Runner:
                     await trio.to_thread.run_sync(mount_namespaces.close)
 
     @classmethod
-    def _private_tmp(cls, config: RuntimeConfig, scratch_root: Path, isolation: Isolation | None) -> MountNamespaces | None:
+    def _private_tmp(
+        cls, config: RuntimeConfig, scratch_root: Path, isolation: Isolation | None, visible: list[str]
+    ) -> MountNamespaces | None:
         """Private /tmp and /dev/shm per agent uid when this host allows them (one probe namespace)."""
         import covenant
 
-        needed = [str(scratch_root), sys.executable, os.path.dirname(covenant.__file__)]
+        needed = [str(scratch_root), sys.executable, os.path.dirname(covenant.__file__), *visible]
         needed += [p for p in (cls.resolve_program(config.python3, config.path),
                                cls.resolve_program(config.node, config.path)) if p]
         spaces = MountNamespaces(scratch_root.parent / "isolation" / "stage", needed)
@@ -328,12 +335,9 @@ class Runner:
         try:
             if scratch is None:
                 scratch = self.scratch.make()
-            mount_namespace = None
             if creds is not None:
                 os.chown(scratch, creds.uid, creds.gid)  # its HOME and TMPDIR: 0700, the agent's own
-                if self.mount_namespaces is not None:
-                    needed = [str(agent.root), *([str(agent.entry)] if agent.entry else [])]
-                    mount_namespace = self.mount_namespaces.namespace_for(creds.uid, agent.resources.disk_mb, needed)
+            mount_namespace = self.private_tmp(agent, creds)
             env = agent_environment(
                 self.config, agent_id=agent.id, intent_id=intent_id, scratch=scratch, parent_env=os.environ
             )
@@ -353,6 +357,18 @@ class Runner:
             return scratch, self.launcher.launch(plan)
         except (LaunchError, OSError) as exc:
             return scratch, exc
+
+    def private_tmp(self, agent: AgentSpec, creds: AgentCredentials | None) -> str | None:
+        """The mount namespace every process of ``agent`` enters: its uid's private /tmp and /dev/shm.
+
+        None when agents share the host's. Blocking on a uid's first use (it starts the namespace's
+        holder, ~30 ms); raises OSError when it cannot be made. The agent's package folder and entry
+        stay visible in it, with the paths given to :meth:`open` as ``visible``.
+        """
+        if creds is None or self.mount_namespaces is None:
+            return None
+        needed = [str(agent.root), *([str(agent.entry)] if agent.entry else [])]
+        return self.mount_namespaces.namespace_for(creds.uid, agent.resources.disk_mb, needed)
 
     def _rlimits(self, agent: AgentSpec, cpu_ms: int, creds: AgentCredentials | None) -> dict[int, tuple[int, int]]:
         # A per-process backstop a little above the tree budget the sampler enforces:

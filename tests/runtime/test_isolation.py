@@ -7,13 +7,14 @@ import json
 import os
 import signal
 import subprocess
+import tempfile
 import time
 from pathlib import Path
 
 import pytest
 import trio
 
-from covenant.config import IsolationConfig, RuntimeConfig
+from covenant.config import IsolationConfig, McpServerConfig, RuntimeConfig
 from covenant.errors import ConfigError
 from covenant.home import Home, home_dir, socket_file
 from covenant.homeinit import check_home_modes, init_home
@@ -203,9 +204,10 @@ def test_concurrent_runs_of_one_agent_share_its_uid_and_the_sweep_waits_for_the_
 
 
 @root_only
-def test_private_tmp_hides_the_hosts_but_keeps_the_package_and_home(agent_reachable_dir: Path) -> None:
+def test_private_tmp_hides_the_hosts_but_keeps_the_package_home_and_visible_paths(agent_reachable_dir: Path) -> None:
     secret = Path("/tmp") / f"covenant-host-only-{os.getpid()}"
     secret.write_text("host")
+    visible = Path(tempfile.mkdtemp(prefix="covenant-visible-", dir="/tmp"))  # e.g. an MCP server's argument
     package = agent_reachable_dir / "pkg"
     package.mkdir()
     entry = package / "look.py"
@@ -220,7 +222,7 @@ def test_private_tmp_hides_the_hosts_but_keeps_the_package_and_home(agent_reacha
 
     async def main():  # type: ignore[no-untyped-def]
         async with Runner.open(RuntimeConfig(python3="/usr/bin/python3"), scratch_root=agent_reachable_dir / "scratch",
-                               isolation=iso) as runner:
+                               isolation=iso, visible=[str(visible / "repo")]) as runner:
             assert runner.mount_namespaces is not None, iso.problems
             first = await runner.run(make_agent(entry), make_payload("look"))
             second = await runner.run(make_agent(entry), make_payload("look"))
@@ -230,13 +232,21 @@ def test_private_tmp_hides_the_hosts_but_keeps_the_package_and_home(agent_reacha
         first, second = trio.run(main)
     finally:
         secret.unlink()
+        visible.rmdir()
     seen = json.loads(first.result["text"])
     assert seen["cwd"] == str(package)
-    assert seen["tmp"] == sorted([agent_reachable_dir.name, "left-behind"]) and seen["shm"] == []
+    kept = sorted([agent_reachable_dir.name, visible.name, "left-behind"])
+    assert seen["tmp"] == kept and seen["shm"] == []
     assert first.scratch_peak_bytes >= 5000  # what it left in its /tmp counts as its disk use
-    assert json.loads(second.result["text"])["tmp"] == sorted([agent_reachable_dir.name, "left-behind"])
+    assert json.loads(second.result["text"])["tmp"] == kept
     assert package.exists() and entry.exists()  # emptying the private /tmp never touched what was bound back
     assert not Path("/tmp/left-behind").exists()
+
+
+def test_an_mcp_servers_named_paths_are_its_absolute_arguments_and_cwd() -> None:
+    server = McpServerConfig(command=("srv", "--repository", "/tmp/repo", "--data=/tmp/data", "rel", "-v"), cwd="/srv")
+    assert server.named_paths() == ["/tmp/repo", "/tmp/data", "/srv"]
+    assert McpServerConfig(command=("/opt/srv",)).named_paths() == []  # the program is resolved by the daemon
 
 
 @root_only

@@ -12,6 +12,7 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -81,11 +82,12 @@ def _with_mcp_servers(folder: Path, servers: str) -> None:
     runefile.write_text(runefile.read_text() + "mcp_servers:\n" + servers)
 
 
-def _server_processes(agent_id: str) -> list[psutil.Process]:
+def _processes_of(intent_marker: str) -> list[psutil.Process]:
+    """Live processes whose COVENANT_INTENT_ID is ``intent_marker`` (``mcp:AGENT``, ``replica:AGENT``)."""
     found = []
     for proc in psutil.process_iter():
         try:
-            if proc.environ().get("COVENANT_INTENT_ID") == f"mcp:{agent_id}":
+            if proc.environ().get("COVENANT_INTENT_ID") == intent_marker and alive(proc.pid):
                 found.append(proc)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
@@ -195,7 +197,7 @@ def test_registry_stdio_servers_run_as_the_agent_uid_and_die_with_the_daemon(
     assert _tool_message(second)["timezone"] == "UTC"
     assert "notes.txt" in json.dumps(_tool_message(third))
     assert _tool_message(fourth)["error"]["code"] == "unknown_tool"  # advertised, not listed
-    procs = _server_processes("clock@local")
+    procs = _processes_of("mcp:clock@local")
     assert len(procs) >= 2
     assert all(p.uids().real != 0 and p.uids().real != os.geteuid() for p in procs)
     assert daemon.stop() == 0
@@ -286,10 +288,10 @@ def test_an_idle_stdio_server_outlives_the_thread_cache_of_trio(
     fake_model.script(Reply(text="awake"))  # the replica's start connects its MCP servers
     assert outcome_of(daemon.cli("dispatch", "wake up", "--agent", "clock@local", "--json"))["outcome"] == "ok"
     assert _mcp_status(daemon)[0]["state"] == "up", _mcp_status(daemon)
-    before = {p.pid for p in _server_processes("clock@local")}
+    before = {p.pid for p in _processes_of("mcp:clock@local")}
     assert before
     time.sleep(13)  # past trio's IDLE_TIMEOUT of 10 s, with the daemon idle
-    after = {p.pid for p in _server_processes("clock@local") if alive(p.pid)}
+    after = {p.pid for p in _processes_of("mcp:clock@local")}
     assert after == before, "the MCP server was killed and restarted while idle"
     assert _mcp_status(daemon)[0]["state"] == "up"
     fake_model.script(Reply.tools(ToolCall("time__get_current_time", {"timezone": "UTC"})), Reply(text="ok"))
@@ -297,3 +299,53 @@ def test_an_idle_stdio_server_outlives_the_thread_cache_of_trio(
     assert outcome["outcome"] == "ok", outcome
     assert _tool_message(fake_model.requests[2])["timezone"] == "UTC"
     assert daemon.stop() == 0
+
+
+def test_a_hostile_stdio_server_and_its_replica_share_the_uids_private_tmp(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """The server fills /tmp: it fills its uid's private tmpfs (disk_mb, 100 MiB), never the host's;
+    it does not see the host's /tmp, except a folder its command line names."""
+    named = Path(tempfile.mkdtemp(prefix="covenant-mcp-named-", dir="/tmp"))  # a top-level entry of its own
+    hidden = Path(tempfile.mkdtemp(prefix="covenant-mcp-hidden-", dir="/tmp"))
+    filler = f"covenant-fill-{os.urandom(4).hex()}"
+    try:
+        os.chmod(named, 0o755)
+        os.chmod(hidden, 0o755)
+        (named / "seen.txt").write_text("named on the command line\n")
+        (hidden / "unseen.txt").write_text("in the host's /tmp\n")
+        for path in (named / "seen.txt", hidden / "unseen.txt"):
+            os.chmod(path, 0o644)
+        script = REPO_ROOT / "tests" / "fakes" / "mcp_stdio_server.py"
+        configure(daemon, ("fake", fake_model),
+                  extra=f'[mcp.hostile]\ncommand = ["{sys.executable}", "{script}", "--data={named}"]\n')
+        add_rune_agent(daemon, "filler", toolset=("hostile/fill_tmp", "hostile/look"))
+        daemon.start()
+        daemon.cli("grant", "tester@test", "tool.*", check=True)
+        fake_model.script(
+            Reply.tools(ToolCall("hostile__fill_tmp", {"name": filler})),
+            Reply.tools(ToolCall("hostile__look", {"path": str(hidden / "unseen.txt")})),
+            Reply.tools(ToolCall("hostile__look", {"path": str(named / "seen.txt")})),
+            Reply(text="done"),
+        )
+        outcome = outcome_of(daemon.cli("dispatch", "fill it", "--agent", "filler@local", "--json"))
+        assert outcome["outcome"] == "ok", outcome
+        filled = _tool_message(fake_model.requests[1])
+        assert filled["error"] == "ENOSPC" and 90 * 2**20 <= filled["written"] <= 100 * 2**20, filled
+        assert not (Path("/tmp") / filler).exists()
+        assert _tool_message(fake_model.requests[2])["exists"] is False
+        assert _tool_message(fake_model.requests[3])["exists"] is True
+        [server] = _processes_of("mcp:filler@local")
+        [replica] = _processes_of("replica:filler@local")
+        private = os.readlink(f"/proc/{server.pid}/ns/mnt")
+        assert filled["mount_ns"] == private == os.readlink(f"/proc/{replica.pid}/ns/mnt")
+        assert private != os.readlink(f"/proc/{daemon.process.pid}/ns/mnt")
+        assert daemon.stop() == 0
+        deadline = time.monotonic() + 30
+        while any(alive(p.pid) for p in (server, replica)):
+            assert time.monotonic() < deadline, "the server or the replica outlived the daemon"
+            time.sleep(0.1)
+    finally:
+        (Path("/tmp") / filler).unlink(missing_ok=True)
+        shutil.rmtree(named)
+        shutil.rmtree(hidden)

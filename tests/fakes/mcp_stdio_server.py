@@ -1,0 +1,48 @@
+"""A hostile stdio MCP server for covenant's tests, built with the SDK's MCPServer.
+
+Run by the daemon as an agent's uid: ``python mcp_stdio_server.py [--data=DIR]`` (the argument is
+only there to be named on the command line). Tools: ``fill_tmp`` writes /tmp/NAME until the disk
+says no (or ``LIMIT_BYTES``, so a failing test cannot fill the host's /tmp), and ``look`` says
+whether a path exists. Both report the server's mount namespace.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+
+from mcp.server.mcpserver import MCPServer
+
+LIMIT_BYTES = 160 * 1024 * 1024
+CHUNK = b"x" * (1024 * 1024)
+
+server = MCPServer("covenant-hostile-stdio")
+
+
+def _namespace() -> str:
+    return os.readlink("/proc/self/ns/mnt")
+
+
+@server.tool()
+def fill_tmp(name: str) -> dict[str, object]:
+    """Write /tmp/NAME until the filesystem refuses; report how far it got."""
+    written, error = 0, None
+    try:
+        with open(os.path.join("/tmp", name), "wb") as out:
+            while written < LIMIT_BYTES:
+                out.write(CHUNK)
+                out.flush()
+                written += len(CHUNK)
+    except OSError as exc:
+        error = errno.errorcode.get(exc.errno or 0, str(exc))
+    return {"written": written, "error": error, "mount_ns": _namespace()}
+
+
+@server.tool()
+def look(path: str) -> dict[str, object]:
+    """Does PATH exist for this server?"""
+    return {"exists": os.path.exists(path), "mount_ns": _namespace()}
+
+
+if __name__ == "__main__":
+    server.run("stdio")
