@@ -158,8 +158,7 @@ class ReplicaProcess:
             return f"cannot prepare {replica.folder}: {exc}"
         gateway = ReplicaGateway(replica.agent.id, self.calls, replica.intents, lambda: replica.pid)
         try:
-            private_tmp = await trio.to_thread.run_sync(self.runner.private_tmp, replica.agent, creds)
-            launched = await self.runner.launch(self._plan(replica, creds, private_tmp))  # a thread that outlives it
+            launched = await self.runner.launch(self._plan(replica, creds), replica.agent)  # a thread that outlives it
         except (LaunchError, OSError) as exc:
             gateway_sock.close()
             replica.start_failed = True
@@ -283,7 +282,7 @@ class ReplicaProcess:
             os.chown(replica.gateway_socket, creds.uid, creds.gid, follow_symlinks=False)
         return sock
 
-    def _plan(self, replica: Replica, creds: AgentCredentials | None, private_tmp: str | None) -> LaunchPlan:
+    def _plan(self, replica: Replica, creds: AgentCredentials | None) -> LaunchPlan:
         rune = self.config.rune
         python = rune.python or sys.executable
         env = agent_environment(self.config.runtime, agent_id=replica.agent.id, intent_id=f"replica:{replica.agent.id}",
@@ -297,7 +296,6 @@ class ReplicaProcess:
             rlimits={resource.RLIMIT_AS: (memory, memory), resource.RLIMIT_CORE: (0, 0)},
             pdeathsig=self.config.runtime.pdeathsig,
             credentials=creds,
-            mount_namespace=private_tmp,
         )
 
 

@@ -13,6 +13,7 @@ how a finished run is classified and recorded is :mod:`covenant.runtime.verdict`
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -361,9 +362,11 @@ class Runner:
     def private_tmp(self, agent: AgentSpec, creds: AgentCredentials | None) -> str | None:
         """The mount namespace every process of ``agent`` enters: its uid's private /tmp and /dev/shm.
 
-        None when agents share the host's. Blocking on a uid's first use (it starts the namespace's
-        holder, ~30 ms); raises OSError when it cannot be made. The agent's package folder and entry
-        stay visible in it, with the paths given to :meth:`open` as ``visible``.
+        None when agents share the host's. Blocking on a uid's first use: it starts the namespace's
+        holder (~15 ms), which dies with the thread that started it (PDEATHSIG), so call this only
+        from the loop's thread or a launch thread, never a trio worker. Raises OSError when it cannot
+        be made. The agent's package folder and entry stay visible in it, with the paths given to
+        :meth:`open` as ``visible``.
         """
         if creds is None or self.mount_namespaces is None:
             return None
@@ -492,14 +495,21 @@ class Runner:
         scratch_bytes = await self._run_to_end(run, scratch, creds, document, None)
         return tool_run_record(run, t0, scratch_bytes, self.config.stderr_tail_bytes)
 
-    async def launch(self, plan: LaunchPlan) -> Launched:
-        """Launch ``plan`` from one of the runner's launch threads (raises LaunchError/OSError).
+    async def launch(self, plan: LaunchPlan, agent: AgentSpec) -> Launched:
+        """Launch ``plan``, a process of ``agent``, in its uid's private /tmp (raises LaunchError/OSError).
 
-        For processes started outside :meth:`run` (Rune replicas, stdio MCP servers):
-        PR_SET_PDEATHSIG fires when the *thread* that spawned a process exits, and trio's thread
-        cache retires a worker idle for 10 s, which would kill a process launched from it with SIGKILL.
+        For processes started outside :meth:`run` (Rune replicas, stdio MCP servers), from one of
+        the runner's launch threads: PR_SET_PDEATHSIG fires when the *thread* that spawned a process
+        exits, and trio's thread cache retires a worker idle for 10 s, which would kill a process
+        launched from it with SIGKILL. The same holds for the private /tmp's holder, which the uid's
+        first process may start here.
         """
-        return await self._launch_threads.run(self.launcher.launch, plan)
+
+        def start() -> Launched:
+            private_tmp = self.private_tmp(agent, plan.credentials)
+            return self.launcher.launch(dataclasses.replace(plan, mount_namespace=private_tmp))
+
+        return await self._launch_threads.run(start)
 
     async def _spawn(
         self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int, cwd: str | None = None

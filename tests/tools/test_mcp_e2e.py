@@ -94,6 +94,20 @@ def _processes_of(intent_marker: str) -> list[psutil.Process]:
     return found
 
 
+def _namespace_holder(daemon: DaemonProcess, member: int) -> int:
+    """The pid of the daemon's child that holds the mount namespace ``member`` is in (``sleep infinity``)."""
+    namespace = os.readlink(f"/proc/{member}/ns/mnt")
+    holders = []
+    for child in psutil.Process(daemon.process.pid).children():
+        try:
+            if "sleep" in child.cmdline()[0] and os.readlink(f"/proc/{child.pid}/ns/mnt") == namespace:
+                holders.append(child.pid)
+        except (psutil.NoSuchProcess, psutil.ZombieProcess, FileNotFoundError, IndexError):
+            continue
+    assert len(holders) == 1, holders
+    return holders[0]
+
+
 def test_only_listed_http_tools_are_offered_and_an_unlisted_one_never_runs(
     daemon: DaemonProcess, fake_model: FakeModelServer, http_server: HttpServer
 ) -> None:
@@ -280,7 +294,8 @@ def test_an_idle_stdio_server_outlives_the_thread_cache_of_trio(
 ) -> None:
     """PR_SET_PDEATHSIG fires when the *thread* that spawned a process exits, and trio retires a
     worker thread left idle for 10 s: a server started from one was killed 10 s later, then again
-    after each restart. Started from the runner's own launch threads, it stays up."""
+    after each restart. Started from the runner's own launch threads, it stays up, and so does the
+    holder of its uid's private /tmp (made with the server or the replica, also PDEATHSIG-armed)."""
     configure(daemon, ("fake", fake_model), extra=f'[mcp.time]\ncommand = ["{BIN / "mcp-server-time"}"]\n')
     add_rune_agent(daemon, "clock", toolset=("time/get_current_time",))
     daemon.start()
@@ -290,9 +305,11 @@ def test_an_idle_stdio_server_outlives_the_thread_cache_of_trio(
     assert _mcp_status(daemon)[0]["state"] == "up", _mcp_status(daemon)
     before = {p.pid for p in _processes_of("mcp:clock@local")}
     assert before
+    holder = _namespace_holder(daemon, min(before))
     time.sleep(13)  # past trio's IDLE_TIMEOUT of 10 s, with the daemon idle
     after = {p.pid for p in _processes_of("mcp:clock@local")}
     assert after == before, "the MCP server was killed and restarted while idle"
+    assert alive(holder) and _namespace_holder(daemon, min(before)) == holder, "the private /tmp's holder died"
     assert _mcp_status(daemon)[0]["state"] == "up"
     fake_model.script(Reply.tools(ToolCall("time__get_current_time", {"timezone": "UTC"})), Reply(text="ok"))
     outcome = outcome_of(daemon.cli("dispatch", "what time?", "--agent", "clock@local", "--json"))

@@ -39,7 +39,6 @@ _MIB = 1024 * 1024
 
 def _plan(config: Config, runner: Runner, agent: AgentSpec, server: McpServerConfig, memory_mb: int,
           scratch: str, creds: AgentCredentials | None) -> LaunchPlan:
-    """The server's launch plan. Blocking: the uid's first process starts its private /tmp's holder."""
     program = Runner.resolve_program(server.command[0], config.runtime.path)
     if program is None:
         raise LaunchError(f"program {server.command[0]!r} was not found on [runtime] path {config.runtime.path!r}")
@@ -59,7 +58,6 @@ def _plan(config: Config, runner: Runner, agent: AgentSpec, server: McpServerCon
         rlimits=rlimits,
         pdeathsig=config.runtime.pdeathsig,
         credentials=creds,
-        mount_namespace=runner.private_tmp(agent, creds),
     )
 
 
@@ -82,8 +80,8 @@ async def launched_stdio_server(
     try:
         if creds is not None:
             os.chown(scratch, creds.uid, creds.gid)
-        plan = await trio.to_thread.run_sync(_plan, config, runner, agent, server, memory_mb, scratch, creds)
-        launched = await runner.launch(plan)  # a thread that outlives the server: PDEATHSIG follows it
+        plan = _plan(config, runner, agent, server, memory_mb, scratch, creds)
+        launched = await runner.launch(plan, agent)  # a thread that outlives the server: PDEATHSIG follows it
         exited = trio.Event()
         to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
