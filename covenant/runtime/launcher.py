@@ -22,6 +22,7 @@ from typing import NamedTuple
 import trio
 
 from covenant.runtime import _elf, host, teardown
+from covenant.runtime.workers import on_a_lasting_thread
 
 __all__ = [
     "AgentCredentials",
@@ -247,6 +248,11 @@ class ProcessGroupLauncher(Launcher):
     """
 
     def launch(self, plan: LaunchPlan) -> Launched:
+        if plan.pdeathsig and not on_a_lasting_thread():
+            raise RuntimeError(
+                "a PDEATHSIG process spawned from a passing thread dies when that thread exits: "
+                "spawn on the loop's thread or through Runner.launch"
+            )
         creds = plan.credentials
         if creds is not None and (creds.uid <= 0 or creds.gid <= 0):
             raise LaunchError(f"refusing to run an agent as uid {creds.uid} / gid {creds.gid}: never root")

@@ -31,6 +31,7 @@ from collections.abc import Iterable
 from pathlib import Path
 
 from covenant.runtime import host, teardown
+from covenant.runtime.workers import on_a_lasting_thread
 
 __all__ = ["MountNamespaces", "PRIVATE_DIRS"]
 
@@ -97,7 +98,11 @@ class _Holder:
 
 
 class MountNamespaces:
-    """One held mount namespace per agent uid. Blocking methods: call them off the trio loop."""
+    """One held mount namespace per agent uid. Blocking methods.
+
+    :meth:`namespace_for` may start a holder, which dies with the thread that started it: call it on
+    the loop's thread or a launch thread (:mod:`covenant.runtime.workers`). Call the others off the loop.
+    """
 
     def __init__(self, stage: Path, always_needed: Iterable[str]) -> None:
         self.stage = stage
@@ -141,6 +146,11 @@ class MountNamespaces:
 
         if self._sleep is None:
             raise OSError("no sleep(1) on /usr/bin:/bin to hold the mount namespace")
+        if not on_a_lasting_thread():
+            raise RuntimeError(
+                "a private /tmp's holder dies with the thread that starts it (PDEATHSIG): "
+                "start it on the loop's thread or a launch thread"
+            )
         self.stage.mkdir(mode=0o700, parents=True, exist_ok=True)
         size_kib = max(size_mb, 1) * 1024
         spec = {

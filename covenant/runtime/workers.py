@@ -1,15 +1,14 @@
-"""Long-lived worker threads for blocking calls the event loop must not wait on.
+"""Long-lived worker threads for spawns the event loop must not wait on.
 
-Two jobs use them: starting agent processes (``subprocess.Popen`` blocks until
-the child has exec'd, and on a busy box that child may wait milliseconds for a
-CPU) and appending dispatch records (an fsync each).
+The runner starts its long-lived processes on them (Rune replicas, stdio MCP
+servers, the holders of agent uids' private /tmp): ``subprocess.Popen`` blocks
+until the child has exec'd, and a holder's set-up takes ~15 ms.
 
 Why not ``trio.to_thread``: PR_SET_PDEATHSIG fires when the *thread* that
-spawned an agent exits, and trio's thread cache retires idle threads, so spawns
-need threads that live as long as the runner. And :meth:`WorkerThreads.submit`
-hands a call over at once, before the caller's next await, where a
-``to_thread`` task would start only after the caller yields: the daemon starts
-a record's fsync first and then writes the audit batch beside it.
+spawned a process exits, and trio's thread cache retires a thread idle for 10 s,
+so such spawns need threads that live as long as the runner.
+:func:`on_a_lasting_thread` says whether the current thread is one (or the main
+thread); the launcher refuses PDEATHSIG spawns anywhere else.
 """
 
 from __future__ import annotations
@@ -22,9 +21,21 @@ from typing import Any, Generic, TypeVar
 
 import trio
 
-__all__ = ["Job", "WorkerThreads"]
+__all__ = ["Job", "WorkerThreads", "on_a_lasting_thread"]
 
 T = TypeVar("T")
+
+_lasting: set[int] = set()
+"""Idents of the running :class:`WorkerThreads` threads."""
+
+
+def on_a_lasting_thread() -> bool:
+    """May a process that must die with covenant (PR_SET_PDEATHSIG) be spawned from this thread?
+
+    True on the main thread and on :class:`WorkerThreads`; false on trio's thread cache, whose
+    threads exit after 10 s idle and would take such a process with them.
+    """
+    return threading.current_thread() is threading.main_thread() or threading.get_ident() in _lasting
 
 
 class Job(Generic[T]):
@@ -84,8 +95,12 @@ class WorkerThreads:
                 await trio.to_thread.run_sync(threads.close)
 
     def _work(self) -> None:
-        while (job := self._jobs.get()) is not None:
-            job._run()
+        _lasting.add(threading.get_ident())
+        try:
+            while (job := self._jobs.get()) is not None:
+                job._run()
+        finally:
+            _lasting.discard(threading.get_ident())
 
     def submit(self, fn: Callable[..., T], *args: Any) -> Job[T]:
         """Hand ``fn(*args)`` to a thread now (from the trio thread); await the job's ``result()``."""

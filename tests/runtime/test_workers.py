@@ -8,7 +8,9 @@ import threading
 import pytest
 import trio
 
-from covenant.runtime.workers import WorkerThreads
+from covenant.runtime.launcher import LaunchPlan, ProcessGroupLauncher
+from covenant.runtime.pdeathsig import GATE_BYTE
+from covenant.runtime.workers import WorkerThreads, on_a_lasting_thread
 
 
 async def test_calls_run_on_the_named_threads_and_hand_back_results_and_errors() -> None:
@@ -59,3 +61,24 @@ async def test_close_joins_after_the_calls_already_submitted() -> None:
         for n in range(6):
             threads.submit(done.append, n)
     assert sorted(done) == list(range(6))
+
+
+async def test_only_lasting_threads_may_spawn_processes_that_die_with_covenant() -> None:
+    """PR_SET_PDEATHSIG follows the spawning thread: a spawn from trio's thread cache (threads retired
+    after 10 s idle) is refused at once instead of killing the process 10 s later."""
+    assert on_a_lasting_thread()
+    assert not await trio.to_thread.run_sync(on_a_lasting_thread)
+    async with WorkerThreads.open(1, "covenant-test") as threads:
+        assert await threads.run(on_a_lasting_thread)
+    plan = LaunchPlan(argv=("/bin/true",), env={}, cwd="/")
+    with pytest.raises(RuntimeError, match="passing thread"):
+        await trio.to_thread.run_sync(ProcessGroupLauncher().launch, plan)
+    launched = ProcessGroupLauncher().launch(plan)  # the main thread: fine
+    try:
+        if launched.gated:
+            await launched.stdin.send_all(GATE_BYTE)
+        with trio.fail_after(30):
+            await launched.wait_exit()
+        assert launched.reap().exit_code == 0
+    finally:
+        launched.close()
