@@ -294,6 +294,10 @@ class ReplicaProcess:
             env=env,
             cwd=str(replica.folder),
             rlimits={resource.RLIMIT_AS: (memory, memory), resource.RLIMIT_CORE: (0, 0)},
+            # It reaches only the daemon, over unix sockets: an empty network namespace where this
+            # host can make one (rune-host.md, "Network"), the host's otherwise.
+            isolate_network=True,
+            network_required=False,
             pdeathsig=self.config.runtime.pdeathsig,
             credentials=creds,
         )

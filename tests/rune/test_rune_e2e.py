@@ -234,6 +234,10 @@ def test_the_key_stays_in_the_daemon_and_no_replica_outlives_it(daemon: DaemonPr
         assert psutil.Process(replica_pid).uids().real >= 200_000
         folder = daemon.home / "state" / "replicas" / "chat@local"
         assert folder.stat().st_uid == psutil.Process(replica_pid).uids().real and folder.stat().st_mode & 0o777 == 0o700
+        # It reaches only the daemon, over unix sockets: an empty network namespace of its own.
+        assert os.readlink(f"/proc/{replica_pid}/ns/net") != os.readlink(f"/proc/{daemon.process.pid}/ns/net")
+        interfaces = [line.split(":")[0].strip() for line in Path(f"/proc/{replica_pid}/net/dev").read_text().splitlines()[2:]]
+        assert interfaces == ["lo"], interfaces
     limits = Path(f"/proc/{replica_pid}/limits").read_text()
     address_space = next(line for line in limits.splitlines() if line.startswith("Max address space")).split()
     assert address_space[3:5] == [str(256 << 20), str(256 << 20)]  # resource_profile small
