@@ -138,6 +138,10 @@ class MountNamespaces:
             self._list_pids()
             return holder.namespace
 
+    def held(self, uid: int) -> bool:
+        """Has ``uid`` a holder already (so :meth:`namespace_for` needs no new one unless it died)?"""
+        return uid in self._holders
+
     def _list_pids(self) -> None:
         self.holder_pids = frozenset(holder.process.pid for holder in self._holders.values())
 

@@ -13,6 +13,7 @@ how a finished run is classified and recorded is :mod:`covenant.runtime.verdict`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -105,6 +106,7 @@ class Runner:
         isolation: Isolation | None = None,
         live_roots: LiveRoots | None = None,
         mount_namespaces: MountNamespaces | None = None,
+        launch_threads: WorkerThreads | None = None,
     ) -> None:
         self.config = config
         self.mount_namespaces = mount_namespaces
@@ -115,7 +117,7 @@ class Runner:
         self.scratch_root = scratch_root
         self.scratch = ScratchDirs(scratch_root)
         # Long-lived: PR_SET_PDEATHSIG fires when the thread that spawned an agent exits.
-        self._launch_threads = WorkerThreads(_LAUNCH_THREADS, "covenant-launch")
+        self._launch_threads = launch_threads or WorkerThreads(_LAUNCH_THREADS, "covenant-launch")
         self.launcher = launcher
         self.sampler = sampler
         self._interpreters = {
@@ -171,18 +173,25 @@ class Runner:
                 )
             if enforced:
                 await trio.to_thread.run_sync(partial(host.pdeathsig_wrapper, credentials=True))
+        launch_threads = WorkerThreads(_LAUNCH_THREADS, "covenant-launch")
         mount_namespaces = None
-        if enforced:
-            # On the loop's thread (~15 ms, before anything is served): its probe namespace's holder
-            # is PDEATHSIG-armed, which a trio worker thread must not be.
-            mount_namespaces = cls._private_tmp(config, scratch_root, isolation, list(visible))
+        if enforced:  # the probe namespace's holder is PDEATHSIG-armed: a launch thread, not trio's cache
+            try:
+                mount_namespaces = await launch_threads.run(
+                    cls._private_tmp, config, scratch_root, isolation, list(visible)
+                )
+            except BaseException:
+                await trio.to_thread.run_sync(launch_threads.close)
+                raise
+
         def helper_pids() -> Collection[int]:
             holders = mount_namespaces.holder_pids if mount_namespaces is not None else frozenset()
             return holders.union(own_children())
 
         sampler = Sampler(config.sample_interval_ms, helper_pids)
         runner = cls(
-            config, scratch_root, launcher or ProcessGroupLauncher(), sampler, isolation, live_roots, mount_namespaces
+            config, scratch_root, launcher or ProcessGroupLauncher(), sampler, isolation, live_roots, mount_namespaces,
+            launch_threads,
         )
         try:
             async with trio.open_nursery() as nursery:
@@ -519,6 +528,11 @@ class Runner:
         On failure the uid and the dir are given back and the error is raised.
         """
         creds = await self.claim_uid(agent.id)
+        if creds is not None and self.mount_namespaces is not None and not self.mount_namespaces.held(creds.uid):
+            # The uid's first process: its private /tmp's holder takes ~15 ms to start, which the
+            # loop should not wait through. A failure is left for _launch to report.
+            with contextlib.suppress(OSError):
+                await self._launch_threads.run(self.private_tmp, agent, creds)
         scratch = self.scratch.take(creds.uid if creds is not None else os.getuid())
         # On the loop even while others run: on a thread the spawn's Python shares the GIL with the
         # loop anyway, and the hand-offs cost more than the vfork wait they spare the loop (16
