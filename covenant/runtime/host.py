@@ -85,6 +85,10 @@ def _works(argv: list[str], stdin: bytes = b"") -> bool:
     return done.returncode == 0
 
 
+NETNS_IN_USER_NAMESPACE = "-U"
+"""In a :func:`netns_wrapper` prefix: the network namespace comes with a user namespace of its own."""
+
+
 @functools.cache
 def netns_wrapper() -> tuple[str, ...] | None:
     """argv prefix that runs a command in a fresh network namespace, or None.
@@ -97,7 +101,7 @@ def netns_wrapper() -> tuple[str, ...] | None:
     true = shutil.which("true", path="/usr/bin:/bin")
     if unshare is None or true is None:
         return None
-    for prefix in ((unshare, "-n"), (unshare, "-U", "-n")):
+    for prefix in ((unshare, "-n"), (unshare, NETNS_IN_USER_NAMESPACE, "-n")):
         if _works([*prefix, true]):
             return prefix
     return None

@@ -256,16 +256,16 @@ class ProcessGroupLauncher(Launcher):
         creds = plan.credentials
         if creds is not None and (creds.uid <= 0 or creds.gid <= 0):
             raise LaunchError(f"refusing to run an agent as uid {creds.uid} / gid {creds.gid}: never root")
-        prefix: list[str] = []
+        netns: tuple[str, ...] = ()
+        helper: tuple[str, ...] = ()
         network_enforced = False
         gated = False
         # Who switches uid/gid: covenant's credentialed helper (no fork cost) or,
         # without it, CPython in the child (Popen user=..., a full fork).
         switch_in_helper = False
         if plan.isolate_network:
-            netns = host.netns_wrapper()
-            if netns is not None:
-                prefix.extend(netns)
+            netns = host.netns_wrapper() or ()
+            if netns:
                 network_enforced = True
             elif plan.network_required:
                 raise LaunchError(
@@ -279,10 +279,17 @@ class ProcessGroupLauncher(Launcher):
             if wrapper is None:
                 wrapper = host.pdeathsig_wrapper()
             if wrapper is not None:
-                prefix.extend(wrapper.argv)
+                helper = wrapper.argv
                 gated = wrapper.gated
                 switch_in_helper = wrapper.switches_credentials
-        argv = [*prefix, *plan.argv]
+        if host.NETNS_IN_USER_NAMESPACE in netns:
+            # A process in a new user namespace cannot exec covenant's helper (a memfd reached
+            # through /proc/<covenant>/fd: EACCES), so the helper goes first and execs `unshare -U -n`;
+            # PDEATHSIG survives that (the new namespace is owned by the same uid).
+            argv = [*helper, *netns, *plan.argv]
+        else:
+            # `unshare -n` needs CAP_SYS_ADMIN: before the helper's switch to the agent's uid.
+            argv = [*netns, *helper, *plan.argv]
         # Our own pipes (O_CLOEXEC): the parent ends go straight to trio streams.
         in_r, in_w = os.pipe2(os.O_CLOEXEC)
         out_r, out_w = os.pipe2(os.O_CLOEXEC)

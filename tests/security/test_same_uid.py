@@ -22,6 +22,13 @@ from tests.conftest import traversable_tmpdir
 
 NOBODY = 65534
 SETPRIV = shutil.which("setpriv")
+NETWORK_PROBE = """\
+import json, os, sys
+intent = json.loads(sys.stdin.readline())
+lines = open("/proc/self/net/dev").read().splitlines()[2:]
+seen = {"netns": os.readlink("/proc/self/ns/net"), "interfaces": [line.split(":")[0].strip() for line in lines]}
+print(json.dumps({"intent_id": intent["id"], "status": "ok", "text": json.dumps(seen), "sources": []}))
+"""
 
 
 @pytest.fixture
@@ -36,6 +43,13 @@ def nobody_home() -> Iterator[Path]:
     shutil.copy(Path(__file__).parents[1] / "daemon" / "agents" / "echo.py", agent / "echo.py")
     (agent / "agent.toml").write_text(
         '[agent]\nid = "echo@local"\nname = "echo"\nversion = "0.1.0"\nruntime = "python3"\nentry = "echo.py"\n'
+    )
+    offline = home / "agents" / "offline"
+    offline.mkdir()
+    (offline / "offline.py").write_text(NETWORK_PROBE)
+    (offline / "agent.toml").write_text(
+        '[agent]\nid = "offline@local"\nname = "offline"\nversion = "0.1.0"\nruntime = "python3"\n'
+        'entry = "offline.py"\n\n[resources]\nnetwork = "off"\n'
     )
     for path in [base, *base.rglob("*")]:
         os.chown(path, NOBODY, NOBODY)
@@ -81,9 +95,25 @@ def test_same_uid_is_said_at_start_in_status_and_in_every_record(nobody_home: Pa
         assert done.returncode == 0, done.stderr
         record = json.loads(done.stdout)["record"]
         assert record["isolation"] == "same-uid" and record["uid"] is None
+        _network_off_runs_in_a_namespace_of_its_own(nobody_home, env, daemon.pid)
     finally:
         daemon.terminate()
         daemon.wait(timeout=60)
+
+
+def _network_off_runs_in_a_namespace_of_its_own(home: Path, env: dict[str, str], daemon_pid: int) -> None:
+    """Without CAP_SYS_ADMIN the namespace comes with a user namespace (``unshare -U -n``), from inside
+    which covenant's exec helper (a memfd behind /proc/<daemon>/fd) cannot be executed: the helper runs
+    first. Where this kernel refuses unprivileged user namespaces, the agent is refused instead."""
+    done = subprocess.run(as_nobody(home, "dispatch", "hello", "--agent", "offline@local", "--json"),
+                          env=env, capture_output=True, text=True, timeout=120)
+    probe = [SETPRIV, "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "unshare", "-U", "-n", "true"]
+    if subprocess.run(probe, capture_output=True).returncode != 0:  # type: ignore[arg-type]
+        assert done.returncode != 0 and "network namespace" in done.stdout + done.stderr, done
+        return
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads(json.loads(done.stdout)["text"])
+    assert seen["netns"] != os.readlink(f"/proc/{daemon_pid}/ns/net") and seen["interfaces"] == ["lo"], seen
 
 
 def test_require_refuses_to_start_without_isolation(nobody_home: Path) -> None:
