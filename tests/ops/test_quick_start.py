@@ -7,12 +7,15 @@ import json
 import os
 import re
 import shlex
+import shutil
 import subprocess
 import sys
 import venv
 from pathlib import Path
 
-from tests.conftest import REPO_ROOT
+import pytest
+
+from tests.conftest import REPO_ROOT, traversable_tmpdir
 
 _NOISE = re.compile(r"^WARNING: Location '.*' is ignored")  # this machine's pip index settings, not the build
 
@@ -76,3 +79,29 @@ def test_the_demo_prints_every_covenant_command_it_runs_quoted_for_pasting(tmp_p
     assert _collapse([a for a in printed if a[0] != "daemon"]) == _collapse([a for a in ran if a[0] != "daemon"])
     assert f"$ {recorder} dispatch 'count the words in this sentence'" in done.stdout
     assert ["dispatch", "calculate (2 + 3) * 7"] in printed and ["audit", "verify"] in printed
+
+
+def test_the_demo_runs_for_a_user_who_is_not_root(built_examples: Path) -> None:
+    """Most people who try the quick start are not root. The daemon then runs agents as its own uid,
+    and the examples' network = "off" in a user namespace of their own (unshare -U -n), from inside
+    which covenant's exec helper could not be executed: every example agent crashed with exit 126."""
+    setpriv = shutil.which("setpriv")
+    if os.geteuid() != 0 or setpriv is None:
+        pytest.skip("switching to an unprivileged user needs root and setpriv")
+    nobody = 65534
+    home = traversable_tmpdir()
+    try:
+        os.chown(home, nobody, nobody)
+        env = {"HOME": str(home), "PATH": "/usr/bin:/bin", "LANG": "C.UTF-8",
+               "COVENANT": str(Path(sys.executable).with_name("covenant"))}
+        done = subprocess.run(
+            [setpriv, f"--reuid={nobody}", f"--regid={nobody}", "--clear-groups", str(REPO_ROOT / "scripts" / "demo.sh")],
+            env=env, capture_output=True, text=True, timeout=600,
+        )
+    finally:
+        shutil.rmtree(home, ignore_errors=True)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "isolation  same-uid" in done.stdout and "crashed" not in done.stdout
+    assert "words: 7, lines: 1" in done.stdout  # wordcount@local, a network = "off" python3 agent, answered
+    assert done.stdout.count("classify_ticket says") == 2  # the Rune agent's replica, in an empty network namespace
+    assert re.search(r"^ok: \d+ records", done.stdout, re.M)  # audit verify
