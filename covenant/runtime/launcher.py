@@ -282,11 +282,19 @@ class ProcessGroupLauncher(Launcher):
                 helper = wrapper.argv
                 gated = wrapper.gated
                 switch_in_helper = wrapper.switches_credentials
-        if host.NETNS_IN_USER_NAMESPACE in netns:
+        in_user_namespace = host.NETNS_IN_USER_NAMESPACE in netns
+        unshare_switches = creds is not None and not switch_in_helper and bool(netns) and not in_user_namespace
+        if in_user_namespace:
             # A process in a new user namespace cannot exec covenant's helper (a memfd reached
             # through /proc/<covenant>/fd: EACCES), so the helper goes first and execs `unshare -U -n`;
             # PDEATHSIG survives that (the new namespace is owned by the same uid).
             argv = [*helper, *netns, *plan.argv]
+        elif unshare_switches:
+            # Without covenant's helper, CPython would switch the child to the agent's uid before it
+            # execs `unshare -n`, which needs root: unshare switches once the namespace is made
+            # (its --setgid drops the supplementary groups), and a PDEATHSIG wrapper comes after.
+            assert creds is not None
+            argv = [*netns, f"--setgid={creds.gid}", f"--setuid={creds.uid}", "--", *helper, *plan.argv]
         else:
             # `unshare -n` needs CAP_SYS_ADMIN: before the helper's switch to the agent's uid.
             argv = [*netns, *helper, *plan.argv]
@@ -308,6 +316,9 @@ class ProcessGroupLauncher(Launcher):
             if creds is not None:
                 if switch_in_helper:
                     credentials_block = _elf.credentials_block(creds.uid, creds.gid, ns_fd, plan.cwd)
+                elif unshare_switches:
+                    # Still root in the child until unshare switches: the limits are lowered first.
+                    switch_in_popen = {"preexec_fn": _rlimit_setter(plan.rlimits)}
                 else:
                     # CPython switches in the child (a full fork); the rlimits are set there too,
                     # after the switch: lowering one's own needs no privilege, prlimit(2) on

@@ -200,6 +200,36 @@ def test_concurrent_runs_of_one_agent_share_its_uid_and_the_sweep_waits_for_the_
     assert trio.run(main) == ["ok quick"] * 3 + ["ok slept 3.0"]
 
 
+@root_only
+def test_without_the_exec_helper_network_off_agents_are_switched_by_unshare(agent_reachable_dir: Path) -> None:
+    """``runtime.pdeathsig = false`` (also: hosts without covenant's helper): CPython would switch the
+    child to the agent's uid before it execs ``unshare -n``, which needs root, and every
+    ``network = "off"`` agent crashed. unshare makes the namespace, then switches."""
+    entry = agent_reachable_dir / "offline.py"
+    entry.write_text(
+        "import json, os, sys\n"
+        "intent = json.loads(sys.stdin.readline())\n"
+        "status = dict(line.split(':', 1) for line in open('/proc/self/status').read().splitlines())\n"
+        "lines = open('/proc/self/net/dev').read().splitlines()[2:]\n"
+        "seen = {'uid': os.getuid(), 'gid': os.getgid(), 'groups': os.getgroups(), 'caps': status['CapEff'].strip(),\n"
+        "        'interfaces': [line.split(':')[0].strip() for line in lines]}\n"
+        "print(json.dumps({'intent_id': intent['id'], 'status': 'ok', 'text': json.dumps(seen), 'sources': []}))\n"
+    )
+    iso = open_isolation(IsolationConfig(uid_range=(302000, 302999)), agent_reachable_dir / "state")
+
+    async def main():  # type: ignore[no-untyped-def]
+        async with Runner.open(RuntimeConfig(python3="/usr/bin/python3", pdeathsig=False),
+                               scratch_root=agent_reachable_dir / "scratch", isolation=iso) as runner:
+            return await runner.run(make_agent(entry, network="off"), make_payload("look"))
+
+    record = trio.run(main)
+    assert record.outcome == "ok", (record.error, record.stderr_tail)
+    seen = json.loads(record.result["text"])
+    assert 302000 <= seen["uid"] <= 302999 and seen["gid"] == seen["uid"] and seen["groups"] in ([], [seen["gid"]])
+    assert seen["caps"] == "0" * 16 and seen["interfaces"] == ["lo"], seen
+    assert record.network_enforced
+
+
 # -- private /tmp ------------------------------------------------------------------------------------
 
 
