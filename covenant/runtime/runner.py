@@ -106,7 +106,8 @@ class Runner:
         isolation: Isolation | None = None,
         live_roots: LiveRoots | None = None,
         mount_namespaces: MountNamespaces | None = None,
-        launch_threads: WorkerThreads | None = None,
+        *,
+        launch_threads: WorkerThreads,
     ) -> None:
         self.config = config
         self.mount_namespaces = mount_namespaces
@@ -117,7 +118,7 @@ class Runner:
         self.scratch_root = scratch_root
         self.scratch = ScratchDirs(scratch_root)
         # Long-lived: PR_SET_PDEATHSIG fires when the thread that spawned an agent exits.
-        self._launch_threads = launch_threads or WorkerThreads(_LAUNCH_THREADS, "covenant-launch")
+        self._launch_threads = launch_threads
         self.launcher = launcher
         self.sampler = sampler
         self._interpreters = {
@@ -191,7 +192,7 @@ class Runner:
         sampler = Sampler(config.sample_interval_ms, helper_pids)
         runner = cls(
             config, scratch_root, launcher or ProcessGroupLauncher(), sampler, isolation, live_roots, mount_namespaces,
-            launch_threads,
+            launch_threads=launch_threads,
         )
         try:
             async with trio.open_nursery() as nursery:
