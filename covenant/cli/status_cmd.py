@@ -30,7 +30,10 @@ def _render_status(doc: dict) -> None:
     click.echo(f"audit      {health}; head seq {audit['head_seq']}{age}")
     click.echo(f"network    isolation {'available' if doc.get('network_isolation') else 'NOT available'} on this host")
     detail = doc.get("isolation_detail") or {}
-    if doc.get("isolation") == "uid":
+    if doc.get("isolation") == "uid" and "user" in detail:
+        click.echo(f"isolation  uid: every agent runs as uid {detail['user']['uid']} ([isolation] user), "
+                   "one account shared by all agents")
+    elif doc.get("isolation") == "uid":
         click.echo("isolation  uid: every agent runs as an unprivileged uid of its own")
     else:
         click.echo(f"isolation  same-uid: agents run as the daemon's own uid (NOT isolated: {detail.get('reason', '?')})")

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import pwd
 import signal
 import subprocess
 import sys
@@ -278,6 +279,21 @@ def test_status_exit_codes(daemon: DaemonProcess) -> None:
     dispatch_down = DaemonProcess(home=daemon.home, socket=Path("/nonexistent/x.sock"),
                                   env={**daemon.env, "COVENANT_SOCKET": "/nonexistent/x.sock"})
     assert dispatch_down.cli("dispatch", "hello").returncode == 5
+
+
+def test_status_says_when_every_agent_shares_one_account(daemon: DaemonProcess) -> None:
+    if os.geteuid() != 0:
+        pytest.skip("only a root daemon runs agents as another account")
+    daemon.write_config('[isolation]\nuser = "nobody"\n')
+    daemon.add_agent("echo", "echo.py", keywords=("echo",))
+    daemon.start()
+    nobody = pwd.getpwnam("nobody").pw_uid
+    said = f"isolation  uid: every agent runs as uid {nobody} ([isolation] user), one account shared by all agents"
+    assert said in daemon.cli("status", check=True).stdout
+    done = daemon.cli("dispatch", "echo hello", "--agent", "echo@local", "--json")
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["record"]["uid"] == nobody
+    assert daemon.stop() == 0
 
 
 @pytest.mark.parametrize("count", [200])
