@@ -84,7 +84,7 @@ def test_the_demo_prints_every_covenant_command_it_runs_quoted_for_pasting(tmp_p
 def test_the_demo_runs_for_a_user_who_is_not_root(built_examples: Path) -> None:
     """Most people who try the quick start are not root. The daemon then runs agents as its own uid,
     and the examples' network = "off" in a user namespace of their own (unshare -U -n), from inside
-    which covenant's exec helper could not be executed: every example agent crashed with exit 126."""
+    which covenant's exec helper could not be executed: those examples crashed with exit 126."""
     setpriv = shutil.which("setpriv")
     if os.geteuid() != 0 or setpriv is None:
         pytest.skip("switching to an unprivileged user needs root and setpriv")
