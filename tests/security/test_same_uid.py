@@ -116,6 +116,22 @@ def _network_off_runs_in_a_namespace_of_its_own(home: Path, env: dict[str, str],
     assert seen["netns"] != os.readlink(f"/proc/{daemon_pid}/ns/net") and seen["interfaces"] == ["lo"], seen
 
 
+def test_covenant_run_as_an_ordinary_user_runs_a_network_off_agent(nobody_home: Path) -> None:
+    """`covenant run` (no daemon) goes through the same launcher: the helper before `unshare -U -n`."""
+    env = env_for(nobody_home)
+    subprocess.run(as_nobody(nobody_home, "init", "--display", "nobody@test"), env=env, check=True, capture_output=True)
+    (nobody_home / "covenant.toml").write_text('[runtime]\npython3 = "/usr/bin/python3"\n')
+    done = subprocess.run(as_nobody(nobody_home, "run", str(nobody_home / "agents" / "offline"), "hello", "--json"),
+                          env=env, capture_output=True, text=True, timeout=120)
+    probe = [SETPRIV, "--reuid", str(NOBODY), "--regid", str(NOBODY), "--clear-groups", "unshare", "-U", "-n", "true"]
+    if subprocess.run(probe, capture_output=True).returncode != 0:  # type: ignore[arg-type]
+        assert done.returncode != 0 and "network namespace" in done.stdout + done.stderr, done
+        return
+    assert done.returncode == 0, done.stdout + done.stderr
+    seen = json.loads(json.loads(done.stdout)["result"]["text"])  # run --json prints the dispatch record
+    assert seen["netns"] != os.readlink("/proc/self/ns/net") and seen["interfaces"] == ["lo"], seen
+
+
 def test_require_refuses_to_start_without_isolation(nobody_home: Path) -> None:
     env = env_for(nobody_home)
     subprocess.run(as_nobody(nobody_home, "init", "--display", "nobody@test"), env=env, check=True, capture_output=True)
