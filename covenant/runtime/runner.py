@@ -13,7 +13,6 @@ how a finished run is classified and recorded is :mod:`covenant.runtime.verdict`
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import logging
 import math
@@ -174,47 +173,42 @@ class Runner:
                 )
             if enforced:
                 await trio.to_thread.run_sync(partial(host.pdeathsig_wrapper, credentials=True))
-        launch_threads = WorkerThreads(_LAUNCH_THREADS, "covenant-launch")
-        mount_namespaces = None
-        if enforced:  # the probe namespace's holder is PDEATHSIG-armed: a launch thread, not trio's cache
-            try:
+        async with WorkerThreads.open(_LAUNCH_THREADS, "covenant-launch") as launch_threads:
+            mount_namespaces = None
+            if enforced:  # the probe namespace's holder is PDEATHSIG-armed: a launch thread, not trio's cache
                 mount_namespaces = await launch_threads.run(
                     cls._private_tmp, config, scratch_root, isolation, list(visible)
                 )
-            except BaseException:
-                await trio.to_thread.run_sync(launch_threads.close)
-                raise
 
-        def helper_pids() -> Collection[int]:
-            holders = mount_namespaces.holder_pids if mount_namespaces is not None else frozenset()
-            return holders.union(own_children())
+            def helper_pids() -> Collection[int]:
+                holders = mount_namespaces.holder_pids if mount_namespaces is not None else frozenset()
+                return holders.union(own_children())
 
-        sampler = Sampler(config.sample_interval_ms, helper_pids)
-        runner = cls(
-            config, scratch_root, launcher or ProcessGroupLauncher(), sampler, isolation, live_roots, mount_namespaces,
-            launch_threads=launch_threads,
-        )
-        try:
-            async with trio.open_nursery() as nursery:
-                nursery.start_soon(sampler.run)
-                nursery.start_soon(runner.scratch.run)
-                try:
-                    yield runner
-                finally:
-                    with trio.CancelScope(shield=True):
-                        if runner._dispatches:
-                            runner.cancel_all()
-                            bound = config.kill_grace_ms / 1000 + _KILL_WAIT_S + _PIPE_DRAIN_S
-                            with trio.move_on_after(bound):
-                                while runner._dispatches:
-                                    await trio.sleep(0.01)
-                    nursery.cancel_scope.cancel()
-        finally:
-            with trio.CancelScope(shield=True):
-                await trio.to_thread.run_sync(runner.scratch.close)
-                await trio.to_thread.run_sync(runner._launch_threads.close)
-                if mount_namespaces is not None:
-                    await trio.to_thread.run_sync(mount_namespaces.close)
+            sampler = Sampler(config.sample_interval_ms, helper_pids)
+            runner = cls(
+                config, scratch_root, launcher or ProcessGroupLauncher(), sampler, isolation, live_roots,
+                mount_namespaces, launch_threads=launch_threads,
+            )
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(sampler.run)
+                    nursery.start_soon(runner.scratch.run)
+                    try:
+                        yield runner
+                    finally:
+                        with trio.CancelScope(shield=True):
+                            if runner._dispatches:
+                                runner.cancel_all()
+                                bound = config.kill_grace_ms / 1000 + _KILL_WAIT_S + _PIPE_DRAIN_S
+                                with trio.move_on_after(bound):
+                                    while runner._dispatches:
+                                        await trio.sleep(0.01)
+                        nursery.cancel_scope.cancel()
+            finally:
+                with trio.CancelScope(shield=True):
+                    await trio.to_thread.run_sync(runner.scratch.close)
+                    if mount_namespaces is not None:
+                        await trio.to_thread.run_sync(mount_namespaces.close)
 
     @classmethod
     def _private_tmp(
@@ -335,12 +329,14 @@ class Runner:
         scratch: str | None,
         cpu_ms: int,
         creds: AgentCredentials | None,
+        mount_namespace: str | None,
         cwd: str | None = None,
     ) -> tuple[str | None, Launched | LaunchError | OSError]:
         """Make the scratch dir if none was ready, build the plan, spawn (blocking; any thread).
 
         ``intent_id`` is the run's marker (the intent's id for an agent, a
-        unique run id for a tool). Returns the scratch dir with the process,
+        unique run id for a tool); ``mount_namespace`` is the uid's private
+        /tmp (:meth:`_private_tmp_off_the_loop`). Returns the scratch dir with the process,
         or with the error, so the caller can give the dir back either way.
         """
         try:
@@ -348,7 +344,6 @@ class Runner:
                 scratch = self.scratch.make()
             if creds is not None:
                 os.chown(scratch, creds.uid, creds.gid)  # its HOME and TMPDIR: 0700, the agent's own
-            mount_namespace = self.private_tmp(agent, creds)
             env = agent_environment(
                 self.config, agent_id=agent.id, intent_id=intent_id, scratch=scratch, parent_env=os.environ
             )
@@ -521,6 +516,13 @@ class Runner:
 
         return await self._launch_threads.run(start)
 
+    async def _private_tmp_off_the_loop(self, agent: AgentSpec, creds: AgentCredentials | None) -> str | None:
+        """:meth:`private_tmp`, on a launch thread when the uid has no holder yet: starting one takes
+        ~15 ms, which the loop does not wait through. (A holder that died is replaced on the loop.)"""
+        if creds is not None and self.mount_namespaces is not None and not self.mount_namespaces.held(creds.uid):
+            return await self._launch_threads.run(self.private_tmp, agent, creds)
+        return self.private_tmp(agent, creds)
+
     async def _spawn(
         self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int, cwd: str | None = None
     ) -> tuple[str, Launched, AgentCredentials | None]:
@@ -529,16 +531,18 @@ class Runner:
         On failure the uid and the dir are given back and the error is raised.
         """
         creds = await self.claim_uid(agent.id)
-        if creds is not None and self.mount_namespaces is not None and not self.mount_namespaces.held(creds.uid):
-            # The uid's first process: its private /tmp's holder takes ~15 ms to start, which the
-            # loop should not wait through. A failure is left for _launch to report.
-            with contextlib.suppress(OSError):
-                await self._launch_threads.run(self.private_tmp, agent, creds)
         scratch = self.scratch.take(creds.uid if creds is not None else os.getuid())
-        # On the loop even while others run: on a thread the spawn's Python shares the GIL with the
-        # loop anyway, and the hand-offs cost more than the vfork wait they spare the loop (16
-        # concurrent clients: 2-7 % more dispatches per s, 7-11 % less CPU; docs/performance.md).
-        made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds, cwd)
+        made: str | None
+        launched: Launched | LaunchError | OSError
+        try:
+            private_tmp = await self._private_tmp_off_the_loop(agent, creds)
+        except OSError as exc:
+            made, launched = scratch, exc
+        else:
+            # On the loop even while others run: on a thread the spawn's Python shares the GIL with the
+            # loop anyway, and the hand-offs cost more than the vfork wait they spare the loop (16
+            # concurrent clients: 2-7 % more dispatches per s, 7-11 % less CPU; docs/performance.md).
+            made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds, private_tmp, cwd)
         if isinstance(launched, Exception):
             with trio.CancelScope(shield=True):
                 if creds is not None:

@@ -115,21 +115,12 @@ def test_a_daemon_with_only_the_units_capabilities_isolates_agents(tmp_path: Pat
         assert not Path(f"/proc/{escaped}").exists() or "Z" in Path(f"/proc/{escaped}/stat").read_text().split(")")[1][:3]
 
 
-NETWORK_PROBE = """\
-import json, os, sys
-intent = json.loads(sys.stdin.readline())
-lines = open("/proc/self/net/dev").read().splitlines()[2:]
-seen = {"netns": os.readlink("/proc/self/ns/net"), "interfaces": [l.split(":")[0].strip() for l in lines]}
-print(json.dumps({"intent_id": intent["id"], "status": "ok", "text": json.dumps(seen), "sources": []}))
-"""
-
-
 def test_without_cap_sys_admin_network_off_agents_still_get_an_empty_namespace(tmp_path: Path) -> None:
     """operations.md's drop-in without CAP_SYS_ADMIN: no private /tmp (said in status), and
     ``network = "off"`` through ``unshare -U -n`` after the helper's switch to the agent's uid
     (before it, the helper could not be executed from inside the user namespace: exit 126)."""
     caps = unit_capabilities(without=("CAP_SYS_ADMIN", "CAP_SYS_CHROOT"))
-    agents = {"offline": (NETWORK_PROBE, '\n[resources]\nnetwork = "off"\n')}
+    agents = {"offline": ((AGENTS / "offline.py").read_text(), '\n[resources]\nnetwork = "off"\n')}
     with daemon_with(caps, agents, tmp_path) as (_home, env, doc):
         assert doc["isolation"] == "uid"
         assert any("no private /tmp" in p for p in doc["isolation_detail"]["problems"]), doc["isolation_detail"]

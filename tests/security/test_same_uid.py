@@ -22,15 +22,6 @@ from tests.conftest import traversable_tmpdir
 
 NOBODY = 65534
 SETPRIV = shutil.which("setpriv")
-NETWORK_PROBE = """\
-import json, os, sys
-intent = json.loads(sys.stdin.readline())
-lines = open("/proc/self/net/dev").read().splitlines()[2:]
-seen = {"netns": os.readlink("/proc/self/ns/net"), "interfaces": [line.split(":")[0].strip() for line in lines]}
-print(json.dumps({"intent_id": intent["id"], "status": "ok", "text": json.dumps(seen), "sources": []}))
-"""
-
-
 @pytest.fixture
 def nobody_home() -> Iterator[Path]:
     if os.geteuid() != 0 or SETPRIV is None:
@@ -46,7 +37,7 @@ def nobody_home() -> Iterator[Path]:
     )
     offline = home / "agents" / "offline"
     offline.mkdir()
-    (offline / "offline.py").write_text(NETWORK_PROBE)
+    shutil.copy(Path(__file__).parent / "agents" / "offline.py", offline / "offline.py")
     (offline / "agent.toml").write_text(
         '[agent]\nid = "offline@local"\nname = "offline"\nversion = "0.1.0"\nruntime = "python3"\n'
         'entry = "offline.py"\n\n[resources]\nnetwork = "off"\n'
