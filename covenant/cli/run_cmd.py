@@ -125,8 +125,9 @@ def run(cli: CliContext, path: Path, text: str, as_json: bool) -> None:
     """Run the agent at PATH (a manifest, or a folder with agent.toml or a Runefile) once with TEXT.
 
     A Rune package runs its model loop in this process: providers from the
-    home's covenant.toml, keys from this command's own environment, the same
-    limits and outcomes as under the daemon (a daemon may be running).
+    home's covenant.toml, keys from this command's own environment, its MCP
+    servers connected for the run, the same limits and outcomes as under the
+    daemon (a daemon may be running).
 
     Prints the agent's answer (or the full record with --json). Exit codes:
     0 ok, 1 the agent answered status error, 2 bad manifest or configuration,

@@ -4,8 +4,9 @@ Same loop, limits and outcomes as under the daemon (``max_steps``,
 ``token_budget``, ``timeout_ms``, ``safety_policy``, the tool host's grants
 check is skipped: there is no issuer but the operator running it). Providers
 come from the home's covenant.toml and keys from this process's own
-environment; nothing is written to the audit log (there is no daemon) and the
-conversation is not kept (a one-shot session).
+environment; the package's MCP servers are connected for the run, as a
+replica's start connects them; nothing is written to the audit log (there is
+no daemon) and the conversation is not kept (a one-shot session).
 """
 
 from __future__ import annotations
@@ -39,9 +40,11 @@ class _LocalBackend:
     """Model calls straight to the gateway, tool calls straight to the tool host."""
 
     def __init__(self, models: ModelGateway, tools: ToolHost, agent: AgentSpec, package: RunePackage,
-                 intent_id: str, issuer: str, grants: Any, deadline: float, secrets: list[str]) -> None:
+                 intent_id: str, issuer: str, grants: Any, secrets: list[str]) -> None:
         self.models, self.tools, self.agent, self.package = models, tools, agent, package
-        self.intent_id, self.issuer, self.grants, self.deadline = intent_id, issuer, grants, deadline
+        self.intent_id, self.issuer, self.grants = intent_id, issuer, grants
+        self.deadline = 0.0
+        """The tool calls' deadline (trio clock): set when the loop starts."""
         self.secrets = secrets
         self.budget = TokenBudget(package.runefile.models.token_budget)
 
@@ -70,6 +73,34 @@ async def _no_audit(event: str, data: dict[str, Any]) -> None:
     """``covenant run`` keeps no audit log."""
 
 
+async def _answer(
+    backend: _LocalBackend, text: str, *, home: Home, config: Config
+) -> tuple[str, str | None, str | None, dict[str, Any] | None]:
+    """(outcome, error, answer, usage) of one run of the package's loop, within its ``timeout_ms``."""
+    agent, package, rf = backend.agent, backend.package, backend.package.runefile
+    skills_path = home.root / config.rune.skills_dir  # an absolute skills_dir replaces the home part
+    outcome, error, answer, usage = "ok", None, None, None
+    try:
+        settings = await trio.to_thread.run_sync(
+            lambda: loop_settings(package, skills_dir=skills_path, offered_tools=backend.tools.offered(agent),
+                                  standard_turns=config.rune.standard_turns))
+    except Exception as exc:  # SkillError, unreadable schema files
+        return "spawn_failed", str(exc), None, None
+    spec = LoopSpec(settings["system_prompt"], settings["tools"], rf.max_steps, rf.models.safety_policy)
+    backend.deadline = trio.current_time() + rf.timeout_ms / 1000
+    conversations = Conversations(SessionPolicy(agent.id, home.state_dir / "sessions", checkpoint_policy="never"))
+    with trio.move_on_after(rf.timeout_ms / 1000) as timer:
+        try:
+            _, result = await conversations.answer(spec, with_skills(backend, settings["skills"]), text=text,
+                                                   intent_id=backend.intent_id, issuer=backend.issuer, session_id=None)
+            answer, usage = result.text, result.usage
+        except LoopFailed as exc:
+            outcome, error, usage = exc.code if exc.code in OUTCOMES else "protocol_error", exc.message, exc.usage
+    if timer.cancelled_caught:
+        outcome, error = "timeout", f"no answer within the agent's timeout_ms = {rf.timeout_ms}"
+    return outcome, error, answer, usage
+
+
 async def run_package(
     agent: AgentSpec, package: RunePackage, text: str, *, home: Home, config: Config, runner: Runner,
     issuer: str, grants: Any,
@@ -82,31 +113,21 @@ async def run_package(
                if p.api_key_env and os.environ.get(p.api_key_env)]
     models = ModelGateway(config.providers, environ=os.environ, audit=_no_audit, store_text=False)
     tools = ToolHost(home, config, runner, _no_audit, packages=lambda a: package if a.id == agent.id else None)
-    skills_path = home.root / config.rune.skills_dir  # an absolute skills_dir replaces the home part
-    outcome, error, answer, usage = "ok", None, None, None
-    try:
-        settings = await trio.to_thread.run_sync(
-            lambda: loop_settings(package, skills_dir=skills_path, offered_tools=tools.offered(agent),
-                                  standard_turns=config.rune.standard_turns))
-    except Exception as exc:  # SkillError, unreadable schema files
-        outcome, error = "spawn_failed", str(exc)
-    else:
-        spec = LoopSpec(settings["system_prompt"], settings["tools"], rf.max_steps, rf.models.safety_policy)
-        deadline = trio.current_time() + rf.timeout_ms / 1000
-        backend = with_skills(_LocalBackend(models, tools, agent, package, intent_id, issuer, grants, deadline, secrets),
-                              settings["skills"])
-        conversations = Conversations(SessionPolicy(agent.id, home.state_dir / "sessions", checkpoint_policy="never"))
-        with trio.move_on_after(rf.timeout_ms / 1000) as timer:
-            try:
-                _, result = await conversations.answer(spec, backend, text=text, intent_id=intent_id, issuer=issuer,
-                                                       session_id=None)
-                answer, usage = result.text, result.usage
-            except LoopFailed as exc:
-                outcome, error, usage = exc.code if exc.code in OUTCOMES else "protocol_error", exc.message, exc.usage
-        if timer.cancelled_caught:
-            outcome, error = "timeout", f"no answer within the agent's timeout_ms = {rf.timeout_ms}"
-    await tools.intent_ended(intent_id)  # its rune@process-* processes end with the run
-    await models.aclose()
+    async with trio.open_nursery() as mcp_sessions:
+        await mcp_sessions.start(tools.mcp.run)
+        # As a replica's start does: the package's MCP servers first (each first attempt awaited, at most
+        # FIRST_CONNECT_WAIT_S), so the model is offered their tools; a server that is down is left out.
+        await tools.prepare(agent)
+        try:
+            outcome, error, answer, usage = await _answer(
+                _LocalBackend(models, tools, agent, package, intent_id, issuer, grants, secrets),
+                text, home=home, config=config)
+        finally:
+            await tools.intent_ended(intent_id)  # its rune@process-* processes end with the run
+            with trio.CancelScope(shield=True):
+                await tools.mcp.stop(agent.id)  # stdio servers are killed
+                await models.aclose()
+            mcp_sessions.cancel_scope.cancel()
     if answer is not None and rf.models.safety_policy != "none":
         answer = redact(answer, secrets)
         if rf.models.safety_policy == "strict" and still_secret(answer, secrets):

@@ -12,13 +12,17 @@ import shutil
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterable, Iterator
+from contextlib import contextmanager
 from pathlib import Path
 
+import psutil
 import pytest
 
 from covenant.client import DaemonClient, DaemonUnreachable
 from tests.conftest import traversable_tmpdir
+from tests.fakes import FakeModelServer, Reply, ToolCall
+from tests.processes import alive
 
 NOBODY = 65534
 SETPRIV = shutil.which("setpriv")
@@ -58,25 +62,37 @@ def env_for(home: Path) -> dict[str, str]:
             "LANG": "C.UTF-8"}
 
 
+@contextmanager
+def daemon_as_nobody(home: Path, env: dict[str, str]) -> Iterator[tuple[subprocess.Popen[bytes], Path]]:
+    """The daemon run as ``nobody``, once its socket answers; (process, log file). Stopped at exit."""
+    log_path = home.parent / "daemon.log"
+    with open(log_path, "wb") as log:
+        daemon = subprocess.Popen(as_nobody(home, "daemon"), env=env, stdout=log, stderr=subprocess.STDOUT)
+    try:
+        deadline = time.monotonic() + 60
+        while True:
+            assert daemon.poll() is None, log_path.read_text()
+            assert time.monotonic() < deadline, log_path.read_text()
+            try:
+                with DaemonClient(home / "run" / "covenant.sock", timeout=5) as client:
+                    client.request("GET", "/v1/status")
+                break
+            except DaemonUnreachable:
+                time.sleep(0.05)
+        yield daemon, log_path
+    finally:
+        daemon.terminate()
+        daemon.wait(timeout=60)
+
+
 def test_same_uid_is_said_at_start_in_status_and_in_every_record(nobody_home: Path) -> None:
     env = env_for(nobody_home)
     subprocess.run(as_nobody(nobody_home, "init", "--display", "nobody@test"), env=env, check=True, capture_output=True)
     (nobody_home / "covenant.toml").write_text('[runtime]\npython3 = "/usr/bin/python3"\n')
-    log_path = nobody_home.parent / "daemon.log"
-    with open(log_path, "wb") as log:
-        daemon = subprocess.Popen(as_nobody(nobody_home, "daemon"), env=env, stdout=log, stderr=subprocess.STDOUT)
-    sock = nobody_home / "run" / "covenant.sock"
-    try:
-        deadline = time.monotonic() + 60
-        doc = None
-        while doc is None and time.monotonic() < deadline:
-            assert daemon.poll() is None, log_path.read_text()
-            try:
-                with DaemonClient(sock, timeout=5) as client:
-                    doc = client.request("GET", "/v1/status")
-            except DaemonUnreachable:
-                time.sleep(0.05)
-        assert doc is not None and doc["isolation"] == "same-uid"
+    with daemon_as_nobody(nobody_home, env) as (daemon, log_path):
+        with DaemonClient(nobody_home / "run" / "covenant.sock", timeout=5) as client:
+            doc = client.request("GET", "/v1/status")
+        assert doc["isolation"] == "same-uid"
         assert "CAP_SETUID" in doc["isolation_detail"]["reason"]
         assert "isolation: same-uid" in log_path.read_text()
         status = subprocess.run(as_nobody(nobody_home, "status"), env=env, capture_output=True, text=True, check=True)
@@ -87,9 +103,6 @@ def test_same_uid_is_said_at_start_in_status_and_in_every_record(nobody_home: Pa
         record = json.loads(done.stdout)["record"]
         assert record["isolation"] == "same-uid" and record["uid"] is None
         _network_off_runs_in_a_namespace_of_its_own(nobody_home, env, daemon.pid)
-    finally:
-        daemon.terminate()
-        daemon.wait(timeout=60)
 
 
 def _network_off_runs_in_a_namespace_of_its_own(home: Path, env: dict[str, str], daemon_pid: int) -> None:
@@ -134,3 +147,103 @@ def test_require_refuses_to_start_without_isolation(nobody_home: Path) -> None:
     assert done.returncode == 2, done.stderr
     assert "isolation.require = true" in done.stderr and "CAP_SETUID" in done.stderr
     assert not (nobody_home / "run" / "covenant.sock").exists()
+
+
+CLOCK_RUNEFILE = """\
+name: clock
+version: 0.1.0
+instructions: You tell the time.
+default_model: default
+toolset: ["time/get_current_time"]
+max_steps: 4
+timeout_ms: 60000
+runtime:
+  startup_timeout_ms: 30000
+models:
+  providers: ["fake"]
+  model_mapping:
+    default: fake-model
+"""
+
+
+def _rune_config(home: Path, fake_model: FakeModelServer) -> None:
+    """covenant.toml for a Rune agent whose one tool comes from ``mcp-server-time`` over stdio."""
+    mcp_server_time = Path(sys.executable).parent / "mcp-server-time"
+    (home / "covenant.toml").write_text(
+        f'[runtime]\npython3 = "/usr/bin/python3"\n\n[mcp.time]\ncommand = ["{mcp_server_time}"]\n\n'
+        + fake_model.provider_toml("fake", timeout_s=30)
+    )
+    os.chown(home / "covenant.toml", NOBODY, NOBODY)
+
+
+def _script_one_tool_call(fake_model: FakeModelServer, text: str) -> None:
+    fake_model.script(Reply.tools(ToolCall("time__get_current_time", {"timezone": "UTC"})), Reply(text=text))
+
+
+def _the_tool_answered(fake_model: FakeModelServer) -> None:
+    first, second = fake_model.requests
+    assert first.tool_names == ["time__get_current_time"]
+    answer = json.loads([m for m in second.messages if m["role"] == "tool"][-1]["content"])
+    assert answer["timezone"] == "UTC" and "datetime" in answer, answer
+
+
+def test_a_rune_agent_and_its_stdio_mcp_server_run_under_an_ordinary_users_daemon(
+    nobody_home: Path, fake_model: FakeModelServer
+) -> None:
+    """The replica and the MCP server go through the launcher an unprivileged daemon has: no uid switch,
+    `unshare -U -n` for the replica; the server runs as the daemon's uid and ends with it."""
+    env = env_for(nobody_home)
+    subprocess.run(as_nobody(nobody_home, "init", "--display", "nobody@test"), env=env, check=True, capture_output=True)
+    package = nobody_home / "agents" / "clock"
+    package.mkdir()
+    (package / "Runefile").write_text(CLOCK_RUNEFILE)
+    os.chown(package, NOBODY, NOBODY)
+    os.chown(package / "Runefile", NOBODY, NOBODY)
+    _rune_config(nobody_home, fake_model)
+    with daemon_as_nobody(nobody_home, env) as (daemon, log_path):
+        subprocess.run(as_nobody(nobody_home, "grant", "nobody@test", "tool.mcp.time.get_current_time"),
+                       env=env, check=True, capture_output=True)
+        _script_one_tool_call(fake_model, "it is noon somewhere")
+        done = subprocess.run(as_nobody(nobody_home, "dispatch", "what time is it", "--agent", "clock@local", "--json"),
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr + log_path.read_text()
+        assert json.loads(done.stdout)["text"] == "it is noon somewhere"
+        _the_tool_answered(fake_model)
+        servers = _mcp_servers_of_clock(psutil.Process(daemon.pid).children(recursive=True))
+        assert servers and all(p.uids().real == NOBODY for p in servers), servers
+    deadline = time.monotonic() + 30
+    while any(alive(p.pid) for p in servers):
+        assert time.monotonic() < deadline, "the MCP server outlived the daemon"
+        time.sleep(0.1)
+
+
+def _mcp_servers_of_clock(processes: Iterable[psutil.Process]) -> list[psutil.Process]:
+    found = []
+    for proc in processes:
+        try:
+            if proc.environ().get("COVENANT_INTENT_ID") == "mcp:clock@local" and alive(proc.pid):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def test_covenant_run_as_an_ordinary_user_runs_a_rune_package_with_a_stdio_mcp_server(
+    nobody_home: Path, fake_model: FakeModelServer
+) -> None:
+    """`covenant run` hosts the package itself (replica, model loop, MCP server), no daemon involved."""
+    env = env_for(nobody_home)
+    subprocess.run(as_nobody(nobody_home, "init", "--display", "nobody@test"), env=env, check=True, capture_output=True)
+    package = nobody_home.parent / "clock"
+    package.mkdir()
+    (package / "Runefile").write_text(CLOCK_RUNEFILE)
+    os.chown(package, NOBODY, NOBODY)
+    os.chown(package / "Runefile", NOBODY, NOBODY)
+    _rune_config(nobody_home, fake_model)
+    _script_one_tool_call(fake_model, "it is noon somewhere")
+    done = subprocess.run(as_nobody(nobody_home, "run", str(package), "what time is it", "--json"),
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert json.loads(done.stdout)["result"]["text"] == "it is noon somewhere"
+    _the_tool_answered(fake_model)
+    assert _mcp_servers_of_clock(psutil.process_iter()) == []  # none outlived the command
