@@ -7,14 +7,13 @@ cannot burn the id of a legitimate one.
 
 from __future__ import annotations
 
-import heapq
-import threading
 from collections.abc import Iterable
 from typing import Annotated, Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from covenant.policy.errors import BadIntent, BadSignature, ReplayedIntent, StaleIntent
+from covenant.policy.errors import BadIntent, BadSignature, StaleIntent
+from covenant.policy.replay_cache import ReplayCache
 from cryptography.exceptions import InvalidSignature
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
@@ -95,15 +94,12 @@ class IntentVerifier:
             raise ValueError("skew_s and replay_cache_size must be positive")
         self.skew_ms = skew_s * 1000
         self.replay_cache_size = replay_cache_size
-        self._seen: dict[str, int] = {}  # id -> issued_at
-        self._by_age: list[tuple[int, str]] = []  # min-heap of (issued_at, id), same entries as _seen
-        # Highest issued_at among ids evicted while still inside the skew window.
-        # An intent at or below it that is not in the cache cannot be proven fresh.
-        self._floor_ms = -1
-        self._lock = threading.Lock()
+        # An id older than the skew window fails the skew check before the cache is asked: the cache
+        # need not remember it any longer.
+        self._replays = ReplayCache(self.skew_ms, replay_cache_size)
 
     def __len__(self) -> int:
-        return len(self._seen)
+        return len(self._replays)
 
     def verify(self, body: Any, now_ms: int, *, signer: str | None = None) -> Intent:
         """Return the verified intent, or raise BadIntent, BadSignature, StaleIntent or ReplayedIntent.
@@ -119,7 +115,7 @@ class IntentVerifier:
                 pubkey=intent.issuer.pubkey,
             )
         self._check_skew(intent, now_ms)
-        self._remember(intent, now_ms)
+        self._replays.remember(intent.id, intent.issued_at, now_ms)
         return intent
 
     def restore(self, seen: Iterable[tuple[str, int]], now_ms: int) -> int:
@@ -129,17 +125,9 @@ class IntentVerifier:
         last skew window, read back from its durable audit log, before it
         serves anyone. Ids already outside the window are dropped (their
         replay fails the skew check); past ``replay_cache_size`` the oldest
-        are evicted and raise the floor, exactly as at run time.
+        are forgotten and raise the floor, exactly as at run time.
         """
-        horizon = now_ms - self.skew_ms
-        with self._lock:
-            for intent_id, issued_at in seen:
-                if issued_at < horizon or intent_id in self._seen:
-                    continue
-                self._seen[intent_id] = issued_at
-                heapq.heappush(self._by_age, (issued_at, intent_id))
-            self._evict_overflow()
-            return len(self._seen)
+        return self._replays.restore(seen, now_ms)
 
     def _check_shape(self, body: Any) -> tuple[Intent, bytes]:
         """The intent, validated, and the bytes its signature covers (BadIntent if they cannot be encoded)."""
@@ -170,44 +158,6 @@ class IntentVerifier:
             now_ms=now_ms,
             skew_s=self.skew_ms // 1000,
         )
-
-    def _remember(self, intent: Intent, now_ms: int) -> None:
-        with self._lock:
-            self._prune(now_ms)
-            if intent.id in self._seen:
-                raise ReplayedIntent(
-                    f"intent {intent.id} was already received; sign a new intent (a fresh id) to dispatch again",
-                    intent_id=intent.id,
-                )
-            if intent.issued_at <= self._floor_ms:
-                raise ReplayedIntent(
-                    f"intent {intent.id}: the replay cache is full and this intent is older than ids it had "
-                    f"to forget, so it cannot be proven fresh; dispatch again with a new intent "
-                    f"(or raise policy.replay_cache)",
-                    intent_id=intent.id,
-                    cache_full=True,
-                )
-            self._seen[intent.id] = intent.issued_at
-            heapq.heappush(self._by_age, (intent.issued_at, intent.id))
-            self._evict_overflow()
-
-    def _evict_overflow(self) -> None:
-        while len(self._seen) > self.replay_cache_size:
-            issued_at, evicted = heapq.heappop(self._by_age)
-            del self._seen[evicted]
-            self._floor_ms = max(self._floor_ms, issued_at)
-
-    def _prune(self, now_ms: int) -> None:
-        # An entry whose issued_at is older than the skew window can be dropped
-        # safely: replaying that intent now fails the skew check before the
-        # replay check is reached. So the cache only has to hold ids from the
-        # last 2 × skew window, and eviction of in-window ids (a full cache)
-        # raises the floor instead of silently allowing a replay.
-        horizon = now_ms - self.skew_ms
-        while self._by_age and self._by_age[0][0] < horizon:
-            _, old = heapq.heappop(self._by_age)
-            del self._seen[old]
-
 
 # -- child intents: made and signed by the daemon, never received -------------------------------
 
