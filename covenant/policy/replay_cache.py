@@ -1,10 +1,10 @@
 """The intent ids a daemon has accepted, remembered so that a replay is refused.
 
-Memory is the point of this module's shape: at the default ``replay_cache``
-of 100,000 ids a daemon holds every id of the last ``skew_s`` window, all the
-time. An id is kept as a 60-bit keyed hash (a small Python int), not as its
-text, with its ``issued_at``; arrival order is a deque of those keys.
-About 130 bytes per id (tracemalloc), where the id's text, a dict and a heap took 220.
+Memory is the point of this module's shape: a busy daemon holds every id of
+the last ``skew_s`` window, up to ``replay_cache`` (100,000 by default). An
+id is kept as a 60-bit keyed hash (a small Python int), not as its text,
+with its ``issued_at``; arrival order is a deque of those keys. About 130
+bytes per id (tracemalloc), where the id's text, a dict and a heap took 220.
 
 Two ids whose hashes agree make the second one a ``replayed_intent``: the
 cache fails closed. The key is random per process, so nobody can aim for a
