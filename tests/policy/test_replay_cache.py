@@ -85,8 +85,8 @@ def test_a_full_cache_refuses_what_it_cannot_prove_fresh_and_accepts_newer_ids()
 
 def test_restore_keeps_the_window_and_the_size() -> None:
     cache = ReplayCache(WINDOW_MS, 2)
-    kept = cache.restore([("old", NOW - WINDOW_MS - 1), ("a", NOW - 2), ("a", NOW - 2), ("b", NOW - 1), ("c", NOW)],
-                         NOW)
+    kept = cache.restore([("old", NOW - WINDOW_MS - 1), ("a", NOW - 2), ("a", NOW - 2), ("b", NOW - 1),
+                          ("huge", 2**64), ("c", NOW)], NOW)
     assert kept == 2  # "old" is outside the window, "a" came twice, then "a" was forgotten for "c"
     assert _refused(cache, "a", NOW - 2, NOW) and _refused(cache, "b", NOW - 1, NOW)
     cache.remember("d", NOW + 1, NOW)
@@ -97,3 +97,20 @@ def test_bad_bounds_are_refused() -> None:
         ReplayCache(0, 10)
     with pytest.raises(ValueError):
         ReplayCache(10, 0)
+
+
+@pytest.mark.parametrize("window_ms, size", [(10_000, 50), (1_000, 10_000)], ids=["full", "expiring"])
+def test_a_long_run_forgets_thousands_and_still_refuses_every_replay(window_ms: int, size: int) -> None:
+    """Thousands of forgotten ids (a full cache, or ids that expire): the arrays behind the arrival order
+    are compacted on the way, and every replay the skew check would let through is still refused."""
+    cache = ReplayCache(window_ms, size)
+    ids = [str(uuid.uuid4()) for _ in range(5000)]
+    for i, intent_id in enumerate(ids):
+        cache.remember(intent_id, NOW + 10 * i, NOW + 10 * i)
+    now = NOW + 10 * (len(ids) - 1)
+    assert len(cache) == min(size, window_ms // 10 + 1)
+    assert len(cache._arrived_keys) < 2 * 1024 + size  # compacted, not one slot per id ever seen
+    for i, intent_id in enumerate(ids):
+        if now - (NOW + 10 * i) <= window_ms:
+            assert _refused(cache, intent_id, NOW + 10 * i, now), i
+    cache.remember(str(uuid.uuid4()), now + 1, now + 1)
