@@ -112,7 +112,7 @@ async def _run_rune(cli: CliContext, agent: Any, text: str, config: Any, runner:
     # The operator running the package locally is its only issuer: every tool of its toolset is allowed.
     everything = GrantSet(grants=(Grant(issuer, "tool.*", 0, None, None, ""),))
     return await run_package(agent, package, text, home=cli.home, config=config, runner=runner, issuer=issuer,
-                             grants=everything)
+                             grants=everything, warn=lambda note: click.echo(f"covenant: {agent.id}: {note}", err=True))
 
 
 @click.command()
@@ -127,7 +127,8 @@ def run(cli: CliContext, path: Path, text: str, as_json: bool) -> None:
     A Rune package runs its model loop in this process: providers from the
     home's covenant.toml, keys from this command's own environment, its MCP
     servers connected for the run, the same limits and outcomes as under the
-    daemon (a daemon may be running).
+    daemon (a daemon may be running). Toolset entries the model is not offered
+    are named on stderr, with the reason.
 
     Prints the agent's answer (or the full record with --json). Exit codes:
     0 ok, 1 the agent answered status error, 2 bad manifest or configuration,

@@ -103,9 +103,12 @@ async def _answer(
 
 async def run_package(
     agent: AgentSpec, package: RunePackage, text: str, *, home: Home, config: Config, runner: Runner,
-    issuer: str, grants: Any,
+    issuer: str, grants: Any, warn: Callable[[str], None] = lambda message: None,
 ) -> DispatchRecord:
-    """Run ``text`` through the package's loop once; every fault is an outcome of the record."""
+    """Run ``text`` through the package's loop once; every fault is an outcome of the record.
+
+    ``warn`` hears of each toolset entry the model is not offered (no daemon logs it here), and why.
+    """
     rf = package.runefile
     intent_id = new_session_id()
     started_at, t0 = iso_now(), time.monotonic()
@@ -118,6 +121,8 @@ async def run_package(
         # As a replica's start does: the package's MCP servers first (each first attempt awaited, at most
         # FIRST_CONNECT_WAIT_S), so the model is offered their tools; a server that is down is left out.
         await tools.prepare(agent)
+        for entry, reason in await trio.to_thread.run_sync(tools.unavailable, agent):
+            warn(f"toolset entry {entry} is not offered to the model: {reason}")
         try:
             outcome, error, answer, usage = await _answer(
                 _LocalBackend(models, tools, agent, package, intent_id, issuer, grants, secrets),

@@ -41,6 +41,23 @@ def test_covenant_run_of_a_rune_package(daemon: DaemonProcess, fake_model: FakeM
     assert failed.returncode == 4 and json.loads(failed.stdout)["outcome"] == "max_steps_exceeded"
 
 
+def test_covenant_run_says_which_tools_the_model_is_not_offered_and_still_answers(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """No daemon log to look in: an unavailable built-in and an MCP server that cannot start are on stderr."""
+    configure(daemon, ("fake", fake_model), extra='[mcp.gone]\ncommand = ["/bin/false"]\n')
+    package = add_rune_agent(daemon, toolset=("rune@system-time", "rune@browser-click", "gone/lookup"))
+    fake_model.script(Reply(text="Answered without them."))
+    result = daemon.cli("run", str(package), "hi")
+    assert result.returncode == 0 and result.stdout == "Answered without them.\n", result
+    assert fake_model.requests[0].tool_names == ["system-time"]
+    lines = result.stderr.splitlines()
+    assert any(line.startswith("covenant: chat@local: toolset entry rune@browser-click is not offered to the model: ")
+               for line in lines), result.stderr
+    assert any(line.startswith("covenant: chat@local: toolset entry gone/lookup is not offered to the model: ")
+               and "gone" in line for line in lines), result.stderr
+
+
 def test_dry_run_names_provider_model_and_unavailable_tools(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
     configure(daemon, ("fake", fake_model))
     add_rune_agent(daemon, toolset=("rune@system-time", "rune@browser-click"), providers=("missing", "fake"))
