@@ -11,6 +11,7 @@ import time
 from pathlib import Path
 
 import psutil
+import pytest
 
 from tests.daemon.conftest import DaemonProcess, agent_processes
 from tests.fakes import FakeModelServer, Reply, ToolCall
@@ -325,3 +326,38 @@ def test_a_stream_client_that_hangs_up_does_not_lose_the_intent(
     record = json.loads(shown.stdout)
     assert record["outcome"] == "ok" and record["result"]["text"] == "one two three four five six"
     assert daemon.api("GET", "/v1/status")["in_flight"] == []  # type: ignore[index]
+
+
+def test_with_one_shared_account_the_replica_and_its_tools_run_as_that_account(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """`[isolation] user = "nobody"`: a root daemon runs the replica and its process tools as nobody, the
+    replica still in a network namespace of its own."""
+    if os.geteuid() != 0:
+        pytest.skip("only a root daemon runs agents as another account")
+    import pwd
+
+    nobody = pwd.getpwnam("nobody").pw_uid
+    configure(daemon, ("fake", fake_model))
+    config = daemon.home / "covenant.toml"
+    config.write_text(config.read_text().replace("[isolation]\n", '[isolation]\nuser = "nobody"\n'))
+    package = add_rune_agent(daemon, toolset=("whoami",))
+    (package / "tools").mkdir(mode=0o755)
+    (package / "tools" / "whoami.yaml").write_text("name: whoami\nruntime: process\nmodule: tools/whoami.py\n")
+    (package / "tools" / "whoami.py").write_text(
+        "import json, os, sys\njson.load(sys.stdin)\nprint(json.dumps({'uid': os.getuid(), 'gid': os.getgid()}))\n")
+    for path in (package / "tools").iterdir():
+        path.chmod(0o644)
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.whoami", check=True)
+    fake_model.script(Reply.tools(ToolCall("whoami", {})), Reply(text="done"))
+    outcome = outcome_of(_dispatch(daemon, "who runs you?"))
+    assert outcome["outcome"] == "ok", outcome
+    tool_answer = json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])
+    assert tool_answer["uid"] == nobody, tool_answer
+    replica_pid = _replica(daemon)["pid"]
+    assert psutil.Process(replica_pid).uids().real == nobody
+    assert daemon.process is not None
+    assert os.readlink(f"/proc/{replica_pid}/ns/net") != os.readlink(f"/proc/{daemon.process.pid}/ns/net")
+    assert daemon.stop() == 0
+    assert not alive(replica_pid)
