@@ -55,7 +55,7 @@ def run_once(cli: CliContext, path: Path, text: str) -> Any:
     from covenant.runtime.host import set_child_subreaper
     from covenant.runtime.isolation import open_isolation, reachability_problems
     from covenant.runtime.records import DispatchStore
-    from covenant.runtime.runner import Runner
+    from covenant.runtime.runner import Runner, paths_agent_processes_run
 
     config = load_config(cli.home)
     agent = load_path(path, ManifestLimits.from_config(config.runtime))
@@ -90,7 +90,8 @@ def run_once(cli: CliContext, path: Path, text: str) -> Any:
         pass
 
     async def main() -> Any:
-        async with Runner.open(config.runtime, scratch_root=cli.home.state_dir / "scratch", isolation=isolation) as runner:
+        async with Runner.open(config.runtime, scratch_root=cli.home.state_dir / "scratch", isolation=isolation,
+                               visible=paths_agent_processes_run(config)) as runner:
             if agent.runtime == "rune":
                 return await _run_rune(cli, agent, text, config, runner, payload["issuer"]["pubkey"])
             return await runner.run(agent, payload)

@@ -51,7 +51,7 @@ from covenant.runtime.host import network_isolation_available, set_child_subreap
 from covenant.runtime.isolation import Isolation, open_isolation, reachability_problems
 from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.records import DispatchStore
-from covenant.runtime.runner import Runner
+from covenant.runtime.runner import Runner, paths_agent_processes_run
 from covenant.tools import ToolHost
 from covenant.tools.refuse import enforce_unavailable_policy
 from covenant.triggers.agent_schedules import AgentScheduleStore, agent_schedules_path
@@ -154,16 +154,6 @@ def _open_sockets(options: DaemonOptions) -> tuple[list[socket.socket], list[str
     if activated:
         return activated, [str(s.getsockname()) for s in activated], True
     return [bind_unix_socket(options.socket_path)], [str(options.socket_path)], False
-
-
-def _paths_agent_processes_run(config: Config) -> list[str]:
-    """Paths outside agents' packages that replicas and stdio MCP servers run: kept visible (bound
-    back) when an agent uid's private /tmp covers the host's."""
-    paths = [config.rune.python] if config.rune.python else []
-    for server in config.mcp.values():
-        program = Runner.resolve_program(server.command[0], config.runtime.path)
-        paths += [*([program] if program else []), *server.named_paths()]
-    return paths
 
 
 def _rune_host(
@@ -332,7 +322,7 @@ async def serve_daemon(
                 isolation=isolation,
                 live_roots=LiveRoots(),
                 own_children=lambda: audit.process_ids,
-                visible=_paths_agent_processes_run(config),
+                visible=paths_agent_processes_run(config),
             ) as runner:
                 rune = _rune_host(home, config, runner, audit, grants, metrics)
                 daemon = Daemon(

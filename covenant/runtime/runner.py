@@ -31,7 +31,7 @@ from typing import Any
 import trio
 
 from covenant.clock import iso_now
-from covenant.config import RuntimeConfig
+from covenant.config import Config, RuntimeConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime import _procfs, host, teardown, uidkill
 from covenant.runtime.contract import intent_line
@@ -57,7 +57,7 @@ from covenant.runtime.workers import WorkerThreads
 from covenant.runtime.verdict import build_record
 from covenant.runtime.watch import RunWatch
 
-__all__ = ["Runner", "SpawnHook", "PRIORITY_NICE", "WorkflowNotSupported"]
+__all__ = ["Runner", "SpawnHook", "PRIORITY_NICE", "WorkflowNotSupported", "paths_agent_processes_run"]
 
 log = logging.getLogger("covenant.runtime")
 
@@ -831,3 +831,13 @@ class Runner:
         if d.launched.status is None or not d.swept:
             await self._terminate(d)
         d.launched.close()
+
+
+def paths_agent_processes_run(config: Config) -> list[str]:
+    """Paths outside agents' packages that replicas and stdio MCP servers run, for :meth:`Runner.open`'s
+    ``visible``: kept visible (bound back) when an agent uid's private /tmp covers the host's."""
+    paths = [config.rune.python] if config.rune.python else []
+    for server in config.mcp.values():
+        program = Runner.resolve_program(server.command[0], config.runtime.path)
+        paths += [*([program] if program else []), *server.named_paths()]
+    return paths

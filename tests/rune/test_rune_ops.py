@@ -4,11 +4,15 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
+import sys
 import time
+from pathlib import Path
 
 import pytest
 
+from tests.conftest import REPO_ROOT
 from tests.daemon.conftest import DaemonProcess
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.processes import alive
@@ -56,6 +60,24 @@ def test_covenant_run_says_which_tools_the_model_is_not_offered_and_still_answer
                for line in lines), result.stderr
     assert any(line.startswith("covenant: chat@local: toolset entry gone/lookup is not offered to the model: ")
                and "gone" in line for line in lines), result.stderr
+
+
+def test_covenant_run_keeps_a_stdio_servers_program_visible_in_the_private_tmp(
+    daemon: DaemonProcess, fake_model: FakeModelServer, agent_reachable_dir: Path
+) -> None:
+    """A server whose script lives under /tmp: the agent uid's private /tmp covers the host's, so the
+    paths a server's command names are bound back into it, under `covenant run` as under the daemon."""
+    script = agent_reachable_dir / "server.py"
+    shutil.copy(REPO_ROOT / "tests" / "fakes" / "mcp_stdio_server.py", script)
+    script.chmod(0o644)
+    configure(daemon, ("fake", fake_model), extra=f'[mcp.hostile]\ncommand = ["{sys.executable}", "{script}"]\n')
+    package = add_rune_agent(daemon, toolset=("hostile/look",))
+    fake_model.script(Reply.tools(ToolCall("hostile__look", {"path": str(script)})), Reply(text="seen"))
+    result = daemon.cli("run", str(package), "look")
+    assert result.returncode == 0 and result.stdout == "seen\n", result
+    assert fake_model.requests[0].tool_names == ["hostile__look"], result.stderr
+    seen = json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])
+    assert seen["exists"] is True, seen
 
 
 def test_dry_run_names_provider_model_and_unavailable_tools(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
