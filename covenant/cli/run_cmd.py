@@ -96,7 +96,13 @@ def run_once(cli: CliContext, path: Path, text: str) -> Any:
                 return await _run_rune(cli, agent, text, config, runner, payload["issuer"]["pubkey"])
             return await runner.run(agent, payload)
 
-    record = trio.run(main)
+    try:
+        record = trio.run(main)
+    except BaseExceptionGroup as group:  # Ctrl-C, grouped on its way out of the runner's nurseries
+        interrupted, other = group.split(KeyboardInterrupt)
+        if interrupted is None or other is not None:
+            raise
+        raise KeyboardInterrupt from None  # click's "Aborted!", exit 1, as for `covenant dispatch`
     DispatchStore(cli.home.dispatches_dir).append(record)
     return record
 
@@ -135,7 +141,8 @@ def run(cli: CliContext, path: Path, text: str, as_json: bool) -> None:
     0 ok, 1 the agent answered status error, 2 bad manifest or configuration,
     4 the agent failed (timeout, limit, crash, protocol error, no result;
     Rune: token_budget_exceeded, max_steps_exceeded, provider_error,
-    provider_unavailable, unsafe_output).
+    provider_unavailable, unsafe_output). Ctrl-C kills the agent and all it
+    started, records nothing and exits 1 (Aborted!).
     """
     from covenant.runtime.outcome import outcome_exit_code
 

@@ -10,6 +10,7 @@ import sys
 import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from tests.conftest import REPO_ROOT
@@ -62,22 +63,48 @@ def test_covenant_run_says_which_tools_the_model_is_not_offered_and_still_answer
                and "gone" in line for line in lines), result.stderr
 
 
+def _with_a_stdio_server_under_tmp(d: DaemonProcess, fake_model: FakeModelServer, folder: Path) -> tuple[Path, Path]:
+    """(the server's script, the package): tests/fakes/mcp_stdio_server.py copied to ``folder`` as
+    ``[mcp.hostile]``, and the agent chat@local with its tool ``hostile/look``."""
+    script = folder / "server.py"
+    shutil.copy(REPO_ROOT / "tests" / "fakes" / "mcp_stdio_server.py", script)
+    script.chmod(0o644)
+    configure(d, ("fake", fake_model), extra=f'[mcp.hostile]\ncommand = ["{sys.executable}", "{script}"]\n')
+    return script, add_rune_agent(d, toolset=("hostile/look",))
+
+
 def test_covenant_run_keeps_a_stdio_servers_program_visible_in_the_private_tmp(
     daemon: DaemonProcess, fake_model: FakeModelServer, agent_reachable_dir: Path
 ) -> None:
     """A server whose script lives under /tmp: the agent uid's private /tmp covers the host's, so the
     paths a server's command names are bound back into it, under `covenant run` as under the daemon."""
-    script = agent_reachable_dir / "server.py"
-    shutil.copy(REPO_ROOT / "tests" / "fakes" / "mcp_stdio_server.py", script)
-    script.chmod(0o644)
-    configure(daemon, ("fake", fake_model), extra=f'[mcp.hostile]\ncommand = ["{sys.executable}", "{script}"]\n')
-    package = add_rune_agent(daemon, toolset=("hostile/look",))
+    script, package = _with_a_stdio_server_under_tmp(daemon, fake_model, agent_reachable_dir)
     fake_model.script(Reply.tools(ToolCall("hostile__look", {"path": str(script)})), Reply(text="seen"))
     result = daemon.cli("run", str(package), "look")
     assert result.returncode == 0 and result.stdout == "seen\n", result
     assert fake_model.requests[0].tool_names == ["hostile__look"], result.stderr
     seen = json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])
     assert seen["exists"] is True, seen
+
+
+def test_interrupting_covenant_run_leaves_no_mcp_server_behind(
+    daemon: DaemonProcess, fake_model: FakeModelServer, agent_reachable_dir: Path
+) -> None:
+    script, package = _with_a_stdio_server_under_tmp(daemon, fake_model, agent_reachable_dir)
+    fake_model.script(Reply(text="never read", delay_s=120))
+    run = daemon.cli_background("run", str(package), "wait")
+    try:
+        wait_for(lambda: len(fake_model.requests) == 1, what="the model request (its MCP server is up by then)")
+        servers = [p for p in psutil.process_iter(["cmdline"]) if str(script) in (p.info["cmdline"] or [])]
+        assert servers
+        run.send_signal(signal.SIGINT)
+        _, stderr = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 1 and stderr.strip().splitlines()[-1] == "Aborted!", stderr
+    wait_for(lambda: not any(alive(p.pid) for p in servers), timeout=30, what="the MCP server to be gone")
 
 
 def test_dry_run_names_provider_model_and_unavailable_tools(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:

@@ -5,10 +5,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
+import psutil
 import pytest
 
 from covenant.home import Home
@@ -93,3 +96,35 @@ def test_example_search(home: Home) -> None:
     assert done.returncode == 0, done.stderr
     record = json.loads(done.stdout)
     assert record["outcome"] == "ok" and record["network_enforced"] is True
+
+
+def test_ctrl_c_of_run_aborts_and_leaves_no_process(home: Home, agent_reachable_dir: Path) -> None:
+    """The agent sleeps, with a grandchild that left its process group: Ctrl-C ends both, and says Aborted!."""
+    manifest = write_manifest(agent_reachable_dir)
+    run = subprocess.Popen([*COVENANT, "--home", str(home.root), "run", str(manifest), "escape stay"],
+                           stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=os.environ.copy())
+    entry = str(agent_reachable_dir / "fault.py")
+
+    def agent_processes() -> list[psutil.Process]:
+        found = []
+        for proc in psutil.process_iter(["cmdline", "status"]):
+            if entry in (proc.info["cmdline"] or []) and proc.info["status"] != psutil.STATUS_ZOMBIE:
+                found.append(proc)
+        return found
+
+    try:
+        deadline = time.monotonic() + 60
+        while len(agent_processes()) < 3:  # the agent, the escapee's parent and the escapee
+            assert run.poll() is None and time.monotonic() < deadline, run.communicate()
+            time.sleep(0.05)
+        run.send_signal(signal.SIGINT)
+        _, stderr = run.communicate(timeout=60)
+    finally:
+        if run.poll() is None:
+            run.kill()
+            run.communicate()
+    assert run.returncode == 1 and stderr.strip().splitlines()[-1] == "Aborted!", stderr
+    deadline = time.monotonic() + 10
+    while agent_processes():
+        assert time.monotonic() < deadline, agent_processes()
+        time.sleep(0.05)
