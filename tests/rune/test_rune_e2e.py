@@ -361,3 +361,23 @@ def test_with_one_shared_account_the_replica_and_its_tools_run_as_that_account(
     assert os.readlink(f"/proc/{replica_pid}/ns/net") != os.readlink(f"/proc/{daemon.process.pid}/ns/net")
     assert daemon.stop() == 0
     assert not alive(replica_pid)
+
+
+def test_without_the_exec_helper_a_replica_still_runs_isolated_and_ends_with_the_daemon(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """`runtime.pdeathsig = false`: no helper to switch uid after `unshare -n`, so unshare switches
+    (--setuid/--setgid); nothing arms PDEATHSIG, so the daemon's stop must end the replica itself."""
+    configure(daemon, ("fake", fake_model), extra="[runtime]\npdeathsig = false\n")
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    fake_model.script(Reply(text="hi"))
+    assert outcome_of(_dispatch(daemon, "hello"))["text"] == "hi"
+    replica_pid = _replica(daemon)["pid"]
+    assert daemon.process is not None
+    if os.geteuid() == 0:
+        assert psutil.Process(replica_pid).uids().real >= 200_000
+        assert os.readlink(f"/proc/{replica_pid}/ns/net") != os.readlink(f"/proc/{daemon.process.pid}/ns/net")
+    assert daemon.stop() == 0
+    assert not alive(replica_pid)
+    assert not agent_processes(daemon.home)
