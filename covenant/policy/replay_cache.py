@@ -67,7 +67,9 @@ class ReplayCache:
         return len(self._keys)
 
     def _key(self, intent_id: str) -> int:
-        digest = hashlib.blake2b(intent_id.encode(), digest_size=8, key=self._hash_key).digest()
+        # surrogatepass: an id read back from the audit log is any JSON string, a lone surrogate included
+        data = intent_id.encode("utf-8", "surrogatepass")
+        digest = hashlib.blake2b(data, digest_size=8, key=self._hash_key).digest()
         return int.from_bytes(digest, "little") >> (64 - _KEY_BITS)
 
     def remember(self, intent_id: str, issued_at: int, now_ms: int) -> None:
@@ -96,10 +98,12 @@ class ReplayCache:
         horizon = now_ms - self.window_ms
         with self._lock:
             for intent_id, issued_at in seen:
-                key = self._key(intent_id)
                 # No accepted intent is issued past 2**53 (the intent model's bound); a record that says so
                 # did not come from an accepted intent, and would not fit the array.
-                if horizon <= issued_at < 2**63 and key not in self._keys:
+                if not horizon <= issued_at < 2**63:
+                    continue
+                key = self._key(intent_id)
+                if key not in self._keys:
                     self._add(key, issued_at)
             return len(self._keys)
 
