@@ -17,7 +17,7 @@ from tests.conftest import REPO_ROOT
 from tests.daemon.conftest import DaemonProcess
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.processes import alive
-from tests.rune.conftest import add_rune_agent, configure, outcome_of
+from tests.rune.conftest import KEY_ENV, add_rune_agent, configure, outcome_of
 
 
 def wait_for(predicate, timeout: float = 60, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
@@ -61,6 +61,26 @@ def test_covenant_run_says_which_tools_the_model_is_not_offered_and_still_answer
                for line in lines), result.stderr
     assert any(line.startswith("covenant: chat@local: toolset entry gone/lookup is not offered to the model: ")
                and "gone" in line for line in lines), result.stderr
+
+
+def test_covenant_runs_key_never_reaches_a_process_tool(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    """`covenant run` holds the provider key in its own environment; the tools it runs get the agents'
+    environment, built from the allowlist, never its own."""
+    configure(daemon, ("fake", fake_model))
+    package = add_rune_agent(daemon, toolset=("envdump",))
+    (package / "tools").mkdir(mode=0o755)
+    (package / "tools" / "envdump.yaml").write_text("name: envdump\nruntime: process\nmodule: tools/envdump.py\n")
+    (package / "tools" / "envdump.py").write_text(
+        "import json, os, sys\njson.load(sys.stdin)\n"
+        "print(json.dumps({'names': sorted(os.environ), 'key': any('sk-test-' in v for v in os.environ.values())}))\n")
+    for path in (package / "tools").iterdir():
+        path.chmod(0o644)
+    fake_model.script(Reply.tools(ToolCall("envdump", {})), Reply(text="done"))
+    result = daemon.cli("run", str(package), "show me your environment")
+    assert result.returncode == 0, result
+    seen = json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])
+    assert KEY_ENV not in seen["names"] and seen["key"] is False, seen
+    assert "PATH" in seen["names"]  # the tool did run and report
 
 
 def _with_a_stdio_server_under_tmp(d: DaemonProcess, fake_model: FakeModelServer, folder: Path) -> tuple[Path, Path]:
