@@ -3,13 +3,15 @@
 Run by the daemon as an agent's uid: ``python mcp_stdio_server.py [--data=DIR]`` (the argument is
 only there to be named on the command line). Tools: ``fill_tmp`` writes /tmp/NAME until the disk
 says no (or ``LIMIT_BYTES``, so a failing test cannot fill the host's /tmp), and ``look`` says
-whether a path exists. Both report the server's mount namespace.
+whether a path exists. Both report the server's mount namespace. ``escape`` leaves a grandchild
+asleep in a session of its own and reports its pid.
 """
 
 from __future__ import annotations
 
 import errno
 import os
+import time
 
 from mcp.server.mcpserver import MCPServer
 
@@ -42,6 +44,28 @@ def fill_tmp(name: str) -> dict[str, object]:
 def look(path: str) -> dict[str, object]:
     """Does PATH exist for this server?"""
     return {"exists": os.path.exists(path), "mount_ns": _namespace()}
+
+
+@server.tool()
+def escape() -> dict[str, object]:
+    """Leave a grandchild behind in a session of its own (double fork, setsid), asleep; report its pid."""
+    read_end, write_end = os.pipe()
+    child = os.fork()
+    if child == 0:
+        os.setsid()
+        if os.fork() == 0:
+            os.close(read_end)
+            os.write(write_end, str(os.getpid()).encode())
+            os.close(write_end)
+            os.closerange(0, 3)
+            while True:
+                time.sleep(3600)
+        os._exit(0)
+    os.close(write_end)
+    pid = int(os.read(read_end, 32))
+    os.close(read_end)
+    os.waitpid(child, 0)
+    return {"pid": pid}
 
 
 if __name__ == "__main__":

@@ -83,14 +83,16 @@ def test_covenant_runs_key_never_reaches_a_process_tool(daemon: DaemonProcess, f
     assert "PATH" in seen["names"]  # the tool did run and report
 
 
-def _with_a_stdio_server_under_tmp(d: DaemonProcess, fake_model: FakeModelServer, folder: Path) -> tuple[Path, Path]:
+def _with_a_stdio_server_under_tmp(
+    d: DaemonProcess, fake_model: FakeModelServer, folder: Path, tool: str = "look"
+) -> tuple[Path, Path]:
     """(the server's script, the package): tests/fakes/mcp_stdio_server.py copied to ``folder`` as
-    ``[mcp.hostile]``, and the agent chat@local with its tool ``hostile/look``."""
+    ``[mcp.hostile]``, and the agent chat@local with its tool ``hostile/<tool>``."""
     script = folder / "server.py"
     shutil.copy(REPO_ROOT / "tests" / "fakes" / "mcp_stdio_server.py", script)
     script.chmod(0o644)
     configure(d, ("fake", fake_model), extra=f'[mcp.hostile]\ncommand = ["{sys.executable}", "{script}"]\n')
-    return script, add_rune_agent(d, toolset=("hostile/look",))
+    return script, add_rune_agent(d, toolset=(f"hostile/{tool}",))
 
 
 def test_covenant_run_keeps_a_stdio_servers_program_visible_in_the_private_tmp(
@@ -105,6 +107,17 @@ def test_covenant_run_keeps_a_stdio_servers_program_visible_in_the_private_tmp(
     assert fake_model.requests[0].tool_names == ["hostile__look"], result.stderr
     seen = json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])
     assert seen["exists"] is True, seen
+
+
+def test_a_grandchild_an_mcp_server_left_behind_does_not_outlive_covenant_run(
+    daemon: DaemonProcess, fake_model: FakeModelServer, agent_reachable_dir: Path
+) -> None:
+    script, package = _with_a_stdio_server_under_tmp(daemon, fake_model, agent_reachable_dir, tool="escape")
+    fake_model.script(Reply.tools(ToolCall("hostile__escape", {})), Reply(text="left one behind"))
+    result = daemon.cli("run", str(package), "escape")
+    assert result.returncode == 0 and result.stdout == "left one behind\n", result
+    escapee = json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])["pid"]
+    wait_for(lambda: not alive(escapee), timeout=10, what=f"the escaped grandchild {escapee} to be gone")
 
 
 def test_interrupting_covenant_run_leaves_no_mcp_server_behind(
