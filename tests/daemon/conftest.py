@@ -167,7 +167,12 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
     proc.cli("init", "--display", "tester@test", check=True)
     yield proc
     if proc.process is not None and proc.process.poll() is None:
-        proc.process.kill()
-        proc.process.wait()
+        # A test that failed before stopping it: a clean stop still sweeps what its agents left behind.
+        proc.process.terminate()
+        try:
+            proc.process.wait(timeout=30)
+        except subprocess.TimeoutExpired:
+            proc.process.kill()
+            proc.process.wait()
     shutil.rmtree(sock_dir, ignore_errors=True)
     shutil.rmtree(base, ignore_errors=True)

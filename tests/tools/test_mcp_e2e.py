@@ -322,7 +322,8 @@ def test_a_hostile_stdio_server_and_its_replica_share_the_uids_private_tmp(
     daemon: DaemonProcess, fake_model: FakeModelServer
 ) -> None:
     """The server fills /tmp: it fills its uid's private tmpfs (disk_mb, 100 MiB), never the host's;
-    it does not see the host's /tmp, except a folder its command line names."""
+    it does not see the host's /tmp, except a folder its command line names. A grandchild it leaves
+    in a session of its own does not outlive the daemon."""
     named = Path(tempfile.mkdtemp(prefix="covenant-mcp-named-", dir="/tmp"))  # a top-level entry of its own
     hidden = Path(tempfile.mkdtemp(prefix="covenant-mcp-hidden-", dir="/tmp"))
     filler = f"covenant-fill-{os.urandom(4).hex()}"
@@ -336,13 +337,14 @@ def test_a_hostile_stdio_server_and_its_replica_share_the_uids_private_tmp(
         script = REPO_ROOT / "tests" / "fakes" / "mcp_stdio_server.py"
         configure(daemon, ("fake", fake_model),
                   extra=f'[mcp.hostile]\ncommand = ["{sys.executable}", "{script}", "--data={named}"]\n')
-        add_rune_agent(daemon, "filler", toolset=("hostile/fill_tmp", "hostile/look"))
+        add_rune_agent(daemon, "filler", toolset=("hostile/fill_tmp", "hostile/look", "hostile/escape"), max_steps=5)
         daemon.start()
         daemon.cli("grant", "tester@test", "tool.*", check=True)
         fake_model.script(
             Reply.tools(ToolCall("hostile__fill_tmp", {"name": filler})),
             Reply.tools(ToolCall("hostile__look", {"path": str(hidden / "unseen.txt")})),
             Reply.tools(ToolCall("hostile__look", {"path": str(named / "seen.txt")})),
+            Reply.tools(ToolCall("hostile__escape", {})),
             Reply(text="done"),
         )
         outcome = outcome_of(daemon.cli("dispatch", "fill it", "--agent", "filler@local", "--json"))
@@ -352,15 +354,17 @@ def test_a_hostile_stdio_server_and_its_replica_share_the_uids_private_tmp(
         assert not (Path("/tmp") / filler).exists()
         assert _tool_message(fake_model.requests[2])["exists"] is False
         assert _tool_message(fake_model.requests[3])["exists"] is True
-        [server] = _processes_of("mcp:filler@local")
+        escapee = _tool_message(fake_model.requests[4])["pid"]
+        assert alive(escapee)
+        [server] = [p for p in _processes_of("mcp:filler@local") if p.pid != escapee]
         [replica] = _processes_of("replica:filler@local")
         private = os.readlink(f"/proc/{server.pid}/ns/mnt")
         assert filled["mount_ns"] == private == os.readlink(f"/proc/{replica.pid}/ns/mnt")
         assert private != os.readlink(f"/proc/{daemon.process.pid}/ns/mnt")
         assert daemon.stop() == 0
         deadline = time.monotonic() + 30
-        while any(alive(p.pid) for p in (server, replica)):
-            assert time.monotonic() < deadline, "the server or the replica outlived the daemon"
+        while any(alive(pid) for pid in (server.pid, replica.pid, escapee)):
+            assert time.monotonic() < deadline, "the server, its escaped grandchild or the replica outlived the daemon"
             time.sleep(0.1)
     finally:
         (Path("/tmp") / filler).unlink(missing_ok=True)
