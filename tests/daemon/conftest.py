@@ -167,11 +167,16 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
     proc.cli("init", "--display", "tester@test", check=True)
     yield proc
     if proc.process is not None and proc.process.poll() is None:
-        # A test that failed before stopping it: a clean stop still sweeps what its agents left behind.
-        proc.process.terminate()
-        try:
-            proc.process.wait(timeout=30)
-        except subprocess.TimeoutExpired:
+        # Left running (a test that failed, or had no need to stop it): a clean stop still sweeps what its
+        # agents left behind. A second SIGTERM cancels what is still in flight instead of draining it.
+        for wait_s in (2, 30):
+            proc.process.terminate()
+            try:
+                proc.process.wait(timeout=wait_s)
+                break
+            except subprocess.TimeoutExpired:
+                continue
+        else:
             proc.process.kill()
             proc.process.wait()
     shutil.rmtree(sock_dir, ignore_errors=True)
