@@ -13,6 +13,7 @@ how a finished run is classified and recorded is :mod:`covenant.runtime.verdict`
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import logging
 import math
@@ -142,7 +143,9 @@ class Runner:
         own_children: Callable[[], Collection[int]] = tuple,
         visible: Iterable[str] = (),
     ) -> AsyncIterator["Runner"]:
-        """Start the shared sampler and scratch keeper; on exit stop every run still in flight.
+        """Start the shared sampler and scratch keeper; on exit stop every run still in flight, then (as
+        child subreaper) SIGKILL every child left that is not one of covenant's own: see
+        :meth:`_end_adopted_orphans`.
 
         Interpreters are resolved to absolute paths here, once, not per
         dispatch, and so is the PDEATHSIG wrapper (a one-time test exec).
@@ -203,6 +206,7 @@ class Runner:
                                 with trio.move_on_after(bound):
                                     while runner._dispatches:
                                         await trio.sleep(0.01)
+                            await runner._end_adopted_orphans()
                         nursery.cancel_scope.cancel()
             finally:
                 with trio.CancelScope(shield=True):
@@ -796,6 +800,32 @@ class Runner:
         finally:
             del self._sweeping[creds.uid]
             done.set()
+
+    async def _end_adopted_orphans(self) -> None:
+        """At close, once every run, replica and server is stopped: SIGKILL and reap what covenant adopted.
+
+        A process an agent, a replica or an MCP server left in a session of its own survives the kill of
+        its group. With uid isolation the uid sweep ends it; without (``same-uid``) nothing else would,
+        and it would outlive covenant. Whatever covenant adopted as child subreaper is such a leftover,
+        or its descendant: a stranger's children come to covenant in turn as it dies.
+        """
+        if not self._subreaper:
+            return
+        deadline = trio.current_time() + _KILL_WAIT_S
+        ended: set[int] = set()
+        while strangers := self._strangers():
+            for pid in strangers:
+                if pid not in ended:
+                    with contextlib.suppress(ProcessLookupError):
+                        os.kill(pid, signal.SIGKILL)  # our child: its pid cannot be reused before we reap it
+                    ended.add(pid)
+            if not self._reap_zombies(strangers):
+                if trio.current_time() > deadline:
+                    log.error("processes left by agents survived SIGKILL", extra={"pids": sorted(strangers)})
+                    return
+                await trio.sleep(0.005)
+        if ended:
+            log.warning("killed processes agents left behind", extra={"pids": sorted(ended)})
 
     def _strangers(self) -> list[int]:
         """covenant's children that are neither the root of a run in flight nor a mount namespace holder.

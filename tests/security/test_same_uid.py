@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import signal
 import subprocess
 import sys
 import time
@@ -247,3 +248,69 @@ def test_covenant_run_as_an_ordinary_user_runs_a_rune_package_with_a_stdio_mcp_s
     assert json.loads(done.stdout)["result"]["text"] == "it is noon somewhere"
     _the_tool_answered(fake_model)
     assert _mcp_servers_of_clock(psutil.process_iter()) == []  # none outlived the command
+
+
+ESCAPE_RUNEFILE = CLOCK_RUNEFILE.replace('toolset: ["time/get_current_time"]', 'toolset: ["hostile/escape"]')
+
+
+def _hostile_package(home: Path, fake_model: FakeModelServer) -> Path:
+    """The agent clock@local whose one tool is our hostile stdio server's ``escape``: it leaves a grandchild
+    asleep in a session of its own. Returns the package folder."""
+    package = home / "agents" / "clock"
+    package.mkdir()
+    (package / "Runefile").write_text(ESCAPE_RUNEFILE)
+    script = home.parent / "hostile_server.py"
+    shutil.copy(Path(__file__).parents[1] / "fakes" / "mcp_stdio_server.py", script)
+    for path in (package, package / "Runefile", script):
+        os.chown(path, NOBODY, NOBODY)
+    (home / "covenant.toml").write_text(
+        f'[runtime]\npython3 = "/usr/bin/python3"\n\n[mcp.hostile]\ncommand = ["{sys.executable}", "{script}"]\n\n'
+        + fake_model.provider_toml("fake", timeout_s=30)
+    )
+    os.chown(home / "covenant.toml", NOBODY, NOBODY)
+    fake_model.script(Reply.tools(ToolCall("hostile__escape", {})), Reply(text="left one behind"))
+    return package
+
+
+def _escapee(fake_model: FakeModelServer) -> int:
+    return json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])["pid"]
+
+
+def _gone(pid: int) -> None:
+    deadline = time.monotonic() + 30
+    while alive(pid):
+        if time.monotonic() > deadline:
+            os.kill(pid, signal.SIGKILL)
+            raise AssertionError(f"{pid}, left behind by an MCP server, outlived covenant")
+        time.sleep(0.05)
+
+
+def test_what_a_stdio_mcp_server_leaves_behind_does_not_outlive_an_ordinary_users_daemon(
+    nobody_home: Path, fake_model: FakeModelServer
+) -> None:
+    """Same uid as the daemon, so no uid sweep: the daemon, as child subreaper, adopted the orphan and
+    ends it when it stops."""
+    env = env_for(nobody_home)
+    subprocess.run(as_nobody(nobody_home, "init", "--display", "nobody@test"), env=env, check=True, capture_output=True)
+    _hostile_package(nobody_home, fake_model)
+    with daemon_as_nobody(nobody_home, env) as (daemon, log_path):
+        subprocess.run(as_nobody(nobody_home, "grant", "nobody@test", "tool.*"), env=env, check=True, capture_output=True)
+        done = subprocess.run(as_nobody(nobody_home, "dispatch", "escape", "--agent", "clock@local", "--json"),
+                              env=env, capture_output=True, text=True, timeout=120)
+        assert done.returncode == 0, done.stdout + done.stderr + log_path.read_text()
+        escapee = _escapee(fake_model)
+        assert alive(escapee) and psutil.Process(escapee).ppid() == daemon.pid  # adopted, its parent gone
+    _gone(escapee)
+    assert "killed processes agents left behind" in log_path.read_text()
+
+
+def test_what_a_stdio_mcp_server_leaves_behind_does_not_outlive_covenant_run_as_an_ordinary_user(
+    nobody_home: Path, fake_model: FakeModelServer
+) -> None:
+    env = env_for(nobody_home)
+    subprocess.run(as_nobody(nobody_home, "init", "--display", "nobody@test"), env=env, check=True, capture_output=True)
+    package = _hostile_package(nobody_home, fake_model)
+    done = subprocess.run(as_nobody(nobody_home, "run", str(package), "escape"),
+                          env=env, capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0 and done.stdout == "left one behind\n", done.stdout + done.stderr
+    _gone(_escapee(fake_model))
