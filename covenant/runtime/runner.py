@@ -805,27 +805,48 @@ class Runner:
         """At close, once every run, replica and server is stopped: SIGKILL and reap what covenant adopted.
 
         A process an agent, a replica or an MCP server left in a session of its own survives the kill of
-        its group. With uid isolation the uid sweep ends it; without (``same-uid``) nothing else would,
-        and it would outlive covenant. Whatever covenant adopted as child subreaper is such a leftover,
-        or its descendant: a stranger's children come to covenant in turn as it dies.
+        its group. With uid isolation the uid sweep ends it; without (``same-uid``) only
+        :meth:`end_orphans_of` would, and only while its marker is still in its environment. Whatever
+        covenant still has adopted as child subreaper at close is such a leftover, or its descendant:
+        a stranger's children come to covenant in turn as it dies.
         """
+        ended = await self._end_strangers(None)
+        if ended:
+            log.warning("killed processes agents left behind", extra={"pids": ended})
+
+    async def end_orphans_of(self, marker: str) -> None:
+        """``same-uid`` mode's stand-in for :meth:`release_uid` when a replica or an MCP server has stopped:
+        SIGKILL and reap the orphans covenant adopted that carry its marker (``COVENANT_INTENT_ID``).
+
+        Live replicas and servers are children of the launch threads, never strangers, so one agent's
+        other servers (same marker) are safe.
+        """
+        ended = await self._end_strangers(f"COVENANT_INTENT_ID={marker}".encode())
+        if ended:
+            log.warning("killed processes agents left behind", extra={"pids": ended, "intent": marker})
+
+    async def _end_strangers(self, marked: bytes | None) -> list[int]:
+        """SIGKILL the strangers (those whose environment holds ``marked``, or all) and the strangers they
+        leave in turn, reap them; returns their pids. Nothing to do without child subreaper."""
         if not self._subreaper:
-            return
+            return []
         deadline = trio.current_time() + _KILL_WAIT_S
         ended: set[int] = set()
-        while strangers := self._strangers():
+        while True:
+            strangers = self._strangers()
             for pid in strangers:
-                if pid not in ended:
+                if pid not in ended and (marked is None or _procfs.environ_has(pid, marked)):
                     with contextlib.suppress(ProcessLookupError):
                         os.kill(pid, signal.SIGKILL)  # our child: its pid cannot be reused before we reap it
                     ended.add(pid)
-            if not self._reap_zombies(strangers):
+            dying = [pid for pid in strangers if pid in ended]
+            if not dying:
+                return sorted(ended)
+            if not self._reap_zombies(dying):
                 if trio.current_time() > deadline:
-                    log.error("processes left by agents survived SIGKILL", extra={"pids": sorted(strangers)})
-                    return
+                    log.error("processes left by agents survived SIGKILL", extra={"pids": sorted(dying)})
+                    return sorted(ended)
                 await trio.sleep(0.005)
-        if ended:
-            log.warning("killed processes agents left behind", extra={"pids": sorted(ended)})
 
     def _strangers(self) -> list[int]:
         """covenant's children that are neither the root of a run in flight nor a mount namespace holder.

@@ -4,7 +4,7 @@ Run by the daemon as an agent's uid: ``python mcp_stdio_server.py [--data=DIR]``
 only there to be named on the command line). Tools: ``fill_tmp`` writes /tmp/NAME until the disk
 says no (or ``LIMIT_BYTES``, so a failing test cannot fill the host's /tmp), and ``look`` says
 whether a path exists. Both report the server's mount namespace. ``escape`` leaves a grandchild
-asleep in a session of its own and reports its pid.
+asleep in a session of its own (with an empty environment if asked) and reports its pid.
 """
 
 from __future__ import annotations
@@ -47,8 +47,11 @@ def look(path: str) -> dict[str, object]:
 
 
 @server.tool()
-def escape() -> dict[str, object]:
-    """Leave a grandchild behind in a session of its own (double fork, setsid), asleep; report its pid."""
+def escape(clear_environment: bool = False) -> dict[str, object]:
+    """Leave a grandchild behind in a session of its own (double fork, setsid), asleep; report its pid.
+
+    With ``clear_environment`` it becomes ``sleep`` with an empty environment: no marker left to find it by.
+    """
     read_end, write_end = os.pipe()
     child = os.fork()
     if child == 0:
@@ -58,6 +61,8 @@ def escape() -> dict[str, object]:
             os.write(write_end, str(os.getpid()).encode())
             os.close(write_end)
             os.closerange(0, 3)
+            if clear_environment:
+                os.execve("/bin/sleep", ["sleep", "3600"], {})
             while True:
                 time.sleep(3600)
         os._exit(0)

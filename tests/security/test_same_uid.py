@@ -268,12 +268,17 @@ def _hostile_package(home: Path, fake_model: FakeModelServer) -> Path:
         + fake_model.provider_toml("fake", timeout_s=30)
     )
     os.chown(home / "covenant.toml", NOBODY, NOBODY)
-    fake_model.script(Reply.tools(ToolCall("hostile__escape", {})), Reply(text="left one behind"))
+    fake_model.script(
+        Reply.tools(ToolCall("hostile__escape", {}), ToolCall("hostile__escape", {"clear_environment": True})),
+        Reply(text="left two behind"),
+    )
     return package
 
 
-def _escapee(fake_model: FakeModelServer) -> int:
-    return json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])["pid"]
+def _escapees(fake_model: FakeModelServer) -> tuple[int, int]:
+    """(the one still marked, the one with an empty environment)."""
+    marked, bare = (json.loads(m["content"])["pid"] for m in fake_model.requests[1].messages if m["role"] == "tool")
+    return marked, bare
 
 
 def _gone(pid: int) -> None:
@@ -281,15 +286,16 @@ def _gone(pid: int) -> None:
     while alive(pid):
         if time.monotonic() > deadline:
             os.kill(pid, signal.SIGKILL)
-            raise AssertionError(f"{pid}, left behind by an MCP server, outlived covenant")
+            raise AssertionError(f"{pid}, left behind by an MCP server, was not ended")
         time.sleep(0.05)
 
 
-def test_what_a_stdio_mcp_server_leaves_behind_does_not_outlive_an_ordinary_users_daemon(
+def test_what_a_stdio_mcp_server_leaves_behind_ends_with_it_or_with_an_ordinary_users_daemon(
     nobody_home: Path, fake_model: FakeModelServer
 ) -> None:
-    """Same uid as the daemon, so no uid sweep: the daemon, as child subreaper, adopted the orphan and
-    ends it when it stops."""
+    """Same uid as the daemon, so no uid sweep. The daemon, as child subreaper, adopted both orphans: the
+    one still marked with the server's COVENANT_INTENT_ID ends when the server stops (here with its
+    replica's restart), the one that emptied its environment when the daemon stops."""
     env = env_for(nobody_home)
     subprocess.run(as_nobody(nobody_home, "init", "--display", "nobody@test"), env=env, check=True, capture_output=True)
     _hostile_package(nobody_home, fake_model)
@@ -298,9 +304,12 @@ def test_what_a_stdio_mcp_server_leaves_behind_does_not_outlive_an_ordinary_user
         done = subprocess.run(as_nobody(nobody_home, "dispatch", "escape", "--agent", "clock@local", "--json"),
                               env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr + log_path.read_text()
-        escapee = _escapee(fake_model)
-        assert alive(escapee) and psutil.Process(escapee).ppid() == daemon.pid  # adopted, its parent gone
-    _gone(escapee)
+        marked, bare = _escapees(fake_model)
+        assert all(alive(pid) and psutil.Process(pid).ppid() == daemon.pid for pid in (marked, bare))  # adopted
+        subprocess.run(as_nobody(nobody_home, "restart", "clock"), env=env, check=True, capture_output=True)
+        _gone(marked)
+        assert alive(bare)
+    _gone(bare)
     assert "killed processes agents left behind" in log_path.read_text()
 
 
@@ -312,5 +321,6 @@ def test_what_a_stdio_mcp_server_leaves_behind_does_not_outlive_covenant_run_as_
     package = _hostile_package(nobody_home, fake_model)
     done = subprocess.run(as_nobody(nobody_home, "run", str(package), "escape"),
                           env=env, capture_output=True, text=True, timeout=120)
-    assert done.returncode == 0 and done.stdout == "left one behind\n", done.stdout + done.stderr
-    _gone(_escapee(fake_model))
+    assert done.returncode == 0 and done.stdout == "left two behind\n", done.stdout + done.stderr
+    for pid in _escapees(fake_model):
+        _gone(pid)
