@@ -69,6 +69,7 @@ _MIB = 1024 * 1024
 _PIPE_DRAIN_S = 5.0
 """After every process is dead, how long buffered output may take to arrive."""
 _KILL_WAIT_S = 10.0
+_STOPPING = "covenant stopped the run: the daemon is shutting down"
 """How long SIGKILL may take (a process in uninterruptible sleep dies late)."""
 _GROUP_GONE_S = 2.0
 """After the sweep, how long a run's process group may take to empty (its last members dying)."""
@@ -127,6 +128,9 @@ class Runner:
         }
         self._subreaper = host.is_child_subreaper()
         self._dispatches: set[RunState] = set()
+        self._stopping = False
+        """Set by :meth:`cancel_all`: a run still starting then (claiming its uid, spawning) is cancelled
+        as soon as it is started, before its agent is released."""
         self._sweeping: dict[int, trio.Event] = {}
         """uid -> set while that uid is being swept."""
 
@@ -269,9 +273,11 @@ class Runner:
         return bool(found)
 
     def cancel_all(self) -> None:
-        """Stop every in-flight run through the kill ladder; each returns outcome ``cancelled``."""
+        """Covenant is stopping: every in-flight run, and every run still starting or started from now on,
+        ends through the kill ladder with outcome ``cancelled``."""
+        self._stopping = True
         for dispatch in list(self._dispatches):
-            dispatch.decide("cancelled", "covenant stopped the run: the daemon is shutting down")
+            dispatch.decide("cancelled", _STOPPING)
 
     # -- one run -------------------------------------------------------------------------
 
@@ -566,6 +572,8 @@ class Runner:
         live run of its uid, what the uid left in the shared temp dirs.
         """
         self._dispatches.add(d)
+        if self._stopping:  # cancel_all came while this run was being spawned: its agent is never released
+            d.decide("cancelled", _STOPPING)
         self.sampler.register(d.tree, d.check_limits)
         scratch_bytes = 0
         try:

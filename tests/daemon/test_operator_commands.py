@@ -179,5 +179,5 @@ def test_full_queue_answers_503_with_retry_after(daemon: DaemonProcess, monkeypa
     wait_for(lambda: daemon.process.poll() is not None or status(daemon)["shutting_down"], what="draining")
     assert daemon.stop(signal.SIGTERM, timeout=60) == 5  # the second SIGTERM cancels at once
     for proc in background:  # the running one is cancelled, the queued one refused: both exit 5
-        proc.communicate(timeout=60)
-        assert proc.returncode == 5
+        out, err = proc.communicate(timeout=60)
+        assert proc.returncode == 5, out + err + "\nDAEMONLOG\n" + daemon.log_path.read_text()

@@ -70,6 +70,17 @@ async def test_sleep_forever_times_out(runner: Runner) -> None:
 
 
 @pytest.mark.parametrize("runtime_config", [RuntimeConfig(kill_grace_ms=500, wall_grace_ms=5000)])
+async def test_after_cancel_all_a_run_that_was_still_starting_is_cancelled(runner: Runner) -> None:
+    """A drain's cancel_all can come while a run is claiming its uid or spawning: that run must not start
+    its agent afterwards and run to its own timeout (it did, under load; the drain then waited for it)."""
+    runner.cancel_all()
+    payload = make_payload("echo never")
+    record = await runner.run(make_agent(FAULT), payload)
+    assert record.outcome == "cancelled" and record.result is None, record
+    assert "shutting down" in (record.error or "")
+    assert leftovers(payload["id"]) == []
+
+
 async def test_busy_loop_exceeds_cpu(runner: Runner) -> None:
     record, elapsed = await run_fault(runner, "busy", cpu_ms_per_task=500)
     assert record.outcome == "cpu_exceeded", record.error
