@@ -1,7 +1,9 @@
-"""Is a process still running? For tests that assert what outlived what."""
+"""Is a process still running? For tests that assert what outlived what, and how commands end."""
 
 from __future__ import annotations
 
+import signal
+import subprocess
 import time
 
 
@@ -22,3 +24,16 @@ def wait_gone(pid: int, timeout: float) -> bool:
             return False
         time.sleep(0.01)
     return True
+
+
+def ctrl_c(proc: subprocess.Popen[str]) -> str:
+    """Interrupt a ``covenant`` command as Ctrl-C does and check it said ``Aborted!`` and exited 1; its
+    stderr. Killed if it has not ended within 60 s (and then the check fails)."""
+    proc.send_signal(signal.SIGINT)
+    try:
+        _, stderr = proc.communicate(timeout=60)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        _, stderr = proc.communicate()
+    assert proc.returncode == 1 and stderr.strip().splitlines()[-1:] == ["Aborted!"], (proc.returncode, stderr)
+    return stderr
