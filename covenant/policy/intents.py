@@ -90,12 +90,9 @@ class IntentVerifier:
     """
 
     def __init__(self, skew_s: int, replay_cache_size: int) -> None:
-        if skew_s <= 0 or replay_cache_size <= 0:
-            raise ValueError("skew_s and replay_cache_size must be positive")
         self.skew_ms = skew_s * 1000
-        self.replay_cache_size = replay_cache_size
         # An id older than the skew window fails the skew check before the cache is asked: the cache
-        # need not remember it any longer.
+        # need not remember it any longer. (It refuses a window or a size that is not positive.)
         self._replays = ReplayCache(self.skew_ms, replay_cache_size)
 
     def __len__(self) -> int:

@@ -69,8 +69,8 @@ _MIB = 1024 * 1024
 _PIPE_DRAIN_S = 5.0
 """After every process is dead, how long buffered output may take to arrive."""
 _KILL_WAIT_S = 10.0
-_STOPPING = "covenant stopped the run: the daemon is shutting down"
 """How long SIGKILL may take (a process in uninterruptible sleep dies late)."""
+_STOPPING = "covenant stopped the run: the daemon is shutting down"
 _GROUP_GONE_S = 2.0
 """After the sweep, how long a run's process group may take to empty (its last members dying)."""
 _LAUNCH_THREADS = 2
@@ -149,7 +149,7 @@ class Runner:
     ) -> AsyncIterator["Runner"]:
         """Start the shared sampler and scratch keeper; on exit stop every run still in flight, then (as
         child subreaper) SIGKILL every child left that is not one of covenant's own: see
-        :meth:`_end_adopted_orphans`.
+        :meth:`end_adopted_orphans`.
 
         Interpreters are resolved to absolute paths here, once, not per
         dispatch, and so is the PDEATHSIG wrapper (a one-time test exec).
@@ -210,7 +210,7 @@ class Runner:
                                 with trio.move_on_after(bound):
                                     while runner._dispatches:
                                         await trio.sleep(0.01)
-                            await runner._end_adopted_orphans()
+                            await runner.end_adopted_orphans()
                         nursery.cancel_scope.cancel()
             finally:
                 with trio.CancelScope(shield=True):
@@ -778,7 +778,7 @@ class Runner:
         self.live_roots.add(creds.uid)
         return creds
 
-    async def release_uid(self, creds: AgentCredentials, agent_id: str, intent_id: str) -> int:
+    async def release_uid(self, creds: AgentCredentials | None, agent_id: str, intent_id: str) -> int:
         """The run's tree is gone: if it was the last live root of its uid, sweep the uid.
 
         Kills every process still running as the uid (escapes that left the
@@ -788,7 +788,14 @@ class Runner:
         in :data:`SHARED_TMP_DIRS`);
         returns those bytes (they count as the dispatch's disk use). New runs
         of the uid wait until the sweep is over.
+
+        Without credentials (``same-uid`` mode) there is no uid to sweep: the orphans covenant adopted
+        that still carry ``intent_id`` as their marker are ended instead (:meth:`end_adopted_orphans`).
+        A one-shot run's sweep has ended those already, so it skips this call.
         """
+        if creds is None:
+            await self.end_adopted_orphans(intent_id)
+            return 0
         if not self.live_roots.remove(creds.uid):
             return 0
         done = self._sweeping[creds.uid] = trio.Event()
@@ -809,35 +816,21 @@ class Runner:
             del self._sweeping[creds.uid]
             done.set()
 
-    async def _end_adopted_orphans(self) -> None:
-        """At close, once every run, replica and server is stopped: SIGKILL and reap what covenant adopted.
+    async def end_adopted_orphans(self, marker: str | None = None) -> None:
+        """SIGKILL and reap the orphans covenant adopted as child subreaper: those whose environment
+        still holds ``COVENANT_INTENT_ID=marker``, or, without a marker, every one; then the strangers
+        those leave in turn (a dying stranger's children come to covenant).
 
-        A process an agent, a replica or an MCP server left in a session of its own survives the kill of
-        its group. With uid isolation the uid sweep ends it; without (``same-uid``) only
-        :meth:`end_orphans_of` would, and only while its marker is still in its environment. Whatever
-        covenant still has adopted as child subreaper at close is such a leftover, or its descendant:
-        a stranger's children come to covenant in turn as it dies.
+        A process an agent, a replica or an MCP server left in a session of its own survives the kill
+        of its group. With uid isolation the uid sweep ends it. In ``same-uid`` mode, when a replica or
+        server stops, :meth:`release_uid` ends its marked orphans here; live replicas and servers are
+        children of the launch threads, never strangers, so one agent's other servers (same marker) are
+        safe. At close, once every run, replica and server has stopped, :meth:`open` ends the rest,
+        marked or not.
         """
-        ended = await self._end_strangers(None)
-        if ended:
-            log.warning("killed processes agents left behind", extra={"pids": ended})
-
-    async def end_orphans_of(self, marker: str) -> None:
-        """``same-uid`` mode's stand-in for :meth:`release_uid` when a replica or an MCP server has stopped:
-        SIGKILL and reap the orphans covenant adopted that carry its marker (``COVENANT_INTENT_ID``).
-
-        Live replicas and servers are children of the launch threads, never strangers, so one agent's
-        other servers (same marker) are safe.
-        """
-        ended = await self._end_strangers(f"COVENANT_INTENT_ID={marker}".encode())
-        if ended:
-            log.warning("killed processes agents left behind", extra={"pids": ended, "intent": marker})
-
-    async def _end_strangers(self, marked: bytes | None) -> list[int]:
-        """SIGKILL the strangers (those whose environment holds ``marked``, or all) and the strangers they
-        leave in turn, reap them; returns their pids. Nothing to do without child subreaper."""
         if not self._subreaper:
-            return []
+            return
+        marked = None if marker is None else f"COVENANT_INTENT_ID={marker}".encode()
         deadline = trio.current_time() + _KILL_WAIT_S
         ended: set[int] = set()
         while True:
@@ -849,12 +842,14 @@ class Runner:
                     ended.add(pid)
             dying = [pid for pid in strangers if pid in ended]
             if not dying:
-                return sorted(ended)
+                break
             if not self._reap_zombies(dying):
                 if trio.current_time() > deadline:
                     log.error("processes left by agents survived SIGKILL", extra={"pids": sorted(dying)})
-                    return sorted(ended)
+                    break
                 await trio.sleep(0.005)
+        if ended:
+            log.warning("killed processes agents left behind", extra={"pids": sorted(ended), "intent": marker})
 
     def _strangers(self) -> list[int]:
         """covenant's children that are neither the root of a run in flight nor a mount namespace holder.

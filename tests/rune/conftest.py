@@ -45,6 +45,17 @@ def add_rune_agent(d: DaemonProcess, name: str = "chat", *, toolset: tuple[str, 
     return folder
 
 
+def add_process_tool(package: Path, name: str, source: str) -> None:
+    """A ``runtime: process`` tool ``name`` in ``package``: tools/NAME.yaml and tools/NAME.py (``source``),
+    readable by agent uids."""
+    tools = package / "tools"
+    tools.mkdir(mode=0o755, exist_ok=True)
+    (tools / f"{name}.yaml").write_text(f"name: {name}\nruntime: process\nmodule: tools/{name}.py\n")
+    (tools / f"{name}.py").write_text(source)
+    for path in (tools / f"{name}.yaml", tools / f"{name}.py"):
+        path.chmod(0o644)
+
+
 def configure(d: DaemonProcess, *fakes: tuple[str, FakeModelServer], extra: str = "") -> None:
     """covenant.toml with one [providers.NAME] per fake (the first one keyed), and the key in the daemon's env.
 

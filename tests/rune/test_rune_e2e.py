@@ -15,7 +15,7 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess, agent_processes
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.rune.conftest import KEY_VALUE, add_rune_agent, configure, outcome_of
+from tests.rune.conftest import KEY_VALUE, add_process_tool, add_rune_agent, configure, outcome_of
 from tests.processes import alive
 
 
@@ -342,12 +342,8 @@ def test_with_one_shared_account_the_replica_and_its_tools_run_as_that_account(
     config = daemon.home / "covenant.toml"
     config.write_text(config.read_text().replace("[isolation]\n", '[isolation]\nuser = "nobody"\n'))
     package = add_rune_agent(daemon, toolset=("whoami",))
-    (package / "tools").mkdir(mode=0o755)
-    (package / "tools" / "whoami.yaml").write_text("name: whoami\nruntime: process\nmodule: tools/whoami.py\n")
-    (package / "tools" / "whoami.py").write_text(
+    add_process_tool(package, "whoami",
         "import json, os, sys\njson.load(sys.stdin)\nprint(json.dumps({'uid': os.getuid(), 'gid': os.getgid()}))\n")
-    for path in (package / "tools").iterdir():
-        path.chmod(0o644)
     daemon.start()
     daemon.cli("grant", "tester@test", "tool.whoami", check=True)
     fake_model.script(Reply.tools(ToolCall("whoami", {})), Reply(text="done"))

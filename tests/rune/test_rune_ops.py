@@ -17,7 +17,7 @@ from tests.conftest import REPO_ROOT
 from tests.daemon.conftest import DaemonProcess
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.processes import alive, ctrl_c
-from tests.rune.conftest import KEY_ENV, add_rune_agent, configure, outcome_of
+from tests.rune.conftest import KEY_ENV, add_process_tool, add_rune_agent, configure, outcome_of
 
 
 def wait_for(predicate, timeout: float = 60, what: str = "condition") -> None:  # type: ignore[no-untyped-def]
@@ -68,13 +68,9 @@ def test_covenant_runs_key_never_reaches_a_process_tool(daemon: DaemonProcess, f
     environment, built from the allowlist, never its own."""
     configure(daemon, ("fake", fake_model))
     package = add_rune_agent(daemon, toolset=("envdump",))
-    (package / "tools").mkdir(mode=0o755)
-    (package / "tools" / "envdump.yaml").write_text("name: envdump\nruntime: process\nmodule: tools/envdump.py\n")
-    (package / "tools" / "envdump.py").write_text(
+    add_process_tool(package, "envdump",
         "import json, os, sys\njson.load(sys.stdin)\n"
         "print(json.dumps({'names': sorted(os.environ), 'key': any('sk-test-' in v for v in os.environ.values())}))\n")
-    for path in (package / "tools").iterdir():
-        path.chmod(0o644)
     fake_model.script(Reply.tools(ToolCall("envdump", {})), Reply(text="done"))
     result = daemon.cli("run", str(package), "show me your environment")
     assert result.returncode == 0, result

@@ -13,7 +13,7 @@ import signal
 import subprocess
 import sys
 import time
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from pathlib import Path
 
@@ -23,7 +23,7 @@ import pytest
 from covenant.client import DaemonClient, DaemonUnreachable
 from tests.conftest import traversable_tmpdir
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.processes import alive
+from tests.processes import alive, processes_marked, wait_gone
 
 NOBODY = 65534
 SETPRIV = shutil.which("setpriv")
@@ -167,6 +167,15 @@ models:
 """
 
 
+def _nobodys_package(folder: Path, runefile: str) -> Path:
+    """A Rune package at ``folder`` with this Runefile, owned by nobody (the daemon or `covenant run`)."""
+    folder.mkdir()
+    (folder / "Runefile").write_text(runefile)
+    os.chown(folder, NOBODY, NOBODY)
+    os.chown(folder / "Runefile", NOBODY, NOBODY)
+    return folder
+
+
 def _rune_config(home: Path, fake_model: FakeModelServer) -> None:
     """covenant.toml for a Rune agent whose one tool comes from ``mcp-server-time`` over stdio."""
     mcp_server_time = Path(sys.executable).parent / "mcp-server-time"
@@ -195,11 +204,7 @@ def test_a_rune_agent_and_its_stdio_mcp_server_run_under_an_ordinary_users_daemo
     `unshare -U -n` for the replica; the server runs as the daemon's uid and ends with it."""
     env = env_for(nobody_home)
     subprocess.run(as_nobody(nobody_home, "init", "--display", "nobody@test"), env=env, check=True, capture_output=True)
-    package = nobody_home / "agents" / "clock"
-    package.mkdir()
-    (package / "Runefile").write_text(CLOCK_RUNEFILE)
-    os.chown(package, NOBODY, NOBODY)
-    os.chown(package / "Runefile", NOBODY, NOBODY)
+    _nobodys_package(nobody_home / "agents" / "clock", CLOCK_RUNEFILE)
     _rune_config(nobody_home, fake_model)
     with daemon_as_nobody(nobody_home, env) as (daemon, log_path):
         subprocess.run(as_nobody(nobody_home, "grant", "nobody@test", "tool.mcp.time.get_current_time"),
@@ -210,23 +215,12 @@ def test_a_rune_agent_and_its_stdio_mcp_server_run_under_an_ordinary_users_daemo
         assert done.returncode == 0, done.stdout + done.stderr + log_path.read_text()
         assert json.loads(done.stdout)["text"] == "it is noon somewhere"
         _the_tool_answered(fake_model)
-        servers = _mcp_servers_of_clock(psutil.Process(daemon.pid).children(recursive=True))
+        servers = processes_marked("mcp:clock@local", psutil.Process(daemon.pid).children(recursive=True))
         assert servers and all(p.uids().real == NOBODY for p in servers), servers
     deadline = time.monotonic() + 30
     while any(alive(p.pid) for p in servers):
         assert time.monotonic() < deadline, "the MCP server outlived the daemon"
         time.sleep(0.1)
-
-
-def _mcp_servers_of_clock(processes: Iterable[psutil.Process]) -> list[psutil.Process]:
-    found = []
-    for proc in processes:
-        try:
-            if proc.environ().get("COVENANT_INTENT_ID") == "mcp:clock@local" and alive(proc.pid):
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
 
 
 def test_covenant_run_as_an_ordinary_user_runs_a_rune_package_with_a_stdio_mcp_server(
@@ -235,11 +229,7 @@ def test_covenant_run_as_an_ordinary_user_runs_a_rune_package_with_a_stdio_mcp_s
     """`covenant run` hosts the package itself (replica, model loop, MCP server), no daemon involved."""
     env = env_for(nobody_home)
     subprocess.run(as_nobody(nobody_home, "init", "--display", "nobody@test"), env=env, check=True, capture_output=True)
-    package = nobody_home.parent / "clock"
-    package.mkdir()
-    (package / "Runefile").write_text(CLOCK_RUNEFILE)
-    os.chown(package, NOBODY, NOBODY)
-    os.chown(package / "Runefile", NOBODY, NOBODY)
+    package = _nobodys_package(nobody_home.parent / "clock", CLOCK_RUNEFILE)
     _rune_config(nobody_home, fake_model)
     _script_one_tool_call(fake_model, "it is noon somewhere")
     done = subprocess.run(as_nobody(nobody_home, "run", str(package), "what time is it", "--json"),
@@ -247,7 +237,7 @@ def test_covenant_run_as_an_ordinary_user_runs_a_rune_package_with_a_stdio_mcp_s
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["result"]["text"] == "it is noon somewhere"
     _the_tool_answered(fake_model)
-    assert _mcp_servers_of_clock(psutil.process_iter()) == []  # none outlived the command
+    assert processes_marked("mcp:clock@local") == []  # none outlived the command
 
 
 ESCAPE_RUNEFILE = CLOCK_RUNEFILE.replace('toolset: ["time/get_current_time"]', 'toolset: ["hostile/escape"]')
@@ -256,13 +246,10 @@ ESCAPE_RUNEFILE = CLOCK_RUNEFILE.replace('toolset: ["time/get_current_time"]', '
 def _hostile_package(home: Path, fake_model: FakeModelServer) -> Path:
     """The agent clock@local whose one tool is our hostile stdio server's ``escape``: it leaves a grandchild
     asleep in a session of its own. Returns the package folder."""
-    package = home / "agents" / "clock"
-    package.mkdir()
-    (package / "Runefile").write_text(ESCAPE_RUNEFILE)
+    package = _nobodys_package(home / "agents" / "clock", ESCAPE_RUNEFILE)
     script = home.parent / "hostile_server.py"
     shutil.copy(Path(__file__).parents[1] / "fakes" / "mcp_stdio_server.py", script)
-    for path in (package, package / "Runefile", script):
-        os.chown(path, NOBODY, NOBODY)
+    os.chown(script, NOBODY, NOBODY)
     (home / "covenant.toml").write_text(
         f'[runtime]\npython3 = "/usr/bin/python3"\n\n[mcp.hostile]\ncommand = ["{sys.executable}", "{script}"]\n\n'
         + fake_model.provider_toml("fake", timeout_s=30)
@@ -282,12 +269,9 @@ def _escapees(fake_model: FakeModelServer) -> tuple[int, int]:
 
 
 def _gone(pid: int) -> None:
-    deadline = time.monotonic() + 30
-    while alive(pid):
-        if time.monotonic() > deadline:
-            os.kill(pid, signal.SIGKILL)
-            raise AssertionError(f"{pid}, left behind by an MCP server, was not ended")
-        time.sleep(0.05)
+    if not wait_gone(pid, 30):
+        os.kill(pid, signal.SIGKILL)
+        raise AssertionError(f"{pid}, left behind by an MCP server, was not ended")
 
 
 def test_what_a_stdio_mcp_server_leaves_behind_ends_with_it_or_with_an_ordinary_users_daemon(
@@ -300,7 +284,8 @@ def test_what_a_stdio_mcp_server_leaves_behind_ends_with_it_or_with_an_ordinary_
     subprocess.run(as_nobody(nobody_home, "init", "--display", "nobody@test"), env=env, check=True, capture_output=True)
     _hostile_package(nobody_home, fake_model)
     with daemon_as_nobody(nobody_home, env) as (daemon, log_path):
-        subprocess.run(as_nobody(nobody_home, "grant", "nobody@test", "tool.*"), env=env, check=True, capture_output=True)
+        subprocess.run(as_nobody(nobody_home, "grant", "nobody@test", "tool.*"), env=env, check=True,
+                       capture_output=True)
         done = subprocess.run(as_nobody(nobody_home, "dispatch", "escape", "--agent", "clock@local", "--json"),
                               env=env, capture_output=True, text=True, timeout=120)
         assert done.returncode == 0, done.stdout + done.stderr + log_path.read_text()

@@ -23,7 +23,7 @@ import pytest
 from tests.conftest import REPO_ROOT
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.processes import alive
+from tests.processes import alive, processes_marked
 from tests.rune.conftest import add_rune_agent, configure, outcome_of
 
 from tests.conftest import rune_examples
@@ -80,18 +80,6 @@ def _mcp_status(daemon: DaemonProcess) -> list[dict]:
 def _with_mcp_servers(folder: Path, servers: str) -> None:
     runefile = folder / "Runefile"
     runefile.write_text(runefile.read_text() + "mcp_servers:\n" + servers)
-
-
-def _processes_of(intent_marker: str) -> list[psutil.Process]:
-    """Live processes whose COVENANT_INTENT_ID is ``intent_marker`` (``mcp:AGENT``, ``replica:AGENT``)."""
-    found = []
-    for proc in psutil.process_iter():
-        try:
-            if proc.environ().get("COVENANT_INTENT_ID") == intent_marker and alive(proc.pid):
-                found.append(proc)
-        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
-            continue
-    return found
 
 
 def _namespace_holder(daemon: DaemonProcess, member: int) -> int:
@@ -211,7 +199,7 @@ def test_registry_stdio_servers_run_as_the_agent_uid_and_die_with_the_daemon(
     assert _tool_message(second)["timezone"] == "UTC"
     assert "notes.txt" in json.dumps(_tool_message(third))
     assert _tool_message(fourth)["error"]["code"] == "unknown_tool"  # advertised, not listed
-    procs = _processes_of("mcp:clock@local")
+    procs = processes_marked("mcp:clock@local")
     assert len(procs) >= 2
     assert all(p.uids().real != 0 and p.uids().real != os.geteuid() for p in procs)
     assert daemon.stop() == 0
@@ -303,11 +291,11 @@ def test_an_idle_stdio_server_outlives_the_thread_cache_of_trio(
     fake_model.script(Reply(text="awake"))  # the replica's start connects its MCP servers
     assert outcome_of(daemon.cli("dispatch", "wake up", "--agent", "clock@local", "--json"))["outcome"] == "ok"
     assert _mcp_status(daemon)[0]["state"] == "up", _mcp_status(daemon)
-    before = {p.pid for p in _processes_of("mcp:clock@local")}
+    before = {p.pid for p in processes_marked("mcp:clock@local")}
     assert before
     holder = _namespace_holder(daemon, min(before))
     time.sleep(13)  # past trio's IDLE_TIMEOUT of 10 s, with the daemon idle
-    after = {p.pid for p in _processes_of("mcp:clock@local")}
+    after = {p.pid for p in processes_marked("mcp:clock@local")}
     assert after == before, "the MCP server was killed and restarted while idle"
     assert alive(holder) and _namespace_holder(daemon, min(before)) == holder, "the private /tmp's holder died"
     assert _mcp_status(daemon)[0]["state"] == "up"
@@ -356,8 +344,8 @@ def test_a_hostile_stdio_server_and_its_replica_share_the_uids_private_tmp(
         assert _tool_message(fake_model.requests[3])["exists"] is True
         escapee = _tool_message(fake_model.requests[4])["pid"]
         assert alive(escapee)
-        [server] = [p for p in _processes_of("mcp:filler@local") if p.pid != escapee]
-        [replica] = _processes_of("replica:filler@local")
+        [server] = [p for p in processes_marked("mcp:filler@local") if p.pid != escapee]
+        [replica] = processes_marked("replica:filler@local")
         private = os.readlink(f"/proc/{server.pid}/ns/mnt")
         assert filled["mount_ns"] == private == os.readlink(f"/proc/{replica.pid}/ns/mnt")
         assert private != os.readlink(f"/proc/{daemon.process.pid}/ns/mnt")

@@ -148,8 +148,5 @@ async def launched_stdio_server(
                 await teardown.stop_launched(launched, _KILL_GRACE_S)
     finally:
         with trio.CancelScope(shield=True):
-            if creds is not None:
-                await runner.release_uid(creds, agent.id, f"mcp:{agent.id}")
-            else:
-                await runner.end_orphans_of(f"mcp:{agent.id}")
+            await runner.release_uid(creds, agent.id, f"mcp:{agent.id}")
             await runner.scratch.give_back(scratch)
