@@ -131,6 +131,9 @@ class Runner:
         self._stopping = False
         """Set by :meth:`cancel_all`: a run still starting then (claiming its uid, spawning) is cancelled
         as soon as it is started, before its agent is released."""
+        self._starting: dict[str, str | None] = {}
+        """Intent id -> None, or the reason it was cancelled, for each :meth:`run` not yet supervised:
+        :meth:`cancel` can come while its uid is claimed or its process spawned."""
         self._sweeping: dict[int, trio.Event] = {}
         """uid -> set while that uid is being swept."""
 
@@ -266,7 +269,13 @@ class Runner:
         return len(self._dispatches)
 
     def cancel(self, intent_id: str, reason: str) -> bool:
-        """Stop the run of ``intent_id`` through the kill ladder (outcome ``cancelled``); False when none is running."""
+        """Stop the run of ``intent_id`` through the kill ladder (outcome ``cancelled``); False when none is running.
+
+        A run still starting is cancelled as soon as its process exists, before its agent is released.
+        """
+        if intent_id in self._starting:
+            self._starting[intent_id] = reason
+            return True
         found = [dispatch for dispatch in self._dispatches if dispatch.intent_id == intent_id]
         for dispatch in found:
             dispatch.decide("cancelled", reason)
@@ -438,6 +447,7 @@ class Runner:
         }
         argv: list[str] = []
         wall_ms, cpu_ms = self._budgets(agent)
+        self._starting[intent_id] = None
         try:
             argv = self._argv(agent)
             scratch, launched, creds = await self._spawn(agent, intent_id, argv, cpu_ms)
@@ -463,10 +473,13 @@ class Runner:
                 result=None,
                 network_enforced=False,
             )
-
+        finally:
+            cancelled_while_starting = self._starting.pop(intent_id)
         dispatch = RunState(agent, intent_id, launched, limits, wall_ms / 1000, cpu_ms)
         if creds is not None:
             base["uid"] = creds.uid
+        if cancelled_while_starting is not None:
+            dispatch.decide("cancelled", cancelled_while_starting)  # before it is supervised: never released
         scratch_bytes = await self._run_to_end(dispatch, scratch, creds, intent_line(payload), on_spawned)
         if dispatch.hook_error is not None:
             raise dispatch.hook_error

@@ -17,6 +17,7 @@ import trio
 
 from covenant.config import RuntimeConfig
 from covenant.runtime.host import network_isolation_available, set_child_subreaper
+from covenant.runtime.launcher import Launched, LaunchPlan, ProcessGroupLauncher
 from covenant.runtime.runner import Runner
 from tests.runtime.conftest import leftovers, make_agent, make_payload
 
@@ -79,6 +80,39 @@ async def test_after_cancel_all_a_run_that_was_still_starting_is_cancelled(runne
     assert record.outcome == "cancelled" and record.result is None, record
     assert "shutting down" in (record.error or "")
     assert leftovers(payload["id"]) == []
+
+
+class CancellingLauncher(ProcessGroupLauncher):
+    """The real launcher; just before it spawns, ``covenant cancel``-style cancellation of the run arrives."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.runner: Runner | None = None
+        self.intent_id = ""
+        self.answered: list[bool] = []
+
+    def launch(self, plan: LaunchPlan) -> Launched:
+        assert self.runner is not None
+        self.answered.append(self.runner.cancel(self.intent_id, "the A2A client canceled the task"))
+        return super().launch(plan)
+
+
+async def test_a_run_cancelled_while_it_is_still_starting_never_releases_its_agent(
+    tmp_path: Path, runtime_config: RuntimeConfig
+) -> None:
+    """A single cancel (an A2A tasks/cancel) can come while the run claims its uid or spawns: it must be
+    taken, not answered "not running" while the agent then runs to its end."""
+    launcher = CancellingLauncher()
+    async with Runner.open(runtime_config, scratch_root=tmp_path / "scratch", launcher=launcher) as runner:
+        launcher.runner = runner
+        payload = make_payload("echo never")
+        launcher.intent_id = payload["id"]
+        record = await runner.run(make_agent(FAULT), payload)
+        assert launcher.answered == [True]
+        assert record.outcome == "cancelled" and record.result is None, record
+        assert record.error == "the A2A client canceled the task"
+        assert leftovers(payload["id"]) == []
+        assert not runner.cancel(payload["id"], "too late"), "a run that ended is not cancelled"
 
 
 async def test_busy_loop_exceeds_cpu(runner: Runner) -> None:
