@@ -251,7 +251,7 @@ class _Lifecycle:
         daemon = self.daemon
         daemon.shutting_down = True
         daemon.scheduler.close(ShuttingDown("the daemon is shutting down; the dispatch was not started"))
-        in_flight = len(daemon.inflight)
+        in_flight = daemon.admitted
         self.notifier.stopping(f"draining {in_flight} in-flight dispatches (up to {self.drain_timeout_s:g} s)")
         log.info("draining", extra={"in_flight": in_flight, "timeout_s": self.drain_timeout_s})
         with trio.move_on_after(self.drain_timeout_s):
@@ -259,8 +259,8 @@ class _Lifecycle:
                 nursery.start_soon(self._cancel_on_stop_signal, signals, nursery.cancel_scope)
                 await daemon.idle.wait()
                 nursery.cancel_scope.cancel()
-        if daemon.inflight:
-            self.cancelled = len(daemon.inflight)
+        if daemon.admitted:
+            self.cancelled = daemon.admitted
             self.exit_code = ExitCode.UNREACHABLE
             log.warning("drain timed out; cancelling in-flight dispatches", extra={"in_flight": self.cancelled})
             daemon.cancel_all()

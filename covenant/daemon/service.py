@@ -18,6 +18,8 @@ from __future__ import annotations
 import logging
 import os
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import partial
 from typing import Any
@@ -153,8 +155,17 @@ class Daemon:
         self.started_at_ms = now_ms()
         self.shutting_down = False
         self.inflight: dict[str, _Inflight] = {}
+        """Intents whose agent (or replica call, or workflow) is running, for ``covenant status``."""
+        self.admitted = 0
+        """Dispatches past the shutting-down check and not yet answered: what a drain waits for. Counted
+        from the check, not from the start of their agent, so one still writing its decision (an await)
+        when the stop signal comes is waited for too, not cut off when the daemon's tasks end."""
         self.idle = trio.Event()
+        """Set while no dispatch is admitted."""
         self.idle.set()
+        self._cancelling_all = False
+        """Set by :meth:`cancel_all`: a Rune or workflow intent admitted before it but whose cancel
+        scope did not exist yet is cancelled as soon as it is made."""
         self._reload_lock = trio.Lock()
         metrics.set_registry(len(agents.agents), len(agents.problems))
 
@@ -197,17 +208,33 @@ class Daemon:
         """
         if self.shutting_down:
             raise ShuttingDown("the daemon is shutting down and accepts no new dispatches")
-        self.audit.check_writable()  # fail closed before anything is verified, decided or spawned
+        with self._admission():
+            self.audit.check_writable()  # fail closed before anything is verified, decided or spawned
+            try:
+                intent = self.verifier.verify(body, now_ms(), signer=daemon_signer)
+            except CovenantError as exc:
+                await self._audit_rejection(body, exc)
+                raise
+            dry_run = bool(body.get("dry_run", False))
+            session_id = body.get("session_id")
+            if session_id is not None and (not isinstance(session_id, str) or not valid_session_id(session_id)):
+                raise BadIntent(f"session_id {session_id!r}: use 1-128 of A-Za-z0-9._-", field="session_id")
+            return await self._dispatch(
+                intent, dry_run=dry_run, session_id=session_id, sink=sink, child=None, peer_uid=peer_uid
+            )
+
+    @contextmanager
+    def _admission(self) -> Iterator[None]:
+        """Count one dispatch as admitted (see :attr:`admitted`) for the duration of the block."""
+        self.admitted += 1
+        if self.admitted == 1:
+            self.idle = trio.Event()
         try:
-            intent = self.verifier.verify(body, now_ms(), signer=daemon_signer)
-        except CovenantError as exc:
-            await self._audit_rejection(body, exc)
-            raise
-        dry_run = bool(body.get("dry_run", False))
-        session_id = body.get("session_id")
-        if session_id is not None and (not isinstance(session_id, str) or not valid_session_id(session_id)):
-            raise BadIntent(f"session_id {session_id!r}: use 1-128 of A-Za-z0-9._-", field="session_id")
-        return await self._dispatch(intent, dry_run=dry_run, session_id=session_id, sink=sink, child=None, peer_uid=peer_uid)
+            yield
+        finally:
+            self.admitted -= 1
+            if not self.admitted:
+                self.idle.set()
 
     async def dispatch_child(self, call: ChildCall) -> dict[str, Any]:
         """Run a child intent of a running intent (an agent tool, ``rune@agent-send``, a workflow step).
@@ -468,14 +495,18 @@ class Daemon:
         return agent.resources.cpu_ms_per_task
 
     def _enter(self, intent: Intent, agent: AgentSpec) -> None:
-        if not self.inflight:
-            self.idle = trio.Event()
         self.inflight[intent.id] = _Inflight(intent.id, agent.id, time.monotonic())
 
     def _leave(self, intent: Intent) -> None:
         del self.inflight[intent.id]
-        if not self.inflight:
-            self.idle.set()
+
+    def _run_scope(self, link: ChainLink) -> trio.CancelScope:
+        """The cancel scope of a Rune or workflow intent, known to :meth:`cancel` and :meth:`cancel_all`."""
+        scope = link.run_scope = trio.CancelScope()
+        self._rune_scopes.add(scope)
+        if self._cancelling_all:  # admitted before cancel_all, but its scope did not exist then
+            scope.cancel()
+        return scope
 
     async def _run_rune(
         self,
@@ -504,8 +535,7 @@ class Daemon:
         pending.clear()
         self._enter(intent, agent)
         self.chain.open(link)
-        scope = link.run_scope = trio.CancelScope()
-        self._rune_scopes.add(scope)
+        scope = self._run_scope(link)
         try:
             try:
                 record = await run_rune_intent(
@@ -538,8 +568,7 @@ class Daemon:
         pending.clear()
         self._enter(intent, agent)
         self.chain.open(link)
-        scope = link.run_scope = trio.CancelScope()
-        self._rune_scopes.add(scope)
+        scope = self._run_scope(link)
         started_at, t0 = iso_now(), time.monotonic()
         try:
             result = None
@@ -587,7 +616,9 @@ class Daemon:
         return self.runner.cancel(intent_id, reason)
 
     def cancel_all(self) -> None:
-        """Past the drain timeout: stop every run and every Rune intent (outcome ``cancelled``)."""
+        """Past the drain timeout: stop every run and every Rune or workflow intent, those still starting
+        included (outcome ``cancelled``)."""
+        self._cancelling_all = True
         self.runner.cancel_all()
         for scope in list(self._rune_scopes):
             scope.cancel()
@@ -867,6 +898,7 @@ class Daemon:
                 for d in self.inflight.values()
             ],
             "queued": self.scheduler.queued,
+            "admitted": self.admitted,
             "limits": {
                 "max_concurrent": self.scheduler.max_concurrent,
                 "per_agent": self.scheduler.per_agent,

@@ -6,6 +6,7 @@ import json
 import os
 import shutil
 import signal
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -15,6 +16,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.daemon.conftest import DaemonProcess
+from tests.daemon.test_daemon_e2e import audit_records
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.processes import alive, ctrl_c
 from tests.rune.conftest import KEY_ENV, add_process_tool, add_rune_agent, configure, outcome_of
@@ -227,6 +229,72 @@ def test_sigterm_drains_an_in_flight_rune_intent(daemon: DaemonProcess, fake_mod
     assert json.loads(out)["text"] == "finished in time"
     assert daemon.process.wait(timeout=120) == 0
     assert not alive(pid)
+
+
+def stall_a_dispatch_at_its_decision_then_stop(daemon: DaemonProcess, fake_model: FakeModelServer,
+                                              reply: Reply) -> tuple[subprocess.Popen[str], int]:
+    """A dispatch held where it writes its decision (the audit writer stopped) when SIGTERM comes.
+
+    Returns the client and the writer's pid, still stopped: the caller resumes it (SIGCONT).
+    """
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    fake_model.script(Reply(text="warm"), reply)
+    assert outcome_of(daemon.cli("dispatch", "warm up", "--agent", "chat@local", "--json"))["text"] == "warm"
+    writer = daemon.api("GET", "/v1/status")["audit"]["writer_pid"]  # type: ignore[index]
+    os.kill(writer, signal.SIGSTOP)
+    try:
+        client = daemon.cli_background("dispatch", "stalled", "--agent", "chat@local", "--json")
+        wait_for(lambda: daemon.api("GET", "/v1/status")["admitted"] == 1, what="the dispatch admitted")
+        assert daemon.process is not None
+        daemon.process.send_signal(signal.SIGTERM)
+        wait_for(lambda: drain_lines(daemon), what="the drain")
+    except BaseException:
+        os.kill(writer, signal.SIGCONT)
+        raise
+    assert "in_flight=1 " in drain_lines(daemon)[0], "the drain must count the stalled dispatch"
+    return client, writer
+
+
+def drain_lines(daemon: DaemonProcess) -> list[str]:
+    return [line for line in daemon.log().splitlines() if "msg=draining " in line]
+
+
+def test_the_drain_waits_for_a_dispatch_still_writing_its_decision(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """Accepted before the stop, so it is waited for: it ran after the drain had begun, once its decision
+    was durable, and was answered. (It was cut off: the drain saw nothing running and ended.)"""
+    client, writer = stall_a_dispatch_at_its_decision_then_stop(
+        daemon, fake_model, Reply(text="answered after the stop", delay_s=7))  # past the drain's 5 s for replies
+    os.kill(writer, signal.SIGCONT)
+    out, err = client.communicate(timeout=120)
+    assert client.returncode == 0 and json.loads(out)["text"] == "answered after the stop", out + err
+    assert daemon.process is not None and daemon.process.wait(timeout=120) == 0
+    completed = [r["data"] for r in audit_records(daemon) if r["type"] == "intent.completed"]
+    assert [c["outcome"] for c in completed] == ["ok", "ok"]
+    assert daemon.cli("audit", "verify").returncode == 0
+
+
+def test_a_second_stop_signal_cancels_a_dispatch_still_writing_its_decision(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """Its replica is never asked: the cancel came before its cancel scope existed, and still reaches it."""
+    client, writer = stall_a_dispatch_at_its_decision_then_stop(daemon, fake_model, Reply(text="never asked"))
+    try:
+        assert daemon.process is not None
+        daemon.process.send_signal(signal.SIGTERM)
+        wait_for(lambda: "second stop signal" in daemon.log_path.read_text(), what="the second signal handled")
+    finally:
+        os.kill(writer, signal.SIGCONT)
+    out, err = client.communicate(timeout=120)
+    assert client.returncode == 5 and json.loads(out)["outcome"] == "cancelled", out + err
+    assert daemon.process.wait(timeout=120) == 5
+    assert len(fake_model.requests) == 1, "only the warm-up reached the model"
+    completed = [r["data"] for r in audit_records(daemon) if r["type"] == "intent.completed"]
+    assert [c["outcome"] for c in completed] == ["ok", "cancelled"]
+    assert daemon.cli("audit", "verify").returncode == 0
 
 
 def test_sessions_commands_without_a_daemon(daemon: DaemonProcess) -> None:
