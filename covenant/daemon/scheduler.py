@@ -43,6 +43,7 @@ class _Waiter:
     rank: int
     seq: int
     agent_id: str = field(compare=False)
+    child: bool = field(compare=False, default=False)
     event: trio.Event = field(compare=False, default_factory=trio.Event)
     granted: bool = field(compare=False, default=False)
     refused: CovenantError | None = field(compare=False, default=None)
@@ -103,9 +104,13 @@ class Scheduler:
         return self._has_room(agent_id) and not any(self._has_room(w.agent_id) for w in self._waiting)
 
     @asynccontextmanager
-    async def slot(self, agent_id: str, priority: str) -> AsyncIterator[None]:
-        """Hold one run slot for ``agent_id`` for the duration of the block."""
-        if self._closed is not None:
+    async def slot(self, agent_id: str, priority: str, *, child: bool = False) -> AsyncIterator[None]:
+        """Hold one run slot for ``agent_id`` for the duration of the block.
+
+        ``child``: the run is a child intent of one already running (a workflow step, an agent tool), so
+        part of work a drain lets finish: :meth:`close` refuses neither its slot nor its place in the queue.
+        """
+        if self._closed is not None and not child:
             raise self._closed
         if self.can_start_now(agent_id):
             self._take(agent_id)
@@ -117,7 +122,7 @@ class Scheduler:
                     in_flight=self._total,
                     queued=len(self._waiting),
                 )
-            waiter = _Waiter(PRIORITY_ORDER.get(priority, 1), next(self._seq), agent_id)
+            waiter = _Waiter(PRIORITY_ORDER.get(priority, 1), next(self._seq), agent_id, child)
             bisect.insort(self._waiting, waiter)
             try:
                 await waiter.event.wait()
@@ -135,9 +140,10 @@ class Scheduler:
             self._release(agent_id)
 
     def close(self, error: CovenantError) -> None:
-        """Refuse new slots and every queued waiter with ``error`` (daemon shutdown)."""
+        """Refuse new slots and every queued waiter with ``error`` (daemon shutdown); children excepted."""
         self._closed = error
         for waiter in self._waiting:
-            waiter.refused = error
-            waiter.event.set()
-        self._waiting.clear()
+            if not waiter.child:
+                waiter.refused = error
+                waiter.event.set()
+        self._waiting = [waiter for waiter in self._waiting if waiter.child]

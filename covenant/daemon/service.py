@@ -242,8 +242,7 @@ class Daemon:
         The daemon builds and signs it for the root issuer; the root issuer's grants decide it.
         Returns the outcome document, or raises CovenantError when it is refused (audited).
         """
-        if self.shutting_down:
-            raise ShuttingDown("the daemon is shutting down and accepts no new dispatches")
+        # Not refused while the daemon drains: a child is part of its running parent, which the drain waits for.
         parent = self.chain.get(call.parent_id)
         if parent is None:
             raise ChildRefused("no_parent", f"intent {call.parent_id} is not running; only a running intent makes child intents")
@@ -677,7 +676,7 @@ class Daemon:
         try:
             if not self.scheduler.can_start_now(agent.id):
                 await write_pending()  # it will queue: the decision is durable before the wait
-            async with self.scheduler.slot(agent.id, intent.priority):
+            async with self.scheduler.slot(agent.id, intent.priority, child=intent.parent is not None):
                 self._update_queue_metrics()
                 self._enter(intent, agent)
                 _log_dispatch("dispatch started", intent, agent.id)

@@ -121,3 +121,38 @@ async def test_close_refuses_queued_and_new() -> None:
                 pass
         release.set()
     assert refused == ["queued"]
+
+
+async def test_close_keeps_children_of_running_intents_queued_and_grants_them_slots() -> None:
+    """A workflow step or agent call belongs to an intent the drain waits for: close refuses only new work."""
+    scheduler = Scheduler(max_concurrent=1, queue_max=10)
+    release = trio.Event()
+    ran: list[str] = []
+    refused: list[str] = []
+
+    async def hold() -> None:
+        async with scheduler.slot("a", "normal"):
+            await release.wait()
+
+    async def waiter(name: str, child: bool) -> None:
+        try:
+            async with scheduler.slot("a", "normal", child=child):
+                ran.append(name)
+        except ShuttingDown:
+            refused.append(name)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(waiter, "queued root", False)
+        await trio.testing.wait_all_tasks_blocked()
+        nursery.start_soon(waiter, "queued child", True)
+        await trio.testing.wait_all_tasks_blocked()
+        scheduler.close(ShuttingDown("bye"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert refused == ["queued root"] and scheduler.queued == 1
+        release.set()
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(waiter, "new child", True)
+        nursery.start_soon(waiter, "new root", False)
+    assert ran == ["queued child", "new child"] and refused == ["queued root", "new root"]

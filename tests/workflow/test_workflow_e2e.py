@@ -3,9 +3,11 @@
 from __future__ import annotations
 
 import json
+import signal
 import textwrap
 
 from tests.daemon.conftest import DaemonProcess
+from tests.daemon.test_daemon_e2e import agent_processes
 from tests.fakes import FakeModelServer, Reply
 from tests.rune.conftest import outcome_of
 from tests.workflow.conftest import audit, configure, copy_multi_agent, record, rune_agent
@@ -234,3 +236,61 @@ def test_a_packages_own_workflow_runs_and_a_step_naming_the_package_runs_its_mod
         ("think", "pipeline@local", "ok"), ("shout", "echo@local", "ok")]
     assert record(daemon, children[1]["intent"])["result"]["text"] == "a thought!"
     assert daemon.stop() == 0
+
+
+def _think_then_echo(d: DaemonProcess) -> None:
+    """A workflow whose second step, a process agent, starts only after the first, a model's answer."""
+    _workflow(d, "pair", """\
+        name: pair
+        version: 0.1.0
+        timeout_ms: 60000
+        output_step: echo
+        steps:
+          - id: think
+            agent_ref: local://thinker
+          - id: echo
+            agent_ref: local://echo
+            input_template: "said {{ steps.think.output }}"
+            depends_on: [think]
+        """)
+    rune_agent(d, "thinker", folder=d.home / "agents" / "pair")
+    d.add_agent("echo", "echo.py")
+
+
+def test_a_stop_lets_a_running_workflow_start_its_next_steps_and_finish(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """The drain waits for in-flight intents, so their steps are not refused as new work (they were:
+    shutting_down, and the workflow failed while the daemon reported a clean stop)."""
+    configure(daemon, ("fake", fake_model))
+    _think_then_echo(daemon)
+    daemon.start()
+    fake_model.script(Reply(text="ONE", delay_s=2))
+    client = daemon.cli_background("dispatch", "go", "--agent", "pair@local", "--json")
+    fake_model.wait_for_requests(1)
+    assert daemon.process is not None
+    daemon.process.send_signal(signal.SIGTERM)
+    out, err = client.communicate(timeout=120)
+    outcome = json.loads(out)
+    assert client.returncode == 0 and outcome["outcome"] == "ok" and outcome["text"] == "said ONE", out + err
+    assert daemon.process.wait(timeout=120) == 0
+    assert not agent_processes(daemon.home)
+
+
+def test_past_the_drain_timeout_a_workflow_is_cancelled_and_starts_no_further_step(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    configure(daemon, ("fake", fake_model))
+    _think_then_echo(daemon)
+    daemon.start("--drain-timeout", "1")
+    fake_model.script(Reply(text="far too late", delay_s=30))
+    client = daemon.cli_background("dispatch", "go", "--agent", "pair@local", "--json")
+    fake_model.wait_for_requests(1)
+    assert daemon.process is not None
+    daemon.process.send_signal(signal.SIGTERM)
+    out, err = client.communicate(timeout=120)
+    assert client.returncode == 5 and json.loads(out)["outcome"] == "cancelled", out + err
+    assert daemon.process.wait(timeout=120) == 5
+    steps = [r["data"] for r in audit(daemon, "intent.received") if r["data"].get("parent")]
+    assert len(steps) == 1, "only the first step ever started"
+    assert not agent_processes(daemon.home)
