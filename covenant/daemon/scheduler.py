@@ -19,7 +19,7 @@ import trio
 from covenant.errors import CovenantError, ExitCode
 from covenant.priorities import PRIORITY_ORDER
 
-__all__ = ["Scheduler", "Overloaded", "ShuttingDown"]
+__all__ = ["Scheduler", "Overloaded", "ShuttingDown", "Withdrawn"]
 
 
 class Overloaded(CovenantError):
@@ -38,12 +38,20 @@ class ShuttingDown(CovenantError):
     http_status = 503
 
 
+class Withdrawn(CovenantError):
+    """A queued dispatch was cancelled (:meth:`Scheduler.withdraw`) before it got a slot."""
+
+    code = "cancelled"
+    exit_code = ExitCode.UNREACHABLE
+
+
 @dataclass(order=True)
 class _Waiter:
     rank: int
     seq: int
     agent_id: str = field(compare=False)
     child: bool = field(compare=False, default=False)
+    key: str | None = field(compare=False, default=None)
     event: trio.Event = field(compare=False, default_factory=trio.Event)
     granted: bool = field(compare=False, default=False)
     refused: CovenantError | None = field(compare=False, default=None)
@@ -104,11 +112,14 @@ class Scheduler:
         return self._has_room(agent_id) and not any(self._has_room(w.agent_id) for w in self._waiting)
 
     @asynccontextmanager
-    async def slot(self, agent_id: str, priority: str, *, child: bool = False) -> AsyncIterator[None]:
+    async def slot(
+        self, agent_id: str, priority: str, *, child: bool = False, key: str | None = None
+    ) -> AsyncIterator[None]:
         """Hold one run slot for ``agent_id`` for the duration of the block.
 
         ``child``: the run is a child intent of one already running (a workflow step, an agent tool), so
         part of work a drain lets finish: :meth:`close` refuses neither its slot nor its place in the queue.
+        ``key`` (the intent id) names its place in the queue for :meth:`withdraw`.
         """
         if self._closed is not None and not child:
             raise self._closed
@@ -122,7 +133,7 @@ class Scheduler:
                     in_flight=self._total,
                     queued=len(self._waiting),
                 )
-            waiter = _Waiter(PRIORITY_ORDER.get(priority, 1), next(self._seq), agent_id, child)
+            waiter = _Waiter(PRIORITY_ORDER.get(priority, 1), next(self._seq), agent_id, child, key)
             bisect.insort(self._waiting, waiter)
             try:
                 await waiter.event.wait()
@@ -138,6 +149,17 @@ class Scheduler:
             yield
         finally:
             self._release(agent_id)
+
+    def withdraw(self, key: str, error: CovenantError) -> bool:
+        """Take the queued waiter ``key`` out of the queue; its :meth:`slot` raises ``error``. False when
+        no waiter has that key (it got its slot, or never queued)."""
+        for index, waiter in enumerate(self._waiting):
+            if waiter.key == key:
+                del self._waiting[index]
+                waiter.refused = error
+                waiter.event.set()
+                return True
+        return False
 
     def close(self, error: CovenantError) -> None:
         """Refuse new slots and every queued waiter with ``error`` (daemon shutdown); children excepted."""

@@ -39,7 +39,7 @@ from covenant.daemon.metrics import Metrics
 from covenant.daemon.routing import NoAgent, route
 from covenant.daemon.rune_dispatch import StreamSink, run_rune_intent
 from covenant.daemon.rune_host import RuneHost
-from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown
+from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown, Withdrawn
 from covenant.daemon.server import Peer
 from covenant.daemon.visibility import sees_every_record
 from covenant.errors import CovenantError
@@ -163,6 +163,9 @@ class Daemon:
         self.idle = trio.Event()
         """Set while no dispatch is admitted."""
         self.idle.set()
+        self._before_run: dict[str, str | None] = {}
+        """Intent id -> None, or why it was cancelled, for each intent to a process agent from its decision
+        to the start of its run (queued or not): :meth:`cancel` can come while it waits for a slot."""
         self._cancelling_all = False
         """Set by :meth:`cancel_all`: a Rune or workflow intent admitted before it but whose cancel
         scope did not exist yet is cancelled as soon as it is made."""
@@ -612,6 +615,10 @@ class Daemon:
         if link is not None and link.run_scope is not None:
             link.run_scope.cancel()
             return True
+        if intent_id in self._before_run:
+            self._before_run[intent_id] = reason
+            self.scheduler.withdraw(intent_id, Withdrawn(reason))
+            return True
         return self.runner.cancel(intent_id, reason)
 
     def cancel_all(self) -> None:
@@ -673,10 +680,14 @@ class Daemon:
             await write_pending(("agent.spawned", {"intent": intent.id, "agent": agent.id, **spawned}))
 
         started = False
+        t0 = time.monotonic()
+        self._before_run[intent.id] = None
         try:
             if not self.scheduler.can_start_now(agent.id):
                 await write_pending()  # it will queue: the decision is durable before the wait
-            async with self.scheduler.slot(agent.id, intent.priority, child=intent.parent is not None):
+            async with self.scheduler.slot(agent.id, intent.priority, child=intent.parent is not None, key=intent.id):
+                if (reason := self._before_run.pop(intent.id)) is not None:
+                    raise Withdrawn(reason)  # cancelled as its slot was granted
                 self._update_queue_metrics()
                 self._enter(intent, agent)
                 _log_dispatch("dispatch started", intent, agent.id)
@@ -688,6 +699,11 @@ class Daemon:
                     _log_dispatch("dispatch finished", intent, agent.id, outcome=record.outcome, ms=record.duration_ms)
                 finally:
                     self._leave(intent)
+        except Withdrawn as exc:
+            record = self.runner.never_started(agent, intent.id, "cancelled", exc.message, t0=t0)
+            await self._finish(intent, agent, record.model_copy(update={"peer_uid": peer_uid, "parent": intent.parent}),
+                               pending)
+            _log_dispatch("dispatch finished", intent, agent.id, outcome="cancelled", ms=record.duration_ms)
         except CovenantError as exc:
             await write_pending(
                 ("intent.completed", {"intent": intent.id, "agent": agent.id, "outcome": exc.code, "status": None})
@@ -696,6 +712,7 @@ class Daemon:
             _log_dispatch(ended, intent, agent.id, outcome=exc.code)
             raise
         finally:
+            self._before_run.pop(intent.id, None)
             self._update_queue_metrics()
         return self._outcome_document(intent, agent, routed_by, decision, record)
 

@@ -31,7 +31,7 @@ from typing import Any
 
 import trio
 
-from covenant.clock import iso_now
+from covenant.clock import iso_ms, iso_now, now_ms
 from covenant.config import Config, RuntimeConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime import _procfs, host, teardown, uidkill
@@ -48,7 +48,7 @@ from covenant.runtime.launcher import (
 )
 from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.mountns import MountNamespaces
-from covenant.runtime.outcome import DispatchRecord
+from covenant.runtime.outcome import DispatchRecord, Outcome
 from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.run_state import RunState
 from covenant.runtime.sampler import Sampler, adopted_orphans
@@ -435,16 +435,7 @@ class Runner:
         intent_id = str(payload.get("id", ""))
         started_at = iso_now()
         t0 = time.monotonic()
-        limits = self._limits(agent)
-        base = {
-            "intent_id": intent_id,
-            "agent_id": agent.id,
-            "agent_version": agent.version,
-            "runtime": agent.runtime,
-            "limits": limits,
-            "started_at": started_at,
-            "isolation": self.isolation.mode,
-        }
+        base = self._record_base(agent, intent_id, started_at)
         argv: list[str] = []
         wall_ms, cpu_ms = self._budgets(agent)
         self._starting[intent_id] = None
@@ -455,27 +446,10 @@ class Runner:
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare agent {agent.id}: {exc}"
             log.warning("spawn failed", extra={"agent": agent.id, "intent": intent_id, "detail": message})
             outcome = "workflow_not_supported" if isinstance(exc, WorkflowNotSupported) else "spawn_failed"
-            return DispatchRecord(
-                **base,
-                argv=argv,
-                pid=None,
-                ended_at=iso_now(),
-                exit_code=None,
-                signal=None,
-                outcome=outcome,
-                error=message,
-                duration_ms=int((time.monotonic() - t0) * 1000),
-                cpu_ms=0,
-                peak_rss_kib=0,
-                stdout_bytes=0,
-                scratch_peak_bytes=0,
-                stderr_tail="",
-                result=None,
-                network_enforced=False,
-            )
+            return self._unstarted_record(base, outcome, message, t0, argv)
         finally:
             cancelled_while_starting = self._starting.pop(intent_id)
-        dispatch = RunState(agent, intent_id, launched, limits, wall_ms / 1000, cpu_ms)
+        dispatch = RunState(agent, intent_id, launched, base["limits"], wall_ms / 1000, cpu_ms)
         if creds is not None:
             base["uid"] = creds.uid
         if cancelled_while_starting is not None:
@@ -484,6 +458,44 @@ class Runner:
         if dispatch.hook_error is not None:
             raise dispatch.hook_error
         return build_record(dispatch, base, t0, scratch_bytes, self.config.stderr_tail_bytes)
+
+    def never_started(self, agent: AgentSpec, intent_id: str, outcome: Outcome, error: str, *, t0: float) -> DispatchRecord:
+        """The record of an intent whose agent never started, e.g. one cancelled while it waited for a slot
+        (``t0``: :func:`time.monotonic` when it was accepted, its ``started_at``)."""
+        started_at = iso_ms(now_ms() - int((time.monotonic() - t0) * 1000))
+        return self._unstarted_record(self._record_base(agent, intent_id, started_at), outcome, error, t0, [])
+
+    def _record_base(self, agent: AgentSpec, intent_id: str, started_at: str) -> dict[str, Any]:
+        return {
+            "intent_id": intent_id,
+            "agent_id": agent.id,
+            "agent_version": agent.version,
+            "runtime": agent.runtime,
+            "limits": self._limits(agent),
+            "started_at": started_at,
+            "isolation": self.isolation.mode,
+        }
+
+    @staticmethod
+    def _unstarted_record(base: dict[str, Any], outcome: Outcome, error: str, t0: float, argv: list[str]) -> DispatchRecord:
+        return DispatchRecord(
+            **base,
+            argv=argv,
+            pid=None,
+            ended_at=iso_now(),
+            exit_code=None,
+            signal=None,
+            outcome=outcome,
+            error=error,
+            duration_ms=int((time.monotonic() - t0) * 1000),
+            cpu_ms=0,
+            peak_rss_kib=0,
+            stdout_bytes=0,
+            scratch_peak_bytes=0,
+            stderr_tail="",
+            result=None,
+            network_enforced=False,
+        )
 
     async def run_tool(
         self,

@@ -3,6 +3,7 @@ messages, tasks read back and canceled, tokens, exposure, denials, caps, and the
 
 from __future__ import annotations
 
+import concurrent.futures
 import json
 import time
 
@@ -182,6 +183,39 @@ async def test_cancel_task_stops_a_long_run_and_leaves_no_process(daemon: Daemon
     again = _rpc(served, "slow@local", "CancelTask", {"id": task_id}).json()
     assert again["error"]["code"] == -32002  # a finished task cannot be canceled
     assert daemon.stop() == 0
+
+
+def test_cancel_task_of_a_task_waiting_for_a_slot_cancels_it_before_its_agent_starts(daemon: DaemonProcess) -> None:
+    """It was answered -32002 (as if it had ended) and then ran once a slot freed."""
+    daemon.add_agent("slow", "slow.py")
+    served = serve_a2a(daemon, expose=("slow@local",), before="[daemon]\nmax_concurrent = 1\n")
+    daemon.start()
+    with concurrent.futures.ThreadPoolExecutor(2) as pool:
+        holding = pool.submit(_rpc, served, "slow@local", "SendMessage", _message("sleep 300"))
+        [holder] = _running_tasks(daemon)
+        waiting = pool.submit(_rpc, served, "slow@local", "SendMessage", _message("sleep 1"))
+        wait_for(lambda: daemon.api("GET", "/v1/status")["queued"] == 1, what="the second task queued")
+        listed = _rpc(served, "slow@local", "ListTasks", {}).json()["result"]["tasks"]
+        [queued] = [t["id"] for t in listed if t["id"] != holder]
+        canceled = _rpc(served, "slow@local", "CancelTask", {"id": queued}).json()
+        assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED", canceled
+        answer = waiting.result(timeout=60).json()
+        assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED", answer
+        record = daemon.api("GET", f"/v1/dispatches/{queued}")
+        assert record["outcome"] == "cancelled" and record["pid"] is None, record  # type: ignore[index]
+        assert "canceled the task" in record["error"]  # type: ignore[index]
+        assert [i["intent"] for i in daemon.api("GET", "/v1/status")["in_flight"]] == [holder]
+        _rpc(served, "slow@local", "CancelTask", {"id": holder})
+        assert holding.result(timeout=60).json()["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
+    events = [r["data"] for r in records_since(daemon.home / "audit", 0, frozenset({"agent.spawned", "intent.completed"}))]
+    assert [e["intent"] for e in events if "pid" in e] == [holder], "the cancelled task's agent never started"
+    assert {e["intent"]: e["outcome"] for e in events if "outcome" in e} == {holder: "cancelled", queued: "cancelled"}
+    assert not agent_processes(daemon.home)
+    assert daemon.stop() == 0
+
+
+def _message(text: str) -> dict:
+    return {"message": {"messageId": text.replace(" ", "-"), "role": "ROLE_USER", "parts": [{"text": text}]}}
 
 
 def _running_tasks(d: DaemonProcess) -> list[str]:

@@ -6,7 +6,7 @@ import pytest
 import trio
 import trio.testing
 
-from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown
+from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown, Withdrawn
 
 
 async def test_priority_order_then_fifo_when_saturated() -> None:
@@ -156,3 +156,33 @@ async def test_close_keeps_children_of_running_intents_queued_and_grants_them_sl
         nursery.start_soon(waiter, "new child", True)
         nursery.start_soon(waiter, "new root", False)
     assert ran == ["queued child", "new child"] and refused == ["queued root", "new root"]
+
+
+async def test_withdraw_takes_a_queued_waiter_out_and_only_that_one() -> None:
+    scheduler = Scheduler(max_concurrent=1, queue_max=10)
+    release = trio.Event()
+    outcomes: dict[str, str] = {}
+
+    async def hold() -> None:
+        async with scheduler.slot("a", "normal"):
+            await release.wait()
+
+    async def waiter(key: str) -> None:
+        try:
+            async with scheduler.slot("a", "normal", key=key):
+                outcomes[key] = "ran"
+        except Withdrawn as exc:
+            outcomes[key] = exc.message
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(hold)
+        await trio.testing.wait_all_tasks_blocked()
+        for key in ("first", "second"):
+            nursery.start_soon(waiter, key)
+            await trio.testing.wait_all_tasks_blocked()
+        assert scheduler.withdraw("first", Withdrawn("cancelled by its caller"))
+        assert not scheduler.withdraw("first", Withdrawn("again")) and not scheduler.withdraw("unknown", Withdrawn("x"))
+        await trio.testing.wait_all_tasks_blocked()
+        assert outcomes == {"first": "cancelled by its caller"} and scheduler.queued == 1
+        release.set()
+    assert outcomes == {"first": "cancelled by its caller", "second": "ran"}
