@@ -23,6 +23,7 @@ from covenant.manifest.model import AgentSpec
 from covenant.rune.conversation import new_session_id
 from covenant.rune.safety import LineRedactor, redact, still_secret
 from covenant.runtime.outcome import OUTCOMES, DispatchRecord
+from covenant.workflow.chain import ChainLink
 
 if TYPE_CHECKING:
     from covenant.manifest.runefile import RunePackage
@@ -90,17 +91,17 @@ async def run_rune_intent(
     session_id: str | None,
     secrets: Iterable[str],
     sink: StreamSink | None,
-    cancel_scope: trio.CancelScope,
-    deadline: float | None = None,
+    link: ChainLink,
 ) -> DispatchRecord:
     """Run the intent on the agent's replica; never raises for a fault of the agent or its replica.
 
-    ``deadline`` (trio time) bounds it further: a child intent never outlives its caller.
+    ``link`` is the intent in the daemon's chain: its deadline (trio time) bounds the run further (a child
+    intent never outlives its caller), and cancelling it (:meth:`ChainLink.cancel`) ends the run ``cancelled``.
     """
+    assert link.run_scope is not None
+    cancel_scope = link.run_scope
     rf = package.runefile
-    timeout_s = rf.timeout_ms / 1000
-    if deadline is not None:
-        timeout_s = max(0.0, min(timeout_s, deadline - trio.current_time()))
+    timeout_s = max(0.0, min(rf.timeout_ms / 1000, link.deadline - trio.current_time()))
     session_id = session_id or new_session_id()
     started_at = iso_now()
     t0 = time.monotonic()
@@ -121,7 +122,7 @@ async def run_rune_intent(
         if timer.cancelled_caught:
             outcome, error = "timeout", f"no answer within {int(timeout_s * 1000)} ms (the agent's timeout_ms = {rf.timeout_ms}, or its caller's remaining time)"
     if cancel_scope.cancelled_caught:
-        outcome, error = "cancelled", "covenant stopped the intent: the daemon is shutting down, or the intent that called it ended"
+        outcome, error = "cancelled", link.cancel_reason or "covenant stopped the intent"
     text = (document.get("output") or {}).get("text") if outcome == "ok" else None
     if text is not None and rf.models.safety_policy != "none":
         text = redact(text, secrets)

@@ -76,6 +76,7 @@ _NO_UID = -1
 _RECEIVED = frozenset({"intent.received"})
 _REPLAY_SLACK_MS = 60_000
 """Read this much further back than two skew windows: audit timestamps and issued_at come from different clocks."""
+_SHUTTING_DOWN = "covenant stopped the intent: the daemon is shutting down"
 
 
 def _log_dispatch(message: str, intent: Intent, agent_id: str | None, **fields: Any) -> None:
@@ -143,7 +144,8 @@ class Daemon:
         self.remote = RemoteCalls(RemoteAgents(config.a2a, os.environ), lambda: self.grants.current, audit.record)
         """Remote A2A agents (an ``http(s)://`` agent_ref, ``rune@a2a-*``), called only under ``[a2a] remotes``."""
         rune.packages = agents.packages
-        self._rune_scopes: set[trio.CancelScope] = set()
+        self._cancellable: dict[str, ChainLink] = {}
+        """The Rune and workflow intents running now (child intents included): :meth:`cancel_all` stops them."""
         self.isolation = isolation or Isolation.same_uid()
         self.verifier = IntentVerifier(config.policy.skew_s, config.policy.replay_cache)
         self.scheduler = Scheduler(
@@ -293,8 +295,8 @@ class Daemon:
                 await trio.sleep_forever()
             finally:
                 link = self.chain.get(intent.id)
-                if link is not None and link.run_scope is not None:
-                    link.run_scope.cancel()
+                if link is not None:
+                    link.cancel("covenant stopped the intent: the intent that called it ended")
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stop_when_the_caller_is_cancelled)
@@ -502,13 +504,22 @@ class Daemon:
     def _leave(self, intent: Intent) -> None:
         del self.inflight[intent.id]
 
-    def _run_scope(self, link: ChainLink) -> trio.CancelScope:
-        """The cancel scope of a Rune or workflow intent, known to :meth:`cancel` and :meth:`cancel_all`."""
-        scope = link.run_scope = trio.CancelScope()
-        self._rune_scopes.add(scope)
-        if self._cancelling_all:  # admitted before cancel_all, but its scope did not exist then
-            scope.cancel()
-        return scope
+    @contextmanager
+    def _hosted_intent(self, intent: Intent, agent: AgentSpec, link: ChainLink) -> Iterator[trio.CancelScope]:
+        """A Rune or workflow intent from the commit of its decision to its end: in the chain (its children
+        may run), in flight, and cancellable (:meth:`cancel`, :meth:`cancel_all`) from the first moment."""
+        link.run_scope = trio.CancelScope()
+        self.chain.open(link)
+        self._cancellable[intent.id] = link
+        self._enter(intent, agent)
+        if self._cancelling_all:  # admitted before cancel_all, but not cancellable then
+            link.cancel(_SHUTTING_DOWN)
+        try:
+            yield link.run_scope
+        finally:
+            self.chain.close(intent.id)
+            del self._cancellable[intent.id]
+            self._leave(intent)
 
     async def _run_rune(
         self,
@@ -533,26 +544,19 @@ class Daemon:
                 f"{waiting} intents already wait for the replica of {agent.id} (daemon.queue_max = "
                 f"{self.config.daemon.queue_max}); try again later"
             )
-        await self.audit.record_many(list(pending))
-        pending.clear()
-        self._enter(intent, agent)
-        self.chain.open(link)
-        scope = self._run_scope(link)
-        try:
+        with self._hosted_intent(intent, agent, link):
+            await self.audit.record_many(list(pending))  # a cancel during this commit stops it before its replica
+            pending.clear()
             try:
                 record = await run_rune_intent(
                     self.rune.replicas, intent, agent, package, session_id=session_id,
-                    secrets=self.rune.secret_values(), sink=sink, cancel_scope=scope, deadline=link.deadline,
+                    secrets=self.rune.secret_values(), sink=sink, link=link,
                 )
             finally:
                 await self.rune.tools.intent_ended(intent.id)  # its rune@process-* processes die with it
             record = record.model_copy(update={
                 "peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id)})
             await self._finish(intent, agent, record, pending)
-        finally:
-            self.chain.close(intent.id)
-            self._rune_scopes.discard(scope)
-            self._leave(intent)
         return self._outcome_document(intent, agent, routed_by, decision, record)
 
     async def _run_workflow(
@@ -566,23 +570,16 @@ class Daemon:
         workflow: Workflow,
     ) -> dict[str, Any]:
         """An allowed intent to a workflow agent: each step a child intent, run by the DAG engine."""
-        await self.audit.record_many(list(pending))
-        pending.clear()
-        self._enter(intent, agent)
-        self.chain.open(link)
-        scope = self._run_scope(link)
-        started_at, t0 = iso_now(), time.monotonic()
-        try:
+        with self._hosted_intent(intent, agent, link) as scope:
+            await self.audit.record_many(list(pending))  # a cancel during this commit stops it before its steps
+            pending.clear()
+            started_at, t0 = iso_now(), time.monotonic()
             result = None
             with scope:
                 result = await run_workflow(workflow, intent.text, partial(self._run_step, intent), deadline=link.deadline)
-            record = workflow_record(intent, agent, workflow, result, started_at, t0).model_copy(update={
-                "peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id)})
+            record = workflow_record(intent, agent, workflow, result, started_at, t0, link.cancel_reason).model_copy(
+                update={"peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id)})
             await self._finish(intent, agent, record, pending)
-        finally:
-            self.chain.close(intent.id)
-            self._rune_scopes.discard(scope)
-            self._leave(intent)
         return self._outcome_document(intent, agent, routed_by, decision, record)
 
     async def _run_step(self, parent: Intent, step: WorkflowStep, text: str) -> StepResult:
@@ -610,24 +607,28 @@ class Daemon:
         return replica.view()
 
     def cancel(self, intent_id: str, reason: str) -> bool:
-        """Stop one in-flight intent as a drain would (outcome ``cancelled``); False when it is not running."""
+        """Stop one in-flight intent (outcome ``cancelled``, ``reason`` its record's error): a Rune or workflow
+        intent, or a process agent's run, queued, starting or running. False when it is not in flight."""
         link = self.chain.get(intent_id)
-        if link is not None and link.run_scope is not None:
-            link.run_scope.cancel()
-            return True
-        if intent_id in self._before_run:
+        if link is not None:
+            link.cancel(reason)
+            found = True
+        elif intent_id in self._before_run:
             self._before_run[intent_id] = reason
             self.scheduler.withdraw(intent_id, Withdrawn(reason))
-            return True
-        return self.runner.cancel(intent_id, reason)
+            found = True
+        else:
+            found = self.runner.cancel(intent_id, reason)
+        log.info("intent cancel requested", extra={"intent": intent_id, "reason": reason, "in_flight": found})
+        return found
 
     def cancel_all(self) -> None:
         """Past the drain timeout: stop every run and every Rune or workflow intent, those still starting
         included (outcome ``cancelled``)."""
         self._cancelling_all = True
         self.runner.cancel_all()
-        for scope in list(self._rune_scopes):
-            scope.cancel()
+        for link in list(self._cancellable.values()):
+            link.cancel(_SHUTTING_DOWN)
 
     def _decide(self, intent: Intent, agent: AgentSpec, routed_by: str) -> tuple[dict[str, Any], CovenantError | None]:
         """The capability and budget decision (no I/O) and, when denied, the error to answer with."""

@@ -63,11 +63,12 @@ def hosted_record(
 
 
 def workflow_record(
-    intent: Intent, agent: AgentSpec, workflow: Workflow, result: WorkflowResult | None, started_at: str, t0: float
+    intent: Intent, agent: AgentSpec, workflow: Workflow, result: WorkflowResult | None, started_at: str, t0: float,
+    cancel_reason: str | None,
 ) -> DispatchRecord:
-    """``result`` None: the run was cancelled (the daemon is shutting down)."""
+    """``result`` None: the run was cancelled, for ``cancel_reason``."""
     if result is None:
-        outcome, error, text = "cancelled", "covenant stopped the intent: the daemon is shutting down", None
+        outcome, error, text = "cancelled", cancel_reason or "covenant stopped the intent", None
     else:
         outcome, error, text = result.outcome, result.error, result.text
     limits = {"timeout_ms": workflow.timeout_ms, "steps": len(workflow.steps)}

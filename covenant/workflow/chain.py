@@ -35,9 +35,18 @@ class ChainLink:
     peer_uid: int | None = None
     """The uid of the client that submitted the root intent: it may read every record of the chain."""
     run_scope: trio.CancelScope | None = None
-    """Cancelling it stops the intent's run (outcome ``cancelled``), its record still written."""
+    """Cancelling it stops the intent's run (outcome ``cancelled``), its record still written: use :meth:`cancel`."""
+    cancel_reason: str | None = None
+    """Why it was cancelled (its record's ``error``): the first reason given to :meth:`cancel`."""
     children: list[dict[str, Any]] = field(default_factory=list)
     """Summaries of the child intents it made (copied into its dispatch record)."""
+
+    def cancel(self, reason: str) -> None:
+        """Stop the intent's run, now or as soon as its run scope exists, with ``reason`` as its error."""
+        if self.cancel_reason is None:
+            self.cancel_reason = reason
+        if self.run_scope is not None:
+            self.run_scope.cancel()
 
     def remaining_s(self) -> float:
         return max(0.0, self.deadline - trio.current_time())

@@ -90,3 +90,15 @@ def user_message(text: str, *, context_id: str | None = None) -> Any:
 @pytest.fixture
 def anyio_backend() -> str:
     return "trio"
+
+
+def rpc(served: Served, name: str, method: str, params: dict, *, token: str | None = None,
+        headers: dict[str, str] | None = None) -> httpx.Response:
+    """One JSON-RPC call to the exposed agent ``name``, as the ``ci`` client (or with ``token``)."""
+    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
+    return httpx.post(served.url(name), json=body, headers={**served.headers(token), **(headers or {})}, timeout=120)
+
+
+def message_params(text: str) -> dict:
+    """SendMessage params (A2A 1.0 JSON) of one user message with one text part."""
+    return {"message": {"messageId": text.replace(" ", "-"), "role": "ROLE_USER", "parts": [{"text": text}]}}

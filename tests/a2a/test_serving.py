@@ -13,7 +13,7 @@ import trio
 
 from covenant.audit.recent import records_since
 from covenant.client import RemoteError
-from tests.a2a.conftest import Served, serve_a2a, user_message
+from tests.a2a.conftest import Served, message_params, rpc, serve_a2a, user_message
 from tests.daemon.conftest import DaemonProcess, agent_processes
 from tests.daemon.test_daemon_e2e import wait_for
 
@@ -30,12 +30,6 @@ def _setup(d: DaemonProcess) -> Served:
 
 def _requests(d: DaemonProcess) -> list[dict]:
     return [r["data"] for r in records_since(d.home / "audit", 0, frozenset({"a2a.request"}))[::-1]]
-
-
-def _rpc(served: Served, name: str, method: str, params: dict, *, token: str | None = None,
-         headers: dict[str, str] | None = None) -> httpx.Response:
-    body = {"jsonrpc": "2.0", "id": 7, "method": method, "params": params}
-    return httpx.post(served.url(name), json=body, headers={**served.headers(token), **(headers or {})}, timeout=120)
 
 
 async def test_sdk_client_sends_streams_reads_and_is_refused_where_it_must_be(daemon: DaemonProcess) -> None:
@@ -87,15 +81,15 @@ async def test_sdk_client_sends_streams_reads_and_is_refused_where_it_must_be(da
 
     # No token or a wrong one: 401 (audited); an agent that is not exposed: 404 whatever the token.
     assert httpx.post(served.url("echo"), json={}, timeout=60).status_code == 401
-    assert _rpc(served, "echo", "SendMessage", {}, token="tok-wrong-wrong-wrong").status_code == 401
-    assert _rpc(served, "hidden", "SendMessage", {}).status_code == 404
+    assert rpc(served, "echo", "SendMessage", {}, token="tok-wrong-wrong-wrong").status_code == 401
+    assert rpc(served, "hidden", "SendMessage", {}).status_code == 404
     assert httpx.get(served.url("hidden") + "/.well-known/agent-card.json", timeout=60).status_code == 404
-    assert _rpc(served, "nobody", "SendMessage", {}).status_code == 404
+    assert rpc(served, "nobody", "SendMessage", {}).status_code == 404
 
     # A2A 0.3 names and shapes still work (raftio's clients), over the 0.3 card path too.
     card03 = httpx.get(served.url("echo") + "/agent-card", timeout=60).json()
     assert card03["protocolVersion"] == "0.3.0" and card03["url"] == served.url("echo")
-    old = _rpc(served, "echo", "message/send", {"message": {
+    old = rpc(served, "echo", "message/send", {"message": {
         "kind": "message", "messageId": "m1", "role": "user", "parts": [{"kind": "text", "text": "old style"}]}})
     answer = old.json()["result"]
     assert answer["kind"] == "task" and answer["status"]["state"] == "completed"
@@ -112,25 +106,25 @@ async def test_sdk_client_sends_streams_reads_and_is_refused_where_it_must_be(da
     assert got.json()["artifacts"][0]["parts"] == [{"text": "rest binding"}]
 
     # Errors in JSON-RPC's terms; a body over max_body_kb is 413; over the client's rate 429.
-    assert _rpc(served, "echo", "NoSuchMethod", {}).json()["error"]["code"] == -32601
-    assert _rpc(served, "echo", "SendMessage", {"message": {"role": "ROLE_USER"}}).json()["error"]["code"] == -32602
-    not_found = _rpc(served, "echo", "GetTask", {"id": "nope"}).json()["error"]
+    assert rpc(served, "echo", "NoSuchMethod", {}).json()["error"]["code"] == -32601
+    assert rpc(served, "echo", "SendMessage", {"message": {"role": "ROLE_USER"}}).json()["error"]["code"] == -32602
+    not_found = rpc(served, "echo", "GetTask", {"id": "nope"}).json()["error"]
     assert not_found["code"] == -32001 and not_found["data"] == [{
         "@type": "type.googleapis.com/google.rpc.ErrorInfo", "reason": "TASK_NOT_FOUND", "domain": "a2a-protocol.org"}]
-    assert _rpc(served, "echo", "GetTask", {"id": "x"}, headers={"A2A-Version": "9.9"}).json()["error"]["code"] == -32009
+    assert rpc(served, "echo", "GetTask", {"id": "x"}, headers={"A2A-Version": "9.9"}).json()["error"]["code"] == -32009
     as_text = httpx.post(served.url("echo"), content=b"{}", timeout=60,
                          headers={**served.headers(), "Content-Type": "text/plain"})
     assert as_text.json()["error"]["code"] == -32005
     rest_missing = httpx.get(served.url("echo") + "/tasks/nope", headers=served.headers(), timeout=60)
     assert rest_missing.status_code == 404 and rest_missing.json()["error"]["details"][0]["reason"] == "TASK_NOT_FOUND"
-    big = _rpc(served, "echo", "SendMessage", {"message": {"messageId": "m3", "role": "ROLE_USER",
+    big = rpc(served, "echo", "SendMessage", {"message": {"messageId": "m3", "role": "ROLE_USER",
                                                             "parts": [{"text": "x" * 2000}]}})
     assert big.status_code == 413
     # Unauthenticated bodies are never read; a client's own cap replaces [a2a] max_body_kb (here 4 KiB against 1).
     assert httpx.post(served.url("echo"), content=b"x" * 100_000, timeout=60).status_code == 401
-    roomy = _rpc(served, "echo", "GetTask", {"id": "y" * 2000}, token=served.other_token)
+    roomy = rpc(served, "echo", "GetTask", {"id": "y" * 2000}, token=served.other_token)
     assert roomy.status_code == 200 and roomy.json()["error"]["code"] == -32001
-    statuses = [_rpc(served, "echo", "GetTask", {"id": task.id}, token=served.other_token).status_code
+    statuses = [rpc(served, "echo", "GetTask", {"id": task.id}, token=served.other_token).status_code
                 for _ in range(4)]
     assert statuses[-1] == 429
 
@@ -138,12 +132,12 @@ async def test_sdk_client_sends_streams_reads_and_is_refused_where_it_must_be(da
     # dispatch record (or, for a denial, from the intent's policy.decision).
     assert daemon.stop() == 0
     daemon.start()
-    after = _rpc(served, "echo", "GetTask", {"id": task.id}).json()["result"]
+    after = rpc(served, "echo", "GetTask", {"id": task.id}).json()["result"]
     assert after["status"]["state"] == "TASK_STATE_COMPLETED" and after["artifacts"][0]["parts"] == [{"text": "hello over A2A"}]
-    denied_after = _rpc(served, "guarded", "GetTask", {"id": rejected.id}).json()["result"]
+    denied_after = rpc(served, "guarded", "GetTask", {"id": rejected.id}).json()["result"]
     assert denied_after["status"]["state"] == "TASK_STATE_REJECTED"
     assert "capability_denied" in denied_after["status"]["message"]["parts"][0]["text"]
-    assert _rpc(served, "echo", "GetTask", {"id": task.id}, token=served.other_token).json()["error"]["code"] == -32001
+    assert rpc(served, "echo", "GetTask", {"id": task.id}, token=served.other_token).json()["error"]["code"] == -32001
     assert daemon.stop() == 0
     requests = _requests(daemon)
     outcomes = [(r["client"], r["method"], r["outcome"]) for r in requests]
@@ -180,7 +174,7 @@ async def test_cancel_task_stops_a_long_run_and_leaves_no_process(daemon: Daemon
     assert events[-1].status_update.status.state == TaskState.TASK_STATE_CANCELED  # type: ignore[attr-defined]
     assert not agent_processes(daemon.home)
     assert daemon.api("GET", f"/v1/dispatches/{task_id}")["outcome"] == "cancelled"
-    again = _rpc(served, "slow@local", "CancelTask", {"id": task_id}).json()
+    again = rpc(served, "slow@local", "CancelTask", {"id": task_id}).json()
     assert again["error"]["code"] == -32002  # a finished task cannot be canceled
     assert daemon.stop() == 0
 
@@ -191,13 +185,13 @@ def test_cancel_task_of_a_task_waiting_for_a_slot_cancels_it_before_its_agent_st
     served = serve_a2a(daemon, expose=("slow@local",), before="[daemon]\nmax_concurrent = 1\n")
     daemon.start()
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
-        holding = pool.submit(_rpc, served, "slow@local", "SendMessage", _message("sleep 300"))
+        holding = pool.submit(rpc, served, "slow@local", "SendMessage", message_params("sleep 300"))
         [holder] = _running_tasks(daemon)
-        waiting = pool.submit(_rpc, served, "slow@local", "SendMessage", _message("sleep 1"))
+        waiting = pool.submit(rpc, served, "slow@local", "SendMessage", message_params("sleep 1"))
         wait_for(lambda: daemon.api("GET", "/v1/status")["queued"] == 1, what="the second task queued")
-        listed = _rpc(served, "slow@local", "ListTasks", {}).json()["result"]["tasks"]
+        listed = rpc(served, "slow@local", "ListTasks", {}).json()["result"]["tasks"]
         [queued] = [t["id"] for t in listed if t["id"] != holder]
-        canceled = _rpc(served, "slow@local", "CancelTask", {"id": queued}).json()
+        canceled = rpc(served, "slow@local", "CancelTask", {"id": queued}).json()
         assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED", canceled
         answer = waiting.result(timeout=60).json()
         assert answer["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED", answer
@@ -205,17 +199,13 @@ def test_cancel_task_of_a_task_waiting_for_a_slot_cancels_it_before_its_agent_st
         assert record["outcome"] == "cancelled" and record["pid"] is None, record  # type: ignore[index]
         assert "canceled the task" in record["error"]  # type: ignore[index]
         assert [i["intent"] for i in daemon.api("GET", "/v1/status")["in_flight"]] == [holder]
-        _rpc(served, "slow@local", "CancelTask", {"id": holder})
+        rpc(served, "slow@local", "CancelTask", {"id": holder})
         assert holding.result(timeout=60).json()["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
     events = [r["data"] for r in records_since(daemon.home / "audit", 0, frozenset({"agent.spawned", "intent.completed"}))]
     assert [e["intent"] for e in events if "pid" in e] == [holder], "the cancelled task's agent never started"
     assert {e["intent"]: e["outcome"] for e in events if "outcome" in e} == {holder: "cancelled", queued: "cancelled"}
     assert not agent_processes(daemon.home)
     assert daemon.stop() == 0
-
-
-def _message(text: str) -> dict:
-    return {"message": {"messageId": text.replace(" ", "-"), "role": "ROLE_USER", "parts": [{"text": text}]}}
 
 
 def _running_tasks(d: DaemonProcess) -> list[str]:

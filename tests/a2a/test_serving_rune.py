@@ -3,12 +3,17 @@ as artifact updates (scripted fake model provider, the SDK's client)."""
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
+import signal
+
 from a2a.types import TaskState
 
-from tests.a2a.conftest import serve_a2a, user_message
+from tests.a2a.conftest import message_params, rpc, serve_a2a, user_message
 from tests.daemon.conftest import DaemonProcess
+from tests.daemon.test_daemon_e2e import wait_for
 from tests.fakes import FakeModelServer, Reply
-from tests.rune.conftest import add_rune_agent, configure
+from tests.rune.conftest import add_rune_agent, configure, outcome_of
 
 
 ANSWER = "Your name is Ada.\nYou told me so.\nAnything else?"
@@ -43,4 +48,35 @@ async def test_a_rune_agent_keeps_its_context_and_streams_its_tokens(daemon: Dae
     assert said[:3] == ["My name is Ada.", "Nice to meet you, Ada.", "What is my name?"]  # the session went on
     record = daemon.api("GET", f"/v1/dispatches/{events[0].task.id}")
     assert record["session_id"] == first.context_id
+    assert daemon.stop() == 0
+
+
+def test_cancel_task_while_the_decision_is_written_stops_it_before_its_replica_is_asked(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """The cancel comes while the task's decision is being made durable (the audit writer stopped): it was
+    answered -32002, as if the task had ended, and the task then ran to its end."""
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, "chat", toolset=())
+    served = serve_a2a(daemon, expose=("chat",), before=(daemon.home / "covenant.toml").read_text())
+    daemon.start()
+    fake_model.script(Reply(text="warm"), Reply(text="never asked"))
+    assert outcome_of(daemon.cli("dispatch", "warm up", "--agent", "chat@local", "--json"))["text"] == "warm"
+    writer = daemon.api("GET", "/v1/status")["audit"]["writer_pid"]  # type: ignore[index]
+    os.kill(writer, signal.SIGSTOP)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            sent = pool.submit(rpc, served, "chat", "SendMessage", message_params("stalled"))
+            wait_for(lambda: daemon.api("GET", "/v1/status")["admitted"] == 1, what="the task admitted")
+            [task] = [t["id"] for t in rpc(served, "chat", "ListTasks", {}).json()["result"]["tasks"]]
+            canceled = pool.submit(rpc, served, "chat", "CancelTask", {"id": task})
+            wait_for(lambda: f"msg=\"intent cancel requested\" intent={task}" in daemon.log(), what="the cancel")
+            os.kill(writer, signal.SIGCONT)
+            assert canceled.result(timeout=60).json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+            assert sent.result(timeout=60).json()["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
+    finally:
+        os.kill(writer, signal.SIGCONT)
+    record = daemon.api("GET", f"/v1/dispatches/{task}")
+    assert record["outcome"] == "cancelled" and record["error"] == "A2A client ci canceled the task", record  # type: ignore[index]
+    assert len(fake_model.requests) == 1, "only the warm-up reached the model"
     assert daemon.stop() == 0
