@@ -97,6 +97,14 @@ def history(cli: CliContext, agent_id: str | None, limit: int, as_json: bool) ->
                        f"{e.reason} (issuer {e.issuer or '-'})")
 
 
+def _left_behind_text(record: DispatchRecord) -> str:
+    if record.pid is None:  # nothing was spawned (a Rune or workflow intent, a failed spawn)
+        return "-"
+    if record.left_behind:
+        return f"{record.left_behind} processes still running after the agent ended, killed"
+    return "nothing running after the agent ended"
+
+
 @click.command()
 @click.argument("intent_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the full record as JSON.")
@@ -130,6 +138,7 @@ def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
         ("scratch", f"{record.scratch_peak_bytes} bytes"),
         ("pid", str(record.pid) if record.pid is not None else "-"),
         ("exit", _exit_text(record)),
+        ("left", _left_behind_text(record)),
         ("network", "enforced" if record.network_enforced else "not enforced"),
         ("limits", " ".join(f"{k}={v}" for k, v in sorted(record.limits.items()))),
         ("argv", " ".join(record.argv)),

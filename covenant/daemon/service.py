@@ -764,6 +764,7 @@ class Daemon:
                 "cpu_ms": record.cpu_ms,
                 "peak_rss_kib": record.peak_rss_kib,
                 "stdout_bytes": record.stdout_bytes,
+                "left_behind": record.left_behind,
             }))
         result_text = (record.result or {}).get("text")
         completed = {

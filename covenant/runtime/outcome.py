@@ -96,6 +96,10 @@ class DispatchRecord(BaseModel):
     stderr_tail: str
     result: dict[str, Any] | None
     network_enforced: bool
+    left_behind: int = 0
+    """Processes of the run covenant found still alive after the agent's own process had ended (a background
+    child, an escape from the process group) and killed; with ``isolation: uid`` also those still running as
+    the agent's uid when this was its last run in flight (docs/runtime.md, "Teardown")."""
     session_id: str | None = None
     """Rune agents: the session the intent ran in."""
     usage: dict[str, int] | None = None

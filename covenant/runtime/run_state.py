@@ -49,6 +49,8 @@ class RunState:
         self.stderr_tail = bytearray()
         self.swept = False
         """The kill ladder finished and found no survivor."""
+        self.left_behind = 0
+        """Processes of the run found alive after its agent's own process had ended, and killed."""
         self.hook_error: Exception | None = None
         self.keep_stdin_open = False
         """Leave stdin open after the first document (``rune@process-write`` feeds it later)."""

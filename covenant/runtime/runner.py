@@ -84,6 +84,16 @@ SpawnHook = Callable[[dict[str, Any]], Awaitable[None]]
 """``on_spawned`` of :meth:`Runner.run`: gets ``{"pid", "argv", "limits"}`` once the agent exists."""
 
 
+@dataclasses.dataclass(frozen=True)
+class Released:
+    """What :meth:`Runner.release_uid` found when it swept an agent uid."""
+
+    left_bytes: int = 0
+    """Bytes the uid left in its /tmp and /dev/shm (counted as the dispatch's disk use), now removed."""
+    killed: int = 0
+    """Live processes of the uid covenant had adopted (escapes from their run's tree), now killed."""
+
+
 class WorkflowNotSupported(LaunchError):
     """A workflow agent reached the process runner (``covenant run``: workflows run only in the daemon's
     engine, :mod:`covenant.workflow`); outcome ``workflow_not_supported``."""
@@ -610,8 +620,9 @@ class Runner:
             finally:
                 with trio.CancelScope(shield=True):
                     await self._finish(d)
-                    left_bytes = await self.release_uid(creds, d.agent.id, d.intent_id) if creds is not None else 0
-                    scratch_bytes = await self.scratch.give_back(scratch) + left_bytes
+                    released = await self.release_uid(creds, d.agent.id, d.intent_id) if creds is not None else Released()
+                    d.left_behind += released.killed
+                    scratch_bytes = await self.scratch.give_back(scratch) + released.left_bytes
         finally:
             self.sampler.unregister(d.tree)
             self._dispatches.discard(d)
@@ -750,6 +761,7 @@ class Runner:
             exclude = {os.getpid(), tree.root, *victims}
             victims.update(await trio.to_thread.run_sync(teardown.marked_processes, tree.marker, exclude))
         if victims:
+            d.left_behind += len(victims)
             teardown.signal_processes(victims, signal.SIGKILL)
             left = await teardown.await_gone(victims, _KILL_WAIT_S)
             if left:
@@ -803,16 +815,17 @@ class Runner:
         self.live_roots.add(creds.uid)
         return creds
 
-    async def release_uid(self, creds: AgentCredentials | None, agent_id: str, intent_id: str) -> int:
+    async def release_uid(self, creds: AgentCredentials | None, agent_id: str, intent_id: str) -> Released:
         """The run's tree is gone: if it was the last live root of its uid, sweep the uid.
 
         Kills every process still running as the uid (escapes that left the
         tree: setsid, double fork, emptied environment; see
         :meth:`_strangers` for when), reaps those covenant adopted, and
         empties the uid's private /tmp and /dev/shm (or removes what it left
-        in :data:`SHARED_TMP_DIRS`);
-        returns those bytes (they count as the dispatch's disk use). New runs
-        of the uid wait until the sweep is over.
+        in :data:`SHARED_TMP_DIRS`); returns those bytes (they count as the
+        dispatch's disk use) and how many live processes of the uid covenant
+        had adopted and killed (without child subreaper the kill is blind: 0).
+        New runs of the uid wait until the sweep is over.
 
         Without credentials (``same-uid`` mode) there is no uid to sweep: the orphans covenant adopted
         that still carry ``intent_id`` as their marker are ended instead (:meth:`end_adopted_orphans`).
@@ -820,23 +833,24 @@ class Runner:
         """
         if creds is None:
             await self.end_adopted_orphans(intent_id)
-            return 0
+            return Released()
         if not self.live_roots.remove(creds.uid):
-            return 0
+            return Released()
         done = self._sweeping[creds.uid] = trio.Event()
         try:
             strangers = self._strangers()
-            if not self._subreaper or any(_procfs.read_real_uid(pid) == creds.uid for pid in strangers):
-                killed = await trio.to_thread.run_sync(uidkill.kill_uid, creds.uid, creds.gid)
-                if not killed:
+            found = [pid for pid in strangers if _procfs.read_real_uid(pid) == creds.uid]
+            killed = sum(1 for pid in found if (stat := _procfs.read_stat(pid)) is not None and stat.state != "Z")
+            if not self._subreaper or found:
+                if not await trio.to_thread.run_sync(uidkill.kill_uid, creds.uid, creds.gid):
                     log.error("cannot sweep agent uid", extra={"agent": agent_id, "intent": intent_id, "uid": creds.uid})
                 strangers = self._strangers()
             self._reap_zombies(strangers)
             if self.mount_namespaces is not None:
                 if not self.mount_namespaces.used_bytes(creds.uid):
-                    return 0  # nothing left there (the usual case): no thread hop
-                return await trio.to_thread.run_sync(self.mount_namespaces.collect, creds.uid)
-            return await trio.to_thread.run_sync(remove_owned_entries, SHARED_TMP_DIRS, creds.uid)
+                    return Released(0, killed)  # nothing left there (the usual case): no thread hop
+                return Released(await trio.to_thread.run_sync(self.mount_namespaces.collect, creds.uid), killed)
+            return Released(await trio.to_thread.run_sync(remove_owned_entries, SHARED_TMP_DIRS, creds.uid), killed)
         finally:
             del self._sweeping[creds.uid]
             done.set()

@@ -52,6 +52,7 @@ def build_record(
         stderr_tail=tail.decode("utf-8", "replace"),
         result=None if d.verdict is not None else result,
         network_enforced=d.launched.network_enforced,
+        left_behind=d.left_behind,
     )
 
 def classify(

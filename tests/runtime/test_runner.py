@@ -37,7 +37,7 @@ async def run_fault(runner: Runner, text: str, **resources: object):
 
 async def test_ok_round_trip(runner: Runner) -> None:
     record, elapsed = await run_fault(runner, "echo hello there")
-    assert record.outcome == "ok" and record.error is None
+    assert record.outcome == "ok" and record.error is None and record.left_behind == 0
     assert record.result is not None and record.result["text"] == "hello there"
     assert record.exit_code == 0 and record.signal is None and record.pid
     assert record.cpu_ms > 0  # from wait4: there even for a run no sample saw
@@ -239,6 +239,7 @@ async def test_setsid_grandchild_is_killed(subreaper: bool, tmp_path: Path, stay
         resources = {"cpu_ms_per_task": 1000} if stay else {}
         record, elapsed = await run_fault(runner, "escape stay" if stay else "escape", **resources)
     assert record.outcome == ("timeout" if stay else "ok")
+    assert record.left_behind == 2, "the setsid child and its grandchild, killed after the agent ended"
     assert elapsed < 15
 
 

@@ -164,7 +164,7 @@ def test_a_dev_shm_filler_is_capped_counted_and_cleaned(attacked: AttackedDaemon
 def test_a_setsid_grandchild_with_an_empty_environment_is_gone_within_3_s(attacked: AttackedDaemon) -> None:
     attacked.start()
     writer = status(attacked)["audit"]["writer_pid"]
-    _, report = attacked.attack("escape")
+    outcome, report = attacked.attack("escape")
     ended = time.monotonic()
     pid = report["pid"]
     while alive(pid) and time.monotonic() - ended < 3:
@@ -172,6 +172,11 @@ def test_a_setsid_grandchild_with_an_empty_environment_is_gone_within_3_s(attack
     assert not alive(pid), f"escaped grandchild {pid} outlived its dispatch by 3 s"
     assert not processes_of_uid(report["uid"])
     assert status(attacked)["audit"]["writer_pid"] == writer  # the sweep spared covenant's own child
+    assert outcome["record"]["left_behind"] >= 1, "the escape is on the record"
+    exited = [r["data"] for r in audit_records(attacked) if r["type"] == "agent.exited"]
+    assert exited[-1]["intent"] == outcome["intent_id"] and exited[-1]["left_behind"] == outcome["record"]["left_behind"]
+    shown = attacked.cli("show", outcome["intent_id"], check=True).stdout
+    assert f"left  {outcome['record']['left_behind']} processes still running after the agent ended, killed" in shown
 
 
 def test_after_kill_9_of_the_daemon_the_next_start_sweeps_survivors(attacked: AttackedDaemon) -> None:
