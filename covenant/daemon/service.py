@@ -28,6 +28,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant import __version__
+from covenant.cancellation import only_cancelled
 from covenant.clock import iso_now, ms_from_iso, now_ms
 from covenant.audit.events import text_digest
 from covenant.audit.recent import records_since
@@ -275,8 +276,9 @@ class Daemon:
         except CovenantError as exc:
             summary["outcome"] = exc.code
             raise
-        except trio.Cancelled:
-            summary["outcome"] = "cancelled"
+        except BaseException as exc:
+            if only_cancelled(exc):  # out of the child's nursery it comes as a group: not `except trio.Cancelled`
+                summary["outcome"] = "cancelled"
             raise
         finally:
             summary["duration_ms"] = int((time.monotonic() - t0) * 1000)
@@ -284,9 +286,11 @@ class Daemon:
     async def _run_child_to_its_end(self, intent: Intent, child: _Child, peer_uid: int | None) -> dict[str, Any]:
         """Dispatch a child so that it always ends with its record and audit events.
 
-        The caller may be cancelled (its own intent ended, a sibling workflow step failed); the
-        child is then stopped through its own run scope (outcome ``cancelled``) and finishes its
-        bookkeeping shielded, instead of vanishing half-recorded. Its time is bounded anyway.
+        The caller may be cancelled (its own intent ended or ran out of time, a sibling workflow step
+        failed); the child is then stopped as :meth:`cancel` stops any intent (outcome ``cancelled``:
+        a process agent's run through the kill ladder, a hosted intent through its run scope) and
+        finishes its bookkeeping shielded, instead of vanishing half-recorded or running on to its own
+        time limit while its caller waits.
         """
         answer: dict[str, Any] = {}
 
@@ -294,9 +298,8 @@ class Daemon:
             try:
                 await trio.sleep_forever()
             finally:
-                link = self.chain.get(intent.id)
-                if link is not None:
-                    link.cancel("covenant stopped the intent: the intent that called it ended")
+                if not answer:
+                    self.cancel(intent.id, "covenant stopped the intent: the intent that called it ended")
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stop_when_the_caller_is_cancelled)
@@ -373,7 +376,8 @@ class Daemon:
             return await self._run_workflow(intent, agent, routed_by, decision, pending, link, workflow)
         if agent.runtime == "rune":
             return await self._run_rune(intent, agent, routed_by, decision, pending, session_id, sink, link)
-        return await self._run(intent, agent, routed_by, decision, pending, link.peer_uid)
+        return await self._run(intent, agent, routed_by, decision, pending, link.peer_uid,
+                               deadline=link.deadline if child is not None else None)
 
     def _workflow_for(self, agent: AgentSpec, child: _Child | None) -> Workflow | None:
         """The workflow an intent to ``agent`` runs: a workflow folder's, or its Rune package's own.
@@ -659,9 +663,12 @@ class Daemon:
         decision: dict[str, Any],
         pending: list[tuple[str, dict[str, Any]]],
         peer_uid: int | None,
+        *,
+        deadline: float | None,
     ) -> dict[str, Any]:
         """Run an allowed intent. ``pending`` (its received and decision events) is written at the latest
-        together with ``agent.spawned``, in one group commit, while the agent waits at its exec gate."""
+        together with ``agent.spawned``, in one group commit, while the agent waits at its exec gate.
+        ``deadline``: a child intent's (its caller's end, a step's ``timeout_ms``), see :meth:`_link`."""
         payload = {
             "id": intent.id,
             "text": intent.text,
@@ -694,7 +701,7 @@ class Daemon:
                 _log_dispatch("dispatch started", intent, agent.id)
                 started = True
                 try:
-                    record = await self.runner.run(agent, payload, on_spawned=audit_spawn)
+                    record = await self.runner.run(agent, payload, on_spawned=audit_spawn, deadline=deadline)
                     record = record.model_copy(update={"peer_uid": peer_uid, "parent": intent.parent})
                     await self._finish(intent, agent, record, pending)
                     _log_dispatch("dispatch finished", intent, agent.id, outcome=record.outcome, ms=record.duration_ms)

@@ -6,10 +6,8 @@ counters; the outcome, error and answer text come from the engine.
 
 from __future__ import annotations
 
-import time
 from typing import Any
 
-from covenant.clock import iso_now
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.workflow import Workflow
 from covenant.policy.intents import Intent
@@ -35,28 +33,19 @@ def hosted_record(
     usage: dict[str, int] | None = None,
 ) -> DispatchRecord:
     """The record of a run hosted by the daemon; ``t0`` is its ``time.monotonic()`` start."""
-    return DispatchRecord(
+    return DispatchRecord.without_process(
+        t0=t0,
         intent_id=intent.id,
         agent_id=agent.id,
         agent_version=agent.version,
-        runtime=runtime,  # type: ignore[arg-type]
+        runtime=runtime,
         argv=[],
         limits=limits,
         pid=pid,
         started_at=started_at,
-        ended_at=iso_now(),
-        exit_code=None,
-        signal=None,
-        outcome=outcome,  # type: ignore[arg-type]
+        outcome=outcome,
         error=error,
-        duration_ms=int((time.monotonic() - t0) * 1000),
-        cpu_ms=0,
-        peak_rss_kib=0,
-        stdout_bytes=0,
-        scratch_peak_bytes=0,
-        stderr_tail="",
         result={"intent_id": intent.id, "status": "ok", "text": text, "sources": []} if outcome == "ok" else None,
-        network_enforced=False,
         session_id=session_id,
         usage=usage,
     )

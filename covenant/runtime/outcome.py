@@ -8,10 +8,12 @@ never floats: the audit log's canonical JSON forbids them.
 
 from __future__ import annotations
 
+import time
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict
 
+from covenant.clock import iso_now
 from covenant.errors import ExitCode
 
 __all__ = ["Outcome", "OUTCOMES", "outcome_exit_code", "DispatchRecord"]
@@ -116,3 +118,14 @@ class DispatchRecord(BaseModel):
     peer_uid: int | None = None
     """uid of the local client (SO_PEERCRED) that submitted the dispatch; it may read this record.
     None for `covenant run` and for records written before it was kept."""
+
+    @classmethod
+    def without_process(cls, *, t0: float, **fields: Any) -> DispatchRecord:
+        """A record with no agent process measured: one hosted by the daemon (a Rune or workflow intent),
+        or one whose agent never started (a failed spawn, a cancel while queued). ``t0`` is its
+        :func:`time.monotonic` start; ``fields`` are the rest (ids, limits, outcome, error, …)."""
+        return cls(
+            ended_at=iso_now(), exit_code=None, signal=None, duration_ms=int((time.monotonic() - t0) * 1000),
+            cpu_ms=0, peak_rss_kib=0, stdout_bytes=0, scratch_peak_bytes=0, stderr_tail="", network_enforced=False,
+            **fields,
+        )

@@ -37,6 +37,8 @@ class RunState:
         self.tree = ProcessTree(launched.pid, intent_id)
         self.wall_s = wall_s
         self.deadline = trio.current_time() + wall_s
+        self.caller_deadline: float | None = None
+        """Trio time by which the run must end whatever its own budget: a child intent's caller's end."""
         self.cpu_budget_ms = cpu_ms
         self.memory_kib = agent.resources.memory_mb * 1024
         self.verdict: Outcome | None = None

@@ -425,7 +425,8 @@ class Runner:
         return limits
 
     async def run(
-        self, agent: AgentSpec, payload: dict[str, Any], *, on_spawned: SpawnHook | None = None
+        self, agent: AgentSpec, payload: dict[str, Any], *, on_spawned: SpawnHook | None = None,
+        deadline: float | None = None,
     ) -> DispatchRecord:
         """Run ``agent`` once with ``payload`` on stdin; return how it went.
 
@@ -441,6 +442,9 @@ class Runner:
         agent never starts (or, ungated, is torn down through the kill
         ladder) and ``run`` re-raises that exception instead of returning a
         record (fail closed).
+
+        ``deadline`` (trio time) ends the run earlier than its own budget would (outcome ``timeout``): a
+        child intent never outlives the intent that called it.
         """
         intent_id = str(payload.get("id", ""))
         started_at = iso_now()
@@ -460,6 +464,7 @@ class Runner:
         finally:
             cancelled_while_starting = self._starting.pop(intent_id)
         dispatch = RunState(agent, intent_id, launched, base["limits"], wall_ms / 1000, cpu_ms)
+        dispatch.caller_deadline = deadline
         if creds is not None:
             base["uid"] = creds.uid
         if cancelled_while_starting is not None:
@@ -488,24 +493,7 @@ class Runner:
 
     @staticmethod
     def _unstarted_record(base: dict[str, Any], outcome: Outcome, error: str, t0: float, argv: list[str]) -> DispatchRecord:
-        return DispatchRecord(
-            **base,
-            argv=argv,
-            pid=None,
-            ended_at=iso_now(),
-            exit_code=None,
-            signal=None,
-            outcome=outcome,
-            error=error,
-            duration_ms=int((time.monotonic() - t0) * 1000),
-            cpu_ms=0,
-            peak_rss_kib=0,
-            stdout_bytes=0,
-            scratch_peak_bytes=0,
-            stderr_tail="",
-            result=None,
-            network_enforced=False,
-        )
+        return DispatchRecord.without_process(t0=t0, **base, argv=argv, pid=None, outcome=outcome, error=error, result=None)
 
     async def run_tool(
         self,
@@ -639,6 +627,8 @@ class Runner:
         rest = b""
         if d.verdict is None:  # not if the hook failed or the run was cancelled meanwhile (cancel_all)
             d.deadline = trio.current_time() + d.wall_s
+            if d.caller_deadline is not None:
+                d.deadline = min(d.deadline, d.caller_deadline)
             rest = self._write_stdin_now(d, GATE_BYTE + line if d.launched.gated else line)
         if not rest and not d.keep_stdin_open:
             d.launched.stdin.close()  # without the gate byte, a gated helper kills itself
@@ -684,7 +674,11 @@ class Runner:
             self._collect_root(d)
         elif d.verdict is None and d.launched.status is None:
             wall_ms = round(d.wall_s * 1000)
-            d.decide("timeout", f"the agent did not finish within its wall-clock budget of {wall_ms} ms")
+            if d.deadline == d.caller_deadline:
+                d.decide("timeout", f"the agent did not finish before the intent that called it had to end "
+                                    f"(its own wall-clock budget is {wall_ms} ms)")
+            else:
+                d.decide("timeout", f"the agent did not finish within its wall-clock budget of {wall_ms} ms")
         await self._terminate(d, watch.await_root)
         await watch.drain(_PIPE_DRAIN_S)
 

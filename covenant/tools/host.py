@@ -29,6 +29,7 @@ from typing import Any
 
 import trio
 
+from covenant.cancellation import only_cancelled
 from covenant.config import Config
 from covenant.home import Home
 from covenant.manifest.model import AgentSpec
@@ -70,12 +71,6 @@ class _CallState:
     digest: str
     action: str | None = None
     attempts: int = 0
-
-
-def _only_cancelled(exc: BaseException) -> bool:
-    if isinstance(exc, BaseExceptionGroup):
-        return exc.split(trio.Cancelled)[1] is None
-    return isinstance(exc, trio.Cancelled)
 
 
 class _BadArguments(Exception):
@@ -216,7 +211,7 @@ class ToolHost:
             result = await self._decide_and_run(ctx, name, arguments, state)
         except BaseException as exc:
             # Cancelled (possibly grouped by a nursery on the way out); anything else is a bug, still audited.
-            code = "cancelled" if _only_cancelled(exc) else "internal_error"
+            code = "cancelled" if only_cancelled(exc) else "internal_error"
             with trio.CancelScope(shield=True), trio.move_on_after(_AUDIT_ON_CANCEL_S):
                 await self._audit(ctx, name, state, "error", code, started)
             raise

@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import signal
 import textwrap
+import time
 
 from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_daemon_e2e import agent_processes
@@ -238,8 +239,11 @@ def test_a_packages_own_workflow_runs_and_a_step_naming_the_package_runs_its_mod
     assert daemon.stop() == 0
 
 
-def _think_then_echo(d: DaemonProcess) -> None:
-    """A workflow whose second step, a process agent, starts only after the first, a model's answer."""
+def _stop_during_the_first_step(d: DaemonProcess, fake_model: FakeModelServer, first_answer: Reply,
+                                *daemon_args: str) -> tuple[int, dict, str]:
+    """Run a workflow whose second step, a process agent, starts only after the first, a model's answer;
+    SIGTERM the daemon while the model thinks. Returns the client's exit status, outcome and stderr."""
+    configure(d, ("fake", fake_model))
     _workflow(d, "pair", """\
         name: pair
         version: 0.1.0
@@ -255,6 +259,14 @@ def _think_then_echo(d: DaemonProcess) -> None:
         """)
     rune_agent(d, "thinker", folder=d.home / "agents" / "pair")
     d.add_agent("echo", "echo.py")
+    d.start(*daemon_args)
+    fake_model.script(first_answer)
+    client = d.cli_background("dispatch", "go", "--agent", "pair@local", "--json")
+    fake_model.wait_for_requests(1)
+    assert d.process is not None
+    d.process.send_signal(signal.SIGTERM)
+    out, err = client.communicate(timeout=120)
+    return client.returncode, json.loads(out), err
 
 
 def test_a_stop_lets_a_running_workflow_start_its_next_steps_and_finish(
@@ -262,35 +274,73 @@ def test_a_stop_lets_a_running_workflow_start_its_next_steps_and_finish(
 ) -> None:
     """The drain waits for in-flight intents, so their steps are not refused as new work (they were:
     shutting_down, and the workflow failed while the daemon reported a clean stop)."""
-    configure(daemon, ("fake", fake_model))
-    _think_then_echo(daemon)
-    daemon.start()
-    fake_model.script(Reply(text="ONE", delay_s=2))
-    client = daemon.cli_background("dispatch", "go", "--agent", "pair@local", "--json")
-    fake_model.wait_for_requests(1)
-    assert daemon.process is not None
-    daemon.process.send_signal(signal.SIGTERM)
-    out, err = client.communicate(timeout=120)
-    outcome = json.loads(out)
-    assert client.returncode == 0 and outcome["outcome"] == "ok" and outcome["text"] == "said ONE", out + err
-    assert daemon.process.wait(timeout=120) == 0
+    status, outcome, err = _stop_during_the_first_step(daemon, fake_model, Reply(text="ONE", delay_s=2))
+    assert status == 0 and outcome["outcome"] == "ok" and outcome["text"] == "said ONE", (outcome, err)
+    assert daemon.process is not None and daemon.process.wait(timeout=120) == 0
     assert not agent_processes(daemon.home)
 
 
 def test_past_the_drain_timeout_a_workflow_is_cancelled_and_starts_no_further_step(
     daemon: DaemonProcess, fake_model: FakeModelServer
 ) -> None:
-    configure(daemon, ("fake", fake_model))
-    _think_then_echo(daemon)
-    daemon.start("--drain-timeout", "1")
-    fake_model.script(Reply(text="far too late", delay_s=30))
-    client = daemon.cli_background("dispatch", "go", "--agent", "pair@local", "--json")
-    fake_model.wait_for_requests(1)
-    assert daemon.process is not None
-    daemon.process.send_signal(signal.SIGTERM)
-    out, err = client.communicate(timeout=120)
-    assert client.returncode == 5 and json.loads(out)["outcome"] == "cancelled", out + err
-    assert daemon.process.wait(timeout=120) == 5
+    status, outcome, err = _stop_during_the_first_step(
+        daemon, fake_model, Reply(text="far too late", delay_s=30), "--drain-timeout", "1")
+    assert status == 5 and outcome["outcome"] == "cancelled", (outcome, err)
+    assert outcome["error"] == "covenant stopped the intent: the daemon is shutting down"
+    assert daemon.process is not None and daemon.process.wait(timeout=120) == 5
     steps = [r["data"] for r in audit(daemon, "intent.received") if r["data"].get("parent")]
     assert len(steps) == 1, "only the first step ever started"
     assert not agent_processes(daemon.home)
+
+
+def test_a_workflow_out_of_time_ends_its_running_process_step_with_it(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """A process agent's step is bounded by the workflow's time like any child intent: it ran on to its own
+    limit (120 s here) while the workflow, out of time, waited for it."""
+    configure(daemon, ("fake", fake_model))
+    _workflow(daemon, "lag", """\
+        name: lag
+        version: 0.1.0
+        timeout_ms: 2000
+        steps:
+          - id: wait
+            agent_ref: local://slow
+        """)
+    daemon.add_agent("slow", "slow.py", cpu_ms=300_000)
+    daemon.start()
+    started = time.monotonic()
+    outcome = outcome_of(daemon.cli("dispatch", "sleep 120", "--agent", "lag@local", "--json"))
+    assert outcome["outcome"] == "timeout" and time.monotonic() - started < 60, outcome
+    [step] = record(daemon, outcome["intent_id"])["children"]
+    assert step["outcome"] == "timeout"
+    error = record(daemon, step["intent"])["error"]
+    assert error.startswith("the agent did not finish before the intent that called it had to end"), error
+    assert not agent_processes(daemon.home)
+
+
+def test_a_failed_step_stops_a_running_process_step_beside_it(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    """The other steps of a failed workflow are cancelled: a process agent's run too (it ran to its end)."""
+    configure(daemon, ("fake", fake_model))
+    _workflow(daemon, "pair", """\
+        name: pair
+        version: 0.1.0
+        timeout_ms: 300000
+        steps:
+          - id: wait
+            agent_ref: local://slow
+          - id: fail
+            agent_ref: local://thinker
+        """)
+    rune_agent(daemon, "thinker", folder=daemon.home / "agents" / "pair")
+    daemon.add_agent("slow", "slow.py", cpu_ms=300_000)
+    daemon.start()
+    fake_model.script(Reply.error(500, delay_s=1))
+    started = time.monotonic()
+    outcome = outcome_of(daemon.cli("dispatch", "sleep 120", "--agent", "pair@local", "--json"))
+    assert outcome["outcome"] == "step_failed" and time.monotonic() - started < 60, outcome
+    steps = {c["step"]: c for c in record(daemon, outcome["intent_id"])["children"]}
+    assert steps["fail"]["outcome"] == "provider_error" and steps["wait"]["outcome"] == "cancelled", steps
+    error = record(daemon, steps["wait"]["intent"])["error"]
+    assert error == "covenant stopped the intent: the intent that called it ended", error
+    assert daemon.stop() == 0 and not agent_processes(daemon.home)
