@@ -145,8 +145,6 @@ class Daemon:
         self.remote = RemoteCalls(RemoteAgents(config.a2a, os.environ), lambda: self.grants.current, audit.record)
         """Remote A2A agents (an ``http(s)://`` agent_ref, ``rune@a2a-*``), called only under ``[a2a] remotes``."""
         rune.packages = agents.packages
-        self._cancellable: dict[str, ChainLink] = {}
-        """The Rune and workflow intents running now (child intents included): :meth:`cancel_all` stops them."""
         self.isolation = isolation or Isolation.same_uid()
         self.verifier = IntentVerifier(config.policy.skew_s, config.policy.replay_cache)
         self.scheduler = Scheduler(
@@ -514,7 +512,6 @@ class Daemon:
         may run), in flight, and cancellable (:meth:`cancel`, :meth:`cancel_all`) from the first moment."""
         link.run_scope = trio.CancelScope()
         self.chain.open(link)
-        self._cancellable[intent.id] = link
         self._enter(intent, agent)
         if self._cancelling_all:  # admitted before cancel_all, but not cancellable then
             link.cancel(_SHUTTING_DOWN)
@@ -522,7 +519,6 @@ class Daemon:
             yield link.run_scope
         finally:
             self.chain.close(intent.id)
-            del self._cancellable[intent.id]
             self._leave(intent)
 
     async def _run_rune(
@@ -631,7 +627,7 @@ class Daemon:
         included (outcome ``cancelled``)."""
         self._cancelling_all = True
         self.runner.cancel_all()
-        for link in list(self._cancellable.values()):
+        for link in self.chain.running():
             link.cancel(_SHUTTING_DOWN)
 
     def _decide(self, intent: Intent, agent: AgentSpec, routed_by: str) -> tuple[dict[str, Any], CovenantError | None]:
