@@ -39,7 +39,8 @@ class ShuttingDown(CovenantError):
 
 
 class Withdrawn(CovenantError):
-    """A queued dispatch was cancelled (:meth:`Scheduler.withdraw`) before it got a slot."""
+    """A dispatch cancelled before its run started: taken out of the queue (:meth:`Scheduler.withdraw`),
+    or stopped as its slot was granted."""
 
     code = "cancelled"
     exit_code = ExitCode.UNREACHABLE

@@ -164,9 +164,10 @@ class Daemon:
         self.idle = trio.Event()
         """Set while no dispatch is admitted."""
         self.idle.set()
-        self._before_run: dict[str, str | None] = {}
-        """Intent id -> None, or why it was cancelled, for each intent to a process agent from its decision
-        to the start of its run (queued or not): :meth:`cancel` can come while it waits for a slot."""
+        self._cancel_requests: dict[str, str | None] = {}
+        """Intent id -> None, or why it was cancelled, for every intent from its verification to its answer.
+        A :meth:`cancel` that comes before the intent has anything to stop (while it is decided, queued
+        for a slot, or still writing its decision) waits here; it is applied as soon as there is."""
         self._cancelling_all = False
         """Set by :meth:`cancel_all`: a Rune or workflow intent admitted before it but whose cancel
         scope did not exist yet is cancelled as soon as it is made."""
@@ -318,7 +319,22 @@ class Daemon:
         self, intent: Intent, *, dry_run: bool, session_id: str | None, sink: StreamSink | None, child: _Child | None,
         peer_uid: int | None,
     ) -> dict[str, Any]:
-        """A verified intent (signed by its issuer, or a child the daemon signed): route, decide, run."""
+        """A verified intent (signed by its issuer, or a child the daemon signed): route, decide, run.
+
+        It is cancellable (:meth:`cancel`) from here to its answer.
+        """
+        self._cancel_requests[intent.id] = None
+        try:
+            return await self._route_decide_run(
+                intent, dry_run=dry_run, session_id=session_id, sink=sink, child=child, peer_uid=peer_uid
+            )
+        finally:
+            del self._cancel_requests[intent.id]
+
+    async def _route_decide_run(
+        self, intent: Intent, *, dry_run: bool, session_id: str | None, sink: StreamSink | None, child: _Child | None,
+        peer_uid: int | None,
+    ) -> dict[str, Any]:
         received = ("intent.received", self._intent_event(intent, dry_run, child))
         try:
             agent, routed_by = route(
@@ -515,6 +531,8 @@ class Daemon:
         self._enter(intent, agent)
         if self._cancelling_all:  # admitted before cancel_all, but not cancellable then
             link.cancel(_SHUTTING_DOWN)
+        if (reason := self._cancel_requests[intent.id]) is not None:  # cancelled while it was decided
+            link.cancel(reason)
         try:
             yield link.run_scope
         finally:
@@ -613,12 +631,13 @@ class Daemon:
         if link is not None:
             link.cancel(reason)
             found = True
-        elif intent_id in self._before_run:
-            self._before_run[intent_id] = reason
+        elif intent_id in self._cancel_requests:  # a process agent's intent, or one not started yet
+            self._cancel_requests[intent_id] = reason
             self.scheduler.withdraw(intent_id, Withdrawn(reason))
+            self.runner.cancel(intent_id, reason)
             found = True
         else:
-            found = self.runner.cancel(intent_id, reason)
+            found = False
         log.info("intent cancel requested", extra={"intent": intent_id, "reason": reason, "in_flight": found})
         return found
 
@@ -685,13 +704,12 @@ class Daemon:
 
         started = False
         t0 = time.monotonic()
-        self._before_run[intent.id] = None
         try:
             if not self.scheduler.can_start_now(agent.id):
                 await write_pending()  # it will queue: the decision is durable before the wait
             async with self.scheduler.slot(agent.id, intent.priority, child=intent.parent is not None, key=intent.id):
-                if (reason := self._before_run.pop(intent.id)) is not None:
-                    raise Withdrawn(reason)  # cancelled as its slot was granted
+                if (reason := self._cancel_requests[intent.id]) is not None:
+                    raise Withdrawn(reason)  # cancelled before it had a slot, or as its slot was granted
                 self._update_queue_metrics()
                 self._enter(intent, agent)
                 _log_dispatch("dispatch started", intent, agent.id)
@@ -716,7 +734,6 @@ class Daemon:
             _log_dispatch(ended, intent, agent.id, outcome=exc.code)
             raise
         finally:
-            self._before_run.pop(intent.id, None)
             self._update_queue_metrics()
         return self._outcome_document(intent, agent, routed_by, decision, record)
 
