@@ -78,6 +78,7 @@ _RECEIVED = frozenset({"intent.received"})
 _REPLAY_SLACK_MS = 60_000
 """Read this much further back than two skew windows: audit timestamps and issued_at come from different clocks."""
 _SHUTTING_DOWN = "covenant stopped the intent: the daemon is shutting down"
+_CALLER_ENDED = "covenant stopped the intent: the intent that called it ended"
 
 
 def _log_dispatch(message: str, intent: Intent, agent_id: str | None, **fields: Any) -> None:
@@ -298,7 +299,7 @@ class Daemon:
                 await trio.sleep_forever()
             finally:
                 if not answer:
-                    self.cancel(intent.id, "covenant stopped the intent: the intent that called it ended")
+                    self.cancel(intent.id, _CALLER_ENDED)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stop_when_the_caller_is_cancelled)
@@ -626,11 +627,15 @@ class Daemon:
 
     def cancel(self, intent_id: str, reason: str) -> bool:
         """Stop one in-flight intent (outcome ``cancelled``, ``reason`` its record's error): a Rune or workflow
-        intent, or a process agent's run, queued, starting or running. False when it is not in flight."""
+        intent, or a process agent's run, queued, starting or running; and the child intents it is waiting
+        for. False when it is not in flight."""
         link = self.chain.get(intent_id)
         if link is not None:
             link.cancel(reason)
             found = True
+            for child in link.children:  # its agent tools' and steps' intents still running end with it
+                if child.get("intent") is not None and "outcome" not in child:
+                    self.cancel(child["intent"], _CALLER_ENDED)
         elif intent_id in self._cancel_requests:  # a process agent's intent, or one not started yet
             self._cancel_requests[intent_id] = reason
             self.scheduler.withdraw(intent_id, Withdrawn(reason))

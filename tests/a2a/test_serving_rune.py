@@ -12,8 +12,9 @@ from a2a.types import TaskState
 from tests.a2a.conftest import message_params, rpc, serve_a2a, user_message
 from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_daemon_e2e import wait_for
-from tests.fakes import FakeModelServer, Reply
+from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.rune.conftest import add_rune_agent, configure, outcome_of
+from tests.workflow.conftest import record, rune_agent
 
 
 ANSWER = "Your name is Ada.\nYou told me so.\nAnything else?"
@@ -79,4 +80,46 @@ def test_cancel_task_while_the_decision_is_written_stops_it_before_its_replica_i
     record = daemon.api("GET", f"/v1/dispatches/{task}")
     assert record["outcome"] == "cancelled" and record["error"] == "A2A client ci canceled the task", record  # type: ignore[index]
     assert len(fake_model.requests) == 1, "only the warm-up reached the model"
+    assert daemon.stop() == 0
+
+
+def test_cancel_task_of_a_rune_task_also_stops_the_agent_it_is_calling(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """The callee runs under the caller's replica's tool call, not under the caller's cancel scope. Here the
+    caller's replica is frozen (SIGSTOP) and so keeps that call open: the daemon itself must stop the callee
+    with its caller. It ran on until the frozen replica was replaced (≈ 15 s of failed probes) or its model
+    answered (30 s)."""
+    configure(daemon, ("fake", fake_model))
+    tool = """\
+    tools:
+      - name: ask_friend
+        runtime: agent
+        agent_ref: local://friend
+        timeout_ms: 600000
+    """
+    rune_agent(daemon, "caller", toolset=("ask_friend",), tools=tool, timeout_ms=600_000)
+    rune_agent(daemon, "friend", timeout_ms=600_000)
+    served = serve_a2a(daemon, expose=("caller",), before=(daemon.home / "covenant.toml").read_text())
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.*", check=True)
+    fake_model.script(Reply.tools(ToolCall("ask_friend", {"input": "take your time"})), Reply(text="late", delay_s=30))
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        sent = pool.submit(rpc, served, "caller", "SendMessage", message_params("go"))
+        fake_model.wait_for_requests(2)  # the friend's model is thinking
+        [caller] = [r["pid"] for r in daemon.api("GET", "/v1/status")["replicas"] if r["agent"] == "caller@local"]  # type: ignore[index]
+        os.kill(caller, signal.SIGSTOP)
+        try:
+            [task] = [t["id"] for t in rpc(served, "caller", "ListTasks", {}).json()["result"]["tasks"]]
+            canceled = rpc(served, "caller", "CancelTask", {"id": task}).json()
+            assert canceled["result"]["status"]["state"] == "TASK_STATE_CANCELED", canceled
+            assert sent.result(timeout=60).json()["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
+            (child,) = record(daemon, task)["children"]
+            wait_for(lambda: daemon.cli("show", child["intent"], "--json").returncode == 0, what="the callee's record")
+            child_record = record(daemon, child["intent"])
+        finally:
+            os.kill(caller, signal.SIGCONT)
+    assert child_record["outcome"] == "cancelled" and child_record["duration_ms"] < 10_000, child_record
+    assert child_record["error"] == "covenant stopped the intent: the intent that called it ended"
+    assert len(fake_model.requests) == 2
     assert daemon.stop() == 0
