@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import concurrent.futures
+import os
 import secrets
+import signal
 import socket
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
@@ -12,6 +15,7 @@ import httpx
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture, re-exported
+from tests.daemon.test_daemon_e2e import wait_for
 
 TOKEN_ENV = "A2A_TOKEN_CI"
 OTHER_ENV = "A2A_TOKEN_OTHER"
@@ -102,3 +106,26 @@ def rpc(served: Served, name: str, method: str, params: dict, *, token: str | No
 def message_params(text: str) -> dict:
     """SendMessage params (A2A 1.0 JSON) of one user message with one text part."""
     return {"message": {"messageId": text.replace(" ", "-"), "role": "ROLE_USER", "parts": [{"text": text}]}}
+
+
+def cancel_a_task_held_by_the_audit_writer(d: DaemonProcess, served: Served, name: str, text: str) -> str:
+    """Send ``text`` to ``name`` with the audit writer stopped (SIGSTOP), so the task waits at its first audit
+    write; CancelTask it there, then resume the writer. Asserts both calls answer a CANCELED task; returns its id.
+
+    The caller sets up what the first write is (a grants change ahead of the decision, the decision itself).
+    """
+    writer = d.api("GET", "/v1/status")["audit"]["writer_pid"]  # type: ignore[index]
+    os.kill(writer, signal.SIGSTOP)
+    try:
+        with concurrent.futures.ThreadPoolExecutor(2) as pool:
+            sent = pool.submit(rpc, served, name, "SendMessage", message_params(text))
+            wait_for(lambda: d.api("GET", "/v1/status")["admitted"] == 1, what="the task admitted")
+            [task] = [t["id"] for t in rpc(served, name, "ListTasks", {}).json()["result"]["tasks"]]
+            canceled = pool.submit(rpc, served, name, "CancelTask", {"id": task})
+            wait_for(lambda: f"msg=\"intent cancel requested\" intent={task}" in d.log(), what="the cancel")
+            os.kill(writer, signal.SIGCONT)
+            assert canceled.result(timeout=60).json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
+            assert sent.result(timeout=60).json()["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
+    finally:
+        os.kill(writer, signal.SIGCONT)
+    return task

@@ -5,8 +5,6 @@ from __future__ import annotations
 
 import concurrent.futures
 import json
-import os
-import signal
 import time
 
 import httpx
@@ -15,7 +13,7 @@ import trio
 
 from covenant.audit.recent import records_since
 from covenant.client import RemoteError
-from tests.a2a.conftest import Served, message_params, rpc, serve_a2a, user_message
+from tests.a2a.conftest import Served, cancel_a_task_held_by_the_audit_writer, message_params, rpc, serve_a2a, user_message
 from tests.daemon.conftest import DaemonProcess, agent_processes
 from tests.daemon.test_daemon_e2e import wait_for
 
@@ -214,21 +212,8 @@ def test_cancel_task_of_a_task_still_being_decided_is_applied_before_its_agent_s
     """The cancel comes while the daemon audits a grants change ahead of the task's decision (the audit
     writer stopped): the task had nothing to stop yet, so it was answered -32002 and then ran."""
     served = _setup(daemon)
-    writer = daemon.api("GET", "/v1/status")["audit"]["writer_pid"]  # type: ignore[index]
     daemon.cli("grant", "tester@test", "tool.echo", check=True)  # the next dispatch audits this change first
-    os.kill(writer, signal.SIGSTOP)
-    try:
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            sent = pool.submit(rpc, served, "slow@local", "SendMessage", message_params("sleep 300"))
-            wait_for(lambda: daemon.api("GET", "/v1/status")["admitted"] == 1, what="the task admitted")
-            [task] = [t["id"] for t in rpc(served, "slow@local", "ListTasks", {}).json()["result"]["tasks"]]
-            canceled = pool.submit(rpc, served, "slow@local", "CancelTask", {"id": task})
-            wait_for(lambda: f"msg=\"intent cancel requested\" intent={task}" in daemon.log(), what="the cancel")
-            os.kill(writer, signal.SIGCONT)
-            assert canceled.result(timeout=60).json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
-            assert sent.result(timeout=60).json()["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
-    finally:
-        os.kill(writer, signal.SIGCONT)
+    task = cancel_a_task_held_by_the_audit_writer(daemon, served, "slow@local", "sleep 300")
     record = daemon.api("GET", f"/v1/dispatches/{task}")
     assert record["outcome"] == "cancelled" and record["pid"] is None, record  # type: ignore[index]
     spawned = records_since(daemon.home / "audit", 0, frozenset({"agent.spawned"}))

@@ -9,7 +9,7 @@ import signal
 
 from a2a.types import TaskState
 
-from tests.a2a.conftest import message_params, rpc, serve_a2a, user_message
+from tests.a2a.conftest import cancel_a_task_held_by_the_audit_writer, message_params, rpc, serve_a2a, user_message
 from tests.daemon.conftest import DaemonProcess
 from tests.daemon.test_daemon_e2e import wait_for
 from tests.fakes import FakeModelServer, Reply, ToolCall
@@ -63,20 +63,7 @@ def test_cancel_task_while_the_decision_is_written_stops_it_before_its_replica_i
     daemon.start()
     fake_model.script(Reply(text="warm"), Reply(text="never asked"))
     assert outcome_of(daemon.cli("dispatch", "warm up", "--agent", "chat@local", "--json"))["text"] == "warm"
-    writer = daemon.api("GET", "/v1/status")["audit"]["writer_pid"]  # type: ignore[index]
-    os.kill(writer, signal.SIGSTOP)
-    try:
-        with concurrent.futures.ThreadPoolExecutor(2) as pool:
-            sent = pool.submit(rpc, served, "chat", "SendMessage", message_params("stalled"))
-            wait_for(lambda: daemon.api("GET", "/v1/status")["admitted"] == 1, what="the task admitted")
-            [task] = [t["id"] for t in rpc(served, "chat", "ListTasks", {}).json()["result"]["tasks"]]
-            canceled = pool.submit(rpc, served, "chat", "CancelTask", {"id": task})
-            wait_for(lambda: f"msg=\"intent cancel requested\" intent={task}" in daemon.log(), what="the cancel")
-            os.kill(writer, signal.SIGCONT)
-            assert canceled.result(timeout=60).json()["result"]["status"]["state"] == "TASK_STATE_CANCELED"
-            assert sent.result(timeout=60).json()["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
-    finally:
-        os.kill(writer, signal.SIGCONT)
+    task = cancel_a_task_held_by_the_audit_writer(daemon, served, "chat", "stalled")
     record = daemon.api("GET", f"/v1/dispatches/{task}")
     assert record["outcome"] == "cancelled" and record["error"] == "A2A client ci canceled the task", record  # type: ignore[index]
     assert len(fake_model.requests) == 1, "only the warm-up reached the model"
