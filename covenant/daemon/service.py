@@ -79,6 +79,8 @@ _REPLAY_SLACK_MS = 60_000
 """Read this much further back than two skew windows: audit timestamps and issued_at come from different clocks."""
 _SHUTTING_DOWN = "covenant stopped the intent: the daemon is shutting down"
 _CALLER_ENDED = "covenant stopped the intent: the intent that called it ended"
+_CHILDREN_SETTLE_S = 15.0
+"""How long a Rune intent's record waits for the children it was calling to end (a kill ladder, a commit)."""
 
 
 def _log_dispatch(message: str, intent: Intent, agent_id: str | None, **fields: Any) -> None:
@@ -256,7 +258,7 @@ class Daemon:
         summary: dict[str, Any] = {"intent": None, "agent": None, "via": call.via, "started_at": iso_now()}
         if call.step is not None:
             summary["step"] = call.step
-        parent.children.append(summary)
+        parent.child_started(summary)
         try:
             if call.agent_ref.startswith(("http://", "https://")):
                 summary["agent"] = call.agent_ref
@@ -282,6 +284,7 @@ class Daemon:
             raise
         finally:
             summary["duration_ms"] = int((time.monotonic() - t0) * 1000)
+            parent.child_ended()
 
     async def _run_child_to_its_end(self, intent: Intent, child: _Child, peer_uid: int | None) -> dict[str, Any]:
         """Dispatch a child so that it always ends with its record and audit events.
@@ -573,6 +576,9 @@ class Daemon:
                 )
             finally:
                 await self.rune.tools.intent_ended(intent.id)  # its rune@process-* processes die with it
+            with trio.move_on_after(_CHILDREN_SETTLE_S):
+                # Cancelled or out of time, it may end before the agents it called: theirs are being stopped.
+                await link.children_settled()
             record = record.model_copy(update={
                 "peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id)})
             await self._finish(intent, agent, record, pending)

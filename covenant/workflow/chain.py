@@ -39,7 +39,26 @@ class ChainLink:
     cancel_reason: str | None = None
     """Why it was cancelled (its record's ``error``): the first reason given to :meth:`cancel`."""
     children: list[dict[str, Any]] = field(default_factory=list)
-    """Summaries of the child intents it made (copied into its dispatch record)."""
+    """Summaries of the child intents it made (copied into its dispatch record): :meth:`child_started`."""
+    _open_children: int = field(default=0, repr=False)
+    _children_done: trio.Event | None = field(default=None, repr=False)
+
+    def child_started(self, summary: dict[str, Any]) -> None:
+        """A child intent begins: its summary joins :attr:`children`; call :meth:`child_ended` when it is final."""
+        self.children.append(summary)
+        self._open_children += 1
+
+    def child_ended(self) -> None:
+        self._open_children -= 1
+        if not self._open_children and self._children_done is not None:
+            self._children_done.set()
+
+    async def children_settled(self) -> None:
+        """Return once every child started so far has ended, its summary final (at once when none runs)."""
+        if self._open_children:
+            if self._children_done is None or self._children_done.is_set():
+                self._children_done = trio.Event()
+            await self._children_done.wait()
 
     def cancel(self, reason: str) -> None:
         """Stop the intent's run, now or as soon as its run scope exists, with ``reason`` as its error."""
