@@ -718,6 +718,8 @@ class Daemon:
         try:
             if not self.scheduler.can_start_now(agent.id):
                 await write_pending()  # it will queue: the decision is durable before the wait
+            if (reason := self._cancel_requests[intent.id]) is not None:
+                raise Withdrawn(reason)  # cancelled while it was decided: it does not queue
             async with self.scheduler.slot(agent.id, intent.priority, child=intent.parent is not None, key=intent.id):
                 if (reason := self._cancel_requests[intent.id]) is not None:
                     raise Withdrawn(reason)  # cancelled before it had a slot, or as its slot was granted

@@ -108,19 +108,22 @@ def message_params(text: str) -> dict:
     return {"message": {"messageId": text.replace(" ", "-"), "role": "ROLE_USER", "parts": [{"text": text}]}}
 
 
-def cancel_a_task_held_by_the_audit_writer(d: DaemonProcess, served: Served, name: str, text: str) -> str:
+def cancel_a_task_held_by_the_audit_writer(d: DaemonProcess, served: Served, name: str, text: str,
+                                           *, admitted: int = 1) -> str:
     """Send ``text`` to ``name`` with the audit writer stopped (SIGSTOP), so the task waits at its first audit
     write; CancelTask it there, then resume the writer. Asserts both calls answer a CANCELED task; returns its id.
 
-    The caller sets up what the first write is (a grants change ahead of the decision, the decision itself).
+    The caller sets up what the first write is (a grants change ahead of the decision, the decision itself);
+    ``admitted``: the daemon's count of admitted dispatches once this one is (others may be running).
     """
     writer = d.api("GET", "/v1/status")["audit"]["writer_pid"]  # type: ignore[index]
+    before = task_ids(served, name)
     os.kill(writer, signal.SIGSTOP)
     try:
         with concurrent.futures.ThreadPoolExecutor(2) as pool:
             sent = pool.submit(rpc, served, name, "SendMessage", message_params(text))
-            wait_for(lambda: d.api("GET", "/v1/status")["admitted"] == 1, what="the task admitted")
-            [task] = [t["id"] for t in rpc(served, name, "ListTasks", {}).json()["result"]["tasks"]]
+            wait_for(lambda: d.api("GET", "/v1/status")["admitted"] == admitted, what="the task admitted")
+            [task] = [t for t in task_ids(served, name) if t not in before]
             canceled = pool.submit(rpc, served, name, "CancelTask", {"id": task})
             wait_for(lambda: f"msg=\"intent cancel requested\" intent={task}" in d.log(), what="the cancel")
             os.kill(writer, signal.SIGCONT)
@@ -129,3 +132,8 @@ def cancel_a_task_held_by_the_audit_writer(d: DaemonProcess, served: Served, nam
     finally:
         os.kill(writer, signal.SIGCONT)
     return task
+
+
+def task_ids(served: Served, name: str) -> list[str]:
+    """The ids of the ``ci`` client's tasks on ``name`` (ListTasks)."""
+    return [t["id"] for t in rpc(served, name, "ListTasks", {}).json()["result"]["tasks"]]

@@ -221,6 +221,27 @@ def test_cancel_task_of_a_task_still_being_decided_is_applied_before_its_agent_s
     assert daemon.stop() == 0
 
 
+def test_cancel_task_of_a_task_still_being_decided_keeps_it_out_of_the_queue(daemon: DaemonProcess) -> None:
+    """The one slot is taken, so the task would queue once decided: the cancel that came while it was decided
+    ends it there. It queued, and waited for the slot before its cancel was applied."""
+    daemon.add_agent("slow", "slow.py")
+    served = serve_a2a(daemon, expose=("slow@local",), before="[daemon]\nmax_concurrent = 1\n")
+    daemon.start()
+    with concurrent.futures.ThreadPoolExecutor(1) as pool:
+        holding = pool.submit(rpc, served, "slow@local", "SendMessage", message_params("sleep 300"))
+        [holder] = _running_tasks(daemon)
+        daemon.cli("grant", "tester@test", "tool.echo", check=True)  # the next dispatch audits this change first
+        task = cancel_a_task_held_by_the_audit_writer(daemon, served, "slow@local", "sleep 1", admitted=2)
+        assert daemon.api("GET", "/v1/status")["queued"] == 0  # type: ignore[index]
+        assert [i["intent"] for i in daemon.api("GET", "/v1/status")["in_flight"]] == [holder]  # type: ignore[index]
+        rpc(served, "slow@local", "CancelTask", {"id": holder})
+        assert holding.result(timeout=60).json()["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
+    record = daemon.api("GET", f"/v1/dispatches/{task}")
+    assert record["outcome"] == "cancelled" and record["pid"] is None, record  # type: ignore[index]
+    assert not agent_processes(daemon.home)
+    assert daemon.stop() == 0
+
+
 def _running_tasks(d: DaemonProcess) -> list[str]:
     deadline = time.monotonic() + 60
     while time.monotonic() < deadline:
