@@ -39,8 +39,8 @@ class ShuttingDown(CovenantError):
 
 
 class Withdrawn(CovenantError):
-    """A dispatch cancelled before its run started: taken out of the queue (:meth:`Scheduler.withdraw`),
-    or stopped as its slot was granted."""
+    """A dispatch cancelled before its run started: before it queued, taken out of the queue
+    (:meth:`Scheduler.withdraw`), or as its slot was granted."""
 
     code = "cancelled"
     exit_code = ExitCode.UNREACHABLE
