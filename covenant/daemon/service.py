@@ -168,12 +168,12 @@ class Daemon:
         """Set while no dispatch is admitted."""
         self.idle.set()
         self._cancel_requests: dict[str, str | None] = {}
-        """Intent id -> None, or why it was cancelled, for every intent from its verification to its answer.
-        A :meth:`cancel` that comes before the intent has anything to stop (while it is decided, queued
-        for a slot, or still writing its decision) waits here; it is applied as soon as there is."""
+        """Intent id -> None, or why it was cancelled, for every intent in flight (roots and children), from
+        its verification to its answer. A cancel that comes before the intent has anything to stop (while
+        it is decided, or still writing its decision) waits here; it is applied as soon as there is."""
         self._cancelling_all = False
-        """Set by :meth:`cancel_all`: a Rune or workflow intent admitted before it but whose cancel
-        scope did not exist yet is cancelled as soon as it is made."""
+        """Set by :meth:`cancel_all`: an intent that starts after it (a child of one still ending) is
+        cancelled from its first moment."""
         self._reload_lock = trio.Lock()
         metrics.set_registry(len(agents.agents), len(agents.problems))
 
@@ -302,7 +302,7 @@ class Daemon:
                 await trio.sleep_forever()
             finally:
                 if not answer:
-                    self.cancel(intent.id, _CALLER_ENDED)
+                    self._cancel(intent.id, _CALLER_ENDED)
 
         async with trio.open_nursery() as nursery:
             nursery.start_soon(stop_when_the_caller_is_cancelled)
@@ -327,7 +327,7 @@ class Daemon:
 
         It is cancellable (:meth:`cancel`) from here to its answer.
         """
-        self._cancel_requests[intent.id] = None
+        self._cancel_requests[intent.id] = _SHUTTING_DOWN if self._cancelling_all else None
         try:
             return await self._route_decide_run(
                 intent, dry_run=dry_run, session_id=session_id, sink=sink, child=child, peer_uid=peer_uid
@@ -533,8 +533,6 @@ class Daemon:
         link.run_scope = trio.CancelScope()
         self.chain.open(link)
         self._enter(intent, agent)
-        if self._cancelling_all:  # admitted before cancel_all, but not cancellable then
-            link.cancel(_SHUTTING_DOWN)
         if (reason := self._cancel_requests[intent.id]) is not None:  # cancelled while it was decided
             link.cancel(reason)
         try:
@@ -632,33 +630,34 @@ class Daemon:
         return replica.view()
 
     def cancel(self, intent_id: str, reason: str) -> bool:
-        """Stop one in-flight intent (outcome ``cancelled``, ``reason`` its record's error): a Rune or workflow
-        intent, or a process agent's run, queued, starting or running; and the child intents it is waiting
-        for. False when it is not in flight."""
-        link = self.chain.get(intent_id)
-        if link is not None:
-            link.cancel(reason)
-            found = True
-            for child in link.children:  # its agent tools' and steps' intents still running end with it
-                if child.get("intent") is not None and "outcome" not in child:
-                    self.cancel(child["intent"], _CALLER_ENDED)
-        elif intent_id in self._cancel_requests:  # a process agent's intent, or one not started yet
-            self._cancel_requests[intent_id] = reason
-            self.scheduler.withdraw(intent_id, Withdrawn(reason))
-            self.runner.cancel(intent_id, reason)
-            found = True
-        else:
-            found = False
+        """Stop one in-flight intent (outcome ``cancelled``, ``reason`` its record's error) at whatever stage
+        it is, and the child intents it is waiting for; logged. False when it is not in flight."""
+        found = self._cancel(intent_id, reason)
         log.info("intent cancel requested", extra={"intent": intent_id, "reason": reason, "in_flight": found})
         return found
 
+    def _cancel(self, intent_id: str, reason: str) -> bool:
+        if intent_id not in self._cancel_requests:
+            return False
+        if self._cancel_requests[intent_id] is None:  # the first reason stays
+            self._cancel_requests[intent_id] = reason
+        link = self.chain.get(intent_id)
+        if link is not None:  # a Rune or workflow intent: its run scope
+            link.cancel(reason)
+            for child in link.children:  # its agent tools' and steps' intents still running end with it
+                if child.get("intent") is not None and "outcome" not in child:
+                    self._cancel(child["intent"], _CALLER_ENDED)
+        self.scheduler.withdraw(intent_id, Withdrawn(reason))  # a process agent's intent waiting for a slot
+        self.runner.cancel(intent_id, reason)  # ... or being spawned, or running
+        return True
+
     def cancel_all(self) -> None:
-        """Past the drain timeout: stop every run and every Rune or workflow intent, those still starting
-        included (outcome ``cancelled``)."""
+        """Past the drain timeout: stop every intent in flight, and every one that starts from now on (the
+        child of one still ending), at whatever stage (outcome ``cancelled``)."""
         self._cancelling_all = True
-        self.runner.cancel_all()
-        for link in self.chain.running():
-            link.cancel(_SHUTTING_DOWN)
+        self.runner.cancel_all()  # also the tool processes of Rune intents
+        for intent_id in list(self._cancel_requests):
+            self._cancel(intent_id, _SHUTTING_DOWN)
 
     def _decide(self, intent: Intent, agent: AgentSpec, routed_by: str) -> tuple[dict[str, Any], CovenantError | None]:
         """The capability and budget decision (no I/O) and, when denied, the error to answer with."""

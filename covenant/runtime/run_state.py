@@ -29,6 +29,7 @@ class RunState:
         limits: dict[str, Any],
         wall_s: float,
         cpu_ms: int,
+        caller_deadline: float | None = None,
     ) -> None:
         self.agent = agent
         self.intent_id = intent_id
@@ -37,7 +38,7 @@ class RunState:
         self.tree = ProcessTree(launched.pid, intent_id)
         self.wall_s = wall_s
         self.deadline = trio.current_time() + wall_s
-        self.caller_deadline: float | None = None
+        self.caller_deadline = caller_deadline
         """Trio time by which the run must end whatever its own budget: a child intent's caller's end."""
         self.cpu_budget_ms = cpu_ms
         self.memory_kib = agent.resources.memory_mb * 1024

@@ -460,11 +460,12 @@ class Runner:
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare agent {agent.id}: {exc}"
             log.warning("spawn failed", extra={"agent": agent.id, "intent": intent_id, "detail": message})
             outcome = "workflow_not_supported" if isinstance(exc, WorkflowNotSupported) else "spawn_failed"
-            return self._unstarted_record(base, outcome, message, t0, argv)
+            return DispatchRecord.without_process(
+                t0=t0, **base, argv=argv, pid=None, outcome=outcome, error=message, result=None
+            )
         finally:
             cancelled_while_starting = self._starting.pop(intent_id)
-        dispatch = RunState(agent, intent_id, launched, base["limits"], wall_ms / 1000, cpu_ms)
-        dispatch.caller_deadline = deadline
+        dispatch = RunState(agent, intent_id, launched, base["limits"], wall_ms / 1000, cpu_ms, deadline)
         if creds is not None:
             base["uid"] = creds.uid
         if cancelled_while_starting is not None:
@@ -478,7 +479,10 @@ class Runner:
         """The record of an intent whose agent never started, e.g. one cancelled while it waited for a slot
         (``t0``: :func:`time.monotonic` when it was accepted, its ``started_at``)."""
         started_at = iso_ms(now_ms() - int((time.monotonic() - t0) * 1000))
-        return self._unstarted_record(self._record_base(agent, intent_id, started_at), outcome, error, t0, [])
+        return DispatchRecord.without_process(
+            t0=t0, **self._record_base(agent, intent_id, started_at), argv=[], pid=None, outcome=outcome, error=error,
+            result=None,
+        )
 
     def _record_base(self, agent: AgentSpec, intent_id: str, started_at: str) -> dict[str, Any]:
         return {
@@ -490,10 +494,6 @@ class Runner:
             "started_at": started_at,
             "isolation": self.isolation.mode,
         }
-
-    @staticmethod
-    def _unstarted_record(base: dict[str, Any], outcome: Outcome, error: str, t0: float, argv: list[str]) -> DispatchRecord:
-        return DispatchRecord.without_process(t0=t0, **base, argv=argv, pid=None, outcome=outcome, error=error, result=None)
 
     async def run_tool(
         self,

@@ -89,9 +89,5 @@ class IntentChain:
         link = self._links.pop(intent_id, None)
         return link.children if link is not None else []
 
-    def running(self) -> list[ChainLink]:
-        """Every intent running now (a copy: cancelling them may change the chain)."""
-        return list(self._links.values())
-
     def __len__(self) -> int:
         return len(self._links)

@@ -6,6 +6,8 @@ from __future__ import annotations
 import concurrent.futures
 import json
 import time
+from collections.abc import Iterator
+from contextlib import contextmanager
 
 import httpx
 import pytest
@@ -179,14 +181,25 @@ async def test_cancel_task_stops_a_long_run_and_leaves_no_process(daemon: Daemon
     assert daemon.stop() == 0
 
 
-def test_cancel_task_of_a_task_waiting_for_a_slot_cancels_it_before_its_agent_starts(daemon: DaemonProcess) -> None:
-    """It was answered -32002 (as if it had ended) and then ran once a slot freed."""
+@contextmanager
+def _one_slot_held(daemon: DaemonProcess) -> Iterator[tuple[Served, concurrent.futures.ThreadPoolExecutor, str]]:
+    """A daemon with one run slot (``daemon.max_concurrent = 1``), held by a task of slow@local until the block
+    ends, when that task is canceled. Yields the A2A server, a thread pool for more calls, the holder's id."""
     daemon.add_agent("slow", "slow.py")
     served = serve_a2a(daemon, expose=("slow@local",), before="[daemon]\nmax_concurrent = 1\n")
     daemon.start()
     with concurrent.futures.ThreadPoolExecutor(2) as pool:
         holding = pool.submit(rpc, served, "slow@local", "SendMessage", message_params("sleep 300"))
         [holder] = _running_tasks(daemon)
+        yield served, pool, holder
+        assert [i["intent"] for i in daemon.api("GET", "/v1/status")["in_flight"]] == [holder]  # type: ignore[index]
+        rpc(served, "slow@local", "CancelTask", {"id": holder})
+        assert holding.result(timeout=60).json()["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
+
+
+def test_cancel_task_of_a_task_waiting_for_a_slot_cancels_it_before_its_agent_starts(daemon: DaemonProcess) -> None:
+    """It was answered -32002 (as if it had ended) and then ran once a slot freed."""
+    with _one_slot_held(daemon) as (served, pool, holder):
         waiting = pool.submit(rpc, served, "slow@local", "SendMessage", message_params("sleep 1"))
         wait_for(lambda: daemon.api("GET", "/v1/status")["queued"] == 1, what="the second task queued")
         listed = rpc(served, "slow@local", "ListTasks", {}).json()["result"]["tasks"]
@@ -198,9 +211,6 @@ def test_cancel_task_of_a_task_waiting_for_a_slot_cancels_it_before_its_agent_st
         record = daemon.api("GET", f"/v1/dispatches/{queued}")
         assert record["outcome"] == "cancelled" and record["pid"] is None, record  # type: ignore[index]
         assert "canceled the task" in record["error"]  # type: ignore[index]
-        assert [i["intent"] for i in daemon.api("GET", "/v1/status")["in_flight"]] == [holder]
-        rpc(served, "slow@local", "CancelTask", {"id": holder})
-        assert holding.result(timeout=60).json()["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
     events = [r["data"] for r in records_since(daemon.home / "audit", 0, frozenset({"agent.spawned", "intent.completed"}))]
     assert [e["intent"] for e in events if "pid" in e] == [holder], "the cancelled task's agent never started"
     assert {e["intent"]: e["outcome"] for e in events if "outcome" in e} == {holder: "cancelled", queued: "cancelled"}
@@ -224,18 +234,10 @@ def test_cancel_task_of_a_task_still_being_decided_is_applied_before_its_agent_s
 def test_cancel_task_of_a_task_still_being_decided_keeps_it_out_of_the_queue(daemon: DaemonProcess) -> None:
     """The one slot is taken, so the task would queue once decided: the cancel that came while it was decided
     ends it there. It queued, and waited for the slot before its cancel was applied."""
-    daemon.add_agent("slow", "slow.py")
-    served = serve_a2a(daemon, expose=("slow@local",), before="[daemon]\nmax_concurrent = 1\n")
-    daemon.start()
-    with concurrent.futures.ThreadPoolExecutor(1) as pool:
-        holding = pool.submit(rpc, served, "slow@local", "SendMessage", message_params("sleep 300"))
-        [holder] = _running_tasks(daemon)
+    with _one_slot_held(daemon) as (served, _, _):
         daemon.cli("grant", "tester@test", "tool.echo", check=True)  # the next dispatch audits this change first
         task = cancel_a_task_held_by_the_audit_writer(daemon, served, "slow@local", "sleep 1", admitted=2)
         assert daemon.api("GET", "/v1/status")["queued"] == 0  # type: ignore[index]
-        assert [i["intent"] for i in daemon.api("GET", "/v1/status")["in_flight"]] == [holder]  # type: ignore[index]
-        rpc(served, "slow@local", "CancelTask", {"id": holder})
-        assert holding.result(timeout=60).json()["result"]["task"]["status"]["state"] == "TASK_STATE_CANCELED"
     record = daemon.api("GET", f"/v1/dispatches/{task}")
     assert record["outcome"] == "cancelled" and record["pid"] is None, record  # type: ignore[index]
     assert not agent_processes(daemon.home)
