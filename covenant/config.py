@@ -67,6 +67,12 @@ class RuntimeConfig(_Section):
     env: dict[str, str] = Field(default_factory=dict, description="fixed variables set for every agent")
     stdout_cap_bytes: int = Field(1024 * 1024, gt=0, le=1 << 30)
     stderr_tail_bytes: int = Field(8192, gt=0, le=1 << 24)
+    stderr_log_burst: int = Field(
+        1000, ge=1, le=1_000_000, description="stderr lines one process may log at once (docs/runtime.md)"
+    )
+    stderr_log_lines_per_s: int = Field(
+        100, ge=1, le=1_000_000, description="stderr lines one process may log per second past its burst"
+    )
     kill_grace_ms: int = Field(2000, ge=0, le=600_000)
     sample_interval_ms: int = Field(50, ge=5, le=10_000)
     network_enforcement: Literal["strict", "advisory"] = "strict"

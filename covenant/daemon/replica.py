@@ -235,12 +235,12 @@ class ReplicaProcess:
             return status == 200
         return False
 
-    @staticmethod
-    async def _drain_output(replica: Replica, stream: trio.abc.ReceiveStream) -> None:
-        lines = StderrLines("replica stderr", {"agent": replica.agent.id})
+    async def _drain_output(self, replica: Replica, stream: trio.abc.ReceiveStream) -> None:
+        lines = StderrLines.within(self.config.runtime, "replica stderr", {"agent": replica.agent.id})
         try:
             while data := await stream.receive_some(65536):
                 lines.feed(data)
+                await trio.sleep(lines.pause_s())  # over its log budget: the replica waits on a full pipe
         except (trio.BrokenResourceError, trio.ClosedResourceError):
             pass
         lines.flush()

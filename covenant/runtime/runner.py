@@ -656,7 +656,7 @@ class Runner:
     async def _watch(self, d: RunState, rest: bytes) -> None:
         """Read the agent's output until its root exits, a limit is crossed or the wall clock runs out;
         then the kill ladder, then what is still buffered in the pipes."""
-        watch = RunWatch(d, stdout_cap=self.config.stdout_cap_bytes, stderr_keep=self.config.stderr_tail_bytes)
+        watch = RunWatch(d, self.config)
         try:
             if rest:  # an intent larger than the pipe: fed by a task of its own meanwhile
                 async with trio.open_nursery() as nursery:

@@ -11,15 +11,16 @@ waits again, so an agent that never stops writing cannot hold the loop.
 
 from __future__ import annotations
 
-import logging
+import contextlib
 import os
 import select
 
 import trio
 
+from covenant.config import RuntimeConfig
 from covenant.runtime.contract import preview
 from covenant.runtime.run_state import RunState
-from covenant.runtime.stderr_lines import StderrLines, agent_log
+from covenant.runtime.stderr_lines import StderrLines
 
 __all__ = ["RunWatch"]
 
@@ -34,14 +35,13 @@ class RunWatch:
     stderr bytes, and each stderr line to the ``covenant.agent`` log.
     """
 
-    def __init__(self, d: RunState, *, stdout_cap: int, stderr_keep: int) -> None:
+    def __init__(self, d: RunState, runtime: RuntimeConfig) -> None:
         self._run = d
-        self._stdout_cap = stdout_cap
-        self._stderr_keep = stderr_keep
-        self._lines = (
-            StderrLines("agent stderr", {"agent": d.agent.id, "intent": d.intent_id})
-            if agent_log.isEnabledFor(logging.INFO) else None
-        )
+        self._stdout_cap = runtime.stdout_cap_bytes
+        self._stderr_keep = runtime.stderr_tail_bytes
+        self._lines = StderrLines.within(runtime, "agent stderr", {"agent": d.agent.id, "intent": d.intent_id})
+        self._stderr_paused = False
+        """Over its log budget: stderr is out of the epoll set until :meth:`StderrLines.pause_s` has passed."""
         launched = d.launched
         self._stdout_fd = launched.stdout.fileno()
         self._stderr_fd = launched.stderr.fileno()
@@ -59,8 +59,7 @@ class RunWatch:
 
         The pipes and the pidfd belong to :class:`~covenant.runtime.launcher.Launched`.
         """
-        if self._lines is not None:
-            self._lines.flush()
+        self._lines.flush()
         self._epoll.close()
 
     async def until_exit_or_decided(self, deadline: float) -> None:
@@ -88,7 +87,9 @@ class RunWatch:
                 await self._next()
 
     async def _next(self) -> None:
-        await trio.lowlevel.wait_readable(self._epoll.fileno())
+        pause = self._pace_stderr()
+        with trio.move_on_after(pause) if pause else contextlib.nullcontext():
+            await trio.lowlevel.wait_readable(self._epoll.fileno())
         for fd, _events in self._epoll.poll(0):
             if fd == self._pidfd:
                 self._epoll.unregister(fd)  # readable from now on: level-triggered, it would spin
@@ -107,11 +108,24 @@ class RunWatch:
             else:
                 self._take_stderr(data)
 
+    def _pace_stderr(self) -> float:
+        """Take stderr out of the epoll set while its log budget is spent (its writer waits on the full
+        pipe), put it back once a line may be logged; the seconds until then, or 0."""
+        if self._stderr_fd not in self._open:
+            return 0.0
+        pause = self._lines.pause_s()
+        if pause and not self._stderr_paused:
+            self._epoll.unregister(self._stderr_fd)
+        elif not pause and self._stderr_paused:
+            self._epoll.register(self._stderr_fd, select.EPOLLIN)
+        self._stderr_paused = bool(pause)
+        return pause
+
     def _end(self, fd: int) -> None:
         """A pipe is done: stop watching it, close our end, and log stderr's unended last line."""
         self._epoll.unregister(fd)
         self._open.pop(fd).close()
-        if fd == self._stderr_fd and self._lines is not None:
+        if fd == self._stderr_fd:
             self._lines.flush()
 
     def _take_stdout(self, data: bytes) -> None:
@@ -140,5 +154,4 @@ class RunWatch:
         d.stderr_tail += data
         if len(d.stderr_tail) > 2 * keep:
             del d.stderr_tail[:-keep]
-        if self._lines is not None:
-            self._lines.feed(data)
+        self._lines.feed(data)

@@ -147,6 +147,34 @@ def test_agent_stderr_lines_carry_agent_and_intent(daemon: DaemonProcess) -> Non
         assert event["intent"] == doc["intent_id"]
 
 
+def test_an_agent_flooding_its_stderr_is_logged_within_its_budget_and_read_at_its_pace(daemon: DaemonProcess) -> None:
+    """Hostile: a process writing stderr as fast as it can would fill the operator's disk with log lines
+    and hold the daemon's loop. Past its burst it logs its rate; the rest is counted to the byte."""
+    daemon.write_config("""
+        [runtime]
+        stderr_log_burst = 20
+        stderr_log_lines_per_s = 5
+    """)
+    daemon.add_agent("flood", "flood.py", keywords=("flood",))
+    daemon.env["COVENANT_LOG_FORMAT"] = "json"
+    daemon.start()
+    doc = json.loads(daemon.cli("dispatch", "flood for 2", "--json", check=True).stdout)
+    assert doc["outcome"] == "ok"
+    written = int(doc["text"])
+    record = daemon.api("GET", f"/v1/dispatches/{doc['intent_id']}")
+    assert daemon.stop() == 0
+    events = [json.loads(line) for line in daemon.log().splitlines() if line.startswith("{")]
+    ours = [e for e in events if e.get("intent") == doc["intent_id"]]
+    lines = [e["line"] for e in ours if e["msg"] == "agent stderr"]
+    reports = [e for e in ours if e["msg"] == "agent stderr suppressed"]
+    seconds = record["duration_ms"] / 1000  # type: ignore[index]
+    assert 20 <= len(lines) <= 20 + 5 * (seconds + 1), (len(lines), seconds)
+    assert reports and all(r["level"] == "warning" and r["agent"] == "flood@local" for r in reports)
+    assert sum(len(line) + 1 for line in lines) + sum(r["dropped_bytes"] for r in reports) == written
+    assert written > 2 * 65536  # the agent wrote well past its pipe: the pipe was read, at its pace
+    assert record["stderr_tail"].endswith("flood over\n")  # type: ignore[index]
+
+
 def test_logs_command_shows_recent_lines(daemon: DaemonProcess) -> None:
     daemon.add_agent("chatty", "chatty.py", keywords=("chatty",))
     daemon.start()

@@ -25,6 +25,7 @@ from covenant.runtime.environment import agent_environment
 from covenant.runtime.launcher import AgentCredentials, LaunchError, LaunchPlan
 from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.runner import Runner
+from covenant.runtime.stderr_lines import StderrLines
 from covenant.tools.mcp.sdk import load_sdk
 
 __all__ = ["launched_stdio_server", "LINE_MAX_BYTES"]
@@ -122,14 +123,11 @@ async def launched_stdio_server(
                         return
 
         async def drain_stderr() -> None:
-            pending = b""
+            lines = StderrLines.within(config.runtime, "mcp server stderr", {"agent": agent.id, "server": server_name})
             while chunk := await launched.stderr.receive_some(65536):
-                pending += chunk
-                *lines, pending = pending.split(b"\n")
-                pending = pending[-4096:]
-                for line in lines:
-                    log.info("mcp server stderr", extra={"agent": agent.id, "server": server_name,
-                                                         "line": line[:4096].decode("utf-8", "replace")})
+                lines.feed(chunk)
+                await trio.sleep(lines.pause_s())  # over its log budget: the server waits on a full pipe
+            lines.flush()
 
         try:
             if launched.gated:
