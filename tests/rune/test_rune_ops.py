@@ -434,3 +434,26 @@ def test_reload_mid_request_drains_then_one_new_replica_serves(daemon: DaemonPro
     assert replica["pid"] != old_pid
     serving = [p for p in agent_processes(daemon.home) if "replicas" in (p.info.get("cwd") or "")]
     assert [p.pid for p in serving] == [replica["pid"]]  # exactly one replica for the agent
+
+
+def test_a_session_in_flight_on_a_draining_replica_is_not_answered_beside_it_by_the_new_one(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """Two replicas of one agent live at once during a reload: one session's intents still go one at a time."""
+    configure(daemon, ("fake", fake_model))
+    folder = add_rune_agent(daemon, toolset=())
+    daemon.start()
+    fake_model.script(Reply(text="old answer", delay_s=3), Reply(text="new answer"), Reply(text="third answer"))
+    first = daemon.cli_background("dispatch", "a", "--agent", "chat@local", "--json", "--session", "shared")
+    fake_model.wait_for_requests(1)
+    runefile = folder / "Runefile"
+    runefile.write_text(runefile.read_text().replace("covenant test agent.", "covenant test agent, renewed."))
+    daemon.cli("reload", check=True)
+    second = daemon.cli_background("dispatch", "b", "--agent", "chat@local", "--json", "--session", "shared")
+    assert json.loads(first.communicate(timeout=120)[0])["text"] == "old answer"
+    assert json.loads(second.communicate(timeout=120)[0])["text"] == "new answer"
+    # The second intent saw the first one's turn: it waited for it, and the file is one chain.
+    assert [m["content"] for m in fake_model.requests[1].messages[1:]] == ["a", "old answer", "b"]
+    assert daemon.cli("sessions", "verify", "chat@local", "shared").returncode == 0
+    third = outcome_of(daemon.cli("dispatch", "c", "--agent", "chat@local", "--json", "--session", "shared"))
+    assert third["outcome"] == "ok" and third["text"] == "third answer"
