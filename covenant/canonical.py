@@ -41,14 +41,21 @@ def _reject_constant(text: str) -> Any:
 
 
 def parse_strict(line: bytes) -> Any:
-    """Parse one JSON document, refusing duplicate keys, floats, NaN and invalid UTF-8."""
+    """Parse one JSON document, refusing duplicate keys, floats, NaN and invalid UTF-8.
+
+    Nesting past the recursion limit is a ValueError too: the lines parsed here are read back from
+    files (sessions, memory) that a process of the agent's uid could have written.
+    """
     text = line.decode("utf-8")  # strict: raises UnicodeDecodeError on invalid bytes
-    return json.loads(
-        text,
-        object_pairs_hook=_reject_duplicates,
-        parse_float=_reject_float,
-        parse_constant=_reject_constant,
-    )
+    try:
+        return json.loads(
+            text,
+            object_pairs_hook=_reject_duplicates,
+            parse_float=_reject_float,
+            parse_constant=_reject_constant,
+        )
+    except RecursionError:
+        raise ValueError("the JSON nests too deeply to parse") from None
 
 
 def is_canonical_line(line: bytes) -> bool:

@@ -19,6 +19,7 @@ from typing import Any
 
 import trio
 
+from covenant import outside_json
 from covenant.a2a import wire
 from covenant.a2a.config import A2AConfig
 from covenant.a2a.remotes import allowed, token_for
@@ -193,7 +194,7 @@ class RemoteAgents:
 
 def _json_object(body: bytes, where: str) -> dict[str, Any]:
     try:
-        document = json.loads(body)
+        document = outside_json.loads(body)
     except ValueError:
         raise RemoteFailed("remote_error", f"{where}: the answer is not JSON") from None
     if not isinstance(document, dict):

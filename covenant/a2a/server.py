@@ -33,6 +33,7 @@ from typing import Any, Protocol
 
 import trio
 
+from covenant import outside_json
 from covenant.a2a import wire
 from covenant.a2a.card import AgentFacts, card_v03, card_v1
 from covenant.a2a.config import A2AClient, A2AConfig
@@ -238,9 +239,9 @@ class A2AApp:
         try:
             _check_headers(scope)
             try:
-                request = json.loads(body)
-            except ValueError:
-                raise wire.RpcError.parse("the body is not JSON") from None
+                request = outside_json.loads(body)
+            except ValueError as exc:
+                raise wire.RpcError.parse(f"the body is not JSON: {exc}") from None
             if not isinstance(request, dict) or request.get("jsonrpc") != "2.0" or not isinstance(request.get("method"), str):
                 raise wire.RpcError.invalid_request('a JSON-RPC 2.0 request needs "jsonrpc": "2.0" and a string "method"')
             request_id = request.get("id")
@@ -286,9 +287,9 @@ class A2AApp:
             _check_headers(scope)
             if rest in ("message:send", "message:stream"):
                 try:
-                    params = json.loads(body)
-                except ValueError:
-                    raise wire.RpcError.parse("the body is not JSON") from None
+                    params = outside_json.loads(body)
+                except ValueError as exc:
+                    raise wire.RpcError.parse(f"the body is not JSON: {exc}") from None
                 if rest == "message:stream":
                     await self._stream(call, "message:stream", params, wire.V1, send, None)
                     return

@@ -19,6 +19,7 @@ from urllib.parse import parse_qs
 
 import trio
 
+from covenant import outside_json
 from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.rune_dispatch import StreamSink
 from covenant.daemon.visibility import sees_every_record
@@ -191,7 +192,7 @@ class ControlAPI:
     async def _json_body(receive: Receive) -> dict[str, Any]:
         raw = await _read_body(receive)
         try:
-            body = json.loads(raw)
+            body = outside_json.loads(raw)
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError("bad_request", f"request body is not JSON: {exc}", 400) from None
         if not isinstance(body, dict):

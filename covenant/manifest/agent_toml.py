@@ -22,7 +22,6 @@ from covenant.manifest.limits import (
     MAX_DEPTH,
     ManifestLimits,
     ManifestTooLarge,
-    depth_exceeds,
     read_capped,
     toml_depth_problem,
 )
@@ -36,6 +35,7 @@ from covenant.manifest.model import (
     Settlement,
 )
 from covenant.manifest.problems import ManifestError, Problem
+from covenant.outside_json import nests_deeper
 from covenant.policy.capabilities import action_problem
 from covenant.priorities import PRIORITIES
 
@@ -342,7 +342,7 @@ def load_agent_toml(path: Path, limits: ManifestLimits = DEFAULT_LIMITS) -> Agen
         raise ManifestError(
             [Problem(path, int(found.group(1)) if found else None, None, f"parse error: {message}; fix the TOML syntax")]
         ) from None
-    if depth_exceeds(raw):
+    if nests_deeper(raw, MAX_DEPTH):
         raise ManifestError(
             [
                 Problem(

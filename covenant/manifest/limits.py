@@ -39,7 +39,6 @@ __all__ = [
     "MAX_YAML_NODES",
     "read_capped",
     "toml_depth_problem",
-    "depth_exceeds",
     "yaml_structure_problem",
 ]
 
@@ -122,7 +121,7 @@ def toml_depth_problem(text: str) -> tuple[int, str] | None:
 
     Strings and comments are skipped; brackets are counted. This bounds the
     recursion of ``tomllib``; table depth is checked after parsing
-    (:func:`depth_exceeds`).
+    (:func:`covenant.outside_json.nests_deeper`).
     """
     depth = 0
     for match in _TOML_TOKEN.finditer(text):
@@ -134,23 +133,6 @@ def toml_depth_problem(text: str) -> tuple[int, str] | None:
         elif token in ("]", "}"):
             depth = max(depth - 1, 0)
     return None
-
-
-def depth_exceeds(value: Any, limit: int = MAX_DEPTH) -> bool:
-    """True when dicts/lists in ``value`` nest deeper than ``limit``; iterative, never recursive."""
-    stack: list[tuple[Any, int]] = [(value, 1)]
-    while stack:
-        item, depth = stack.pop()
-        if isinstance(item, dict):
-            children: Any = item.values()
-        elif isinstance(item, list):
-            children = item
-        else:
-            continue
-        if depth > limit:
-            return True
-        stack.extend((child, depth + 1) for child in children)
-    return False
 
 
 def yaml_structure_problem(text: str) -> tuple[int, str] | None:

@@ -10,6 +10,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from covenant import outside_json
 from covenant.config import ProviderConfig
 from covenant.models.adapter import Adapter, ChatTurn, StreamAssembler, require, tool_call
 from covenant.sse import SseEvent
@@ -41,7 +42,7 @@ def _tool_input(arguments: Any) -> dict[str, Any]:
     if isinstance(arguments, dict):
         return arguments
     try:
-        value = json.loads(arguments or "{}")
+        value = outside_json.loads(arguments or "{}")
     except ValueError:
         value = None
     # tool_use.input must be an object; arguments a model garbled are kept for it to see.
@@ -116,7 +117,7 @@ class _AnthropicStream(StreamAssembler):
 
     def feed(self, event: SseEvent) -> str | None:
         try:
-            data = json.loads(event.data)
+            data = outside_json.loads(event.data)
         except ValueError:
             raise ProviderProtocolError("a streamed event is not JSON") from None
         require(isinstance(data, dict), "a streamed event is not a JSON object")

@@ -34,6 +34,7 @@ from urllib.parse import urlsplit
 
 import trio
 
+from covenant import outside_json
 from covenant.audit.events import MODEL_CALL
 from covenant.config import ProviderConfig
 from covenant.models.adapter import Adapter, StreamAssembler
@@ -283,7 +284,7 @@ class ModelGateway:
                     if response.status != 200:
                         await self._refused(adapter, response, attempt)
                     elif on_token is None:
-                        attempt.answer = adapter.answer(json.loads(await response.aread()))
+                        attempt.answer = adapter.answer(outside_json.loads(await response.aread()))
                     else:
                         attempt.answer = await self._stream(adapter, response, on_token, attempt)
         except trio.TooSlowError:
@@ -302,7 +303,7 @@ class ModelGateway:
         status = response.status
         raw = await response.aread()
         try:
-            detail = adapter.error_message(json.loads(raw))
+            detail = adapter.error_message(outside_json.loads(raw))
         except ValueError:
             detail = None
         if detail is None:

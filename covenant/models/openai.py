@@ -2,9 +2,9 @@
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
+from covenant import outside_json
 from covenant.config import ProviderConfig
 from covenant.models.adapter import Adapter, ChatTurn, StreamAssembler, require, tool_call
 from covenant.sse import SseEvent
@@ -52,7 +52,7 @@ class _OpenAIStream(StreamAssembler):
             self.done = True
             return None
         try:
-            chunk = json.loads(event.data)
+            chunk = outside_json.loads(event.data)
         except ValueError:
             raise ProviderProtocolError("a streamed chunk is not JSON") from None
         require(isinstance(chunk, dict), "a streamed chunk is not a JSON object")

@@ -9,11 +9,12 @@ the model through the ``skill-read`` tool, confined to the skill's folder
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
+
+from covenant import outside_json
 
 __all__ = ["Skill", "SkillError", "resolve_skills", "skills_prompt", "SKILL_TOOL", "skill_tool", "read_skill_file", "with_skills"]
 
@@ -125,7 +126,7 @@ class _SkillReader:
             return await self._inner.tool(call_id, name, arguments)
         if isinstance(arguments, str):
             try:
-                arguments = json.loads(arguments or "{}")
+                arguments = outside_json.loads(arguments or "{}")
             except ValueError:
                 arguments = {}
         ok, text = read_skill_file(self._skills, arguments if isinstance(arguments, dict) else {})

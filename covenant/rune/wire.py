@@ -28,6 +28,7 @@ from typing import Any
 import h11
 import trio
 
+from covenant import outside_json
 from covenant.sse import SseEvent, SseParser
 
 log = logging.getLogger("covenant.rune")
@@ -139,7 +140,7 @@ async def _read_request(stream: trio.SocketStream, conn: h11.Connection) -> Requ
             return None
     assert head is not None
     raw = b"".join(chunks)
-    body = json.loads(raw) if raw.strip() else None
+    body = outside_json.loads(raw) if raw.strip() else None
     headers = {k.decode("latin-1").lower(): v.decode("latin-1") for k, v in head.headers}
     return Request(head.method.decode("ascii"), head.target.decode("latin-1"), body, headers)
 
@@ -269,14 +270,14 @@ async def call(path: Path | str, method: str, target: str, body: Any = None) -> 
         chunks = [chunk async for chunk in _body_events(conn, stream)]
     raw = b"".join(chunks)
     try:
-        return response.status_code, (json.loads(raw) if raw.strip() else None)
+        return response.status_code, (outside_json.loads(raw) if raw.strip() else None)
     except ValueError:
         raise WireError(f"{path}: HTTP {response.status_code} with a body that is not JSON") from None
 
 
 def _event_data(path: Path | str, event: SseEvent) -> Any:
     try:
-        return json.loads(event.data)
+        return outside_json.loads(event.data)
     except ValueError:
         raise WireError(f"{path}: a {event.event!r} event whose data is not JSON") from None
 
@@ -291,7 +292,7 @@ async def stream(path: Path | str, target: str, body: Any) -> AsyncIterator[tupl
         if not content_type.startswith("text/event-stream"):
             raw = b"".join([chunk async for chunk in _body_events(conn, sock)])
             try:
-                document = json.loads(raw) if raw.strip() else None
+                document = outside_json.loads(raw) if raw.strip() else None
             except ValueError:
                 raise WireError(f"{path}: HTTP {response.status_code} with a body that is not JSON") from None
             yield "response", {"status": response.status_code, "document": document}

@@ -10,6 +10,8 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from covenant import outside_json
+
 __all__ = ["intent_line", "ParsedOutput", "parse_output", "preview"]
 
 RESULT_KEYS = frozenset({"intent_id", "status", "text", "sources"})
@@ -58,7 +60,7 @@ def parse_output(stdout: bytes, intent_id: str) -> ParsedOutput:
         )
     line = lines[0]
     try:
-        value = json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
+        value = outside_json.loads(line.decode("utf-8"), parse_constant=_reject_constant)
     except (UnicodeDecodeError, ValueError) as exc:
         return ParsedOutput(None, f"stdout is not a JSON line ({exc}): {preview(line)}", empty=False)
     problem = _shape_problem(value, intent_id)

@@ -46,7 +46,9 @@ from covenant.tools.mcp.call import mcp_result
 from covenant.tools.memory_store import MemoryStores
 from covenant.tools.packages import PackageFiles, PackageSource
 from covenant.tools.process import run_process_tool
-from covenant.tools.result import MAX_DEPTH, ToolError, ToolResult, capped, too_deep
+from covenant import outside_json
+from covenant.outside_json import MAX_DEPTH, nests_deeper
+from covenant.tools.result import ToolError, ToolResult, capped
 from covenant.tools.retry import run_with_retries
 from covenant.tools.schema import first_error
 from covenant.tools.services import ToolServices
@@ -102,14 +104,14 @@ def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
         return {}
     else:
         try:
-            value = json.loads(arguments, parse_constant=_reject_constant, object_pairs_hook=_reject_duplicates)
-        except RecursionError:
+            value = outside_json.loads(arguments, parse_constant=_reject_constant, object_pairs_hook=_reject_duplicates)
+        except outside_json.TooDeep:
             raise _BadArguments(f"arguments nest deeper than {MAX_DEPTH} levels") from None
         except ValueError as exc:
             raise _BadArguments(f"arguments are not valid JSON: {exc}") from None
     if not isinstance(value, dict):
         raise _BadArguments(f"arguments must be a JSON object, got {type(value).__name__}")
-    if too_deep(value):
+    if nests_deeper(value):
         raise _BadArguments(f"arguments nest deeper than {MAX_DEPTH} levels")
     try:
         json.dumps(value, ensure_ascii=False, allow_nan=False).encode("utf-8")

@@ -13,22 +13,20 @@ import json
 from dataclasses import dataclass
 from typing import Any
 
+from covenant.outside_json import MAX_DEPTH, nests_deeper
+
 __all__ = [
     "ToolResult",
     "ToolError",
     "ERROR_CODES",
     "DENIED_CODES",
     "RESULT_MAX_BYTES",
-    "MAX_DEPTH",
-    "too_deep",
     "model_content",
     "capped",
 ]
 
 RESULT_MAX_BYTES = 64 * 1024
 """Largest result (its JSON, UTF-8) handed back to the model; larger is ``result_too_large``."""
-MAX_DEPTH = 64
-"""Deepest nesting of objects and arrays in arguments and results (everything downstream recurses)."""
 
 ERROR_CODES: dict[str, str] = {
     "unknown_tool": "the name is not a tool this agent is offered (not in its toolset, or unavailable here)",
@@ -132,23 +130,9 @@ def model_content(result: ToolResult) -> str:
     return _encode(result.content)
 
 
-def too_deep(value: Any) -> bool:
-    """Does ``value`` nest objects/arrays deeper than :data:`MAX_DEPTH`? (iterative: safe on any depth)"""
-    pending = [(value, 1)]
-    while pending:
-        item, depth = pending.pop()
-        children = item.values() if isinstance(item, dict) else item if isinstance(item, list) else None
-        if children is None:
-            continue
-        if depth > MAX_DEPTH:
-            return True
-        pending.extend((child, depth + 1) for child in children)
-    return False
-
-
 def capped(content: Any) -> ToolResult:
     """``content`` as a success; ``result_too_large`` over the cap, ``tool_bad_output`` when not JSON or too deep."""
-    if too_deep(content):
+    if nests_deeper(content):
         return ToolResult.failure("tool_bad_output", f"the tool's result nests deeper than {MAX_DEPTH} levels")
     try:
         size = len(_encode(content).encode("utf-8"))

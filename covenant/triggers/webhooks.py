@@ -22,6 +22,7 @@ from typing import Any
 
 import trio
 
+from covenant import outside_json
 from covenant.audit.recent import records_since
 from covenant.audit.refusals import RefusalThrottle
 from covenant.clock import now_ms
@@ -175,9 +176,9 @@ def _intent_text(body: bytes) -> str:
         raise _Refused(400, "bad_body", "the body must be UTF-8 text or a JSON object {\"text\": …}") from None
     if text.lstrip().startswith("{"):
         try:
-            document = json.loads(text)
-        except ValueError:
-            raise _Refused(400, "bad_body", "the body starts with { but is not JSON") from None
+            document = outside_json.loads(text)
+        except ValueError as exc:
+            raise _Refused(400, "bad_body", f"the body starts with {{ but is not JSON: {exc}") from None
         if not isinstance(document, dict) or not isinstance(document.get("text"), str):
             raise _Refused(400, "bad_body", 'a JSON body must be an object with "text": a string')
         return document["text"]

@@ -77,7 +77,8 @@ class Reply:
     ``delay_s`` waits before the response head; ``chunk_delay_s`` between streamed chunks.
     ``hangup`` closes the connection without answering; ``cut_after_events`` ends a streamed
     answer (closes the connection) after that many events; ``end_marker=False`` ends a stream
-    cleanly but without ``data: [DONE]`` / ``message_stop``.
+    cleanly but without ``data: [DONE]`` / ``message_stop``. ``raw_body`` is sent as the whole 200
+    answer, as is (a provider answering something malformed).
     """
 
     text: str = ""
@@ -92,6 +93,7 @@ class Reply:
     cut_after_events: int | None = None
     end_marker: bool = True
     error_message: str = "scripted error"
+    raw_body: bytes | None = None
 
     @classmethod
     def tools(cls, *calls: ToolCall, text: str = "", **kw: Any) -> Reply:
@@ -236,6 +238,9 @@ class _Handler(BaseHTTPRequestHandler):
         if reply.status != 200:
             self._send_error(api, reply.status, reply.error_message, reply.retry_after)
             return
+        if reply.raw_body is not None:
+            self._send_raw(reply.raw_body)
+            return
         usage = reply.usage or (_estimate_tokens(body.get("messages")), _estimate_tokens([reply.text, [c.arguments_json() for c in reply.tool_calls]]))
         model = str(body.get("model", "fake-model"))
         if body.get("stream"):
@@ -248,7 +253,9 @@ class _Handler(BaseHTTPRequestHandler):
     # --- writing -----------------------------------------------------------------------------
 
     def _send_json(self, status: int, data: Any, extra: dict[str, str] | None = None) -> None:
-        payload = json.dumps(data).encode()
+        self._send_raw(json.dumps(data).encode(), status, extra)
+
+    def _send_raw(self, payload: bytes, status: int = 200, extra: dict[str, str] | None = None) -> None:
         self.send_response(status)
         self.send_header("content-type", "application/json")
         self.send_header("content-length", str(len(payload)))

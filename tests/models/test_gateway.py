@@ -121,6 +121,19 @@ async def test_connection_refused_and_hang_up_fall_back(fake_model_factory) -> N
     assert summary(recorder) == [("dead", 1, None, "error"), ("rude", 2, None, "error"), ("good", 3, 200, "ok")]
 
 
+@pytest.mark.parametrize("kind", ["openai", "anthropic"])
+async def test_an_answer_nested_past_the_recursion_limit_is_a_provider_error(fake_model: FakeModelServer, kind: str) -> None:
+    fake_model.script(Reply(raw_body=b'{"a":' * 20_000 + b"1" + b"}" * 20_000))
+    gw = gateway({"a": provider(fake_model, kind=kind)}, Recorder())
+    try:
+        with pytest.raises(ModelError) as caught:
+            await gw.chat(model_call("a"), [USER], [])
+    finally:
+        await gw.aclose()
+    assert caught.value.code == "provider_error"
+    assert "does not follow the" in caught.value.message and "deeper than 64 levels" in caught.value.message
+
+
 async def test_a_client_error_is_not_retried_elsewhere(fake_model_factory) -> None:
     first, second = fake_model_factory(), fake_model_factory()
     first.script(Reply.error(400, message="tools[0].function.name is invalid"))

@@ -130,3 +130,12 @@ def test_a_new_session_is_written_by_its_first_checkpoint(tmp_path: Path) -> Non
     found = verify_file(path)
     assert [r["seq"] for r in found.records] == [0, 1, 2] and found.header["created_ms"] == 5
     assert found.records == log.verified.records
+
+
+def test_a_line_nested_past_the_recursion_limit_is_corruption(tmp_path: Path) -> None:
+    """A session file is written by a process of the agent's uid: any bytes may be in it."""
+    path = make(tmp_path)
+    with path.open("ab") as f:
+        f.write(b"[" * 100_000 + b"]" * 100_000 + b"\n")
+    with pytest.raises(SessionCorrupt, match="nests too deeply"):
+        verify_file(path)

@@ -60,3 +60,23 @@ def test_bind_refuses_to_replace_a_file(tmp_path: Path) -> None:
     else:
         raise AssertionError("replaced a regular file")
     assert target.read_text() == "keep me"
+
+
+async def test_a_body_nested_past_the_recursion_limit_is_a_400_and_the_server_goes_on(tmp_path: Path) -> None:
+    """The daemon's gateway serves a replica, an agent uid's process: its requests are hostile input."""
+    path = tmp_path / "s.sock"
+    sock = wire.bind_socket(path)
+    body = b"[" * 50_000 + b"]" * 50_000
+    async with trio.open_nursery() as nursery:
+        await nursery.start(wire.serve, sock, handler)
+        stream = await trio.open_unix_socket(str(path))
+        await stream.send_all(b"POST /x HTTP/1.1\r\nHost: replica\r\nContent-Type: application/json\r\n"
+                              b"Content-Length: %d\r\n\r\n" % len(body) + body)
+        answer = b""
+        while chunk := await stream.receive_some(65536):
+            answer += chunk
+        await stream.aclose()
+        assert answer.startswith(b"HTTP/1.1 400 ") and b"deeper than 64 levels" in answer, answer[:300]
+        status, document = await wire.call(path, "POST", "/x", {"still": "serving"})
+        assert status == 200 and document["echo"] == {"still": "serving"}
+        nursery.cancel_scope.cancel()

@@ -202,6 +202,7 @@ async def test_every_stderr_line_is_logged_with_the_last_unended_one(
     ("text", "needle"),
     [
         ("garbage", "not a JSON line"),
+        ("deep", "nests objects and arrays deeper than 64 levels"),
         ("two-lines", "2 non-empty lines"),
         ("wrong-id", "does not echo"),
         ("wrong-shape", "lacks sources"),

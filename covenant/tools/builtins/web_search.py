@@ -9,10 +9,9 @@ The answer is read up to 2 MiB; its ``results[]`` become ``{title, url, snippet}
 
 from __future__ import annotations
 
-import json
 from typing import Any
 
-
+from covenant import outside_json
 from covenant.config import Config
 from covenant.tools.builtins.base import Builtin, BuiltinCall
 from covenant.tools.result import ToolError
@@ -54,7 +53,7 @@ async def _search(call: BuiltinCall) -> dict[str, Any]:
     if status != 200:
         raise ToolError("tool_failed", f"the search endpoint answered HTTP {status}")
     try:
-        document = json.loads(body)
+        document = outside_json.loads(body)
     except ValueError:
         raise ToolError("tool_failed", "the search endpoint did not answer JSON (is it SearXNG with format=json enabled?)") from None
     results = document.get("results") if isinstance(document, dict) else None

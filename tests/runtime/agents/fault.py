@@ -52,6 +52,8 @@ elif mode == "flood-stderr":
     answer("survived")
 elif mode == "garbage":
     print("this is not json")
+elif mode == "deep":  # nests past any recursion limit: json.loads raises RecursionError, not ValueError
+    print("[" * 200_000 + "]" * 200_000)
 elif mode == "two-lines":
     answer("one")
     answer("two")
