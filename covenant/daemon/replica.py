@@ -84,6 +84,9 @@ class Replica:
     limiter: trio.Semaphore = field(init=False)
     changed: trio.Event = field(default_factory=trio.Event)
     idle: trio.Event = field(default_factory=trio.Event)
+    probe_now: trio.Event = field(default_factory=trio.Event)
+    """Set when the replica exits, or an invoke found its socket served by another process: probe at
+    once instead of at the next interval."""
 
     def __post_init__(self) -> None:
         self.limiter = trio.Semaphore(self.package.runefile.runtime.concurrency_limit)
@@ -175,7 +178,12 @@ class ReplicaProcess:
                     await launched.stdin.send_all((GATE_BYTE if launched.gated else b"") + spec_line)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     pass  # it died already: wait_exit below says so
-                reason = await self._watch(replica, launched, nursery)
+                try:
+                    reason = await self._watch(replica, launched, nursery)
+                except wire.NotThePeer as exc:  # a process of the agent's uid took the socket over
+                    log.warning("the replica's socket is served by another process; restarting the replica",
+                                extra={"agent": replica.agent.id, "pid": launched.pid, "error": str(exc)})
+                    reason = f"its socket was taken over ({exc})"
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
@@ -192,10 +200,12 @@ class ReplicaProcess:
         """Wait for health within startup_timeout_ms, then probe; return why it must go."""
         runtime = replica.package.runefile.runtime
         exited = trio.Event()
+        replica.probe_now = trio.Event()
 
         async def wait_exit() -> None:
             await launched.wait_exit()
             exited.set()
+            replica.probe_now.set()
 
         nursery.start_soon(wait_exit)
         deadline = trio.current_time() + runtime.startup_timeout_ms / 1000
@@ -214,7 +224,8 @@ class ReplicaProcess:
         failures = 0
         while True:
             with trio.move_on_after(runtime.health_probe.interval_ms / 1000):
-                await exited.wait()
+                await replica.probe_now.wait()
+            replica.probe_now = trio.Event()
             if exited.is_set():
                 return "the replica exited"
             if await self._probe(replica):
@@ -226,10 +237,13 @@ class ReplicaProcess:
 
     @staticmethod
     async def _probe(replica: Replica) -> bool:
+        """Is the replica healthy? Raises :class:`wire.NotThePeer` when another process serves its socket."""
         path = replica.package.runefile.runtime.health_probe.path
         with trio.move_on_after(2):
             try:
-                status, _ = await wire.call(replica.socket, "GET", path)
+                status, _ = await wire.call(replica.socket, "GET", path, peer_pid=replica.pid)
+            except wire.NotThePeer:
+                raise
             except wire.WireError:
                 return False
             return status == 200

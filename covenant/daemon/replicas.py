@@ -238,9 +238,9 @@ class ReplicaSupervisor:
         lost = f"the replica of {replica.agent.id} (pid {replica.pid}) went away during the request; it is being restarted"
         try:
             if emit is None:
-                status, document = await wire.call(replica.socket, "POST", "/invoke", body)
+                status, document = await wire.call(replica.socket, "POST", "/invoke", body, peer_pid=replica.pid)
                 return self._answer(replica, status, document)
-            events = wire.stream(replica.socket, "/invoke", {**body, "stream": True})
+            events = wire.stream(replica.socket, "/invoke", {**body, "stream": True}, peer_pid=replica.pid)
             try:
                 async for event, data in events:
                     if event == "done":
@@ -252,6 +252,10 @@ class ReplicaSupervisor:
                     await emit(event, data)
             finally:
                 await events.aclose()
+        except wire.NotThePeer as exc:
+            replica.probe_now.set()  # its probe finds the same and replaces it
+            raise ReplicaFailed("crashed", f"the replica of {replica.agent.id} did not answer: {exc}, not the replica; "
+                                           "it is being restarted") from None
         except wire.WireError as exc:
             raise ReplicaFailed("crashed", f"{lost} ({exc})") from None
         raise ReplicaFailed("crashed", lost)

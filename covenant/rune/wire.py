@@ -38,6 +38,7 @@ __all__ = [
     "JSONResponse",
     "EventStream",
     "WireError",
+    "NotThePeer",
     "bind_socket",
     "serve",
     "call",
@@ -51,6 +52,10 @@ _RECV = 65536
 
 class WireError(Exception):
     """The peer could not be reached, closed early or answered something unreadable."""
+
+
+class NotThePeer(WireError):
+    """The socket is served by another process than the one expected: not that peer at all."""
 
 
 @dataclass
@@ -216,13 +221,15 @@ async def serve(
 
 @asynccontextmanager
 async def _exchange(
-    path: Path | str, method: str, target: str, body: Any, accept: str
+    path: Path | str, method: str, target: str, body: Any, accept: str, peer_pid: int | None
 ) -> AsyncIterator[tuple[h11.Response, h11.Connection, trio.SocketStream]]:
     try:
         stream = await trio.open_unix_socket(str(path))
     except OSError as exc:
         raise WireError(f"cannot connect to {path}: {exc.strerror or exc}") from None
     try:
+        if peer_pid is not None and (served_by := _peer_pid(stream)) != peer_pid:
+            raise NotThePeer(f"{path} is served by pid {served_by}, not by pid {peer_pid}")
         conn = h11.Connection(h11.CLIENT)
         payload = b"" if body is None else json.dumps(body, ensure_ascii=False, separators=(",", ":")).encode()
         headers = [
@@ -264,11 +271,24 @@ async def _body_events(conn: h11.Connection, stream: trio.SocketStream) -> Async
         raise WireError(f"connection lost while reading the answer: {exc}") from None
 
 
-async def call(path: Path | str, method: str, target: str, body: Any = None) -> tuple[int, Any]:
-    """One JSON request; returns (status, decoded JSON body)."""
-    async with _exchange(path, method, target, body, "application/json") as (response, conn, stream):
-        chunks = [chunk async for chunk in _body_events(conn, stream)]
-    raw = b"".join(chunks)
+async def _whole_body(path: Path | str, conn: h11.Connection, stream: trio.SocketStream) -> bytes:
+    chunks: list[bytes] = []
+    size = 0
+    async for chunk in _body_events(conn, stream):
+        size += len(chunk)
+        if size > MAX_BODY_BYTES:
+            raise WireError(f"{path}: an answer over {MAX_BODY_BYTES} bytes")
+        chunks.append(chunk)
+    return b"".join(chunks)
+
+
+async def call(
+    path: Path | str, method: str, target: str, body: Any = None, *, peer_pid: int | None = None
+) -> tuple[int, Any]:
+    """One JSON request; returns (status, decoded JSON body). With ``peer_pid``, a socket served by any
+    other process raises :class:`NotThePeer` before anything is sent."""
+    async with _exchange(path, method, target, body, "application/json", peer_pid) as (response, conn, stream):
+        raw = await _whole_body(path, conn, stream)
     try:
         return response.status_code, (outside_json.loads(raw) if raw.strip() else None)
     except ValueError:
@@ -282,15 +302,18 @@ def _event_data(path: Path | str, event: SseEvent) -> Any:
         raise WireError(f"{path}: a {event.event!r} event whose data is not JSON") from None
 
 
-async def stream(path: Path | str, target: str, body: Any) -> AsyncIterator[tuple[str, Any]]:
-    """POST ``body`` asking for events; yields ``(event, data)``.
+async def stream(
+    path: Path | str, target: str, body: Any, *, peer_pid: int | None = None
+) -> AsyncIterator[tuple[str, Any]]:
+    """POST ``body`` asking for events; yields ``(event, data)``; ``peer_pid`` as for :func:`call`.
 
-    A JSON (non-stream) answer is yielded once as ``("response", {"status", "document"})``.
+    A JSON (non-stream) answer is yielded once as ``("response", {"status", "document"})``. One
+    event (or that answer) may be at most :data:`MAX_BODY_BYTES`.
     """
-    async with _exchange(path, "POST", target, body, "text/event-stream") as (response, conn, sock):
+    async with _exchange(path, "POST", target, body, "text/event-stream", peer_pid) as (response, conn, sock):
         content_type = dict(response.headers).get(b"content-type", b"").decode("latin-1")
         if not content_type.startswith("text/event-stream"):
-            raw = b"".join([chunk async for chunk in _body_events(conn, sock)])
+            raw = await _whole_body(path, conn, sock)
             try:
                 document = outside_json.loads(raw) if raw.strip() else None
             except ValueError:
@@ -298,8 +321,14 @@ async def stream(path: Path | str, target: str, body: Any) -> AsyncIterator[tupl
             yield "response", {"status": response.status_code, "document": document}
             return
         parser = SseParser()
+        unfinished = 0
+        """Bytes read since an event last completed: one event's bound."""
         async for chunk in _body_events(conn, sock):
-            for event in parser.feed(chunk):
+            events = parser.feed(chunk)
+            unfinished = 0 if events else unfinished + len(chunk)
+            if unfinished > MAX_BODY_BYTES:
+                raise WireError(f"{path}: an event over {MAX_BODY_BYTES} bytes")
+            for event in events:
                 yield event.event, _event_data(path, event)
         for event in parser.end():
             yield event.event, _event_data(path, event)

@@ -838,8 +838,9 @@ class Runner:
             if not self._subreaper or found:
                 if not await trio.to_thread.run_sync(uidkill.kill_uid, creds.uid, creds.gid):
                     log.error("cannot sweep agent uid", extra={"agent": agent_id, "intent": intent_id, "uid": creds.uid})
-                strangers = self._strangers()
-            self._reap_zombies(strangers)
+                await self._reap_uid(creds.uid)
+            else:
+                self._reap_zombies(strangers)
             if self.mount_namespaces is not None:
                 if not self.mount_namespaces.used_bytes(creds.uid):
                     return Released(0, killed)  # nothing left there (the usual case): no thread hop
@@ -883,6 +884,24 @@ class Runner:
                 await trio.sleep(0.005)
         if ended:
             log.warning("killed processes agents left behind", extra={"pids": sorted(ended), "intent": marker})
+
+    async def _reap_uid(self, uid: int) -> None:
+        """After the uid kill: reap the strangers of ``uid`` as they die.
+
+        SIGKILL takes effect when each process is next scheduled, so some are still alive right after
+        the kill; reaped once, at once, they would stay zombies until the next sweep.
+        """
+        deadline = trio.current_time() + _KILL_WAIT_S
+        while True:
+            strangers = self._strangers()
+            alive = [pid for pid in strangers if _procfs.read_real_uid(pid) == uid]  # a zombie has no uid here
+            self._reap_zombies(strangers)  # after the look: whatever died before it is reaped now
+            if not alive:
+                return
+            if trio.current_time() > deadline:
+                log.error("processes of a swept agent uid survived SIGKILL", extra={"uid": uid, "pids": sorted(alive)})
+                return
+            await trio.sleep(0.005)
 
     def _strangers(self) -> list[int]:
         """covenant's children that are neither the root of a run in flight nor a mount namespace holder.

@@ -1,0 +1,82 @@
+"""Hostile: a Rune agent's tool leaves a process that takes over its replica's socket.
+
+Tool processes run as the agent's uid, as its replica does, so one may replace ``replica.sock`` with a
+server of its own. The daemon talks only to its replica's own process: it checks the peer of every
+connection, restarts a replica whose socket another process serves, and the restart's uid sweep ends
+the impostor.
+"""
+
+from __future__ import annotations
+
+import os
+import shutil
+import socket
+import struct
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture, re-exported
+from tests.daemon.test_daemon_e2e import wait_for
+from tests.fakes import FakeModelServer, Reply, ToolCall
+from tests.rune.conftest import add_rune_agent, configure, outcome_of
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the tool runs as the agent's uid only under a root daemon")
+
+IMPOSTOR = Path(__file__).parent / "agents" / "impostor_tool.py"
+
+
+def test_a_process_serving_the_replica_socket_is_not_taken_for_the_replica(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    configure(daemon, ("fake", fake_model))
+    # Probes far apart: the invoke that meets the impostor is what has the replica probed and replaced.
+    package = add_rune_agent(daemon, toolset=("hijack",), runtime="""
+        startup_timeout_ms: 30000
+        health_probe:
+          path: /health
+          interval_ms: 600000
+    """)
+    tools = package / "tools"
+    tools.mkdir(mode=0o755)
+    (tools / "hijack.yaml").write_text("name: hijack\nruntime: process\nmodule: tools/hijack.py\n")
+    shutil.copy(IMPOSTOR, tools / "hijack.py")
+    for path in tools.iterdir():
+        path.chmod(0o644)
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.hijack", check=True)
+    socket_path = daemon.home / "state" / "replicas" / "chat@local" / "replica.sock"
+    fake_model.script(Reply.tools(ToolCall("hijack", {"socket": str(socket_path)})), Reply(text="done"),
+                      Reply(text="the real replica"))
+    first = outcome_of(daemon.cli("dispatch", "take over", "--agent", "chat@local", "--json"))
+    assert first["outcome"] == "ok" and first["text"] == "done", first
+    uid = socket_path.stat().st_uid
+    replica = _replica_pid(daemon)
+    wait_for(lambda: _served_by(socket_path) not in (None, replica), what="the impostor serving the replica's socket")
+
+    second = outcome_of(daemon.cli("dispatch", "who answers?", "--agent", "chat@local", "--json"))
+    assert second["outcome"] == "crashed" and "not the replica" in second["error"], second
+    wait_for(lambda: "the replica's socket is served by another process" in daemon.log(), what="the probe's finding")
+
+    wait_for(lambda: not [p for p in psutil.process_iter(["uids"])
+                          if p.info["uids"].real == uid and p.pid != _replica_pid(daemon)],
+             what="the impostor swept, and reaped, with the replaced replica's uid")
+    third = outcome_of(daemon.cli("dispatch", "and now?", "--agent", "chat@local", "--json"))
+    assert third["outcome"] == "ok" and third["text"] == "the real replica", third
+
+
+def _served_by(path: Path) -> int | None:
+    """The pid of the process listening on the unix socket ``path`` (None when no one is)."""
+    with socket.socket(socket.AF_UNIX) as s:
+        try:
+            s.connect(str(path))
+        except OSError:
+            return None
+        pid, _uid, _gid = struct.unpack("3i", s.getsockopt(socket.SOL_SOCKET, socket.SO_PEERCRED, 12))
+    return pid
+
+
+def _replica_pid(daemon: DaemonProcess) -> int | None:
+    replicas = daemon.api("GET", "/v1/status")["replicas"]  # type: ignore[index]
+    return replicas[0]["pid"] if replicas else None
