@@ -34,6 +34,20 @@ class EchoHome:
     port: int
     """A free loopback TCP port for the listener under test."""
 
+    def add_python_agent(self, name: str, source: str) -> None:
+        """Install ``source`` as the python3 agent ``NAME@local``, with 600 s of CPU per task."""
+        folder = self.home / "agents" / name
+        folder.mkdir()
+        (folder / f"{name}.py").write_text(source)
+        (folder / f"{name}.py").chmod(0o644)
+        (folder / "agent.toml").write_text(f'[agent]\nid = "{name}@local"\nname = "{name}"\nversion = "0.1.0"\n'
+                                           f'runtime = "python3"\nentry = "{name}.py"\n[resources]\ncpu_ms_per_task = 600000\n')
+
+    def extend_section(self, section: str, lines: str) -> None:
+        """Put ``lines`` at the top of covenant.toml's ``[section]`` table (``init`` wrote one for each)."""
+        config = self.home / "covenant.toml"
+        config.write_text(config.read_text().replace(f"[{section}]\n", f"[{section}]\n{lines}", 1))
+
     def add_config(self, text: str) -> None:
         with open(self.home / "covenant.toml", "a") as config:
             config.write(textwrap.dedent(text))

@@ -88,15 +88,8 @@ def main() -> int:
     results = {}
     for name, (burst, rate) in BUDGETS.items():
         bench = echo_home(f"covenant-flood-{name}-", {})
-        folder = bench.home / "agents" / "flood"
-        folder.mkdir()
-        (folder / "flood.py").write_text(FLOOD)
-        (folder / "flood.py").chmod(0o644)
-        (folder / "agent.toml").write_text('[agent]\nid = "flood@local"\nname = "flood"\nversion = "0.1.0"\n'
-                                           'runtime = "python3"\nentry = "flood.py"\n[resources]\ncpu_ms_per_task = 600000\n')
-        config = bench.home / "covenant.toml"
-        config.write_text(config.read_text().replace(
-            "[runtime]\n", f"[runtime]\nstderr_log_burst = {burst}\nstderr_log_lines_per_s = {rate}\n", 1))
+        bench.add_python_agent("flood", FLOOD)
+        bench.extend_section("runtime", f"stderr_log_burst = {burst}\nstderr_log_lines_per_s = {rate}\n")
         results[name] = measure(bench, args.seconds, args.keep)
     print(f"flood agent writing stderr for {args.seconds:.0f} s; echo agent dispatched meanwhile")
     print(f"{'budget':<10} {'echo p50 quiet':>15} {'echo p50 flood':>15} {'ratio':>6} {'daemon CPU':>11} "

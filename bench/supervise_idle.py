@@ -40,15 +40,8 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temp home afterwards")
     args = parser.parse_args()
     bench = echo_home("covenant-idle-", {})
-    sleeper = bench.home / "agents" / "sleeper"
-    sleeper.mkdir()
-    (sleeper / "sleeper.py").write_text(SLEEPER)
-    (sleeper / "sleeper.py").chmod(0o644)
-    (sleeper / "agent.toml").write_text('[agent]\nid = "sleeper@local"\nname = "sleeper"\nversion = "0.1.0"\n'
-                                        'runtime = "python3"\nentry = "sleeper.py"\n[resources]\ncpu_ms_per_task = 600000\n')
-    config = bench.home / "covenant.toml"
-    config.write_text(config.read_text().replace(
-        "[daemon]\n", f"[daemon]\nmax_concurrent = {args.agents}\nqueue_max = {args.agents}\n", 1))
+    bench.add_python_agent("sleeper", SLEEPER)
+    bench.extend_section("daemon", f"max_concurrent = {args.agents}\nqueue_max = {args.agents}\n")
     seconds = args.window + 120
     daemon = start_daemon(bench.env, bench.socket_path, bench.tmp / "daemon.log")
     clients: list[subprocess.Popen[bytes]] = []
