@@ -22,6 +22,7 @@ __all__ = [
     "AGENT_SPAWNED",
     "AGENT_EXITED",
     "INTENT_COMPLETED",
+    "INTENT_INTERRUPTED",
     "GRANT_ADDED",
     "GRANT_REVOKED",
     "MODEL_CALL",
@@ -45,6 +46,7 @@ POLICY_DECISION = "policy.decision"
 AGENT_SPAWNED = "agent.spawned"
 AGENT_EXITED = "agent.exited"
 INTENT_COMPLETED = "intent.completed"
+INTENT_INTERRUPTED = "intent.interrupted"
 GRANT_ADDED = "grant.added"
 GRANT_REVOKED = "grant.revoked"
 MODEL_CALL = "model.call"
@@ -70,6 +72,7 @@ EVENT_TYPES = frozenset(
         AGENT_SPAWNED,
         AGENT_EXITED,
         INTENT_COMPLETED,
+        INTENT_INTERRUPTED,
         GRANT_ADDED,
         GRANT_REVOKED,
         MODEL_CALL,

@@ -16,11 +16,19 @@ from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
+from covenant.audit.events import (
+    DAEMON_START,
+    DAEMON_STOP,
+    INTENT_COMPLETED,
+    INTENT_INTERRUPTED,
+    INTENT_RECEIVED,
+    POLICY_DECISION,
+)
 from covenant.audit.format import segment_name
 from covenant.audit.store import list_segments
 from covenant.clock import iso_ms
 
-__all__ = ["records_since"]
+__all__ = ["records_since", "unfinished_intents", "UNFINISHED_SCAN_MAX_BYTES"]
 
 _BLOCK = 1 << 20
 # Every line ends with ``,"ts":"<24 characters>","type":"<type>","v":1}`` (canonical JSON sorts the
@@ -78,3 +86,57 @@ def records_since(directory: Path, since_ms: int, types: frozenset[str]) -> list
         except FileNotFoundError:
             continue
     return found
+
+
+UNFINISHED_SCAN_MAX_BYTES = 256 * 1024 * 1024
+"""How far back :func:`unfinished_intents` reads at most (a daemon that ran for months wrote more)."""
+_TYPE = b',"type":"'
+
+
+def unfinished_intents(directory: Path) -> tuple[list[dict[str, Any]], bool]:
+    """The intents the daemon's last run left unfinished, oldest first, and whether the scan was cut short.
+
+    Reads the log backwards to the last ``daemon.start`` (or ``daemon.stop``: what came before a clean
+    stop was finished). Nothing is unfinished when the newest daemon record is ``daemon.stop``.
+    Unfinished means an ``intent.received`` (not a dry run) with neither an ``intent.completed``
+    nor an ``intent.interrupted``, nor a ``policy.decision`` that refused it. Each is returned as
+    ``{"intent", "issuer", "parent", "received", "agent"}`` (``agent`` null when it was never allowed).
+    """
+    ended: set[str] = set()
+    agents: dict[str, str] = {}
+    unfinished: list[dict[str, Any]] = []
+    read = 0
+    for index in reversed(list_segments(directory)):
+        try:
+            for line in _lines_backwards(directory / segment_name(index)):
+                read += len(line) + 1
+                if read > UNFINISHED_SCAN_MAX_BYTES:
+                    return unfinished[::-1], True
+                at = line.rfind(_TYPE)
+                if at < 0:
+                    continue
+                start = at + len(_TYPE)
+                type_ = line[start : line.find(b'"', start)].decode("ascii", "replace")
+                if type_ in (DAEMON_START, DAEMON_STOP):
+                    return unfinished[::-1], False
+                if type_ not in (INTENT_RECEIVED, INTENT_COMPLETED, INTENT_INTERRUPTED, POLICY_DECISION):
+                    continue
+                try:
+                    record = json.loads(line)
+                    data = record["data"]
+                    intent = data["intent"]
+                except (ValueError, KeyError, TypeError):
+                    continue  # a torn line, or one without an intent: verify judges the log, not this
+                if type_ == POLICY_DECISION:
+                    if data.get("allowed") is True and isinstance(data.get("agent"), str):
+                        agents[intent] = data["agent"]
+                    elif data.get("allowed") is False:
+                        ended.add(intent)
+                elif type_ != INTENT_RECEIVED:
+                    ended.add(intent)
+                elif intent not in ended and not data.get("dry_run"):
+                    unfinished.append({"intent": intent, "issuer": data.get("issuer"), "parent": data.get("parent"),
+                                       "received": record.get("ts"), "agent": agents.get(intent)})
+        except FileNotFoundError:
+            continue
+    return unfinished[::-1], False

@@ -4,12 +4,14 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import socket
 import tempfile
 import threading
 from pathlib import Path
 
 from tests.daemon.conftest import DaemonProcess
+from tests.daemon.test_daemon_e2e import audit_records, wait_for
 
 
 def _read_request(conn: socket.socket) -> bytes:
@@ -108,3 +110,36 @@ def test_a_captured_request_is_refused_after_a_restart_and_the_agent_ran_once(da
     assert fresh.returncode == 0, fresh.stderr
     assert len(list(marks.iterdir())) == 2
     assert daemon.stop() == 0
+
+
+def test_intents_a_killed_daemon_left_unfinished_are_recorded_interrupted_at_the_next_start(daemon: DaemonProcess) -> None:
+    """The audit log tells how every intent ended, also when the daemon did not: after a kill -9, the next
+    start records an intent.interrupted for each intent it had received and not finished; never twice."""
+    daemon.add_agent("slow", "slow.py", keywords=("sleep",))
+    daemon.add_agent("echo", "echo.py", keywords=("echo",))
+    daemon.add_agent("locked", "echo.py", keywords=("locked",), required=("tool.secret",))
+    daemon.start()
+    finished = json.loads(daemon.cli("dispatch", "echo done", "--json", check=True).stdout)["intent_id"]
+    assert daemon.cli("dispatch", "echo dry", "--dry-run", "--json").returncode == 0
+    assert daemon.cli("dispatch", "locked out", "--json").returncode == 3  # denied: ended at its decision
+    running = daemon.cli_background("dispatch", "sleep 120", "--agent", "slow@local", "--json")
+    wait_for(lambda: any(r["type"] == "agent.spawned" and r["data"]["agent"] == "slow@local" for r in audit_records(daemon)),
+             what="the slow agent to start")
+    spawned = next(r["data"] for r in audit_records(daemon) if r["type"] == "agent.spawned" and r["data"]["agent"] == "slow@local")
+
+    daemon.stop(sig=signal.SIGKILL)
+    running.communicate(timeout=60)
+    daemon.start()
+    interrupted = [r["data"] for r in audit_records(daemon) if r["type"] == "intent.interrupted"]
+    assert [(d["intent"], d["agent"]) for d in interrupted] == [(spawned["intent"], "slow@local")], interrupted
+    assert interrupted[0]["issuer"] and interrupted[0]["parent"] is None and interrupted[0]["received"].endswith("Z")
+    assert "without a clean stop" in interrupted[0]["reason"]
+    assert finished != spawned["intent"]
+    assert "intents left unfinished by the daemon's last run" in daemon.log()
+
+    daemon.stop(sig=signal.SIGKILL)  # killed again, with nothing in flight: nothing new to report
+    daemon.start()
+    assert daemon.stop() == 0  # and a clean stop: nothing either
+    daemon.start()
+    assert [r["data"]["intent"] for r in audit_records(daemon) if r["type"] == "intent.interrupted"] == [spawned["intent"]]
+    assert daemon.cli("audit", "verify").returncode == 0
