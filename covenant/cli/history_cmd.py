@@ -105,6 +105,14 @@ def _left_behind_text(record: DispatchRecord) -> str:
     return "nothing running after the agent ended"
 
 
+def _stderr_text(record: DispatchRecord) -> str:
+    if record.pid is None:
+        return "-"
+    if record.stderr_unlogged_bytes:
+        return f"{record.stderr_unlogged_bytes} bytes over the log budget, not logged"
+    return "every line logged"
+
+
 @click.command()
 @click.argument("intent_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the full record as JSON.")
@@ -139,6 +147,7 @@ def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
         ("pid", str(record.pid) if record.pid is not None else "-"),
         ("exit", _exit_text(record)),
         ("left", _left_behind_text(record)),
+        ("stderr", _stderr_text(record)),
         ("network", "enforced" if record.network_enforced else "not enforced"),
         ("limits", " ".join(f"{k}={v}" for k, v in sorted(record.limits.items()))),
         ("argv", " ".join(record.argv)),

@@ -102,6 +102,9 @@ class DispatchRecord(BaseModel):
     """Processes of the run covenant found still alive after the agent's own process had ended (a background
     child, an escape from the process group) and killed; with ``isolation: uid`` also those still running as
     the agent's uid when this was its last run in flight (docs/runtime.md, "Teardown")."""
+    stderr_unlogged_bytes: int = 0
+    """stderr bytes past the run's log budget, not logged (``stderr_tail`` still ends with the last ones;
+    docs/runtime.md, "stderr and the log")."""
     session_id: str | None = None
     """Rune agents: the session the intent ran in."""
     usage: dict[str, int] | None = None

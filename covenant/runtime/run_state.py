@@ -50,6 +50,8 @@ class RunState:
         self.stdout = bytearray()
         self.stdout_bytes = 0
         self.stderr_tail = bytearray()
+        self.stderr_unlogged_bytes = 0
+        """stderr over the run's log budget: counted, not logged (set when its watch closes)."""
         self.swept = False
         """The kill ladder finished and found no survivor."""
         self.left_behind = 0

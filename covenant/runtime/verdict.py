@@ -53,6 +53,7 @@ def build_record(
         result=None if d.verdict is not None else result,
         network_enforced=d.launched.network_enforced,
         left_behind=d.left_behind,
+        stderr_unlogged_bytes=d.stderr_unlogged_bytes,
     )
 
 def classify(

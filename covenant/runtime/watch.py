@@ -60,6 +60,7 @@ class RunWatch:
         The pipes and the pidfd belong to :class:`~covenant.runtime.launcher.Launched`.
         """
         self._lines.flush()
+        self._run.stderr_unlogged_bytes = self._lines.dropped_bytes
         self._epoll.close()
 
     async def until_exit_or_decided(self, deadline: float) -> None:

@@ -173,6 +173,9 @@ def test_an_agent_flooding_its_stderr_is_logged_within_its_budget_and_read_at_it
     assert sum(len(line) + 1 for line in lines) + sum(r["dropped_bytes"] for r in reports) == written
     assert written > 2 * 65536  # the agent wrote well past its pipe: the pipe was read, at its pace
     assert record["stderr_tail"].endswith("flood over\n")  # type: ignore[index]
+    assert record["stderr_unlogged_bytes"] == sum(r["dropped_bytes"] for r in reports)  # type: ignore[index]
+    shown = daemon.cli("show", doc["intent_id"], check=True).stdout  # read from the home: no daemon needed
+    assert f"{record['stderr_unlogged_bytes']} bytes over the log budget, not logged" in shown  # type: ignore[index]
 
 
 def test_logs_command_shows_recent_lines(daemon: DaemonProcess) -> None:
