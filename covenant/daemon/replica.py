@@ -172,8 +172,8 @@ class ReplicaProcess:
                 await nursery.start(wire.serve, gateway_sock, gateway.handle)
                 nursery.start_soon(self._drain_output, replica, launched.stderr)
                 nursery.start_soon(self._drain_output, replica, launched.stdout)
-                spec_line = json.dumps({**settings, "socket": str(replica.socket),
-                                        "gateway": str(replica.gateway_socket)}).encode() + b"\n"
+                spec_line = json.dumps({**settings, "socket": str(replica.socket), "gateway": str(replica.gateway_socket),
+                                        "gateway_pid": os.getpid()}).encode() + b"\n"
                 try:
                     await launched.stdin.send_all((GATE_BYTE if launched.gated else b"") + spec_line)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):

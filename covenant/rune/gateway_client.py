@@ -29,11 +29,18 @@ def _failure(document: Any, status: int) -> LoopFailed:
 
 
 class GatewayBackend:
-    """Model and tool calls of one intent, through ``gateway`` (a unix socket path)."""
+    """Model and tool calls of one intent, through ``gateway`` (a unix socket path) served by ``gateway_pid``.
 
-    def __init__(self, gateway: Path, intent_id: str) -> None:
+    A process of the agent's uid (a tool's leftover) could replace the socket with a server of its own and
+    answer for the model; a socket served by any process but the daemon's is refused, and ``taken_over``
+    is called with why.
+    """
+
+    def __init__(self, gateway: Path, intent_id: str, gateway_pid: int, taken_over: Callable[[str], None]) -> None:
         self.gateway = gateway
         self.intent_id = intent_id
+        self.gateway_pid = gateway_pid
+        self.taken_over = taken_over
 
     async def chat(
         self,
@@ -45,11 +52,11 @@ class GatewayBackend:
                 "stream": on_token is not None}
         try:
             if on_token is None:
-                status, document = await wire.call(self.gateway, "POST", MODEL_PATH, body)
+                status, document = await wire.call(self.gateway, "POST", MODEL_PATH, body, peer_pid=self.gateway_pid)
                 if status != 200:
                     raise _failure(document, status)
                 return document
-            events = wire.stream(self.gateway, MODEL_PATH, body)
+            events = wire.stream(self.gateway, MODEL_PATH, body, peer_pid=self.gateway_pid)
             try:
                 async for event, data in events:
                     if event == "token":
@@ -64,6 +71,9 @@ class GatewayBackend:
                         return data["document"]
             finally:
                 await events.aclose()
+        except wire.NotThePeer as exc:
+            self.taken_over(str(exc))
+            raise LoopFailed("provider_unavailable", f"the model gateway is not the daemon's: {exc}") from None
         except wire.WireError as exc:
             raise LoopFailed("provider_unavailable", f"the daemon's model gateway cannot be reached: {exc}") from None
         raise LoopFailed("provider_error", "the model gateway's stream ended without a result")
@@ -71,7 +81,10 @@ class GatewayBackend:
     async def tool(self, call_id: str, name: str, arguments: str | dict[str, Any]) -> dict[str, Any]:
         body = {"intent_id": self.intent_id, "call_id": call_id, "name": name, "arguments": arguments}
         try:
-            status, document = await wire.call(self.gateway, "POST", TOOL_PATH, body)
+            status, document = await wire.call(self.gateway, "POST", TOOL_PATH, body, peer_pid=self.gateway_pid)
+        except wire.NotThePeer as exc:
+            self.taken_over(str(exc))
+            return {"ok": False, "error_code": "tool_unavailable", "error_message": f"the tool gateway is not the daemon's: {exc}"}
         except wire.WireError as exc:
             return {"ok": False, "error_code": "tool_unavailable", "error_message": f"the daemon's tool gateway cannot be reached: {exc}"}
         if status == 200 and isinstance(document, dict) and document.get("ok") is True:

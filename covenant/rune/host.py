@@ -39,6 +39,9 @@ from covenant.rune.skills import with_skills
 __all__ = ["ReplicaSpec", "ReplicaApp", "main"]
 
 INVOKE_PATH = "/invoke"
+GATEWAY_LOST_EXIT = 3
+"""Exit code of a replica that found its gateway socket served by another process than the daemon."""
+_LAST_ANSWER_S = 0.2
 
 
 @dataclass(frozen=True)
@@ -46,6 +49,8 @@ class ReplicaSpec:
     agent: str
     socket: str
     gateway: str
+    gateway_pid: int
+    """The daemon's pid: the only process whose gateway socket this replica talks to."""
     health_path: str
     sessions_dir: str
     system_prompt: str
@@ -78,6 +83,7 @@ class ReplicaApp:
 
     def __init__(self, spec: ReplicaSpec) -> None:
         self.spec = spec
+        self.gateway_lost = trio.Event()
         self.loop_spec = LoopSpec(
             system_prompt=spec.system_prompt, tools=spec.tools, max_steps=spec.max_steps, safety_policy=spec.safety_policy
         )
@@ -124,6 +130,13 @@ class ReplicaApp:
             return "deadline_ms must be an integer (ms since the epoch)"
         return None
 
+    def _gateway_taken_over(self, why: str) -> None:
+        """Another process serves the gateway socket: this replica is done (the daemon starts a new one, and the
+        sweep of the agent's uid ends that process)."""
+        if not self.gateway_lost.is_set():
+            _log("the gateway socket is served by another process; exiting", error=why)
+            self.gateway_lost.set()
+
     async def _stream(self, body: dict[str, Any], emit: wire.Emit) -> None:
         status, document = await self._invoke(body, emit)
         await emit("done" if status == 200 else "error", document)
@@ -131,7 +144,10 @@ class ReplicaApp:
     async def _invoke(self, body: dict[str, Any], emit: wire.Emit | None) -> tuple[int, dict[str, Any]]:
         request_id = os.urandom(8).hex()
         intent_id = body["intent_id"]
-        backend = with_skills(GatewayBackend(Path(self.spec.gateway), intent_id), self.spec.skills)
+        backend = with_skills(
+            GatewayBackend(Path(self.spec.gateway), intent_id, self.spec.gateway_pid, self._gateway_taken_over),
+            self.spec.skills,
+        )
         notes: dict[str, Any] = {}
         session_id = body.get("session_id")
         deadline = body.get("deadline_ms")
@@ -155,11 +171,17 @@ class ReplicaApp:
                      "usage": result.usage, **notes}
 
 
-async def _serve(spec: ReplicaSpec) -> None:
+async def _serve(spec: ReplicaSpec) -> int:
+    """Serve until the gateway is found taken over (returns 3); otherwise until killed."""
     app = ReplicaApp(spec)
     sock = wire.bind_socket(Path(spec.socket))
     _log("replica serving", agent=spec.agent, socket=spec.socket)
-    await wire.serve(sock, app.handle)
+    async with trio.open_nursery() as nursery:
+        await nursery.start(wire.serve, sock, app.handle)
+        await app.gateway_lost.wait()
+        await trio.sleep(_LAST_ANSWER_S)  # the intent that found it out gets its error first
+        nursery.cancel_scope.cancel()
+    return GATEWAY_LOST_EXIT
 
 
 def main() -> int:
@@ -173,10 +195,9 @@ def main() -> int:
         _log(f"bad replica spec on stdin: {exc}")
         return 2
     try:
-        trio.run(_serve, spec)
+        return trio.run(_serve, spec)
     except KeyboardInterrupt:
         return 0
-    return 0
 
 
 if __name__ == "__main__":

@@ -1,9 +1,9 @@
-"""Hostile: a Rune agent's tool leaves a process that takes over its replica's socket.
+"""Hostile: a Rune agent's tool leaves a process that takes over a socket of its replica.
 
-Tool processes run as the agent's uid, as its replica does, so one may replace ``replica.sock`` with a
-server of its own. The daemon talks only to its replica's own process: it checks the peer of every
-connection, restarts a replica whose socket another process serves, and the restart's uid sweep ends
-the impostor.
+Tool processes run as the agent's uid, as its replica does, so one may replace ``replica.sock`` or
+``gateway.sock`` with a server of its own. The daemon talks only to its replica's own process, and the
+replica only to the daemon: each checks the peer of every connection; a replica whose socket, or whose
+gateway, another process serves is restarted, and the restart's uid sweep ends the impostor.
 """
 
 from __future__ import annotations
@@ -27,11 +27,9 @@ pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the tool runs as the 
 IMPOSTOR = Path(__file__).parent / "agents" / "impostor_tool.py"
 
 
-def test_a_process_serving_the_replica_socket_is_not_taken_for_the_replica(
-    daemon: DaemonProcess, fake_model: FakeModelServer
-) -> None:
+def _with_the_hijack_tool(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
     configure(daemon, ("fake", fake_model))
-    # Probes far apart: the invoke that meets the impostor is what has the replica probed and replaced.
+    # Probes far apart: what meets the impostor is what has the replica replaced, not a probe's timing.
     package = add_rune_agent(daemon, toolset=("hijack",), runtime="""
         startup_timeout_ms: 30000
         health_probe:
@@ -46,6 +44,12 @@ def test_a_process_serving_the_replica_socket_is_not_taken_for_the_replica(
         path.chmod(0o644)
     daemon.start()
     daemon.cli("grant", "tester@test", "tool.hijack", check=True)
+
+
+def test_a_process_serving_the_replica_socket_is_not_taken_for_the_replica(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    _with_the_hijack_tool(daemon, fake_model)
     socket_path = daemon.home / "state" / "replicas" / "chat@local" / "replica.sock"
     fake_model.script(Reply.tools(ToolCall("hijack", {"socket": str(socket_path)})), Reply(text="done"),
                       Reply(text="the real replica"))
@@ -64,6 +68,33 @@ def test_a_process_serving_the_replica_socket_is_not_taken_for_the_replica(
              what="the impostor swept, and reaped, with the replaced replica's uid")
     third = outcome_of(daemon.cli("dispatch", "and now?", "--agent", "chat@local", "--json"))
     assert third["outcome"] == "ok" and third["text"] == "the real replica", third
+
+
+def test_a_process_serving_the_gateway_socket_is_not_taken_for_the_daemon(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    _with_the_hijack_tool(daemon, fake_model)
+    folder = daemon.home / "state" / "replicas" / "chat@local"
+    gateway = folder / "gateway.sock"
+    fake_model.script(Reply.tools(ToolCall("hijack", {"socket": str(gateway)})), Reply(text="done"),
+                      Reply(text="the real model"))
+    first = outcome_of(daemon.cli("dispatch", "take over", "--agent", "chat@local", "--json"))
+    assert first["outcome"] == "ok" and first["text"] == "done", first
+    replica = _replica_pid(daemon)
+    uid = folder.stat().st_uid
+    wait_for(lambda: _served_by(gateway) not in (None, daemon.process.pid), what="the impostor serving the gateway")
+
+    second = outcome_of(daemon.cli("dispatch", "who answers?", "--agent", "chat@local", "--json"))
+    assert second.get("text") != "impostor", second
+    assert second["outcome"] == "provider_unavailable" and "is not the daemon's" in second["error"], second
+    wait_for(lambda: "the gateway socket is served by another process; exiting" in daemon.log(), what="the replica's exit")
+    wait_for(lambda: _replica_pid(daemon) not in (None, replica), what="a new replica")
+    wait_for(lambda: not [p for p in psutil.process_iter(["uids"])
+                          if p.info["uids"].real == uid and p.pid != _replica_pid(daemon)],
+             what="the impostor swept, and reaped, with the replaced replica's uid")
+    third = outcome_of(daemon.cli("dispatch", "and now?", "--agent", "chat@local", "--json"))
+    assert third["outcome"] == "ok" and third["text"] == "the real model", third
+    assert len(fake_model.requests) == 3  # the impostor answered no model call that reached the record
 
 
 def _served_by(path: Path) -> int | None:
