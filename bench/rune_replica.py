@@ -85,8 +85,8 @@ def cold_start(starts: int) -> None:
     try:
         for n in range(starts):
             sock = tmp / f"r{n}.sock"
-            spec = {"agent": "bench@local", "socket": str(sock), "gateway": str(tmp / "g.sock"), "gateway_pid": os.getpid(), "health_path": "/health",
-                    "sessions_dir": str(tmp / "sessions"), "system_prompt": "x", "tools": [], "max_steps": 4,
+            spec = {"agent": "bench@local", "socket": str(sock), "gateway": str(tmp / "g.sock"), "gateway_pid": os.getpid(),
+                    "health_path": "/health", "system_prompt": "x", "tools": [], "max_steps": 4,
                     "memory_profile": "minimal", "standard_turns": 20, "token_budget": 1000,
                     "checkpoint_policy": "never", "safety_policy": "standard", "skills": {}}
             seconds, proc = _start([sys.executable, "-I", "-m", "covenant.rune.host"], sock,

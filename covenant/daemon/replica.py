@@ -158,7 +158,7 @@ class ReplicaProcess:
         except OSError as exc:
             replica.start_failed = True
             return f"cannot prepare {replica.folder}: {exc}"
-        gateway = ReplicaGateway(replica.agent.id, self.calls, replica.intents, lambda: replica.pid)
+        gateway = ReplicaGateway(replica.agent.id, self.calls, replica.intents, lambda: replica.pid, self.sessions_dir)
         try:
             launched = await self.runner.launch(self._plan(replica, creds), replica.agent)  # a thread that outlives it
         except (LaunchError, OSError) as exc:
@@ -266,25 +266,29 @@ class ReplicaProcess:
             offered_tools=self.offered_tools(replica.agent, replica.package),
             standard_turns=self.config.rune.standard_turns,
         )
-        return {**settings, "health_path": replica.package.runefile.runtime.health_probe.path,
-                "sessions_dir": str(self.sessions_dir)}
+        return {**settings, "health_path": replica.package.runefile.runtime.health_probe.path}
 
     def _prepare_folder(self, replica: Replica, creds: AgentCredentials | None) -> Any:
-        """The replica's folder and its sessions folder, 0700 and the agent uid's; the gateway socket.
+        """The replica's folder, 0700 and the agent uid's, its sessions folder, 0700 and the daemon's (the
+        gateway reads and writes the sessions; files an older covenant let the replica write become the
+        daemon's); the gateway socket.
 
         The gateway socket is the agent uid's too (so its replica can connect); inside the 0700
         folder nobody else reaches it, and the gateway serves only the replica's own pid.
         """
-        for parent in (self.root, self.sessions_dir):
-            parent.mkdir(parents=True, exist_ok=True, mode=0o711)
-            os.chmod(parent, 0o711)
-        for folder in (replica.folder, self.sessions_dir / replica.agent.id):
+        self.root.mkdir(parents=True, exist_ok=True, mode=0o711)
+        os.chmod(self.root, 0o711)
+        self.sessions_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.sessions_dir, 0o700)
+        owners = [(replica.folder, creds.uid if creds else None, creds.gid if creds else None),
+                  (self.sessions_dir / replica.agent.id, os.getuid(), os.getgid())]
+        for folder, uid, gid in owners:
             folder.mkdir(exist_ok=True, mode=0o700)
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)
             try:
-                if creds is not None:
-                    os.fchown(fd, creds.uid, creds.gid)
-                    _chown_tree(folder, creds)
+                if uid is not None and gid is not None:
+                    os.fchown(fd, uid, gid)
+                    _chown_tree(folder, uid, gid)
                 os.fchmod(fd, 0o700)
             finally:
                 os.close(fd)
@@ -316,8 +320,9 @@ class ReplicaProcess:
         )
 
 
-def _chown_tree(folder: Path, creds: AgentCredentials) -> None:
-    """Files left by an earlier replica (a uid change) become the current uid's; links are not followed."""
+def _chown_tree(folder: Path, uid: int, gid: int) -> None:
+    """Entries of ``folder`` owned by another uid (an earlier replica's, a uid change) become ``uid``'s;
+    links are not followed."""
     for entry in os.scandir(folder):
-        if entry.stat(follow_symlinks=False).st_uid != creds.uid:
-            os.chown(entry.path, creds.uid, creds.gid, follow_symlinks=False)
+        if entry.stat(follow_symlinks=False).st_uid != uid:
+            os.chown(entry.path, uid, gid, follow_symlinks=False)

@@ -1,34 +1,41 @@
 """One intent against one session: load and verify, window, run the loop, checkpoint.
 
-Shared by the replica (:mod:`covenant.rune.host`) and ``covenant run``. The
-session file is verified before anything is sent to a model: a corrupt
-session fails the intent with ``session_corrupt`` and no model request.
-``checkpoint_policy``: ``on_finish`` appends the intent's messages once it
-succeeded, ``each_step`` after every model turn, ``never`` keeps the session
-in this process's memory only (lost with it).
+Shared by the replica (:mod:`covenant.rune.host`) and ``covenant run``. A
+replica's sessions are the daemon's files: it loads and appends them through
+a :class:`SessionStore` (its gateway), so no process of the agent's uid can
+read or rewrite them. The daemon verifies a session before anything is sent
+to a model: a corrupt session fails the intent with ``session_corrupt`` and no
+model request. ``checkpoint_policy``: ``on_finish`` appends the intent's
+messages once it succeeded, ``each_step`` after every model turn, ``never``
+keeps the session in this process's memory only (lost with it).
 """
 
 from __future__ import annotations
 
-import logging
 import os
-import time
 from dataclasses import dataclass, field
-from pathlib import Path
-from typing import Any
+from typing import Any, Protocol
 
 import trio
 
 from covenant.rune.history import window
 from covenant.rune.loop import Backend, EventSink, LoopFailed, LoopResult, LoopSpec, run_loop
-from covenant.rune.sessions import SessionCorrupt, SessionLog, session_path, valid_session_id
+from covenant.rune.sessions import valid_session_id
 
-__all__ = ["SessionPolicy", "Conversations", "new_session_id"]
-
-log = logging.getLogger("covenant.rune")
+__all__ = ["SessionPolicy", "SessionStore", "Conversations", "new_session_id"]
 
 _MEMORY_SESSIONS_MAX = 1000
-_FILE_THREADS = 4
+
+
+class SessionStore(Protocol):
+    """The session of one intent, kept by whoever holds the files (the daemon)."""
+
+    async def load_session(self) -> tuple[list[dict[str, Any]], int]:
+        """Its turn records (none for a new session) and the bytes of a torn tail that was cut;
+        raise LoopFailed (``session_corrupt``, ``session_forbidden``)."""
+
+    async def append_session(self, messages: list[dict[str, Any]]) -> None:
+        """Append one turn durably; raise LoopFailed."""
 
 
 def new_session_id() -> str:
@@ -37,8 +44,6 @@ def new_session_id() -> str:
 
 @dataclass(frozen=True)
 class SessionPolicy:
-    agent_id: str
-    sessions_dir: Path
     memory_profile: str = "minimal"
     standard_turns: int = 20
     token_budget: int = 100_000
@@ -68,8 +73,6 @@ class Conversations:
 
     def __init__(self, policy: SessionPolicy) -> None:
         self.policy = policy
-        # Session file work runs in threads; few of them: a replica lives under an address-space limit.
-        self._files = trio.CapacityLimiter(_FILE_THREADS)
         self._locks: dict[str, trio.Lock] = {}
         self._memory: dict[str, _Memory] = {}
 
@@ -82,68 +85,50 @@ class Conversations:
         intent_id: str,
         issuer: str,
         session_id: str | None,
+        store: SessionStore | None = None,
         emit: EventSink | None = None,
         notes: dict[str, Any] | None = None,
     ) -> tuple[str, LoopResult]:
-        """(session id, result); raise LoopFailed. ``notes`` gets ``torn_bytes`` when a tail was cut."""
+        """(session id, result); raise LoopFailed. ``store`` keeps the session unless ``checkpoint_policy``
+        is ``never``; ``notes`` gets ``torn_bytes`` when a tail was cut."""
         session_id = session_id or new_session_id()
         if not valid_session_id(session_id):
             raise LoopFailed("bad_request", f"session id {session_id!r}: use 1-128 of A-Za-z0-9._-")
         lock = self._locks.setdefault(session_id, trio.Lock())
         async with lock:
             try:
-                return session_id, await self._answer(spec, backend, text, intent_id, issuer, session_id, emit, notes)
+                return session_id, await self._answer(spec, backend, text, issuer, session_id, store, emit, notes)
             finally:
                 if not lock.statistics().tasks_waiting:
                     self._locks.pop(session_id, None)
 
     async def _answer(
-        self, spec: LoopSpec, backend: Backend, text: str, intent_id: str, issuer: str, session_id: str,
-        emit: EventSink | None, notes: dict[str, Any] | None,
+        self, spec: LoopSpec, backend: Backend, text: str, issuer: str, session_id: str,
+        store: SessionStore | None, emit: EventSink | None, notes: dict[str, Any] | None,
     ) -> LoopResult:
         policy = self.policy
-        store: SessionLog | None = None
         if policy.checkpoint_policy == "never":
+            store = None
             memory = self._memory.get(session_id)
             if memory is not None and memory.issuer != issuer:
                 raise LoopFailed("session_forbidden", f"session {session_id} belongs to another issuer")
             turns = memory.turns if memory else []
+        elif store is None:
+            raise LoopFailed("session_corrupt", f"checkpoint_policy {policy.checkpoint_policy!r} needs a session store")
         else:
-            store = await trio.to_thread.run_sync(self._open, session_id, issuer, notes, limiter=self._files)
-            turns = _group_turns(store.verified.turns)
+            records, torn_bytes = await store.load_session()
+            if torn_bytes and notes is not None:
+                notes["torn_bytes"] = torn_bytes
+            turns = _group_turns(records)
         history = window(turns, profile=policy.memory_profile, standard_turns=policy.standard_turns,
                          token_budget=policy.token_budget)
-
-        on_step = None
-        if store is not None and policy.checkpoint_policy == "each_step":
-            async def on_step(messages: list[dict[str, Any]]) -> None:
-                await trio.to_thread.run_sync(store.append_turn, intent_id, messages, limiter=self._files)
-
+        on_step = store.append_session if store is not None and policy.checkpoint_policy == "each_step" else None
         result = await run_loop(spec, backend, history, text, emit=emit, on_step=on_step)
         if store is not None and policy.checkpoint_policy == "on_finish":
-            await trio.to_thread.run_sync(store.append_turn, intent_id, result.messages, limiter=self._files)
+            await store.append_session(result.messages)
         elif store is None:
             memory = self._memory.setdefault(session_id, _Memory(issuer))
             memory.turns.append(result.messages)
             while len(self._memory) > _MEMORY_SESSIONS_MAX:
                 self._memory.pop(next(iter(self._memory)))
         return result
-
-    def _open(self, session_id: str, issuer: str, notes: dict[str, Any] | None) -> SessionLog:
-        path = session_path(self.policy.sessions_dir, self.policy.agent_id, session_id)
-        try:
-            store = SessionLog.open(path)
-        except FileNotFoundError:
-            return SessionLog.new(path, agent=self.policy.agent_id, session=session_id, issuer=issuer,
-                                  now_ms=int(time.time() * 1000))
-        except SessionCorrupt as exc:
-            raise LoopFailed("session_corrupt", f"session {session_id} refused: {exc}") from None
-        except OSError as exc:
-            raise LoopFailed("session_corrupt", f"session {session_id}: cannot read {path}: {exc.strerror or exc}") from None
-        if store.verified.torn_bytes:
-            log.warning("session torn tail cut", extra={"session": session_id, "bytes": store.verified.torn_bytes})
-            if notes is not None:
-                notes["torn_bytes"] = store.verified.torn_bytes
-        if store.verified.header.get("issuer") != issuer:
-            raise LoopFailed("session_forbidden", f"session {session_id} was started by another issuer; start a new session")
-        return store

@@ -15,10 +15,12 @@ from typing import Any
 from covenant.rune import wire
 from covenant.rune.loop import LoopFailed
 
-__all__ = ["GatewayBackend", "MODEL_PATH", "TOOL_PATH"]
+__all__ = ["GatewayBackend", "MODEL_PATH", "TOOL_PATH", "SESSION_LOAD_PATH", "SESSION_APPEND_PATH"]
 
 MODEL_PATH = "/v1/model"
 TOOL_PATH = "/v1/tool"
+SESSION_LOAD_PATH = "/v1/session/load"
+SESSION_APPEND_PATH = "/v1/session/append"
 
 
 def _failure(document: Any, status: int) -> LoopFailed:
@@ -93,3 +95,28 @@ class GatewayBackend:
         error = error if isinstance(error, dict) else {}
         return {"ok": False, "error_code": str(error.get("code") or "tool_failed"),
                 "error_message": str(error.get("message") or f"HTTP {status}")}
+
+    async def load_session(self) -> tuple[list[dict[str, Any]], int]:
+        """The intent's session as the daemon keeps it: (turn records, torn bytes cut); raise LoopFailed."""
+        document = await self._session_call(SESSION_LOAD_PATH, {"intent_id": self.intent_id})
+        records = document.get("records")
+        torn = document.get("torn_bytes")
+        if not isinstance(records, list) or not isinstance(torn, int):
+            raise LoopFailed("session_corrupt", "the daemon's session answer has no records")
+        return [r for r in records if isinstance(r, dict)], torn
+
+    async def append_session(self, messages: list[dict[str, Any]]) -> None:
+        """One turn of the intent's session, made durable by the daemon; raise LoopFailed."""
+        await self._session_call(SESSION_APPEND_PATH, {"intent_id": self.intent_id, "messages": messages})
+
+    async def _session_call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        try:
+            status, document = await wire.call(self.gateway, "POST", path, body, peer_pid=self.gateway_pid)
+        except wire.NotThePeer as exc:
+            self.taken_over(str(exc))
+            raise LoopFailed("crashed", f"the session gateway is not the daemon's: {exc}") from None
+        except wire.WireError as exc:
+            raise LoopFailed("crashed", f"the daemon's session gateway cannot be reached: {exc}") from None
+        if status != 200 or not isinstance(document, dict):
+            raise _failure(document, status)
+        return document

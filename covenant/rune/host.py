@@ -52,7 +52,6 @@ class ReplicaSpec:
     gateway_pid: int
     """The daemon's pid: the only process whose gateway socket this replica talks to."""
     health_path: str
-    sessions_dir: str
     system_prompt: str
     tools: list[dict[str, Any]]
     max_steps: int
@@ -89,8 +88,6 @@ class ReplicaApp:
         )
         self.conversations = Conversations(
             SessionPolicy(
-                agent_id=spec.agent,
-                sessions_dir=Path(spec.sessions_dir),
                 memory_profile=spec.memory_profile,
                 standard_turns=spec.standard_turns,
                 token_budget=spec.token_budget,
@@ -144,10 +141,8 @@ class ReplicaApp:
     async def _invoke(self, body: dict[str, Any], emit: wire.Emit | None) -> tuple[int, dict[str, Any]]:
         request_id = os.urandom(8).hex()
         intent_id = body["intent_id"]
-        backend = with_skills(
-            GatewayBackend(Path(self.spec.gateway), intent_id, self.spec.gateway_pid, self._gateway_taken_over),
-            self.spec.skills,
-        )
+        gateway = GatewayBackend(Path(self.spec.gateway), intent_id, self.spec.gateway_pid, self._gateway_taken_over)
+        backend = with_skills(gateway, self.spec.skills)
         notes: dict[str, Any] = {}
         session_id = body.get("session_id")
         deadline = body.get("deadline_ms")
@@ -156,7 +151,7 @@ class ReplicaApp:
             with trio.fail_after(max(remaining, 0)):
                 session_id, result = await self.conversations.answer(
                     self.loop_spec, backend, text=body["input"], intent_id=intent_id, issuer=body.get("issuer", ""),
-                    session_id=session_id, emit=emit, notes=notes,
+                    session_id=session_id, store=gateway, emit=emit, notes=notes,
                 )
         except LoopFailed as exc:
             _log("intent failed", intent=intent_id, outcome=exc.code)
@@ -164,9 +159,6 @@ class ReplicaApp:
         except trio.TooSlowError:
             return 422, _error("timeout", "the intent's deadline passed in the replica", request_id=request_id,
                                session_id=session_id, **notes)
-        except OSError as exc:  # a session file that cannot be written (disk full, permissions)
-            _log("intent failed", intent=intent_id, error=str(exc))
-            return 500, _error("crashed", f"the replica failed: {exc}", request_id=request_id, session_id=session_id)
         return 200, {"request_id": request_id, "session_id": session_id, "output": {"text": result.text},
                      "usage": result.usage, **notes}
 

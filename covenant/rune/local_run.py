@@ -88,7 +88,7 @@ async def _answer(
         return "spawn_failed", str(exc), None, None
     spec = LoopSpec(settings["system_prompt"], settings["tools"], rf.max_steps, rf.models.safety_policy)
     backend.deadline = trio.current_time() + rf.timeout_ms / 1000
-    conversations = Conversations(SessionPolicy(agent.id, home.state_dir / "sessions", checkpoint_policy="never"))
+    conversations = Conversations(SessionPolicy(checkpoint_policy="never"))
     with trio.move_on_after(rf.timeout_ms / 1000) as timer:
         try:
             _, result = await conversations.answer(spec, with_skills(backend, settings["skills"]), text=text,

@@ -30,6 +30,8 @@ from covenant.chainlog import GENESIS_PREV, Chain, ChainCorrupt, append_records,
 __all__ = [
     "SESSION_ID_PATTERN",
     "SessionCorrupt",
+    "SessionRefused",
+    "open_session",
     "SessionLog",
     "Verified",
     "valid_session_id",
@@ -43,6 +45,15 @@ SESSION_ID_PATTERN = re.compile(r"^[A-Za-z0-9._-]{1,128}$")
 
 class SessionCorrupt(Exception):
     """The session file does not verify; ``message`` names the file, the line and what is wrong."""
+
+
+class SessionRefused(Exception):
+    """An intent may not use the session: ``code`` is its outcome (``session_corrupt``, ``session_forbidden``)."""
+
+    def __init__(self, code: str, message: str) -> None:
+        super().__init__(message)
+        self.code = code
+        self.message = message
 
 
 def valid_session_id(session_id: str) -> bool:
@@ -160,3 +171,22 @@ class SessionLog:
         else:
             self._chain = append_records(self.path, self._chain, {}, payloads)
         self.verified.records[:] = self._chain.records
+
+
+def open_session(sessions_dir: Path, agent_id: str, session_id: str, issuer: str, now_ms: int) -> SessionLog:
+    """The session for an intent of ``issuer``: verified (a torn tail cut), or new; raise :class:`SessionRefused`.
+
+    A session is its starter's: another issuer's intent gets ``session_forbidden``.
+    """
+    path = session_path(sessions_dir, agent_id, session_id)
+    try:
+        log = SessionLog.open(path)
+    except FileNotFoundError:
+        return SessionLog.new(path, agent=agent_id, session=session_id, issuer=issuer, now_ms=now_ms)
+    except SessionCorrupt as exc:
+        raise SessionRefused("session_corrupt", f"session {session_id} refused: {exc}") from None
+    except OSError as exc:
+        raise SessionRefused("session_corrupt", f"session {session_id}: cannot read {path}: {exc.strerror or exc}") from None
+    if log.verified.header.get("issuer") != issuer:
+        raise SessionRefused("session_forbidden", f"session {session_id} was started by another issuer; start a new session")
+    return log
