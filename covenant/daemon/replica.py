@@ -29,6 +29,7 @@ import trio
 
 from covenant.config import Config
 from covenant.daemon.replica_gateway import GatewayCalls, IntentContext, ReplicaGateway
+from covenant.daemon.session_keeper import SessionKeeper
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.runefile import RunePackage
 from covenant.rune import wire
@@ -131,7 +132,7 @@ class ReplicaProcess:
     ) -> None:
         self.runner = runner
         self.root = state_dir / REPLICAS_DIR
-        self.sessions_dir = state_dir / "sessions"
+        self.sessions = SessionKeeper(state_dir / "sessions")
         self.config = config
         self.skills_dir = skills_dir
         self.calls = calls
@@ -158,7 +159,7 @@ class ReplicaProcess:
         except OSError as exc:
             replica.start_failed = True
             return f"cannot prepare {replica.folder}: {exc}"
-        gateway = ReplicaGateway(replica.agent.id, self.calls, replica.intents, lambda: replica.pid, self.sessions_dir)
+        gateway = ReplicaGateway(replica.agent.id, self.calls, replica.intents, lambda: replica.pid, self.sessions)
         try:
             launched = await self.runner.launch(self._plan(replica, creds), replica.agent)  # a thread that outlives it
         except (LaunchError, OSError) as exc:
@@ -278,10 +279,10 @@ class ReplicaProcess:
         """
         self.root.mkdir(parents=True, exist_ok=True, mode=0o711)
         os.chmod(self.root, 0o711)
-        self.sessions_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
-        os.chmod(self.sessions_dir, 0o700)
+        self.sessions.sessions_dir.mkdir(parents=True, exist_ok=True, mode=0o700)
+        os.chmod(self.sessions.sessions_dir, 0o700)
         owners = [(replica.folder, creds.uid if creds else None, creds.gid if creds else None),
-                  (self.sessions_dir / replica.agent.id, os.getuid(), os.getgid())]
+                  (self.sessions.sessions_dir / replica.agent.id, os.getuid(), os.getgid())]
         for folder, uid, gid in owners:
             folder.mkdir(exist_ok=True, mode=0o700)
             fd = os.open(folder, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW)

@@ -13,11 +13,9 @@ replica's own process is refused too.
 - ``POST /v1/tool {"intent_id", "call_id", "name", "arguments"}`` → the tool
   host (grants, ``tool.call`` audit): ``{"ok", "content", "error_code",
   "error_message"}``; content is redacted per the agent's ``safety_policy``.
-- ``POST /v1/session/load {"intent_id"}`` → ``{"records", "torn_bytes"}``: the
-  session the daemon gave the intent, verified, its starter's only (422
-  ``session_corrupt`` / ``session_forbidden``); ``POST /v1/session/append
-  {"intent_id", "messages"}`` → ``{"ok": true}`` once the turn is durable.
-  Session files are the daemon's: the agent's uid can neither read nor write them.
+- ``POST /v1/session/append {"intent_id", "messages"}`` → ``{"ok": true}`` once
+  the turn is durable in the session the daemon loaded for the intent before
+  invoking it (:mod:`covenant.daemon.session_keeper`).
 """
 
 from __future__ import annotations
@@ -25,27 +23,21 @@ from __future__ import annotations
 import logging
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import TYPE_CHECKING, Any, Protocol
 
-import trio
-
-from covenant.clock import now_ms
 from covenant.errors import error_document
 from covenant.manifest.model import AgentSpec
 from covenant.rune import wire
-from covenant.rune.gateway_client import MODEL_PATH, SESSION_APPEND_PATH, SESSION_LOAD_PATH, TOOL_PATH
-from covenant.rune.sessions import SessionLog, SessionRefused, open_session
+from covenant.rune.gateway_client import MODEL_PATH, SESSION_APPEND_PATH, TOOL_PATH
 
 if TYPE_CHECKING:
+    from covenant.daemon.session_keeper import SessionKeeper
     from covenant.manifest.runefile import RunePackage
 
 __all__ = ["IntentContext", "GatewayCalls", "GatewayRefused", "ReplicaGateway"]
 
 log = logging.getLogger("covenant.rune")
 
-_SESSION = "session"
-"""The intent's open :class:`SessionLog` in :attr:`IntentContext.state`, from its load to its end."""
 
 
 @dataclass
@@ -88,12 +80,12 @@ class ReplicaGateway:
     """Request handling of one replica's gateway socket."""
 
     def __init__(self, agent_id: str, calls: GatewayCalls, intents: dict[str, IntentContext],
-                 replica_pid: Callable[[], int | None], sessions_dir: Path) -> None:
+                 replica_pid: Callable[[], int | None], sessions: SessionKeeper) -> None:
         self.agent_id = agent_id
         self.calls = calls
         self.intents = intents
         self._replica_pid = replica_pid
-        self.sessions_dir = sessions_dir
+        self.sessions = sessions
 
     async def handle(self, request: wire.Request) -> wire.JSONResponse | wire.EventStream:
         pid = self._replica_pid()
@@ -101,7 +93,7 @@ class ReplicaGateway:
             log.warning("gateway call from a process that is not the replica",
                         extra={"agent": self.agent_id, "peer_pid": request.peer_pid})
             return wire.JSONResponse(403, error_document("forbidden", "only the agent's replica may use this gateway"))
-        if request.method != "POST" or request.target not in (MODEL_PATH, TOOL_PATH, SESSION_LOAD_PATH, SESSION_APPEND_PATH):
+        if request.method != "POST" or request.target not in (MODEL_PATH, TOOL_PATH, SESSION_APPEND_PATH):
             return wire.JSONResponse(404, error_document("not_found", f"no such endpoint: {request.method} {request.target}"))
         body = request.body
         if not isinstance(body, dict) or not isinstance(body.get("intent_id"), str):
@@ -113,8 +105,6 @@ class ReplicaGateway:
             )
         if request.target == TOOL_PATH:
             return wire.JSONResponse(200, await self.calls.tool(intent, body))
-        if request.target == SESSION_LOAD_PATH:
-            return await self._load_session(intent)
         if request.target == SESSION_APPEND_PATH:
             return await self._append_session(intent, body)
         if not body.get("stream"):
@@ -136,30 +126,15 @@ class ReplicaGateway:
 
         return wire.EventStream(produce)
 
-    async def _load_session(self, intent: IntentContext) -> wire.JSONResponse:
-        """The intent's session, verified, for its issuer only: its turn records."""
-        try:
-            session = await trio.to_thread.run_sync(
-                open_session, self.sessions_dir, self.agent_id, intent.session_id, intent.issuer_pubkey, now_ms()
-            )
-        except SessionRefused as exc:
-            return wire.JSONResponse(422, error_document(exc.code, exc.message))
-        torn = session.verified.torn_bytes
-        if torn:
-            log.warning("session torn tail cut", extra={"agent": self.agent_id, "session": intent.session_id, "bytes": torn})
-        intent.state[_SESSION] = session
-        return wire.JSONResponse(200, {"records": session.verified.turns, "torn_bytes": torn})
-
     async def _append_session(self, intent: IntentContext, body: dict[str, Any]) -> wire.JSONResponse:
-        """One turn appended, durably, to the session the intent loaded."""
-        session: SessionLog | None = intent.state.get(_SESSION)
+        """One turn appended, durably, to the session the daemon loaded for the intent."""
         messages = body.get("messages")
-        if session is None:
-            return wire.JSONResponse(409, error_document("bad_request", "load the intent's session before appending to it"))
         if not isinstance(messages, list) or not all(isinstance(m, dict) for m in messages):
             return wire.JSONResponse(400, error_document("bad_request", "messages must be a list of objects"))
         try:
-            await trio.to_thread.run_sync(session.append_turn, intent.intent_id, messages)
+            await self.sessions.append(intent, messages)
+        except LookupError as exc:
+            return wire.JSONResponse(409, error_document("bad_request", str(exc)))
         except OSError as exc:  # disk full, a file that went away
             log.error("cannot append to a session", extra={"agent": self.agent_id, "session": intent.session_id,
                                                            "error": str(exc)})

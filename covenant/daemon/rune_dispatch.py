@@ -10,7 +10,8 @@ tokens line by line), and every way it can end is an outcome of the record.
 from __future__ import annotations
 
 import time
-from collections.abc import Awaitable, Callable, Iterable
+from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
+from contextlib import asynccontextmanager
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -18,6 +19,7 @@ import trio
 from covenant.clock import iso_now, now_ms
 from covenant.daemon.replica_gateway import IntentContext
 from covenant.daemon.replicas import ReplicaFailed, ReplicaSupervisor
+from covenant.daemon.session_keeper import SessionRefused
 from covenant.daemon.workflow_record import hosted_record
 from covenant.manifest.model import AgentSpec
 from covenant.rune.conversation import new_session_id
@@ -82,6 +84,33 @@ def _relay(sink: StreamSink, policy: str, secrets: list[str]) -> tuple[Emit, Cal
     return relay, flush
 
 
+@asynccontextmanager
+async def _session_held(
+    replicas: ReplicaSupervisor, package: RunePackage, context: IntentContext
+) -> AsyncIterator[dict[str, Any] | None]:
+    """The intent's session, loaded and held by the daemon for the invoke; None when the agent keeps none
+    (``checkpoint_policy: never``: its replica remembers it). Raises SessionRefused."""
+    if package.runefile.runtime.checkpoint_policy == "never":
+        yield None
+        return
+    async with replicas.process.sessions.held(context) as session:
+        yield session
+
+
+async def _write_checkpoint(replicas: ReplicaSupervisor, context: IntentContext, document: dict[str, Any]) -> None:
+    """The ``on_finish`` turn the replica answered with, appended to the held session before the intent is
+    answered; a turn that is not a list of messages is the replica's protocol error."""
+    turn = document.get("checkpoint")
+    if turn is None:
+        return
+    if not isinstance(turn, list) or not all(isinstance(m, dict) for m in turn):
+        raise ReplicaFailed("protocol_error", f"the replica of {context.agent.id} answered a checkpoint that is not a list of messages")
+    try:
+        await replicas.process.sessions.append(context, turn)
+    except OSError as exc:
+        raise ReplicaFailed("crashed", f"session {context.session_id} cannot be written: {exc}") from None
+
+
 async def run_rune_intent(
     replicas: ReplicaSupervisor,
     intent: Intent,
@@ -116,7 +145,14 @@ async def run_rune_intent(
     with cancel_scope:
         with trio.move_on_after(timeout_s) as timer:
             try:
-                document = await replicas.invoke(agent, package, body, context, emit=relay)
+                async with _session_held(replicas, package, context) as session:
+                    if session is not None:
+                        body["session"] = session
+                    document = await replicas.invoke(agent, package, body, context, emit=relay)
+                    if session is not None:
+                        await _write_checkpoint(replicas, context, document)
+            except SessionRefused as exc:  # the model is never asked
+                outcome, error, document = exc.code, exc.message, {"session_id": session_id}
             except ReplicaFailed as exc:
                 outcome = exc.outcome if exc.outcome in OUTCOMES else "protocol_error"
                 error, document = exc.message, exc.document

@@ -35,7 +35,10 @@ class SessionStore(Protocol):
         raise LoopFailed (``session_corrupt``, ``session_forbidden``)."""
 
     async def append_session(self, messages: list[dict[str, Any]]) -> None:
-        """Append one turn durably; raise LoopFailed."""
+        """Append one turn durably (``each_step``); raise LoopFailed."""
+
+    async def finish_session(self, messages: list[dict[str, Any]]) -> None:
+        """The intent's one turn (``on_finish``), written by the store's holder before the intent is answered."""
 
 
 def new_session_id() -> str:
@@ -125,7 +128,7 @@ class Conversations:
         on_step = store.append_session if store is not None and policy.checkpoint_policy == "each_step" else None
         result = await run_loop(spec, backend, history, text, emit=emit, on_step=on_step)
         if store is not None and policy.checkpoint_policy == "on_finish":
-            await store.append_session(result.messages)
+            await store.finish_session(result.messages)
         elif store is None:
             memory = self._memory.setdefault(session_id, _Memory(issuer))
             memory.turns.append(result.messages)

@@ -15,11 +15,10 @@ from typing import Any
 from covenant.rune import wire
 from covenant.rune.loop import LoopFailed
 
-__all__ = ["GatewayBackend", "MODEL_PATH", "TOOL_PATH", "SESSION_LOAD_PATH", "SESSION_APPEND_PATH"]
+__all__ = ["GatewayBackend", "MODEL_PATH", "TOOL_PATH", "SESSION_APPEND_PATH"]
 
 MODEL_PATH = "/v1/model"
 TOOL_PATH = "/v1/tool"
-SESSION_LOAD_PATH = "/v1/session/load"
 SESSION_APPEND_PATH = "/v1/session/append"
 
 
@@ -38,11 +37,16 @@ class GatewayBackend:
     is called with why.
     """
 
-    def __init__(self, gateway: Path, intent_id: str, gateway_pid: int, taken_over: Callable[[str], None]) -> None:
+    def __init__(self, gateway: Path, intent_id: str, gateway_pid: int, taken_over: Callable[[str], None],
+                 session: Any = None) -> None:
         self.gateway = gateway
         self.intent_id = intent_id
         self.gateway_pid = gateway_pid
         self.taken_over = taken_over
+        self.session = session
+        """The intent's session as the daemon sent it with the invoke (``{"records", "torn_bytes"}``)."""
+        self.checkpoint: list[dict[str, Any]] | None = None
+        """The ``on_finish`` turn: it goes back with the answer, and the daemon appends it before answering."""
 
     async def chat(
         self,
@@ -97,21 +101,21 @@ class GatewayBackend:
                 "error_message": str(error.get("message") or f"HTTP {status}")}
 
     async def load_session(self) -> tuple[list[dict[str, Any]], int]:
-        """The intent's session as the daemon keeps it: (turn records, torn bytes cut); raise LoopFailed."""
-        document = await self._session_call(SESSION_LOAD_PATH, {"intent_id": self.intent_id})
-        records = document.get("records")
-        torn = document.get("torn_bytes")
+        """The intent's session as the daemon loaded it for the invoke: (turn records, torn bytes cut)."""
+        session = self.session if isinstance(self.session, dict) else {}
+        records, torn = session.get("records"), session.get("torn_bytes")
         if not isinstance(records, list) or not isinstance(torn, int):
-            raise LoopFailed("session_corrupt", "the daemon's session answer has no records")
+            raise LoopFailed("session_corrupt", "the daemon sent no session with this intent")
         return [r for r in records if isinstance(r, dict)], torn
+
+    async def finish_session(self, messages: list[dict[str, Any]]) -> None:
+        self.checkpoint = messages
 
     async def append_session(self, messages: list[dict[str, Any]]) -> None:
         """One turn of the intent's session, made durable by the daemon; raise LoopFailed."""
-        await self._session_call(SESSION_APPEND_PATH, {"intent_id": self.intent_id, "messages": messages})
-
-    async def _session_call(self, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        body = {"intent_id": self.intent_id, "messages": messages}
         try:
-            status, document = await wire.call(self.gateway, "POST", path, body, peer_pid=self.gateway_pid)
+            status, document = await wire.call(self.gateway, "POST", SESSION_APPEND_PATH, body, peer_pid=self.gateway_pid)
         except wire.NotThePeer as exc:
             self.taken_over(str(exc))
             raise LoopFailed("crashed", f"the session gateway is not the daemon's: {exc}") from None
@@ -119,4 +123,3 @@ class GatewayBackend:
             raise LoopFailed("crashed", f"the daemon's session gateway cannot be reached: {exc}") from None
         if status != 200 or not isinstance(document, dict):
             raise _failure(document, status)
-        return document

@@ -125,6 +125,8 @@ class ReplicaApp:
             return "session_id must be a string"
         if body.get("deadline_ms") is not None and not isinstance(body["deadline_ms"], int):
             return "deadline_ms must be an integer (ms since the epoch)"
+        if body.get("session") is not None and not isinstance(body["session"], dict):
+            return "session must be an object"
         return None
 
     def _gateway_taken_over(self, why: str) -> None:
@@ -141,7 +143,8 @@ class ReplicaApp:
     async def _invoke(self, body: dict[str, Any], emit: wire.Emit | None) -> tuple[int, dict[str, Any]]:
         request_id = os.urandom(8).hex()
         intent_id = body["intent_id"]
-        gateway = GatewayBackend(Path(self.spec.gateway), intent_id, self.spec.gateway_pid, self._gateway_taken_over)
+        gateway = GatewayBackend(Path(self.spec.gateway), intent_id, self.spec.gateway_pid, self._gateway_taken_over,
+                                 session=body.get("session"))
         backend = with_skills(gateway, self.spec.skills)
         notes: dict[str, Any] = {}
         session_id = body.get("session_id")
@@ -159,8 +162,9 @@ class ReplicaApp:
         except trio.TooSlowError:
             return 422, _error("timeout", "the intent's deadline passed in the replica", request_id=request_id,
                                session_id=session_id, **notes)
+        checkpoint = {} if gateway.checkpoint is None else {"checkpoint": gateway.checkpoint}
         return 200, {"request_id": request_id, "session_id": session_id, "output": {"text": result.text},
-                     "usage": result.usage, **notes}
+                     "usage": result.usage, **checkpoint, **notes}
 
 
 async def _serve(spec: ReplicaSpec) -> int:

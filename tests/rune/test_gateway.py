@@ -3,9 +3,14 @@
 from __future__ import annotations
 
 from pathlib import Path
+from types import SimpleNamespace
 from typing import Any
 
+import pytest
+import trio
+
 from covenant.daemon.replica_gateway import IntentContext, ReplicaGateway
+from covenant.daemon.session_keeper import SessionKeeper, SessionRefused
 from covenant.rune import wire
 
 
@@ -28,7 +33,7 @@ def request(body: Any, pid: int | None, target: str = "/v1/model") -> wire.Reque
 
 async def test_only_the_replica_pid_and_only_its_intents(tmp_path: Path) -> None:
     calls = Calls()
-    gateway = ReplicaGateway("chat@local", calls, {"in-flight": object()}, lambda: 4242, tmp_path)  # type: ignore[arg-type, dict-item]
+    gateway = ReplicaGateway("chat@local", calls, {"in-flight": object()}, lambda: 4242, SessionKeeper(tmp_path))  # type: ignore[arg-type, dict-item]
     refused = await gateway.handle(request({"intent_id": "in-flight"}, pid=4243))
     assert isinstance(refused, wire.JSONResponse) and refused.status == 403
     assert refused.document["error"]["code"] == "forbidden"
@@ -46,36 +51,51 @@ async def test_only_the_replica_pid_and_only_its_intents(tmp_path: Path) -> None
 
 async def test_a_stopped_replica_serves_nobody(tmp_path: Path) -> None:
     calls = Calls()
-    gateway = ReplicaGateway("chat@local", calls, {"in-flight": object()}, lambda: None, tmp_path)  # type: ignore[arg-type, dict-item]
+    gateway = ReplicaGateway("chat@local", calls, {"in-flight": object()}, lambda: None, SessionKeeper(tmp_path))  # type: ignore[arg-type, dict-item]
     refused = await gateway.handle(request({"intent_id": "in-flight"}, pid=4242))
     assert isinstance(refused, wire.JSONResponse) and refused.status == 403 and calls.made == []
 
 
 def _intent(intent_id: str, issuer: str, session_id: str) -> IntentContext:
-    return IntentContext(intent_id, issuer, None, None, 0.0, session_id=session_id)  # type: ignore[arg-type]
+    agent = SimpleNamespace(id="chat@local")
+    return IntentContext(intent_id, issuer, agent, None, 0.0, session_id=session_id)  # type: ignore[arg-type]
 
 
-async def test_sessions_are_the_daemons_and_each_intent_reaches_only_its_own(tmp_path: Path) -> None:
-    """The session an intent may load is the one the daemon gave it, and only for the issuer who started it."""
-    intents = {"i1": _intent("i1", "aa" * 32, "s1"), "i2": _intent("i2", "aa" * 32, "s1"), "i3": _intent("i3", "bb" * 32, "s1")}
-    gateway = ReplicaGateway("chat@local", Calls(), intents, lambda: 4242, tmp_path)  # type: ignore[arg-type]
-    early = await gateway.handle(request({"intent_id": "i1", "messages": []}, 4242, "/v1/session/append"))
+async def test_the_daemon_keeps_sessions_one_intent_at_a_time_for_their_starter_only(tmp_path: Path) -> None:
+    """The session an intent gets is the one the daemon gave it, held until its invoke ends, for the issuer
+    who started it; the replica only appends, to the session its intent holds."""
+    keeper = SessionKeeper(tmp_path)
+    intents = {"i1": _intent("i1", "aa" * 32, "s1"), "i2": _intent("i2", "aa" * 32, "s1"),
+               "i3": _intent("i3", "bb" * 32, "s1")}
+    gateway = ReplicaGateway("chat@local", Calls(), intents, lambda: 4242, keeper)  # type: ignore[arg-type]
+    early = await gateway.handle(request({"intent_id": "i2", "messages": []}, 4242, "/v1/session/append"))
     assert isinstance(early, wire.JSONResponse) and early.status == 409
-    new = await gateway.handle(request({"intent_id": "i1", "session_id": "not-this-one"}, 4242, "/v1/session/load"))
-    assert isinstance(new, wire.JSONResponse) and new.document == {"records": [], "torn_bytes": 0}
     turn = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
-    done = await gateway.handle(request({"intent_id": "i1", "messages": turn}, 4242, "/v1/session/append"))
-    assert isinstance(done, wire.JSONResponse) and done.document == {"ok": True}
+    order: list[str] = []
+
+    async def second() -> None:
+        async with keeper.held(intents["i2"]) as session:
+            order.append("i2 loaded")
+            assert [r["messages"] for r in session["records"]] == [turn]  # it saw the first one's turn
+
+    async with trio.open_nursery() as nursery:
+        async with keeper.held(intents["i1"]) as session:
+            assert session == {"records": [], "torn_bytes": 0}
+            nursery.start_soon(second)
+            await trio.sleep(0.05)
+            assert order == []  # the second intent of the session waits for the first
+            done = await gateway.handle(request({"intent_id": "i1", "messages": turn}, 4242, "/v1/session/append"))
+            assert isinstance(done, wire.JSONResponse) and done.document == {"ok": True}
+            order.append("i1 done")
+    assert order == ["i1 done", "i2 loaded"]
+
+    with pytest.raises(SessionRefused) as refused:
+        async with keeper.held(intents["i3"]):
+            pass
+    assert refused.value.code == "session_forbidden"
     path = tmp_path / "chat@local" / "s1.jsonl"
-    assert path.exists() and not (tmp_path / "chat@local" / "not-this-one.jsonl").exists()
-
-    again = await gateway.handle(request({"intent_id": "i2"}, 4242, "/v1/session/load"))
-    assert isinstance(again, wire.JSONResponse) and [r["messages"] for r in again.document["records"]] == [turn]
-    other = await gateway.handle(request({"intent_id": "i3"}, 4242, "/v1/session/load"))
-    assert isinstance(other, wire.JSONResponse) and other.status == 422
-    assert other.document["error"]["code"] == "session_forbidden"
-
     path.write_bytes(path.read_bytes().replace(b"hello", b"HELLO"))
-    corrupt = await gateway.handle(request({"intent_id": "i2"}, 4242, "/v1/session/load"))
-    assert isinstance(corrupt, wire.JSONResponse) and corrupt.status == 422
-    assert corrupt.document["error"]["code"] == "session_corrupt" and "s1.jsonl" in corrupt.document["error"]["message"]
+    with pytest.raises(SessionRefused) as corrupt:
+        async with keeper.held(intents["i2"]):
+            pass
+    assert corrupt.value.code == "session_corrupt" and "s1.jsonl" in corrupt.value.message

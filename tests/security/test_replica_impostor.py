@@ -51,10 +51,12 @@ def test_a_process_serving_the_replica_socket_is_not_taken_for_the_replica(
 ) -> None:
     _with_the_hijack_tool(daemon, fake_model)
     socket_path = daemon.home / "state" / "replicas" / "chat@local" / "replica.sock"
-    fake_model.script(Reply.tools(ToolCall("hijack", {"socket": str(socket_path)})), Reply(text="done"),
+    go = daemon.home.parent / "go"
+    fake_model.script(Reply.tools(ToolCall("hijack", {"socket": str(socket_path), "go": str(go)})), Reply(text="done"),
                       Reply(text="the real replica"))
     first = outcome_of(daemon.cli("dispatch", "take over", "--agent", "chat@local", "--json"))
     assert first["outcome"] == "ok" and first["text"] == "done", first
+    go.touch()
     uid = socket_path.stat().st_uid
     replica = _replica_pid(daemon)
     wait_for(lambda: _served_by(socket_path) not in (None, replica), what="the impostor serving the replica's socket")
@@ -76,18 +78,19 @@ def test_a_process_serving_the_gateway_socket_is_not_taken_for_the_daemon(
     _with_the_hijack_tool(daemon, fake_model)
     folder = daemon.home / "state" / "replicas" / "chat@local"
     gateway = folder / "gateway.sock"
-    fake_model.script(Reply.tools(ToolCall("hijack", {"socket": str(gateway)})), Reply(text="done"),
+    go = daemon.home.parent / "go"
+    fake_model.script(Reply.tools(ToolCall("hijack", {"socket": str(gateway), "go": str(go)})), Reply(text="done"),
                       Reply(text="the real model"))
     first = outcome_of(daemon.cli("dispatch", "take over", "--agent", "chat@local", "--json"))
     assert first["outcome"] == "ok" and first["text"] == "done", first
+    go.touch()
     replica = _replica_pid(daemon)
     uid = folder.stat().st_uid
     wait_for(lambda: _served_by(gateway) not in (None, daemon.process.pid), what="the impostor serving the gateway")
 
     second = outcome_of(daemon.cli("dispatch", "who answers?", "--agent", "chat@local", "--json"))
     assert second.get("text") != "impostor", second
-    # Its first gateway call (loading its session) meets the impostor: the intent ends there.
-    assert second["outcome"] == "crashed" and "is not the daemon's" in second["error"], second
+    assert second["outcome"] == "provider_unavailable" and "is not the daemon's" in second["error"], second
     wait_for(lambda: "the gateway socket is served by another process; exiting" in daemon.log(), what="the replica's exit")
     wait_for(lambda: _replica_pid(daemon) not in (None, replica), what="a new replica")
     wait_for(lambda: not [p for p in psutil.process_iter(["uids"])
