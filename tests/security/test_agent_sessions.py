@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 from pathlib import Path
 
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture, re-exported
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.rune.conftest import add_rune_agent, configure, outcome_of
+from tests.rune.conftest import add_process_tool, add_rune_agent, configure, outcome_of
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the tool runs as the agent's uid only under a root daemon")
 
@@ -26,13 +25,7 @@ def test_a_tool_of_the_agent_can_neither_read_nor_change_its_sessions(
     daemon: DaemonProcess, fake_model: FakeModelServer
 ) -> None:
     configure(daemon, ("fake", fake_model))
-    package = add_rune_agent(daemon, toolset=("peek",))
-    tools = package / "tools"
-    tools.mkdir(mode=0o755)
-    (tools / "peek.yaml").write_text("name: peek\nruntime: process\nmodule: tools/peek.py\n")
-    shutil.copy(PEEK, tools / "peek.py")
-    for path in tools.iterdir():
-        path.chmod(0o644)
+    add_process_tool(add_rune_agent(daemon, toolset=("peek",)), "peek", PEEK.read_text())
     daemon.start()
     daemon.cli("grant", "tester@test", "tool.peek", check=True)
     folder = daemon.home / "state" / "sessions" / "chat@local"

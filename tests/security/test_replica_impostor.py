@@ -9,7 +9,6 @@ gateway, another process serves is restarted, and the restart's uid sweep ends t
 from __future__ import annotations
 
 import os
-import shutil
 import socket
 import struct
 from pathlib import Path
@@ -20,14 +19,16 @@ import pytest
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture, re-exported
 from tests.daemon.test_daemon_e2e import wait_for
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.rune.conftest import add_rune_agent, configure, outcome_of
+from tests.rune.conftest import add_process_tool, add_rune_agent, configure, outcome_of
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the tool runs as the agent's uid only under a root daemon")
 
 IMPOSTOR = Path(__file__).parent / "agents" / "impostor_tool.py"
 
 
-def _with_the_hijack_tool(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+def _hijacked(daemon: DaemonProcess, fake_model: FakeModelServer, socket_path: Path, next_answer: str) -> int:
+    """A daemon whose agent chat@local has the hijack tool; one intent has run it against ``socket_path``
+    and ended, and the impostor it left now serves that socket. Returns the agent's uid."""
     configure(daemon, ("fake", fake_model))
     # Probes far apart: what meets the impostor is what has the replica replaced, not a probe's timing.
     package = add_rune_agent(daemon, toolset=("hijack",), runtime="""
@@ -36,30 +37,25 @@ def _with_the_hijack_tool(daemon: DaemonProcess, fake_model: FakeModelServer) ->
           path: /health
           interval_ms: 600000
     """)
-    tools = package / "tools"
-    tools.mkdir(mode=0o755)
-    (tools / "hijack.yaml").write_text("name: hijack\nruntime: process\nmodule: tools/hijack.py\n")
-    shutil.copy(IMPOSTOR, tools / "hijack.py")
-    for path in tools.iterdir():
-        path.chmod(0o644)
+    add_process_tool(package, "hijack", IMPOSTOR.read_text())
     daemon.start()
     daemon.cli("grant", "tester@test", "tool.hijack", check=True)
+    go = daemon.home.parent / "go"
+    fake_model.script(Reply.tools(ToolCall("hijack", {"socket": str(socket_path), "go": str(go)})), Reply(text="done"),
+                      Reply(text=next_answer))
+    first = outcome_of(daemon.cli("dispatch", "take over", "--agent", "chat@local", "--json"))
+    assert first["outcome"] == "ok" and first["text"] == "done", first
+    serving = _served_by(socket_path)
+    go.touch()
+    wait_for(lambda: _served_by(socket_path) not in (None, serving), what=f"the impostor serving {socket_path.name}")
+    return socket_path.stat().st_uid
 
 
 def test_a_process_serving_the_replica_socket_is_not_taken_for_the_replica(
     daemon: DaemonProcess, fake_model: FakeModelServer
 ) -> None:
-    _with_the_hijack_tool(daemon, fake_model)
-    socket_path = daemon.home / "state" / "replicas" / "chat@local" / "replica.sock"
-    go = daemon.home.parent / "go"
-    fake_model.script(Reply.tools(ToolCall("hijack", {"socket": str(socket_path), "go": str(go)})), Reply(text="done"),
-                      Reply(text="the real replica"))
-    first = outcome_of(daemon.cli("dispatch", "take over", "--agent", "chat@local", "--json"))
-    assert first["outcome"] == "ok" and first["text"] == "done", first
-    go.touch()
-    uid = socket_path.stat().st_uid
-    replica = _replica_pid(daemon)
-    wait_for(lambda: _served_by(socket_path) not in (None, replica), what="the impostor serving the replica's socket")
+    uid = _hijacked(daemon, fake_model, daemon.home / "state" / "replicas" / "chat@local" / "replica.sock",
+                    "the real replica")
 
     second = outcome_of(daemon.cli("dispatch", "who answers?", "--agent", "chat@local", "--json"))
     assert second["outcome"] == "crashed" and "not the replica" in second["error"], second
@@ -75,18 +71,9 @@ def test_a_process_serving_the_replica_socket_is_not_taken_for_the_replica(
 def test_a_process_serving_the_gateway_socket_is_not_taken_for_the_daemon(
     daemon: DaemonProcess, fake_model: FakeModelServer
 ) -> None:
-    _with_the_hijack_tool(daemon, fake_model)
-    folder = daemon.home / "state" / "replicas" / "chat@local"
-    gateway = folder / "gateway.sock"
-    go = daemon.home.parent / "go"
-    fake_model.script(Reply.tools(ToolCall("hijack", {"socket": str(gateway), "go": str(go)})), Reply(text="done"),
-                      Reply(text="the real model"))
-    first = outcome_of(daemon.cli("dispatch", "take over", "--agent", "chat@local", "--json"))
-    assert first["outcome"] == "ok" and first["text"] == "done", first
-    go.touch()
+    uid = _hijacked(daemon, fake_model, daemon.home / "state" / "replicas" / "chat@local" / "gateway.sock",
+                    "the real model")
     replica = _replica_pid(daemon)
-    uid = folder.stat().st_uid
-    wait_for(lambda: _served_by(gateway) not in (None, daemon.process.pid), what="the impostor serving the gateway")
 
     second = outcome_of(daemon.cli("dispatch", "who answers?", "--agent", "chat@local", "--json"))
     assert second.get("text") != "impostor", second
