@@ -136,6 +136,8 @@ def test_intents_a_killed_daemon_left_unfinished_are_recorded_interrupted_at_the
     assert "without a clean stop" in interrupted[0]["reason"]
     assert finished != spawned["intent"]
     assert "intents left unfinished by the daemon's last run" in daemon.log()
+    shown = daemon.cli("show", spawned["intent"])
+    assert shown.returncode == 1 and "intent.interrupted" in shown.stderr, shown
 
     daemon.stop(sig=signal.SIGKILL)  # killed again, with nothing in flight: nothing new to report
     daemon.start()
