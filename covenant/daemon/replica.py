@@ -128,11 +128,11 @@ class ReplicaProcess:
 
     def __init__(
         self, *, state_dir: Path, config: Config, skills_dir: Path, runner: Runner, calls: GatewayCalls,
-        offered_tools: Offered,
+        offered_tools: Offered, sessions: SessionKeeper,
     ) -> None:
         self.runner = runner
         self.root = state_dir / REPLICAS_DIR
-        self.sessions = SessionKeeper(state_dir / "sessions")
+        self.sessions = sessions
         self.config = config
         self.skills_dir = skills_dir
         self.calls = calls

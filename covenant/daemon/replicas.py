@@ -28,6 +28,7 @@ import trio
 from covenant.config import Config
 from covenant.daemon.replica import REPLICAS_DIR, Offered, Replica, ReplicaFailed, ReplicaProcess
 from covenant.daemon.replica_gateway import GatewayCalls, IntentContext
+from covenant.daemon.session_keeper import SessionKeeper
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.runefile import RunePackage
 from covenant.rune import wire
@@ -58,8 +59,9 @@ class ReplicaSupervisor:
     ) -> None:
         self.root = state_dir / REPLICAS_DIR
         self.config = config
+        self.sessions = SessionKeeper(state_dir / "sessions")
         self.process = ReplicaProcess(state_dir=state_dir, config=config, skills_dir=skills_dir, runner=runner,
-                                      calls=calls, offered_tools=offered_tools)
+                                      calls=calls, offered_tools=offered_tools, sessions=self.sessions)
         self.on_stopped = on_stopped
         """Awaited (shielded) with the agent id when a replica stops for good: its MCP servers go with it."""
         self.replicas: dict[str, Replica] = {}

@@ -93,7 +93,7 @@ async def _session_held(
     if package.runefile.runtime.checkpoint_policy == "never":
         yield None
         return
-    async with replicas.process.sessions.held(context) as session:
+    async with replicas.sessions.held(context) as session:
         yield session
 
 
@@ -106,7 +106,7 @@ async def _write_checkpoint(replicas: ReplicaSupervisor, context: IntentContext,
     if not isinstance(turn, list) or not all(isinstance(m, dict) for m in turn):
         raise ReplicaFailed("protocol_error", f"the replica of {context.agent.id} answered a checkpoint that is not a list of messages")
     try:
-        await replicas.process.sessions.append(context, turn)
+        await replicas.sessions.append(context, turn)
     except OSError as exc:
         raise ReplicaFailed("crashed", f"session {context.session_id} cannot be written: {exc}") from None
 
