@@ -169,6 +169,8 @@ def test_a_setsid_grandchild_with_an_empty_environment_is_gone_within_3_s(attack
     while alive(pid) and time.monotonic() - ended < 3:
         time.sleep(0.02)
     assert not alive(pid), f"escaped grandchild {pid} outlived its dispatch by 3 s"
+    # …and is reaped, not left a zombie: covenant adopted it (child subreaper), so only covenant can.
+    wait_for(lambda: not os.path.exists(f"/proc/{pid}"), timeout=3, what=f"the escaped grandchild {pid} reaped")
     assert not processes_of_uid(report["uid"])
     assert status(attacked)["audit"]["writer_pid"] == writer  # the sweep spared covenant's own child
     assert outcome["record"]["left_behind"] >= 1, "the escape is on the record"
