@@ -55,6 +55,15 @@ def _lines_backwards(path: Path) -> Iterator[bytes]:
                     yield line
 
 
+def _newest_lines(directory: Path) -> Iterator[bytes]:
+    """Every line of the log, newest first, across its segments (one removed meanwhile is skipped)."""
+    for index in reversed(list_segments(directory)):
+        try:
+            yield from _lines_backwards(directory / segment_name(index))
+        except FileNotFoundError:
+            continue
+
+
 def records_since(directory: Path, since_ms: int, types: frozenset[str]) -> list[dict[str, Any]]:
     """Records of ``types`` whose ``ts`` is at or after ``since_ms``, newest first.
 
@@ -63,34 +72,31 @@ def records_since(directory: Path, since_ms: int, types: frozenset[str]) -> list
     found: list[dict[str, Any]] = []
     cutoff = iso_ms(max(since_ms, 0)).encode("ascii")
     endings = {f'","type":"{t}","v":1}}'.encode() for t in types}
-    for index in reversed(list_segments(directory)):
-        try:
-            for line in _lines_backwards(directory / segment_name(index)):
-                at = line.rfind(_TS)
-                if at < 0:
-                    continue
-                start = at + len(_TS)
-                ts = line[start : start + _TS_LEN]
-                if len(ts) != _TS_LEN or not ts.endswith(b"Z"):
-                    continue
-                if ts < cutoff:
-                    return found
-                if line[start + _TS_LEN :] not in endings:
-                    continue
-                try:
-                    record = json.loads(line)
-                except ValueError:
-                    continue
-                if isinstance(record, dict) and isinstance(record.get("data"), dict):
-                    found.append(record)
-        except FileNotFoundError:
+    for line in _newest_lines(directory):
+        at = line.rfind(_TS)
+        if at < 0:
             continue
+        start = at + len(_TS)
+        ts = line[start : start + _TS_LEN]
+        if len(ts) != _TS_LEN or not ts.endswith(b"Z"):
+            continue
+        if ts < cutoff:
+            return found
+        if line[start + _TS_LEN :] not in endings:
+            continue
+        try:
+            record = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(record, dict) and isinstance(record.get("data"), dict):
+            found.append(record)
     return found
 
 
 UNFINISHED_SCAN_MAX_BYTES = 256 * 1024 * 1024
 """How far back :func:`unfinished_intents` reads at most (a daemon that ran for months wrote more)."""
 _TYPE = b',"type":"'
+_INTENT_TYPES = frozenset({INTENT_RECEIVED, INTENT_COMPLETED, INTENT_INTERRUPTED, POLICY_DECISION})
 
 
 def unfinished_intents(directory: Path) -> tuple[list[dict[str, Any]], bool]:
@@ -106,37 +112,38 @@ def unfinished_intents(directory: Path) -> tuple[list[dict[str, Any]], bool]:
     agents: dict[str, str] = {}
     unfinished: list[dict[str, Any]] = []
     read = 0
-    for index in reversed(list_segments(directory)):
-        try:
-            for line in _lines_backwards(directory / segment_name(index)):
-                read += len(line) + 1
-                if read > UNFINISHED_SCAN_MAX_BYTES:
-                    return unfinished[::-1], True
-                at = line.rfind(_TYPE)
-                if at < 0:
-                    continue
-                start = at + len(_TYPE)
-                type_ = line[start : line.find(b'"', start)].decode("ascii", "replace")
-                if type_ in (DAEMON_START, DAEMON_STOP):
-                    return unfinished[::-1], False
-                if type_ not in (INTENT_RECEIVED, INTENT_COMPLETED, INTENT_INTERRUPTED, POLICY_DECISION):
-                    continue
-                try:
-                    record = json.loads(line)
-                    data = record["data"]
-                    intent = data["intent"]
-                except (ValueError, KeyError, TypeError):
-                    continue  # a torn line, or one without an intent: verify judges the log, not this
-                if type_ == POLICY_DECISION:
-                    if data.get("allowed") is True and isinstance(data.get("agent"), str):
-                        agents[intent] = data["agent"]
-                    elif data.get("allowed") is False:
-                        ended.add(intent)
-                elif type_ != INTENT_RECEIVED:
-                    ended.add(intent)
-                elif intent not in ended and not data.get("dry_run"):
-                    unfinished.append({"intent": intent, "issuer": data.get("issuer"), "parent": data.get("parent"),
-                                       "received": record.get("ts"), "agent": agents.get(intent)})
-        except FileNotFoundError:
+    for line in _newest_lines(directory):
+        read += len(line) + 1
+        if read > UNFINISHED_SCAN_MAX_BYTES:
+            return unfinished[::-1], True
+        type_ = _record_type(line)
+        if type_ in (DAEMON_START, DAEMON_STOP):
+            return unfinished[::-1], False
+        if type_ not in _INTENT_TYPES:
             continue
+        try:
+            record = json.loads(line)
+            data = record["data"]
+            intent = data["intent"]
+        except (ValueError, KeyError, TypeError):
+            continue  # a torn line, or one without an intent: verify judges the log, not this
+        if type_ == POLICY_DECISION:
+            if data.get("allowed") is True and isinstance(data.get("agent"), str):
+                agents[intent] = data["agent"]
+            elif data.get("allowed") is False:
+                ended.add(intent)
+        elif type_ != INTENT_RECEIVED:
+            ended.add(intent)
+        elif intent not in ended and not data.get("dry_run"):
+            unfinished.append({"intent": intent, "issuer": data.get("issuer"), "parent": data.get("parent"),
+                               "received": record.get("ts"), "agent": agents.get(intent)})
     return unfinished[::-1], False
+
+
+def _record_type(line: bytes) -> str | None:
+    """The ``type`` of a record line without decoding it (canonical JSON puts it last but for ``v``)."""
+    at = line.rfind(_TYPE)
+    if at < 0:
+        return None
+    start = at + len(_TYPE)
+    return line[start : line.find(b'"', start)].decode("ascii", "replace")

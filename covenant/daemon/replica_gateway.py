@@ -39,7 +39,6 @@ __all__ = ["IntentContext", "GatewayCalls", "GatewayRefused", "ReplicaGateway"]
 log = logging.getLogger("covenant.rune")
 
 
-
 @dataclass
 class IntentContext:
     """What the daemon knows of one intent in flight on a replica."""
@@ -51,7 +50,8 @@ class IntentContext:
     deadline: float
     """``trio.current_time()`` by which the intent must end."""
     session_id: str = ""
-    """The session the daemon gave the intent: the only one the replica may load and append to for it."""
+    """The session the daemon gave the intent: it loads that one for the invoke, and the replica may append
+    to no other for it."""
     state: dict[str, Any] = field(default_factory=dict)
     """Per-intent objects of the model and tool layers (the token budget)."""
 

@@ -10,8 +10,7 @@ tokens line by line), and every way it can end is an outcome of the record.
 from __future__ import annotations
 
 import time
-from collections.abc import AsyncIterator, Awaitable, Callable, Iterable
-from contextlib import asynccontextmanager
+from collections.abc import Awaitable, Callable, Iterable
 from typing import TYPE_CHECKING, Any
 
 import trio
@@ -84,19 +83,6 @@ def _relay(sink: StreamSink, policy: str, secrets: list[str]) -> tuple[Emit, Cal
     return relay, flush
 
 
-@asynccontextmanager
-async def _session_held(
-    replicas: ReplicaSupervisor, package: RunePackage, context: IntentContext
-) -> AsyncIterator[dict[str, Any] | None]:
-    """The intent's session, loaded and held by the daemon for the invoke; None when the agent keeps none
-    (``checkpoint_policy: never``: its replica remembers it). Raises SessionRefused."""
-    if package.runefile.runtime.checkpoint_policy == "never":
-        yield None
-        return
-    async with replicas.sessions.held(context) as session:
-        yield session
-
-
 async def _write_checkpoint(replicas: ReplicaSupervisor, context: IntentContext, document: dict[str, Any]) -> None:
     """The ``on_finish`` turn the replica answered with, appended to the held session before the intent is
     answered; a turn that is not a list of messages is the replica's protocol error."""
@@ -145,7 +131,7 @@ async def run_rune_intent(
     with cancel_scope:
         with trio.move_on_after(timeout_s) as timer:
             try:
-                async with _session_held(replicas, package, context) as session:
+                async with replicas.sessions.held(context) as session:
                     if session is not None:
                         body["session"] = session
                     document = await replicas.invoke(agent, package, body, context, emit=relay)

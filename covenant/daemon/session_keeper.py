@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from covenant.clock import now_ms
+from covenant.keyed_locks import KeyedLocks
 from covenant.rune.sessions import SessionLog, SessionRefused, open_session
 
 if TYPE_CHECKING:
@@ -38,28 +39,26 @@ class SessionKeeper:
 
     def __init__(self, sessions_dir: Path) -> None:
         self.sessions_dir = sessions_dir
-        self._locks: dict[tuple[str, str], trio.Lock] = {}
+        self._locks = KeyedLocks()
 
     @asynccontextmanager
-    async def held(self, intent: IntentContext) -> AsyncIterator[dict[str, Any]]:
+    async def held(self, intent: IntentContext) -> AsyncIterator[dict[str, Any] | None]:
         """The intent's session, loaded and verified, as the invoke carries it (``{"records", "torn_bytes"}``);
-        no other intent uses the session until this ends. Raises :class:`SessionRefused`."""
-        key = (intent.agent.id, intent.session_id)
-        lock = self._locks.setdefault(key, trio.Lock())
-        try:
-            async with lock:
-                session = await trio.to_thread.run_sync(
-                    open_session, self.sessions_dir, intent.agent.id, intent.session_id, intent.issuer_pubkey, now_ms()
-                )
-                torn = session.verified.torn_bytes
-                if torn:
-                    log.warning("session torn tail cut", extra={"agent": intent.agent.id, "session": intent.session_id,
-                                                                "bytes": torn})
-                intent.state[_SESSION] = session
-                yield {"records": session.verified.turns, "torn_bytes": torn}
-        finally:
-            if not lock.statistics().tasks_waiting and not lock.locked():
-                self._locks.pop(key, None)
+        no other intent uses the session until this ends. None when the agent keeps no sessions
+        (``checkpoint_policy: never``: its replica remembers them). Raises :class:`SessionRefused`."""
+        if intent.package.runefile.runtime.checkpoint_policy == "never":
+            yield None
+            return
+        async with self._locks.hold((intent.agent.id, intent.session_id)):
+            session = await trio.to_thread.run_sync(
+                open_session, self.sessions_dir, intent.agent.id, intent.session_id, intent.issuer_pubkey, now_ms()
+            )
+            torn = session.verified.torn_bytes
+            if torn:
+                log.warning("session torn tail cut", extra={"agent": intent.agent.id, "session": intent.session_id,
+                                                            "bytes": torn})
+            intent.state[_SESSION] = session
+            yield {"records": session.verified.turns, "torn_bytes": torn}
 
     @staticmethod
     async def append(intent: IntentContext, messages: list[dict[str, Any]]) -> None:

@@ -1,11 +1,12 @@
 """One intent against one session: load and verify, window, run the loop, checkpoint.
 
 Shared by the replica (:mod:`covenant.rune.host`) and ``covenant run``. A
-replica's sessions are the daemon's files: it loads and appends them through
-a :class:`SessionStore` (its gateway), so no process of the agent's uid can
-read or rewrite them. The daemon verifies a session before anything is sent
-to a model: a corrupt session fails the intent with ``session_corrupt`` and no
-model request. ``checkpoint_policy``: ``on_finish`` appends the intent's
+replica's sessions are the daemon's files (:mod:`covenant.daemon.session_keeper`):
+the daemon loads and verifies the intent's session before it invokes the
+replica, and a corrupt one fails the intent with ``session_corrupt`` before any
+model request; the replica reads the turns and writes its checkpoints through
+a :class:`SessionStore` (its gateway client), so no process of the agent's uid
+can read or rewrite the files. ``checkpoint_policy``: ``on_finish`` appends the intent's
 messages once it succeeded, ``each_step`` after every model turn, ``never``
 keeps the session in this process's memory only (lost with it).
 """
@@ -16,8 +17,7 @@ import os
 from dataclasses import dataclass, field
 from typing import Any, Protocol
 
-import trio
-
+from covenant.keyed_locks import KeyedLocks
 from covenant.rune.history import window
 from covenant.rune.loop import Backend, EventSink, LoopFailed, LoopResult, LoopSpec, run_loop
 from covenant.rune.sessions import valid_session_id
@@ -31,8 +31,7 @@ class SessionStore(Protocol):
     """The session of one intent, kept by whoever holds the files (the daemon)."""
 
     async def load_session(self) -> tuple[list[dict[str, Any]], int]:
-        """Its turn records (none for a new session) and the bytes of a torn tail that was cut;
-        raise LoopFailed (``session_corrupt``, ``session_forbidden``)."""
+        """Its turn records (none for a new session) and the bytes of a torn tail that was cut."""
 
     async def append_session(self, messages: list[dict[str, Any]]) -> None:
         """Append one turn durably (``each_step``); raise LoopFailed."""
@@ -76,7 +75,7 @@ class Conversations:
 
     def __init__(self, policy: SessionPolicy) -> None:
         self.policy = policy
-        self._locks: dict[str, trio.Lock] = {}
+        self._sessions = KeyedLocks()
         self._memory: dict[str, _Memory] = {}
 
     async def answer(
@@ -85,7 +84,6 @@ class Conversations:
         backend: Backend,
         *,
         text: str,
-        intent_id: str,
         issuer: str,
         session_id: str | None,
         store: SessionStore | None = None,
@@ -97,13 +95,8 @@ class Conversations:
         session_id = session_id or new_session_id()
         if not valid_session_id(session_id):
             raise LoopFailed("bad_request", f"session id {session_id!r}: use 1-128 of A-Za-z0-9._-")
-        lock = self._locks.setdefault(session_id, trio.Lock())
-        async with lock:
-            try:
-                return session_id, await self._answer(spec, backend, text, issuer, session_id, store, emit, notes)
-            finally:
-                if not lock.statistics().tasks_waiting:
-                    self._locks.pop(session_id, None)
+        async with self._sessions.hold(session_id):
+            return session_id, await self._answer(spec, backend, text, issuer, session_id, store, emit, notes)
 
     async def _answer(
         self, spec: LoopSpec, backend: Backend, text: str, issuer: str, session_id: str,

@@ -4,6 +4,9 @@ The replica holds no provider key and reaches no provider: each model turn
 is ``POST /v1/model`` and each tool call ``POST /v1/tool`` on the gateway
 socket the daemon listens on for this replica only. The daemon knows the
 agent from the socket and accepts only the intents it has in flight there.
+It is also the intent's :class:`~covenant.rune.conversation.SessionStore`:
+the session's turns came with the invoke, an ``each_step`` checkpoint is
+``POST /v1/session/append``, an ``on_finish`` one goes back with the answer.
 """
 
 from __future__ import annotations

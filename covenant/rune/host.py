@@ -153,7 +153,7 @@ class ReplicaApp:
         try:
             with trio.fail_after(max(remaining, 0)):
                 session_id, result = await self.conversations.answer(
-                    self.loop_spec, backend, text=body["input"], intent_id=intent_id, issuer=body.get("issuer", ""),
+                    self.loop_spec, backend, text=body["input"], issuer=body.get("issuer", ""),
                     session_id=session_id, store=gateway, emit=emit, notes=notes,
                 )
         except LoopFailed as exc:

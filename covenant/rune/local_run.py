@@ -92,7 +92,7 @@ async def _answer(
     with trio.move_on_after(rf.timeout_ms / 1000) as timer:
         try:
             _, result = await conversations.answer(spec, with_skills(backend, settings["skills"]), text=text,
-                                                   intent_id=backend.intent_id, issuer=backend.issuer, session_id=None)
+                                                   issuer=backend.issuer, session_id=None)
             answer, usage = result.text, result.usage
         except LoopFailed as exc:
             outcome, error, usage = exc.code if exc.code in OUTCOMES else "protocol_error", exc.message, exc.usage

@@ -13,7 +13,7 @@ from tests.a2a.conftest import cancel_a_task_held_by_the_audit_writer, message_p
 from tests.daemon.conftest import DaemonProcess
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.rune.conftest import add_rune_agent, configure, outcome_of
-from tests.workflow.conftest import record, rune_agent
+from tests.workflow.conftest import agent_tool, record, rune_agent
 
 
 ANSWER = "Your name is Ada.\nYou told me so.\nAnything else?"
@@ -77,13 +77,7 @@ def test_cancel_task_of_a_rune_task_also_stops_the_agent_it_is_calling(
     with its caller. It ran on until the frozen replica was replaced (≈ 15 s of failed probes) or its model
     answered (30 s). The caller's record waits for it, so it holds the callee's outcome."""
     configure(daemon, ("fake", fake_model))
-    tool = """\
-    tools:
-      - name: ask_friend
-        runtime: agent
-        agent_ref: local://friend
-        timeout_ms: 600000
-    """
+    tool = agent_tool("ask_friend", "friend", timeout_ms=600000)
     rune_agent(daemon, "caller", toolset=("ask_friend",), tools=tool, timeout_ms=600_000)
     rune_agent(daemon, "friend", timeout_ms=600_000)
     served = serve_a2a(daemon, expose=("caller",), before=(daemon.home / "covenant.toml").read_text())

@@ -58,7 +58,8 @@ async def test_a_stopped_replica_serves_nobody(tmp_path: Path) -> None:
 
 def _intent(intent_id: str, issuer: str, session_id: str) -> IntentContext:
     agent = SimpleNamespace(id="chat@local")
-    return IntentContext(intent_id, issuer, agent, None, 0.0, session_id=session_id)  # type: ignore[arg-type]
+    package = SimpleNamespace(runefile=SimpleNamespace(runtime=SimpleNamespace(checkpoint_policy="on_finish")))
+    return IntentContext(intent_id, issuer, agent, package, 0.0, session_id=session_id)  # type: ignore[arg-type]
 
 
 async def test_the_daemon_keeps_sessions_one_intent_at_a_time_for_their_starter_only(tmp_path: Path) -> None:

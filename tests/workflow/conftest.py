@@ -43,6 +43,12 @@ def rune_agent(d: DaemonProcess, name: str, *, folder: Path | None = None, tools
     return root
 
 
+def agent_tool(name: str, agent: str, *, timeout_ms: int, max_depth: int | None = None) -> str:
+    """A Runefile ``tools:`` block with one ``runtime: agent`` tool ``name`` calling ``local://agent``."""
+    depth = f"    max_depth: {max_depth}\n" if max_depth is not None else ""
+    return f"tools:\n  - name: {name}\n    runtime: agent\n    agent_ref: local://{agent}\n{depth}    timeout_ms: {timeout_ms}\n"
+
+
 def copy_multi_agent(d: DaemonProcess) -> Path:
     target = d.home / "agents" / "multi-agent"
     shutil.copytree(CORPUS / "multi-agent", target)

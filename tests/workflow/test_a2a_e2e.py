@@ -14,7 +14,7 @@ from covenant.policy.signing import sign_intent
 from tests.daemon.conftest import DaemonProcess
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.rune.conftest import outcome_of
-from tests.workflow.conftest import audit, configure, copy_multi_agent, record, rune_agent
+from tests.workflow.conftest import agent_tool, audit, configure, copy_multi_agent, record, rune_agent
 
 
 def _tool_messages(request) -> list[dict]:  # type: ignore[no-untyped-def]
@@ -57,13 +57,7 @@ def test_the_router_calls_researcher_and_analyst_through_its_agent_tools(daemon:
 
 def test_a_call_across_networks_is_refused_and_audited(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
     configure(daemon, ("fake", fake_model))
-    tool = """\
-    tools:
-      - name: ask_other
-        runtime: agent
-        agent_ref: local://other
-        timeout_ms: 30000
-    """
+    tool = agent_tool("ask_other", "other", timeout_ms=30000)
     rune_agent(daemon, "caller", toolset=("ask_other",), tools=tool, networks=("alpha",))
     rune_agent(daemon, "other", networks=("beta",))
     daemon.start()
@@ -87,14 +81,7 @@ def test_a_call_across_networks_is_refused_and_audited(daemon: DaemonProcess, fa
 
 def test_a_self_calling_agent_is_stopped_at_max_depth(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
     configure(daemon, ("fake", fake_model))
-    tool = """\
-    tools:
-      - name: again
-        runtime: agent
-        agent_ref: local://loop
-        max_depth: 3
-        timeout_ms: 60000
-    """
+    tool = agent_tool("again", "loop", timeout_ms=60000, max_depth=3)
     rune_agent(daemon, "loop", toolset=("again",), tools=tool)
     daemon.start()
     daemon.cli("grant", "tester@test", "tool.again", check=True)
@@ -192,13 +179,7 @@ def test_agent_send_reaches_a_peer_and_agent_list_shows_only_peers(daemon: Daemo
 
 def test_the_callers_remaining_time_bounds_the_callee(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
     configure(daemon, ("fake", fake_model))
-    tool = """\
-    tools:
-      - name: slow_friend
-        runtime: agent
-        agent_ref: local://friend
-        timeout_ms: 600000
-    """
+    tool = agent_tool("slow_friend", "friend", timeout_ms=600000)
     rune_agent(daemon, "hurried", toolset=("slow_friend",), tools=tool, timeout_ms=4000)
     rune_agent(daemon, "friend", timeout_ms=600_000)
     daemon.start()
