@@ -789,13 +789,13 @@ class Runner:
             if not reaped:
                 await trio.sleep(0.005)
 
-    async def claim_uid(self, agent_id: str) -> AgentCredentials | None:
+    async def claim_uid(self, agent_id: str, *, resident: bool = False) -> AgentCredentials | None:
         """The agent's credentials, registered as a live root of its uid before anything runs as it.
 
         Waits while a sweep of that uid is under way (it would kill the new run).
         None in ``same-uid`` mode. Every process covenant starts for an agent
-        (a one-shot run here; a Rune replica or a tool process elsewhere) is
-        claimed so, put in ``LaunchPlan.credentials``, and given back with
+        (a one-shot run or a tool run here; a Rune replica or a stdio MCP server elsewhere, which
+        are ``resident``) is claimed so, put in ``LaunchPlan.credentials``, and given back with
         :meth:`release_uid` once its process tree is gone.
         """
         if not self.isolation.enforced:
@@ -806,10 +806,12 @@ class Runner:
         assert creds is not None
         while (sweeping := self._sweeping.get(creds.uid)) is not None:
             await sweeping.wait()
-        self.live_roots.add(creds.uid)
+        self.live_roots.add(creds.uid, resident=resident)
         return creds
 
-    async def release_uid(self, creds: AgentCredentials | None, agent_id: str, intent_id: str) -> Released:
+    async def release_uid(
+        self, creds: AgentCredentials | None, agent_id: str, intent_id: str, *, resident: bool = False
+    ) -> Released:
         """The run's tree is gone: if it was the last live root of its uid, sweep the uid.
 
         Kills every process still running as the uid (escapes that left the
@@ -819,6 +821,10 @@ class Runner:
         in :data:`SHARED_TMP_DIRS`); returns those bytes (they count as the
         dispatch's disk use) and how many live processes of the uid covenant
         had adopted and killed (without child subreaper the kill is blind: 0).
+        When only resident roots of the uid are left (a Rune replica, stdio
+        MCP servers: the run was a tool run, or one of them stopped), the
+        processes of the uid covenant adopted are killed one by one instead,
+        and the resident ones go on (:mod:`covenant.runtime.liveroots`).
         New runs of the uid wait until the sweep is over.
 
         Without credentials (``same-uid`` mode) there is no uid to sweep: the orphans covenant adopted
@@ -828,17 +834,29 @@ class Runner:
         if creds is None:
             await self.end_adopted_orphans(intent_id)
             return Released()
-        if not self.live_roots.remove(creds.uid):
+        self.live_roots.remove(creds.uid, resident=resident)
+        if self.live_roots.passing(creds.uid):
             return Released()
         done = self._sweeping[creds.uid] = trio.Event()
         try:
+            def of_uid(pid: int) -> bool:
+                return _procfs.read_real_uid(pid) == creds.uid
+
+            if self.live_roots.live(creds.uid):
+                if not self._subreaper:
+                    return Released()  # the uid's escapes cannot be told from its resident roots' own processes
+                ended = await self._end_strangers(of_uid)
+                if ended:
+                    log.warning("killed processes agents left behind", extra={"agent": agent_id, "intent": intent_id,
+                                                                               "pids": sorted(ended)})
+                return Released(0, len(ended))
             strangers = self._strangers()
             found = [pid for pid in strangers if _procfs.read_real_uid(pid) == creds.uid]
             killed = sum(1 for pid in found if (stat := _procfs.read_stat(pid)) is not None and stat.state != "Z")
             if not self._subreaper or found:
                 if not await trio.to_thread.run_sync(uidkill.kill_uid, creds.uid, creds.gid):
                     log.error("cannot sweep agent uid", extra={"agent": agent_id, "intent": intent_id, "uid": creds.uid})
-                await self._reap_uid(creds.uid)
+                await self._end_strangers(of_uid)  # the strangers among them, reaped as they die
             else:
                 self._reap_zombies(strangers)
             if self.mount_namespaces is not None:
@@ -852,8 +870,7 @@ class Runner:
 
     async def end_adopted_orphans(self, marker: str | None = None) -> None:
         """SIGKILL and reap the orphans covenant adopted as child subreaper: those whose environment
-        still holds ``COVENANT_INTENT_ID=marker``, or, without a marker, every one; then the strangers
-        those leave in turn (a dying stranger's children come to covenant).
+        still holds ``COVENANT_INTENT_ID=marker``, or, without a marker, every one.
 
         A process an agent, a replica or an MCP server left in a session of its own survives the kill
         of its group. With uid isolation the uid sweep ends it. In ``same-uid`` mode, when a replica or
@@ -864,43 +881,41 @@ class Runner:
         """
         if not self._subreaper:
             return
-        marked = None if marker is None else f"COVENANT_INTENT_ID={marker}".encode()
-        deadline = trio.current_time() + _KILL_WAIT_S
-        ended: set[int] = set()
-        while True:
-            strangers = self._strangers()
-            for pid in strangers:
-                if pid not in ended and (marked is None or _procfs.environ_has(pid, marked)):
-                    with contextlib.suppress(ProcessLookupError):
-                        os.kill(pid, signal.SIGKILL)  # our child: its pid cannot be reused before we reap it
-                    ended.add(pid)
-            dying = [pid for pid in strangers if pid in ended]
-            if not dying:
-                break
-            if not self._reap_zombies(dying):
-                if trio.current_time() > deadline:
-                    log.error("processes left by agents survived SIGKILL", extra={"pids": sorted(dying)})
-                    break
-                await trio.sleep(0.005)
+        if marker is None:
+            ended = await self._end_strangers(lambda pid: _procfs.read_real_uid(pid) is not None)
+        else:
+            marked = f"COVENANT_INTENT_ID={marker}".encode()
+            ended = await self._end_strangers(lambda pid: _procfs.environ_has(pid, marked))
         if ended:
             log.warning("killed processes agents left behind", extra={"pids": sorted(ended), "intent": marker})
 
-    async def _reap_uid(self, uid: int) -> None:
-        """After the uid kill: reap the strangers of ``uid`` as they die.
+    async def _end_strangers(self, matches: Callable[[int], bool]) -> set[int]:
+        """SIGKILL every stranger (:meth:`_strangers`) that ``matches`` (it must not match a zombie), and
+        those that match among the strangers they leave in turn (a dying stranger's children come to
+        covenant), and reap each as it dies; returns the pids killed.
 
-        SIGKILL takes effect when each process is next scheduled, so some are still alive right after
-        the kill; reaped once, at once, they would stay zombies until the next sweep.
+        A stranger is covenant's child, so its pid cannot be reused before covenant reaps it: killing
+        by pid is safe. SIGKILL takes effect when each process is next scheduled, so the loop waits
+        (for at most ``_KILL_WAIT_S``) until none of them is still dying, or they would stay zombies.
         """
         deadline = trio.current_time() + _KILL_WAIT_S
+        ended: set[int] = set()
+        dying: set[int] = set()
         while True:
             strangers = self._strangers()
-            alive = [pid for pid in strangers if _procfs.read_real_uid(pid) == uid]  # a zombie has no uid here
-            self._reap_zombies(strangers)  # after the look: whatever died before it is reaped now
-            if not alive:
-                return
+            found = [pid for pid in strangers if pid not in dying and matches(pid)]
+            for pid in found:
+                with contextlib.suppress(ProcessLookupError):
+                    os.kill(pid, signal.SIGKILL)
+                dying.add(pid)
+            ended.update(found)
+            alive = [pid for pid in strangers if pid in dying and _alive(pid)]
+            dying.difference_update(self._reap_zombies(strangers))  # after the look: what died before it
+            if not found and not alive:
+                return ended
             if trio.current_time() > deadline:
-                log.error("processes of a swept agent uid survived SIGKILL", extra={"uid": uid, "pids": sorted(alive)})
-                return
+                log.error("processes left by agents survived SIGKILL", extra={"pids": sorted(alive)})
+                return ended
             await trio.sleep(0.005)
 
     def _strangers(self) -> list[int]:
@@ -917,17 +932,17 @@ class Runner:
         return [pid for pid in _procfs.thread_children(os.getpid()) if pid not in known and pid not in helpers]
 
     @staticmethod
-    def _reap_zombies(strangers: list[int], *, group: int | None = None) -> int:
+    def _reap_zombies(strangers: list[int], *, group: int | None = None) -> list[int]:
         """Reap the zombies among ``strangers`` (orphans covenant adopted as child subreaper), only those of
-        process group ``group`` when given (never its leader, a run's root); returns how many."""
-        reaped = 0
+        process group ``group`` when given (never its leader, a run's root); returns their pids."""
+        reaped = []
         for pid in strangers:
             stat = _procfs.read_stat(pid)
             if stat is None or stat.state != "Z" or (group is not None and (stat.pgrp != group or pid == group)):
                 continue
             try:
                 os.waitpid(pid, os.WNOHANG)
-                reaped += 1
+                reaped.append(pid)
             except ChildProcessError:
                 pass
         return reaped
@@ -937,6 +952,12 @@ class Runner:
         if d.launched.status is None or not d.swept:
             await self._terminate(d)
         d.launched.close()
+
+
+def _alive(pid: int) -> bool:
+    """Is ``pid`` there and not a zombie?"""
+    stat = _procfs.read_stat(pid)
+    return stat is not None and stat.state != "Z"
 
 
 def paths_agent_processes_run(config: Config) -> list[str]:

@@ -168,8 +168,21 @@ def test_live_roots_say_when_the_last_run_of_a_uid_ended() -> None:
     roots = LiveRoots()
     roots.add(UID)
     roots.add(UID)
-    assert not roots.remove(UID) and roots.live(UID)
-    assert roots.remove(UID) and not roots.live(UID) and roots.uids() == set()
+    roots.remove(UID)
+    assert roots.live(UID) and roots.passing(UID)
+    roots.remove(UID)
+    assert not roots.live(UID) and not roots.passing(UID) and roots.uids() == set()
+
+
+def test_live_roots_tell_resident_roots_from_passing_ones() -> None:
+    roots = LiveRoots()
+    roots.add(UID, resident=True)  # a replica
+    roots.add(UID)  # one of its tool runs
+    assert roots.passing(UID)
+    roots.remove(UID)
+    assert roots.live(UID) and not roots.passing(UID)  # its escapes may be ended now
+    roots.remove(UID, resident=True)
+    assert not roots.live(UID) and roots.uids() == set()
 
 
 @root_only

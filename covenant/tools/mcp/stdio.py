@@ -76,7 +76,7 @@ async def launched_stdio_server(
     import mcp_types
     from mcp.shared.message import SessionMessage
 
-    creds = await runner.claim_uid(agent.id)
+    creds = await runner.claim_uid(agent.id, resident=True)
     scratch = await trio.to_thread.run_sync(runner.scratch.make)
     try:
         if creds is not None:
@@ -146,5 +146,5 @@ async def launched_stdio_server(
                 await teardown.stop_launched(launched, _KILL_GRACE_S)
     finally:
         with trio.CancelScope(shield=True):
-            await runner.release_uid(creds, agent.id, f"mcp:{agent.id}")
+            await runner.release_uid(creds, agent.id, f"mcp:{agent.id}", resident=True)
             await runner.scratch.give_back(scratch)
