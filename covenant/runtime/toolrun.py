@@ -45,6 +45,8 @@ class ToolRun:
     stderr_tail: str
     stdout: bytes = b""
     """What was read of stdout (at most ``runtime.stdout_cap_bytes``), whatever the outcome."""
+    left_behind: int = 0
+    """Processes still running once the tool's own process had ended, killed (its run's ``left_behind``)."""
 
     @classmethod
     def spawn_failed(cls, argv: list[str], message: str, t0: float) -> "ToolRun":
@@ -135,4 +137,5 @@ def tool_run_record(d: RunState, t0: float, scratch_bytes: int, stderr_tail_byte
         stdout_bytes=d.stdout_bytes,
         stderr_tail=tail.decode("utf-8", "replace"),
         stdout=bytes(d.stdout),
+        left_behind=d.left_behind,
     )

@@ -33,6 +33,7 @@ def tool_call_event(
     outcome: str,
     error_code: str | None,
     attempts: int,
+    left_behind: int,
     ms: int,
 ) -> dict[str, Any]:
     """The event's data. A name that is not a valid tool name is recorded as its SHA-256 only.
@@ -49,6 +50,7 @@ def tool_call_event(
         "outcome": outcome,
         "error_code": error_code,
         "attempts": attempts,
+        "left_behind": left_behind,
         "ms": ms,
     }
     if data["name"] is None:

@@ -73,6 +73,8 @@ class _CallState:
     digest: str
     action: str | None = None
     attempts: int = 0
+    left_behind: int = 0
+    """Over all attempts."""
 
 
 class _BadArguments(Exception):
@@ -234,6 +236,7 @@ class ToolHost:
                 outcome=outcome,
                 error_code=code,
                 attempts=state.attempts,
+                left_behind=state.left_behind,
                 ms=int((time.monotonic() - started) * 1000),
             ),
         )
@@ -261,7 +264,9 @@ class ToolHost:
             return refusal
 
         async def attempt(ends: float) -> ToolResult:
-            return await self._attempt(ctx, entry, parsed, ends)
+            result = await self._attempt(ctx, entry, parsed, ends)
+            state.left_behind += result.left_behind
+            return result
 
         descriptor = entry.descriptor
         timeout_ms = descriptor.timeout_ms
@@ -318,4 +323,4 @@ class ToolHost:
         except Exception:
             log.exception("built-in tool failed", extra={"agent": ctx.agent.id, "intent": ctx.intent_id, "tool": entry.entry})
             return ToolResult.failure("tool_failed", f"{entry.model_name} failed inside covenant (see the daemon log)")
-        return capped(content)
+        return content if isinstance(content, ToolResult) else capped(content)

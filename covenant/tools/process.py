@@ -8,6 +8,7 @@ launch path, environment allowlist and kill ladder as agent processes
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import logging
 import secrets
@@ -83,7 +84,8 @@ async def run_process_tool(
             "pid": run.pid,
             "duration_ms": run.duration_ms,
             "cpu_ms": run.cpu_ms,
+            "left_behind": run.left_behind,
             "detail": run.error,
         },
     )
-    return _result(entry, run)
+    return dataclasses.replace(_result(entry, run), left_behind=run.left_behind)

@@ -86,6 +86,9 @@ class ToolResult:
     """JSON-able, at most :data:`RESULT_MAX_BYTES` once encoded; None on error."""
     error_code: str | None = None
     error_message: str | None = None
+    left_behind: int = 0
+    """Processes the call's run left running when its own process ended, killed then (process tools,
+    ``rune@shell-exec``); recorded in the ``tool.call`` event."""
 
     @classmethod
     def success(cls, content: Any) -> "ToolResult":

@@ -20,6 +20,7 @@ import pytest
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture, re-exported
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.rune.conftest import add_process_tool, add_rune_agent, configure, outcome_of
+from tests.rune.test_file_tools import tool_events
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the tool runs as the agent's uid only under a root daemon")
 
@@ -54,5 +55,7 @@ def test_a_process_a_tool_left_behind_ends_with_the_tool_run_while_the_replica_g
     assert not Path(f"/proc/{left}").exists(), "the tool's leftover outlived its run (or stayed a zombie)"
     assert _processes_of(uid) == before, "the replica (and nothing else of its uid) goes on"
     assert "killed processes agents left behind" in daemon.log()
+    (event,) = tool_events(daemon, outcome["intent_id"])
+    assert event["outcome"] == "ok" and event["left_behind"] == 1, event
     fake_model.script(Reply(text="still here"))
     assert outcome_of(daemon.cli("dispatch", "again", "--agent", "chat@local", "--json"))["text"] == "still here"

@@ -33,7 +33,8 @@ class BuiltinCall:
 
 
 BuiltinRun = Callable[[BuiltinCall], Awaitable[Any]]
-"""Returns the JSON-able result, or raises :class:`~covenant.tools.result.ToolError`."""
+"""Returns the JSON-able result (or a :class:`~covenant.tools.result.ToolResult` already made of it, to say
+more than its content: ``rune@shell-exec``'s ``left_behind``), or raises :class:`~covenant.tools.result.ToolError`."""
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ intent's remaining time.
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from typing import Any
 
@@ -19,7 +20,7 @@ import trio
 from covenant.config import Config
 from covenant.runtime.toolrun import ToolRun
 from covenant.tools.builtins.base import Builtin, BuiltinCall
-from covenant.tools.result import ToolError
+from covenant.tools.result import ToolError, ToolResult, capped
 
 __all__ = ["TOOL", "SHELL", "command_timeout_ms"]
 
@@ -64,10 +65,11 @@ def _result(run: ToolRun, limit: int) -> dict[str, Any]:
         "stdout_truncated": stdout_cut,
         "stderr_truncated": stderr_cut,
         "duration_ms": run.duration_ms,
+        "left_behind": run.left_behind,
     }
 
 
-async def _run(call: BuiltinCall) -> dict[str, Any]:
+async def _run(call: BuiltinCall) -> ToolResult:
     command = call.arguments["command"]
     config = call.services.config
     left_ms = (call.ends - trio.current_time()) * 1000 if math.isfinite(call.ends) else math.inf
@@ -81,7 +83,7 @@ async def _run(call: BuiltinCall) -> dict[str, Any]:
         call.ctx.agent, (SHELL, "-c", command), b"", run_id=run_marker(call.ctx.intent_id), wall_ms=wall_ms,
         cwd=str(workspace.root),
     )
-    return _result(run, config.tools.shell_exec.output_max_bytes)
+    return dataclasses.replace(capped(_result(run, config.tools.shell_exec.output_max_bytes)), left_behind=run.left_behind)
 
 
 TOOL = Builtin(
