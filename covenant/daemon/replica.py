@@ -72,6 +72,8 @@ class Replica:
     state: str = "stopped"
     """stopped | starting | ready | backoff | stopping"""
     pid: int | None = None
+    uid: int | None = None
+    """The agent uid it runs as (None: covenant's own, ``isolation: same-uid``); kept after it stops."""
     restarts: int = 0
     last_error: str | None = None
     start_failed: bool = False
@@ -167,6 +169,7 @@ class ReplicaProcess:
             replica.start_failed = True
             return f"cannot start the replica: {exc}"
         replica.pid = launched.pid
+        replica.uid = creds.uid if creds is not None else None
         reason = "the replica exited"
         try:
             async with trio.open_nursery() as nursery:

@@ -166,6 +166,7 @@ async def run_rune_intent(
     return hosted_record(
         intent, agent, "rune", limits, outcome, error, text, started_at, t0,
         pid=replica.pid if replica is not None else None,
+        uid=replica.uid if replica is not None else None,
         session_id=document.get("session_id") if isinstance(document.get("session_id"), str) else session_id,
         usage={k: v for k, v in usage.items() if type(v) is int} if usage else None,
     )

@@ -29,10 +29,12 @@ def hosted_record(
     t0: float,
     *,
     pid: int | None = None,
+    uid: int | None = None,
     session_id: str | None = None,
     usage: dict[str, int] | None = None,
 ) -> DispatchRecord:
-    """The record of a run hosted by the daemon; ``t0`` is its ``time.monotonic()`` start."""
+    """The record of a run hosted by the daemon; ``t0`` is its ``time.monotonic()`` start; ``pid`` and ``uid``
+    those of the process that ran it (a Rune replica; ``uid`` None when it ran as covenant's own)."""
     return DispatchRecord.without_process(
         t0=t0,
         intent_id=intent.id,
@@ -42,6 +44,8 @@ def hosted_record(
         argv=[],
         limits=limits,
         pid=pid,
+        isolation="uid" if uid is not None else "same-uid",
+        uid=uid,
         started_at=started_at,
         outcome=outcome,
         error=error,

@@ -13,6 +13,7 @@ Server: :func:`serve` with a handler returning :class:`JSONResponse` or
 
 from __future__ import annotations
 
+import errno
 import json
 import logging
 import os
@@ -219,12 +220,46 @@ async def serve(
 # -- client --------------------------------------------------------------------------
 
 
+_BACKLOG_WAIT_MAX_S = 0.05
+
+
+async def connect_unix(path: str) -> trio.SocketStream:
+    """Connect to the unix socket ``path``, waiting while its listen backlog is full.
+
+    Not :func:`trio.open_unix_socket`: on Linux a non-blocking connect to a
+    unix socket whose backlog is full fails with EAGAIN (other families say
+    EINPROGRESS and go on in the background); trio 0.35 takes it for a
+    connect in progress and returns the socket unconnected. Its peer then
+    reads as pid 0 and its first send fails. A burst of concurrent calls (a
+    model turn with many tool calls, many intents at once) fills a backlog
+    easily. Here the connect is retried, 1 ms apart at first, then up to
+    every 50 ms, for as long as the caller's cancel scope allows.
+    """
+    raw = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    raw.setblocking(False)
+    delay = 0.001
+    try:
+        while True:
+            try:
+                raw.connect(path)
+                break
+            except BlockingIOError as exc:
+                if exc.errno != errno.EAGAIN:
+                    raise
+            await trio.sleep(delay)
+            delay = min(delay * 2, _BACKLOG_WAIT_MAX_S)
+    except BaseException:
+        raw.close()
+        raise
+    return trio.SocketStream(trio.socket.from_stdlib_socket(raw))
+
+
 @asynccontextmanager
 async def _exchange(
     path: Path | str, method: str, target: str, body: Any, accept: str, peer_pid: int | None
 ) -> AsyncIterator[tuple[h11.Response, h11.Connection, trio.SocketStream]]:
     try:
-        stream = await trio.open_unix_socket(str(path))
+        stream = await connect_unix(str(path))
     except OSError as exc:
         raise WireError(f"cannot connect to {path}: {exc.strerror or exc}") from None
     try:

@@ -80,3 +80,29 @@ async def test_a_body_nested_past_the_recursion_limit_is_a_400_and_the_server_go
         status, document = await wire.call(path, "POST", "/x", {"still": "serving"})
         assert status == 200 and document["echo"] == {"still": "serving"}
         nursery.cancel_scope.cancel()
+
+
+async def test_a_burst_past_the_listen_backlog_waits_for_room_and_is_answered(tmp_path: Path) -> None:
+    """On Linux a non-blocking connect to a unix socket whose listen backlog is full fails with EAGAIN; taken
+    for a connect in progress, it left an unconnected socket whose peer read as pid 0 (the replica then took
+    its own gateway for an impostor and exited) or whose first send failed."""
+    import os
+    import socket
+
+    path = tmp_path / "s.sock"
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.bind(str(path))
+    sock.listen(1)  # room for one waiting connection; the server starts accepting only after the burst
+    answers: list[tuple[int, Any]] = []
+
+    async def one(n: int) -> None:
+        answers.append(await wire.call(path, "POST", "/x", {"n": n}, peer_pid=os.getpid()))
+
+    async with trio.open_nursery() as server:
+        async with trio.open_nursery() as clients:
+            for n in range(20):
+                clients.start_soon(one, n)
+            await trio.sleep(0.3)  # every client has tried to connect by now
+            await server.start(wire.serve, sock, handler)
+        server.cancel_scope.cancel()
+    assert sorted(document["echo"]["n"] for status, document in answers if status == 200) == list(range(20))

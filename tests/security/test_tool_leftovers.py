@@ -49,6 +49,7 @@ def test_a_process_a_tool_left_behind_ends_with_the_tool_run_while_the_replica_g
 
     outcome = outcome_of(daemon.cli("dispatch", "linger", "--agent", "chat@local", "--json"))
     assert outcome["outcome"] == "ok", outcome
+    assert (outcome["record"]["isolation"], outcome["record"]["uid"]) == ("uid", uid), "the record names the uid it ran as"
     answered = json.loads([m for m in fake_model.requests[2].messages if m["role"] == "tool"][-1]["content"])
     left = answered["left"]
     assert left not in before
