@@ -57,6 +57,20 @@ def _started(d: DaemonProcess, fakes: list[tuple[str, FakeModelServer]], **agent
     d.cli("grant", "tester@test", "tool.system_time", check=True)
 
 
+def test_a_turn_with_hundreds_of_tool_calls_runs_them_all(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    """Each call is one connection from the replica to its gateway, all at once: more than the socket's listen
+    backlog. Before wire.connect_unix the replica took a connect refused for a full backlog for an impostor."""
+    _started(daemon, [("fake", fake_model)])
+    fake_model.script(Reply.tools(*[ToolCall("system-time", {}) for _ in range(300)]), Reply(text="done"))
+    outcome = outcome_of(_dispatch(daemon, "what time is it, 300 times?"))
+    assert outcome["outcome"] == "ok" and outcome["usage"]["tool_calls"] == 300, outcome
+    answered = [m for m in fake_model.requests[1].messages if m["role"] == "tool"]
+    assert len(answered) == 300 and not [m for m in answered if '"error"' in m["content"]]
+    records = [json.loads(line) for line in daemon.cli("audit", "tail", "--json", "-n", "1000", check=True).stdout.splitlines()]
+    assert sum(1 for r in records if r["type"] == "tool.call" and r["data"]["intent"] == outcome["intent_id"]) == 300
+    assert "exiting" not in daemon.log(), "the replica left"
+
+
 def test_max_steps_cuts_the_loop_off(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
     _started(daemon, [("fake", fake_model)], max_steps=2)
     fake_model.script(Reply.tools(ToolCall("system-time", {})), Reply.tools(ToolCall("system-time", {})))
