@@ -280,6 +280,9 @@ class WebSearchToolConfig(_Section):
 class ToolsConfig(_Section):
     """``[tools.*]``: the built-in tools' settings and limits."""
 
+    max_runs_per_agent: int = Field(
+        16, gt=0, le=1000, description="process tool and rune@shell-exec runs one agent may have at once; more wait"
+    )
     files: FilesToolConfig = Field(default_factory=FilesToolConfig)
     shell_exec: ShellExecToolConfig = Field(default_factory=ShellExecToolConfig)
     web_fetch: WebFetchToolConfig = Field(default_factory=WebFetchToolConfig)

@@ -71,9 +71,12 @@ async def run_process_tool(
     services: ToolServices, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float
 ) -> ToolResult:
     """One attempt of a process tool, given until ``ends`` (trio time)."""
-    wall_ms = max(1, int((ends - trio.current_time()) * 1000))
     document = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-    run = await services.runner.run_tool(ctx.agent, entry.argv, document, run_id=run_marker(ctx.intent_id), wall_ms=wall_ms)
+    async with services.run_slot(ctx.agent.id):
+        wall_ms = max(1, int((ends - trio.current_time()) * 1000))
+        run = await services.runner.run_tool(
+            ctx.agent, entry.argv, document, run_id=run_marker(ctx.intent_id), wall_ms=wall_ms
+        )
     log.info(
         "tool run",
         extra={

@@ -2,7 +2,11 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+from dataclasses import dataclass, field
+
+import trio
 
 from covenant.config import Config
 from covenant.home import Home
@@ -32,6 +36,24 @@ class ToolServices:
     """knowledge, tasks and events (rune@knowledge-*, rune@task-*, rune@event-publish)."""
     agents: AgentCalls | None = None
     """Calls to other agents (agent tools, ``rune@agent-*``); the daemon sets it, ``covenant run`` has none."""
+    _run_slots: dict[str, tuple[int, trio.Semaphore]] = field(default_factory=dict, init=False, repr=False)
+
+    @asynccontextmanager
+    async def run_slot(self, agent_id: str) -> AsyncIterator[None]:
+        """Hold one of the agent's ``[tools] max_runs_per_agent`` places for a tool run; waits for one.
+
+        A model turn may ask for hundreds of calls at once, and they are all
+        run: without a bound each would be a process of the agent at the same
+        time, failing on the uid's process limit and slowing every other
+        agent's dispatches. A changed setting applies to the runs that start
+        after the reload.
+        """
+        most = self.config.tools.max_runs_per_agent
+        held = self._run_slots.get(agent_id)
+        if held is None or held[0] != most:
+            held = self._run_slots[agent_id] = (most, trio.Semaphore(most))
+        async with held[1]:
+            yield
 
     def workspace(self, agent_id: str) -> Workspace:
         """The agent's workspace (made if missing, 0700, the agent's uid); blocking.

@@ -10,7 +10,7 @@ import psutil
 import pytest
 import trio
 
-from covenant.config import RuntimeConfig
+from covenant.config import Config, RuntimeConfig
 from covenant.manifest.runefile import load_rune_package
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolHost
@@ -335,6 +335,40 @@ async def test_no_time_left_means_nothing_runs(tools: Tools, tmp_path: Path) -> 
     result = await tools.host.call(tools.ctx(agent, tools.grant("tool.mark"), seconds=-1), "mark", {})
     assert result.error_code == "tool_timeout" and not ran.exists()
     assert tools.audit.of("tool.call")[-1]["attempts"] == 0
+
+
+COUNTING_PY = """\
+import json, os, sys, time
+folder = json.load(sys.stdin)["folder"]
+mine = os.path.join(folder, str(os.getpid()))
+open(mine, "w").close()
+seen = len(os.listdir(folder))
+time.sleep(0.3)
+seen = max(seen, len(os.listdir(folder)))
+os.unlink(mine)
+json.dump({"seen": seen}, sys.stdout)
+"""
+
+
+async def test_one_agent_runs_at_most_max_runs_per_agent_tools_at_once_and_the_rest_wait(tools: Tools, tmp_path: Path) -> None:
+    """A model turn may ask for many calls at once: all are run, a few at a time (``[tools] max_runs_per_agent``)."""
+    tools.host.services.config = Config.model_validate({"tools": {"max_runs_per_agent": 3}})
+    folder = tmp_path / "running"
+    folder.mkdir()
+    agent = tools.package(
+        "counter", ["count"], {"tools/count.yaml": descriptor("count", "tools/count.py"), "tools/count.py": COUNTING_PY}
+    )
+    ctx = tools.ctx(agent, tools.grant("tool.count"))
+    results = []
+
+    async def one() -> None:
+        results.append(await tools.host.call(ctx, "count", {"folder": str(folder)}))
+
+    async with trio.open_nursery() as nursery:
+        for _ in range(12):
+            nursery.start_soon(one)
+    assert [r.ok for r in results] == [True] * 12, [r for r in results if not r.ok]
+    assert max(r.content["seen"] for r in results) <= 3, sorted(r.content["seen"] for r in results)
 
 
 async def test_the_example_triage_tool_through_the_host(tools: Tools) -> None:
