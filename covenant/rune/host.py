@@ -19,6 +19,7 @@ replica alone. Logs are lines on stderr (the daemon logs them with the agent id)
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import sys
@@ -180,8 +181,21 @@ async def _serve(spec: ReplicaSpec) -> int:
     return GATEWAY_LOST_EXIT
 
 
+_PR_SET_DUMPABLE = 4
+
+
+def _not_dumpable() -> None:
+    """Keep processes of the agent's uid (its tools) out of this one: no ``/proc/<pid>/mem``, ``environ`` or
+    ``fd``, no ptrace. The replica holds every in-flight intent of its agent, other issuers' turns included;
+    the kernel only lets root (or CAP_SYS_PTRACE) read a process that is not dumpable. Fails closed."""
+    libc = ctypes.CDLL(None, use_errno=True)
+    if libc.prctl(_PR_SET_DUMPABLE, 0, 0, 0, 0) != 0:
+        raise OSError(ctypes.get_errno(), "prctl(PR_SET_DUMPABLE, 0) failed")
+
+
 def main() -> int:
     """Read the spec line from stdin and serve until killed."""
+    _not_dumpable()
     # Worker threads (session files) need little stack; the default 8 MiB each counts against RLIMIT_AS.
     threading.stack_size(512 * 1024)
     line = sys.stdin.buffer.readline()
