@@ -60,20 +60,3 @@ def test_a_process_a_tool_left_behind_ends_with_the_tool_run_while_the_replica_g
     assert event["outcome"] == "ok" and event["left_behind"] == 1, event
     fake_model.script(Reply(text="still here"))
     assert outcome_of(daemon.cli("dispatch", "again", "--agent", "chat@local", "--json"))["text"] == "still here"
-
-
-REPLICA_PEEK = Path(__file__).parent / "agents" / "replica_peek.py"
-
-
-def test_a_tool_cannot_read_its_replicas_memory(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
-    """The replica runs as the tool's own uid and holds every in-flight intent of its agent (other issuers'
-    conversations too): it is not dumpable, so /proc gives a process of that uid nothing of it."""
-    configure(daemon, ("fake", fake_model))
-    add_process_tool(add_rune_agent(daemon, toolset=("peek",)), "peek", REPLICA_PEEK.read_text())
-    daemon.start()
-    daemon.cli("grant", "tester@test", "tool.peek", check=True)
-    fake_model.script(Reply.tools(ToolCall("peek", {})), Reply(text="done"))
-    outcome = outcome_of(daemon.cli("dispatch", "peek", "--agent", "chat@local", "--json"))
-    assert outcome["outcome"] == "ok", outcome
-    tried = json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])
-    assert tried == {"replica": True, "environ": "PermissionError", "mem": "PermissionError", "fd": "PermissionError"}, tried

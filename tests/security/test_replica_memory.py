@@ -1,0 +1,34 @@
+"""Hostile: a Rune agent's tool goes after its replica's process, which runs as the same uid.
+
+The replica holds every in-flight intent of its agent, other issuers' turns included; it makes itself
+non-dumpable, so /proc and ptrace give a process of its uid nothing of it.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from pathlib import Path
+
+import pytest
+
+from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture, re-exported
+from tests.fakes import FakeModelServer, Reply, ToolCall
+from tests.rune.conftest import add_process_tool, add_rune_agent, configure, outcome_of
+
+pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the tool runs as the agent's uid only under a root daemon")
+
+
+REPLICA_PEEK = Path(__file__).parent / "agents" / "replica_peek.py"
+
+
+def test_a_tool_cannot_read_its_replicas_memory(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_process_tool(add_rune_agent(daemon, toolset=("peek",)), "peek", REPLICA_PEEK.read_text())
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.peek", check=True)
+    fake_model.script(Reply.tools(ToolCall("peek", {})), Reply(text="done"))
+    outcome = outcome_of(daemon.cli("dispatch", "peek", "--agent", "chat@local", "--json"))
+    assert outcome["outcome"] == "ok", outcome
+    tried = json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])
+    assert tried == {"replica": True, "environ": "PermissionError", "mem": "PermissionError", "fd": "PermissionError"}, tried
