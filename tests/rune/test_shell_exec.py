@@ -120,15 +120,15 @@ def test_processes_a_command_leaves_running_are_killed_counted_and_audited(
     daemon: DaemonProcess, fake_model: FakeModelServer
 ) -> None:
     start(daemon, fake_model)
-    # The sleep in a session of its own outlives the process group's kill and is found by its marker. The
-    # one left in the group dies with the group, counted only when a sample saw it (timing): not asserted.
-    command = "sleep 300 & setsid sleep 301 & echo started"
+    # A sleep in a session of its own outlives the process group's kill and is found by its marker. The
+    # command ends only once it is out of the group (its pid file written after setsid).
+    command = "setsid sh -c 'echo $$ > left.pid; exec sleep 301' & while [ ! -s left.pid ]; do sleep 0.01; done; echo started"
     fake_model.script(Reply.tools(ToolCall("shell-exec", {"command": command})), Reply(text="done"))
     outcome = dispatch(daemon)
     (result,) = tool_results(fake_model, 1)
     assert result["stdout"] == "started\n" and result["exit_code"] == 0, result
-    assert result["left_behind"] >= 1, result
+    assert result["left_behind"] == 1, result
     (event,) = tool_events(daemon, outcome["intent_id"])
-    assert event["outcome"] == "ok" and event["left_behind"] == result["left_behind"], event
+    assert event["outcome"] == "ok" and event["left_behind"] == 1, event
     uid = (daemon.home / "state" / "workspaces" / "chat@local").stat().st_uid
     assert not left_behind(uid, replica_pid(daemon)), "killed before the result went back to the model"
