@@ -22,6 +22,7 @@ import sys
 import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -161,7 +162,7 @@ class ReplicaProcess:
         except OSError as exc:
             replica.start_failed = True
             return f"cannot prepare {replica.folder}: {exc}"
-        gateway = ReplicaGateway(replica.agent.id, self.calls, replica.intents, lambda: replica.pid, self.sessions)
+        gateway = ReplicaGateway(replica.agent.id, self.calls, replica.intents, self.sessions)
         try:
             launched = await self.runner.launch(self._plan(replica, creds), replica.agent)  # a thread that outlives it
         except (LaunchError, OSError) as exc:
@@ -173,7 +174,8 @@ class ReplicaProcess:
         reason = "the replica exited"
         try:
             async with trio.open_nursery() as nursery:
-                await nursery.start(wire.serve, gateway_sock, gateway.handle)
+                await nursery.start(partial(wire.serve, gateway_sock, gateway.handle, peer_pid=lambda: replica.pid,
+                                            name=str(replica.gateway_socket)))
                 nursery.start_soon(self._drain_output, replica, launched.stderr)
                 nursery.start_soon(self._drain_output, replica, launched.stdout)
                 spec_line = json.dumps({**settings, "socket": str(replica.socket), "gateway": str(replica.gateway_socket),

@@ -80,19 +80,13 @@ class ReplicaGateway:
     """Request handling of one replica's gateway socket."""
 
     def __init__(self, agent_id: str, calls: GatewayCalls, intents: dict[str, IntentContext],
-                 replica_pid: Callable[[], int | None], sessions: SessionKeeper) -> None:
+                 sessions: SessionKeeper) -> None:
         self.agent_id = agent_id
         self.calls = calls
         self.intents = intents
-        self._replica_pid = replica_pid
         self.sessions = sessions
 
     async def handle(self, request: wire.Request) -> wire.JSONResponse | wire.EventStream:
-        pid = self._replica_pid()
-        if request.peer_pid is None or pid is None or request.peer_pid != pid:
-            log.warning("gateway call from a process that is not the replica",
-                        extra={"agent": self.agent_id, "peer_pid": request.peer_pid})
-            return wire.JSONResponse(403, error_document("forbidden", "only the agent's replica may use this gateway"))
         if request.method != "POST" or request.target not in (MODEL_PATH, TOOL_PATH, SESSION_APPEND_PATH):
             return wire.JSONResponse(404, error_document("not_found", f"no such endpoint: {request.method} {request.target}"))
         body = request.body

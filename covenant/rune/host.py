@@ -26,6 +26,7 @@ import sys
 import threading
 import time
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 from typing import Any
 
@@ -174,7 +175,7 @@ async def _serve(spec: ReplicaSpec) -> int:
     sock = wire.bind_socket(Path(spec.socket))
     _log("replica serving", agent=spec.agent, socket=spec.socket)
     async with trio.open_nursery() as nursery:
-        await nursery.start(wire.serve, sock, app.handle)
+        await nursery.start(partial(wire.serve, sock, app.handle, peer_pid=lambda: spec.gateway_pid, name=spec.socket))
         await app.gateway_lost.wait()
         await trio.sleep(_LAST_ANSWER_S)  # the intent that found it out gets its error first
         nursery.cancel_scope.cancel()

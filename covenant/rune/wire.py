@@ -13,6 +13,7 @@ Server: :func:`serve` with a handler returning :class:`JSONResponse` or
 
 from __future__ import annotations
 
+import contextlib
 import errno
 import json
 import logging
@@ -66,8 +67,6 @@ class Request:
     body: Any
     """The JSON body (None when empty)."""
     headers: dict[str, str] = field(default_factory=dict)
-    peer_pid: int | None = None
-    """SO_PEERCRED pid of the connecting process."""
 
 
 @dataclass
@@ -185,8 +184,6 @@ async def _handle(stream: trio.SocketStream, handler: Handler) -> None:
     try:
         try:
             request = await _read_request(stream, conn)
-            if request is not None:
-                request.peer_pid = _peer_pid(stream)
         except (h11.RemoteProtocolError, WireError, ValueError) as exc:
             if conn.our_state in (h11.IDLE, h11.SEND_RESPONSE):
                 await _answer(stream, conn, JSONResponse(400, {"error": {"code": "bad_request", "message": str(exc)}}))
@@ -205,16 +202,78 @@ async def _handle(stream: trio.SocketStream, handler: Handler) -> None:
         await stream.aclose()
 
 
+_REFUSED = (
+    b"HTTP/1.1 403 Forbidden\r\ncontent-type: application/json\r\ncontent-length: %d\r\nconnection: close\r\n\r\n%s"
+)
+_REFUSED_BODY = b'{"error":{"code":"forbidden","message":"this socket serves one process only"}}\n'
+_REFUSED_LINGER_S = 0.1
+_REFUSED_DRAIN_BYTES = 64 * 1024
+
+
 async def serve(
-    sock: socket.socket, handler: Handler, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED
+    sock: socket.socket,
+    handler: Handler,
+    *,
+    peer_pid: Callable[[], int | None],
+    name: str,
+    task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Answer requests on the listening ``sock`` until cancelled."""
+    """Answer requests on the listening ``sock`` until cancelled; only those of the process ``peer_pid()``.
+
+    Both ends of a replica serve one peer each: the daemon's gateway its
+    replica, the replica the daemon. Processes of the agent's uid (its
+    tools) can reach both sockets, so a connection from any other process
+    (SO_PEERCRED) gets a fixed 403 and is closed before a byte of it is
+    read: it cannot hold the server with a request it never finishes, or
+    make it buffer a body. Refusals are logged once per process
+    (:class:`_Refusals`); ``name`` says which socket in the log.
+    """
     listener = trio.SocketListener(trio.socket.from_stdlib_socket(sock))
+    refusals = _Refusals(name)
 
     async def one(stream: trio.SocketStream) -> None:
+        expected, found = peer_pid(), _peer_pid(stream)
+        if expected is None or found != expected:
+            refusals.note(found, expected)
+            await _refuse(stream)
+            return
         await _handle(stream, handler)
 
     await trio.serve_listeners(one, [listener], task_status=task_status)
+
+
+async def _refuse(stream: trio.SocketStream) -> None:
+    """Send the fixed 403 and close. What the client already sent is read and dropped first (at most
+    64 KiB, for at most 0.1 s): closing a unix socket with unread data resets the peer, which would then
+    lose the answer."""
+    with trio.move_on_after(_REFUSED_LINGER_S):
+        with contextlib.suppress(trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            await stream.send_all(_REFUSED % (len(_REFUSED_BODY), _REFUSED_BODY))
+            await stream.send_eof()
+            dropped = 0
+            while dropped < _REFUSED_DRAIN_BYTES and (data := await stream.receive_some(_REFUSED_DRAIN_BYTES)):
+                dropped += len(data)
+    await stream.aclose()
+
+
+class _Refusals:
+    """Log a refused connection once per process, not once per connection: a process that connects in a
+    loop would fill the log otherwise. Remembers the last few thousand pids."""
+
+    _REMEMBERED = 4096
+
+    def __init__(self, name: str) -> None:
+        self.name = name
+        self._seen: dict[int | None, None] = {}
+
+    def note(self, found: int | None, expected: int | None) -> None:
+        if found in self._seen:
+            return
+        if len(self._seen) >= self._REMEMBERED:
+            self._seen.clear()
+        self._seen[found] = None
+        log.warning("connection refused: not the process this socket serves",
+                    extra={"socket": self.name, "peer_pid": found, "serves_pid": expected})
 
 
 # -- client --------------------------------------------------------------------------

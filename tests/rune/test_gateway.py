@@ -27,33 +27,24 @@ class Calls:
         return {"ok": True, "content": 1}
 
 
-def request(body: Any, pid: int | None, target: str = "/v1/model") -> wire.Request:
-    return wire.Request("POST", target, body, {}, peer_pid=pid)
+def request(body: Any, target: str = "/v1/model") -> wire.Request:
+    """A request as the replica makes it (the socket lets only the replica's pid in: tests/rune/test_wire.py)."""
+    return wire.Request("POST", target, body, {})
 
 
-async def test_only_the_replica_pid_and_only_its_intents(tmp_path: Path) -> None:
+async def test_only_its_intents_and_its_endpoints(tmp_path: Path) -> None:
     calls = Calls()
-    gateway = ReplicaGateway("chat@local", calls, {"in-flight": object()}, lambda: 4242, SessionKeeper(tmp_path))  # type: ignore[arg-type, dict-item]
-    refused = await gateway.handle(request({"intent_id": "in-flight"}, pid=4243))
-    assert isinstance(refused, wire.JSONResponse) and refused.status == 403
-    assert refused.document["error"]["code"] == "forbidden"
-    unknown = await gateway.handle(request({"intent_id": "someone-elses", "agent": "other@local"}, pid=4242))
+    gateway = ReplicaGateway("chat@local", calls, {"in-flight": object()}, SessionKeeper(tmp_path))  # type: ignore[arg-type, dict-item]
+    unknown = await gateway.handle(request({"intent_id": "someone-elses", "agent": "other@local"}))
     assert isinstance(unknown, wire.JSONResponse) and unknown.status == 403
     assert unknown.document["error"]["code"] == "unknown_intent"
-    bad = await gateway.handle(request(["not", "an", "object"], pid=4242))
+    bad = await gateway.handle(request(["not", "an", "object"]))
     assert isinstance(bad, wire.JSONResponse) and bad.status == 400
-    elsewhere = await gateway.handle(request({"intent_id": "in-flight"}, pid=4242, target="/v1/admin"))
+    elsewhere = await gateway.handle(request({"intent_id": "in-flight"}, target="/v1/admin"))
     assert isinstance(elsewhere, wire.JSONResponse) and elsewhere.status == 404
     assert calls.made == []
-    ok = await gateway.handle(request({"intent_id": "in-flight"}, pid=4242, target="/v1/tool"))
+    ok = await gateway.handle(request({"intent_id": "in-flight"}, target="/v1/tool"))
     assert isinstance(ok, wire.JSONResponse) and ok.status == 200 and calls.made == ["in-flight"]
-
-
-async def test_a_stopped_replica_serves_nobody(tmp_path: Path) -> None:
-    calls = Calls()
-    gateway = ReplicaGateway("chat@local", calls, {"in-flight": object()}, lambda: None, SessionKeeper(tmp_path))  # type: ignore[arg-type, dict-item]
-    refused = await gateway.handle(request({"intent_id": "in-flight"}, pid=4242))
-    assert isinstance(refused, wire.JSONResponse) and refused.status == 403 and calls.made == []
 
 
 def _intent(intent_id: str, issuer: str, session_id: str) -> IntentContext:
@@ -68,8 +59,8 @@ async def test_the_daemon_keeps_sessions_one_intent_at_a_time_for_their_starter_
     keeper = SessionKeeper(tmp_path)
     intents = {"i1": _intent("i1", "aa" * 32, "s1"), "i2": _intent("i2", "aa" * 32, "s1"),
                "i3": _intent("i3", "bb" * 32, "s1")}
-    gateway = ReplicaGateway("chat@local", Calls(), intents, lambda: 4242, keeper)  # type: ignore[arg-type]
-    early = await gateway.handle(request({"intent_id": "i2", "messages": []}, 4242, "/v1/session/append"))
+    gateway = ReplicaGateway("chat@local", Calls(), intents, keeper)  # type: ignore[arg-type]
+    early = await gateway.handle(request({"intent_id": "i2", "messages": []}, "/v1/session/append"))
     assert isinstance(early, wire.JSONResponse) and early.status == 409
     turn = [{"role": "user", "content": "hello"}, {"role": "assistant", "content": "hi"}]
     order: list[str] = []
@@ -85,7 +76,7 @@ async def test_the_daemon_keeps_sessions_one_intent_at_a_time_for_their_starter_
             nursery.start_soon(second)
             await trio.sleep(0.05)
             assert order == []  # the second intent of the session waits for the first
-            done = await gateway.handle(request({"intent_id": "i1", "messages": turn}, 4242, "/v1/session/append"))
+            done = await gateway.handle(request({"intent_id": "i1", "messages": turn}, "/v1/session/append"))
             assert isinstance(done, wire.JSONResponse) and done.document == {"ok": True}
             order.append("i1 done")
     assert order == ["i1 done", "i2 loaded"]

@@ -1,7 +1,9 @@
-"""Hostile: a Rune agent's tool goes after its replica's process, which runs as the same uid.
+"""Hostile: a Rune agent's tool goes after its replica, which runs as the same uid.
 
 The replica holds every in-flight intent of its agent, other issuers' turns included; it makes itself
-non-dumpable, so /proc and ptrace give a process of its uid nothing of it.
+non-dumpable, so /proc and ptrace give a process of its uid nothing of it. Its socket serves the daemon
+only, and the daemon's gateway socket the replica only: a tool can neither have the replica run an
+intent for it nor hold the daemon with a request it never finishes.
 """
 
 from __future__ import annotations
@@ -32,3 +34,22 @@ def test_a_tool_cannot_read_its_replicas_memory(daemon: DaemonProcess, fake_mode
     assert outcome["outcome"] == "ok", outcome
     tried = json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])
     assert tried == {"replica": True, "environ": "PermissionError", "mem": "PermissionError", "fd": "PermissionError"}, tried
+
+
+REPLICA_KNOCK = Path(__file__).parent / "agents" / "replica_knock.py"
+
+
+def test_a_tool_can_neither_invoke_its_replica_nor_hold_the_gateway(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model))
+    add_process_tool(add_rune_agent(daemon, toolset=("knock",)), "knock", REPLICA_KNOCK.read_text())
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.knock", check=True)
+    folder = daemon.home / "state" / "replicas" / "chat@local"
+    fake_model.script(Reply.tools(ToolCall("knock", {"folder": str(folder)})), Reply(text="done"),
+                      Reply(text="yes (a model call the tool made through the replica)"))
+    outcome = outcome_of(daemon.cli("dispatch", "knock", "--agent", "chat@local", "--json"))
+    assert outcome["outcome"] == "ok" and outcome["text"] == "done", outcome
+    tried = json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])
+    assert tried == {"invoke": "HTTP/1.1 403 Forbidden", "hold": "answered"}, tried
+    assert len(fake_model.requests) == 2, "the replica called the model for the tool"
+    assert "connection refused: not the process this socket serves" in daemon.log()
