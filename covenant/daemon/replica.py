@@ -18,6 +18,7 @@ import json
 import logging
 import os
 import resource
+import stat
 import sys
 import time
 from collections.abc import Callable
@@ -327,8 +328,18 @@ class ReplicaProcess:
 
 
 def _chown_tree(folder: Path, uid: int, gid: int) -> None:
-    """Entries of ``folder`` owned by another uid (an earlier replica's, a uid change) become ``uid``'s;
-    links are not followed."""
+    """Entries of ``folder`` owned by another uid (an earlier replica's, a uid change) become ``uid``'s.
+
+    Symbolic links are not followed, and a file with more than one hard link is left alone: the folder
+    is the agent uid's, and a link it made there to a file elsewhere (where ``fs.protected_hardlinks``
+    is off) would otherwise hand that file to the agent.
+    """
     for entry in os.scandir(folder):
-        if entry.stat(follow_symlinks=False).st_uid != uid:
-            os.chown(entry.path, uid, gid, follow_symlinks=False)
+        st = entry.stat(follow_symlinks=False)
+        if st.st_uid == uid:
+            continue
+        if not stat.S_ISDIR(st.st_mode) and st.st_nlink > 1:
+            log.warning("a hard-linked file in a replica's folder is not given to the agent",
+                        extra={"path": entry.path, "links": st.st_nlink})
+            continue
+        os.chown(entry.path, uid, gid, follow_symlinks=False)

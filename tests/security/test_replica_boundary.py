@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 from pathlib import Path
 
 import pytest
@@ -53,3 +54,26 @@ def test_a_tool_can_neither_invoke_its_replica_nor_hold_the_gateway(daemon: Daem
     assert tried == {"invoke": "HTTP/1.1 403 Forbidden", "hold": "answered"}, tried
     assert len(fake_model.requests) == 2, "the replica called the model for the tool"
     assert "connection refused: not the process this socket serves" in daemon.log()
+
+
+def test_a_file_hard_linked_into_the_replicas_folder_is_not_given_to_the_agent(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """The replica's folder is the agent uid's; at each replica start the daemon (root) makes what is in it
+    the uid's. A hard link the agent made there to a file it does not own (possible where
+    fs.protected_hardlinks is off; the test, as root, makes it) must not hand that file over."""
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    fake_model.script(Reply(text="first"), Reply(text="second"))
+    assert outcome_of(daemon.cli("dispatch", "hello", "--agent", "chat@local", "--json"))["text"] == "first"
+    folder = daemon.home / "state" / "replicas" / "chat@local"
+    victim = daemon.home / "identity" / "planted-victim"
+    victim.write_text("root's own")
+    os.chmod(victim, 0o600)
+    os.link(victim, folder / "planted")
+    (replica,) = daemon.api("GET", "/v1/status")["replicas"]  # type: ignore[index]
+    os.kill(int(replica["pid"]), signal.SIGKILL)  # the next start prepares the folder again
+    assert outcome_of(daemon.cli("dispatch", "again", "--agent", "chat@local", "--json"))["text"] == "second"
+    assert (victim.stat().st_uid, victim.stat().st_mode & 0o777) == (0, 0o600)
+    assert "a hard-linked file in a replica's folder is not given to the agent" in daemon.log()
