@@ -92,8 +92,13 @@ def sse_frame(event: str, data: Any) -> bytes:
     return f"event: {event}\ndata: {json.dumps(data, ensure_ascii=False, separators=(',', ':'))}\n\n".encode()
 
 
-def bind_socket(path: Path, mode: int = 0o600) -> socket.socket:
-    """Listen on ``path`` (a stale socket file is replaced; anything else is refused)."""
+def bind_socket(path: Path) -> socket.socket:
+    """Listen on ``path``, mode 0600 (a stale socket file is replaced; anything else is refused).
+
+    The mode comes from the umask at ``bind``, never from a ``chmod`` after it: the folder is the agent
+    uid's, and a process of that uid could put a symlink at ``path`` between the two, which ``chmod``
+    (run as root) would follow.
+    """
     try:
         st = os.lstat(path)
     except FileNotFoundError:
@@ -108,7 +113,6 @@ def bind_socket(path: Path, mode: int = 0o600) -> socket.socket:
         sock.bind(str(path))
     finally:
         os.umask(old)
-    os.chmod(path, mode)
     sock.listen(128)
     return sock
 
