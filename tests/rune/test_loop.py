@@ -9,7 +9,7 @@ import pytest
 import trio
 
 from covenant.rune.history import window
-from covenant.rune.loop import LoopFailed, LoopSpec, run_loop
+from covenant.rune.loop import CALLS_AT_ONCE, LoopFailed, LoopSpec, run_loop
 
 TOOLS = [{"type": "function", "function": {"name": "system-time", "parameters": {"type": "object"}}}]
 
@@ -70,6 +70,16 @@ async def test_unknown_tool_and_bad_arguments_go_back_as_error_results() -> None
     assert json.loads(tool_messages[0]["content"])["error"]["code"] == "unknown_tool"
     assert tool_messages[0]["is_error"] is True
     assert ("system-time", "{bad") in backend.tool_calls  # the raw text: the tool host judges it
+
+
+async def test_a_turn_of_many_calls_runs_them_all_a_few_at_a_time() -> None:
+    calls = [call("system-time", cid=f"c{n}") for n in range(100)]
+    backend = Scripted([{"role": "assistant", "content": "", "tool_calls": calls},
+                        {"role": "assistant", "content": "ok"}], tool_delay=0.01)
+    result = await run_loop(LoopSpec("s", TOOLS, max_steps=3), backend, [], "x")
+    assert result.usage["tool_calls"] == 100 and len(backend.tool_calls) == 100
+    assert [m["tool_call_id"] for m in backend.seen[1] if m["role"] == "tool"] == [f"c{n}" for n in range(100)]
+    assert backend.most_running == CALLS_AT_ONCE
 
 
 async def test_calls_of_one_turn_run_concurrently() -> None:
