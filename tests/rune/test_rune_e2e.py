@@ -58,8 +58,9 @@ def _started(d: DaemonProcess, fakes: list[tuple[str, FakeModelServer]], **agent
 
 
 def test_a_turn_with_hundreds_of_tool_calls_runs_them_all(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
-    """Each call is one connection from the replica to its gateway, all at once: more than the socket's listen
-    backlog. Before wire.connect_unix the replica took a connect refused for a full backlog for an impostor."""
+    """All answered and audited, 16 at a time (rune/loop.CALLS_AT_ONCE), and the replica stays. Before that bound
+    every call was a connection to the gateway at once, past the socket's listen backlog, and the replica took
+    the refused connects for an impostor (tests/rune/test_wire.py keeps that case: wire.connect_unix)."""
     _started(daemon, [("fake", fake_model)])
     fake_model.script(Reply.tools(*[ToolCall("system-time", {}) for _ in range(300)]), Reply(text="done"))
     outcome = outcome_of(_dispatch(daemon, "what time is it, 300 times?"))
