@@ -19,6 +19,8 @@ import pytest
 
 from tests.conftest import traversable_tmpdir
 from tests.daemon.conftest import DaemonProcess
+from tests.fakes import FakeModelServer
+from tests.rune.conftest import add_process_tool, add_rune_agent, configure
 
 ATTACKER = Path(__file__).parent / "agents" / "attacker.py"
 MAX_PROCESSES = 48
@@ -26,6 +28,17 @@ DISK_MB = 8
 UID_RANGE = (600000, 604335)
 """A range of its own: other covenant homes on a shared CI box use the default one, and a daemon
 sweeps its uids when a run ends or it starts (the default range is checked in tests/runtime)."""
+
+
+def start_with_hostile_tool(daemon: DaemonProcess, fake_model: FakeModelServer, name: str, script: str,
+                            *, extra: str = "") -> None:
+    """chat@local, a Rune agent on the fake model whose one process tool ``name`` is
+    ``tests/security/agents/<script>``, granted to the tester; the daemon started."""
+    configure(daemon, ("fake", fake_model), extra=extra)
+    source = (Path(__file__).parent / "agents" / script).read_text()
+    add_process_tool(add_rune_agent(daemon, toolset=(name,)), name, source)
+    daemon.start()
+    daemon.cli("grant", "tester@test", f"tool.{name}", check=True)
 
 
 def processes_of_uid(uid: int) -> list[int]:

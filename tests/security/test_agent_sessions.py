@@ -6,28 +6,23 @@ folder, 0600 files), so a process of the agent's uid can neither read nor change
 
 from __future__ import annotations
 
-import json
 import os
-from pathlib import Path
 
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture, re-exported
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.rune.conftest import add_process_tool, add_rune_agent, configure, outcome_of
+from tests.rune.conftest import add_rune_agent, configure, outcome_of
+from tests.rune.test_file_tools import tool_results
+from tests.security.conftest import start_with_hostile_tool
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the tool runs as the agent's uid only under a root daemon")
-
-PEEK = Path(__file__).parent / "agents" / "session_peek.py"
 
 
 def test_a_tool_of_the_agent_can_neither_read_nor_change_its_sessions(
     daemon: DaemonProcess, fake_model: FakeModelServer
 ) -> None:
-    configure(daemon, ("fake", fake_model))
-    add_process_tool(add_rune_agent(daemon, toolset=("peek",)), "peek", PEEK.read_text())
-    daemon.start()
-    daemon.cli("grant", "tester@test", "tool.peek", check=True)
+    start_with_hostile_tool(daemon, fake_model, "peek", "session_peek.py")
     folder = daemon.home / "state" / "sessions" / "chat@local"
     fake_model.script(Reply(text="noted"), Reply.tools(ToolCall("peek", {"folder": str(folder), "file": "private.jsonl"})),
                       Reply(text="done"))
@@ -38,7 +33,7 @@ def test_a_tool_of_the_agent_can_neither_read_nor_change_its_sessions(
 
     peeked = outcome_of(daemon.cli("dispatch", "look around", "--agent", "chat@local", "--json"))
     assert peeked["outcome"] == "ok", peeked
-    tried = json.loads([m for m in fake_model.requests[2].messages if m["role"] == "tool"][-1]["content"])
+    tried = tool_results(fake_model, 2)[-1]
     assert tried == {"list": "PermissionError", "read": "PermissionError", "write": "PermissionError",
                      "create": "PermissionError"}, tried
     assert (folder / "private.jsonl").read_bytes() == before

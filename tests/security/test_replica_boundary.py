@@ -8,49 +8,37 @@ intent for it nor hold the daemon with a request it never finishes.
 
 from __future__ import annotations
 
-import json
 import os
 import signal
-from pathlib import Path
 
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture, re-exported
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.rune.conftest import add_process_tool, add_rune_agent, configure, outcome_of
+from tests.rune.conftest import add_rune_agent, configure, outcome_of
+from tests.rune.test_file_tools import tool_results
+from tests.security.conftest import start_with_hostile_tool
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the tool runs as the agent's uid only under a root daemon")
 
 
-REPLICA_PEEK = Path(__file__).parent / "agents" / "replica_peek.py"
-
-
 def test_a_tool_cannot_read_its_replicas_memory(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
-    configure(daemon, ("fake", fake_model))
-    add_process_tool(add_rune_agent(daemon, toolset=("peek",)), "peek", REPLICA_PEEK.read_text())
-    daemon.start()
-    daemon.cli("grant", "tester@test", "tool.peek", check=True)
+    start_with_hostile_tool(daemon, fake_model, "peek", "replica_peek.py")
     fake_model.script(Reply.tools(ToolCall("peek", {})), Reply(text="done"))
     outcome = outcome_of(daemon.cli("dispatch", "peek", "--agent", "chat@local", "--json"))
     assert outcome["outcome"] == "ok", outcome
-    tried = json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])
+    tried = tool_results(fake_model, 1)[-1]
     assert tried == {"replica": True, "environ": "PermissionError", "mem": "PermissionError", "fd": "PermissionError"}, tried
 
 
-REPLICA_KNOCK = Path(__file__).parent / "agents" / "replica_knock.py"
-
-
 def test_a_tool_can_neither_invoke_its_replica_nor_hold_the_gateway(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
-    configure(daemon, ("fake", fake_model))
-    add_process_tool(add_rune_agent(daemon, toolset=("knock",)), "knock", REPLICA_KNOCK.read_text())
-    daemon.start()
-    daemon.cli("grant", "tester@test", "tool.knock", check=True)
+    start_with_hostile_tool(daemon, fake_model, "knock", "replica_knock.py")
     folder = daemon.home / "state" / "replicas" / "chat@local"
     fake_model.script(Reply.tools(ToolCall("knock", {"folder": str(folder)})), Reply(text="done"),
                       Reply(text="yes (a model call the tool made through the replica)"))
     outcome = outcome_of(daemon.cli("dispatch", "knock", "--agent", "chat@local", "--json"))
     assert outcome["outcome"] == "ok" and outcome["text"] == "done", outcome
-    tried = json.loads([m for m in fake_model.requests[1].messages if m["role"] == "tool"][-1]["content"])
+    tried = tool_results(fake_model, 1)[-1]
     assert tried == {"invoke": "HTTP/1.1 403 Forbidden", "hold": "answered"}, tried
     assert len(fake_model.requests) == 2, "the replica called the model for the tool"
     assert "connection refused: not the process this socket serves" in daemon.log()

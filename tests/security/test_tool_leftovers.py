@@ -10,26 +10,18 @@ on.
 
 from __future__ import annotations
 
-import json
 import os
 from pathlib import Path
 
-import psutil
 import pytest
 
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture, re-exported
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.rune.conftest import add_process_tool, add_rune_agent, configure, outcome_of
-from tests.rune.test_file_tools import tool_events
+from tests.rune.conftest import outcome_of
+from tests.rune.test_file_tools import tool_events, tool_results
+from tests.security.conftest import processes_of_uid, start_with_hostile_tool
 
 pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="the tool runs as the agent's uid only under a root daemon")
-
-LINGERER = Path(__file__).parent / "agents" / "lingerer.py"
-
-
-def _processes_of(uid: int) -> set[int]:
-    return {p.pid for p in psutil.process_iter(["uids", "status"])
-            if p.info["uids"] and p.info["uids"].real == uid and p.info["status"] != psutil.STATUS_ZOMBIE}
 
 
 def test_a_process_a_tool_left_behind_ends_with_the_tool_run_while_the_replica_goes_on(
@@ -37,24 +29,21 @@ def test_a_process_a_tool_left_behind_ends_with_the_tool_run_while_the_replica_g
 ) -> None:
     # No sample during the tool's run: its leftover is never seen in the run's tree (as when it escapes
     # between two samples), so only the end of the tool run can find it.
-    configure(daemon, ("fake", fake_model), extra="[runtime]\nsample_interval_ms = 10000\n")
-    add_process_tool(add_rune_agent(daemon, toolset=("linger",)), "linger", LINGERER.read_text())
-    daemon.start()
-    daemon.cli("grant", "tester@test", "tool.linger", check=True)
+    start_with_hostile_tool(daemon, fake_model, "linger", "lingerer.py", extra="[runtime]\nsample_interval_ms = 10000\n")
     fake_model.script(Reply(text="up"), Reply.tools(ToolCall("linger", {})), Reply(text="done"))
     assert outcome_of(daemon.cli("dispatch", "hello", "--agent", "chat@local", "--json"))["outcome"] == "ok"
     uid = (daemon.home / "state" / "replicas" / "chat@local").stat().st_uid
-    before = _processes_of(uid)
+    before = set(processes_of_uid(uid))
     assert before, "the replica runs as the agent's uid"
 
     outcome = outcome_of(daemon.cli("dispatch", "linger", "--agent", "chat@local", "--json"))
     assert outcome["outcome"] == "ok", outcome
     assert (outcome["record"]["isolation"], outcome["record"]["uid"]) == ("uid", uid), "the record names the uid it ran as"
-    answered = json.loads([m for m in fake_model.requests[2].messages if m["role"] == "tool"][-1]["content"])
+    answered = tool_results(fake_model, 2)[-1]
     left = answered["left"]
     assert left not in before
     assert not Path(f"/proc/{left}").exists(), "the tool's leftover outlived its run (or stayed a zombie)"
-    assert _processes_of(uid) == before, "the replica (and nothing else of its uid) goes on"
+    assert set(processes_of_uid(uid)) == before, "the replica (and nothing else of its uid) goes on"
     assert "killed processes agents left behind" in daemon.log()
     (event,) = tool_events(daemon, outcome["intent_id"])
     assert event["outcome"] == "ok" and event["left_behind"] == 1, event
