@@ -17,6 +17,7 @@ from pathlib import Path
 from typing import Any
 
 from covenant.audit.events import (
+    AGENT_SPAWNED,
     DAEMON_START,
     DAEMON_STOP,
     INTENT_COMPLETED,
@@ -96,7 +97,7 @@ def records_since(directory: Path, since_ms: int, types: frozenset[str]) -> list
 UNFINISHED_SCAN_MAX_BYTES = 256 * 1024 * 1024
 """How far back :func:`unfinished_intents` reads at most (a daemon that ran for months wrote more)."""
 _TYPE = b',"type":"'
-_INTENT_TYPES = frozenset({INTENT_RECEIVED, INTENT_COMPLETED, INTENT_INTERRUPTED, POLICY_DECISION})
+_INTENT_TYPES = frozenset({INTENT_RECEIVED, INTENT_COMPLETED, INTENT_INTERRUPTED, POLICY_DECISION, AGENT_SPAWNED})
 
 
 def unfinished_intents(directory: Path) -> tuple[list[dict[str, Any]], bool]:
@@ -106,10 +107,12 @@ def unfinished_intents(directory: Path) -> tuple[list[dict[str, Any]], bool]:
     stop was finished). Nothing is unfinished when the newest daemon record is ``daemon.stop``.
     Unfinished means an ``intent.received`` (not a dry run) with neither an ``intent.completed``
     nor an ``intent.interrupted``, nor a ``policy.decision`` that refused it. Each is returned as
-    ``{"intent", "issuer", "parent", "received", "agent"}`` (``agent`` null when it was never allowed).
+    ``{"intent", "issuer", "parent", "received", "agent", "spawned"}`` (``agent`` null when it was never
+    allowed; ``spawned`` the data of its ``agent.spawned`` — pid, argv, limits — or null).
     """
     ended: set[str] = set()
     agents: dict[str, str] = {}
+    spawned: dict[str, dict[str, Any]] = {}
     unfinished: list[dict[str, Any]] = []
     read = 0
     for line in _newest_lines(directory):
@@ -127,7 +130,9 @@ def unfinished_intents(directory: Path) -> tuple[list[dict[str, Any]], bool]:
             intent = data["intent"]
         except (ValueError, KeyError, TypeError):
             continue  # a torn line, or one without an intent: verify judges the log, not this
-        if type_ == POLICY_DECISION:
+        if type_ == AGENT_SPAWNED:
+            spawned.setdefault(intent, data)
+        elif type_ == POLICY_DECISION:
             if data.get("allowed") is True and isinstance(data.get("agent"), str):
                 agents[intent] = data["agent"]
             elif data.get("allowed") is False:
@@ -136,7 +141,8 @@ def unfinished_intents(directory: Path) -> tuple[list[dict[str, Any]], bool]:
             ended.add(intent)
         elif intent not in ended and not data.get("dry_run"):
             unfinished.append({"intent": intent, "issuer": data.get("issuer"), "parent": data.get("parent"),
-                               "received": record.get("ts"), "agent": agents.get(intent)})
+                               "received": record.get("ts"), "agent": agents.get(intent),
+                               "spawned": spawned.get(intent)})
     return unfinished[::-1], False
 
 

@@ -128,8 +128,8 @@ def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
     _warn(problems)
     if record is None:
         fail(f"no dispatch record for intent {intent_id} in {cli.home.dispatches_dir} (a denied intent spawned "
-             "nothing and has none: `covenant history` lists denials with their reason; one the daemon was running "
-             "when it was killed has none either: `covenant audit tail --type intent.interrupted`)", 1)
+             "nothing and has none: `covenant history` lists denials with their reason; one a killed daemon had not "
+             "decided yet has none either: `covenant audit tail --type intent.interrupted`)", 1)
     if as_json:
         print_json(record.model_dump(mode="json"))
         return

@@ -24,14 +24,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from covenant import __version__
 from covenant.clock import ms_from_iso, now_ms
 from covenant.audit.errors import AuditUnavailable
-from covenant.audit.events import INTENT_INTERRUPTED
-from covenant.audit.recent import UNFINISHED_SCAN_MAX_BYTES, unfinished_intents
 from covenant.audit.writer import AuditLog
 from covenant.config import Config
 from covenant.daemon import systemd
 from covenant.daemon.agents_state import LoadedAgents
 from covenant.daemon.api import ControlAPI
 from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
+from covenant.daemon.interrupted import record_interrupted_intents
 from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.scheduler import ShuttingDown
@@ -193,24 +192,6 @@ def _a2a_app(config: Config, clients: list[A2AClient], daemon: Daemon, key: Ed25
                   store_text=config.audit.store_text)
 
 
-INTERRUPTED_REASON = (
-    "the daemon's last run ended without a clean stop (killed, crashed or the machine lost power) while this "
-    "intent was in flight; its agent's processes died with the daemon (PDEATHSIG) or by this start's sweep"
-)
-
-
-async def _record_interrupted_intents(home: Home, audit: AuditLog) -> None:
-    """An ``intent.interrupted`` for each intent the last run received and never finished, so the log tells
-    how every intent ended; nothing after a clean stop."""
-    unfinished, cut_short = await trio.to_thread.run_sync(unfinished_intents, home.audit_dir)
-    if cut_short:
-        log.warning("looked for unfinished intents in the newest part of the audit log only",
-                    extra={"bytes": UNFINISHED_SCAN_MAX_BYTES})
-    if unfinished:
-        await audit.record_many([(INTENT_INTERRUPTED, {**entry, "reason": INTERRUPTED_REASON}) for entry in unfinished])
-        log.warning("intents left unfinished by the daemon's last run", extra={"intents": len(unfinished)})
-
-
 def _bind_tcp(listen: str, key: str) -> socket.socket:
     """The TCP listener of ``[webhooks] listen`` or ``[a2a] listen`` (HOST:PORT); ConfigError when it cannot be bound."""
     host, _, port = listen.rpartition(":")
@@ -327,7 +308,7 @@ async def serve_daemon(
         async with AuditLog.open(
             home.audit_dir, key, config.audit, on_batch=metrics.observe_audit_batch, dispatches=home.dispatches_dir
         ) as audit:
-            await _record_interrupted_intents(home, audit)
+            await record_interrupted_intents(home, audit, registry, isolation)
             if isolation.enforced:
                 # Survivors of an earlier run (covenant killed with -9) die before any new work.
                 swept = await trio.to_thread.run_sync(isolation.sweep_survivors)

@@ -136,12 +136,17 @@ def test_intents_a_killed_daemon_left_unfinished_are_recorded_interrupted_at_the
     assert "without a clean stop" in interrupted[0]["reason"]
     assert finished != spawned["intent"]
     assert "intents left unfinished by the daemon's last run" in daemon.log()
-    shown = daemon.cli("show", spawned["intent"])
-    assert shown.returncode == 1 and "intent.interrupted" in shown.stderr, shown
+    shown = json.loads(daemon.cli("show", spawned["intent"], "--json", check=True).stdout)
+    assert (shown["outcome"], shown["agent_id"], shown["pid"], shown["argv"]) == (
+        "interrupted", "slow@local", spawned["pid"], spawned["argv"]), shown
+    assert "without a clean stop" in shown["error"] and shown["started_at"] == interrupted[0]["received"]
+    assert "interrupted" in daemon.cli("show", spawned["intent"], check=True).stdout
 
     daemon.stop(sig=signal.SIGKILL)  # killed again, with nothing in flight: nothing new to report
     daemon.start()
     assert daemon.stop() == 0  # and a clean stop: nothing either
     daemon.start()
     assert [r["data"]["intent"] for r in audit_records(daemon) if r["type"] == "intent.interrupted"] == [spawned["intent"]]
+    history = json.loads(daemon.cli("history", "--agent", "slow@local", "--json", check=True).stdout)
+    assert [(r["intent_id"], r["outcome"]) for r in history] == [(spawned["intent"], "interrupted")]  # one record
     assert daemon.cli("audit", "verify").returncode == 0
