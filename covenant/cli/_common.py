@@ -1,6 +1,6 @@
 """Helpers every CLI command shares: the context object and error reporting.
 
-``fail`` and ``print_json`` live in the click-free :mod:`covenant.cli._output`
+``echo``, ``fail`` and ``print_json`` live in the click-free :mod:`covenant.cli._output`
 (re-exported here) so the fast ``covenant dispatch`` path renders the same way.
 """
 
@@ -12,11 +12,11 @@ from typing import Any, Callable, TypeVar
 
 import click
 
-from covenant.cli._output import fail, print_json, table_lines
+from covenant.cli._output import echo, fail, print_json, table_lines
 from covenant.errors import CovenantError
 from covenant.home import Home
 
-__all__ = ["CliContext", "pass_cli", "reports_errors", "fail", "print_json", "table_lines", "ask_daemon"]
+__all__ = ["CliContext", "pass_cli", "reports_errors", "echo", "fail", "print_json", "table_lines", "ask_daemon"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 

@@ -1,9 +1,11 @@
 """Click-free output for the CLI: the one renderer both the click commands and
 the fast ``covenant dispatch`` path use, so their text and exit codes match.
 
-``echo`` writes like ``click.echo`` does for text: a trailing newline, ANSI
-escape sequences stripped when the stream is not a terminal, UTF-8 (with
-``replace``) when the stream's encoding is ASCII, and a flush after each write.
+``echo`` writes text with a trailing newline, UTF-8 (with ``replace``) when
+the stream's encoding is ASCII, and a flush after each write. What it writes
+is :func:`neutralize`-d first, on a terminal and in a pipe alike: the CLI
+prints agents' answers, their stderr, models' text and log lines, and none of
+it may act on the operator's terminal. Every command writes through it.
 ``run_standalone`` mirrors what click's standalone mode does with Ctrl-C and a
 closed pipe. Importing click costs ~30 ms, which the dispatch path cannot pay.
 """
@@ -16,18 +18,23 @@ import re
 import sys
 from typing import Any, Callable, NoReturn, TextIO
 
-__all__ = ["echo", "fail", "print_json", "table_lines", "run_standalone"]
+__all__ = ["echo", "echo_json", "fail", "neutralize", "print_json", "table_lines", "run_standalone"]
 
-# click._compat._ansi_re: the sequences click.echo removes from non-terminal output
-# (compiled on first use, by re's cache: most output has no escape character at all).
-_ANSI = r"\033\[[0-?]*[ -/]*[@-~]"
+_ACTIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
+"""What a terminal acts on instead of showing: C0 controls but tab and newline (ESC, BEL, CR, ...), DEL,
+C1 controls (a one-byte CSI among them), and the bidirectional embeddings, overrides and isolates."""
 
 
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return stream.isatty()
-    except Exception:  # a replaced stream without a usable isatty, as click treats it
-        return False
+def neutralize(text: str) -> str:
+    """``text`` with every character in :data:`_ACTIVE` shown as its escape (``\\x1b``, ``\\u202e``).
+
+    Raw, an agent's or a model's text could clear the screen and draw a fake result, set the clipboard
+    (OSC 52) or the window title, or, with a carriage return or a right-to-left override, make a line
+    read other than it is. ``--json`` output needs none of this: JSON escapes them itself.
+    """
+    if not _ACTIVE.search(text):
+        return text
+    return _ACTIVE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
 
 
 def _is_ascii(encoding: str | None) -> bool:
@@ -38,13 +45,14 @@ def _is_ascii(encoding: str | None) -> bool:
 
 
 def echo(message: str = "", *, err: bool = False) -> None:
-    """Write ``message`` and a newline to stdout (stderr with ``err``), then flush."""
+    """Write ``message``, :func:`neutralize`-d, and a newline to stdout (stderr with ``err``), then flush."""
+    _write(neutralize(message) + "\n", err)
+
+
+def _write(text: str, err: bool) -> None:
     stream = sys.stderr if err else sys.stdout
     if stream is None:
         return
-    text = message + "\n"
-    if "\033" in text and not _isatty(stream):
-        text = re.sub(_ANSI, "", text)
     buffer = getattr(stream, "buffer", None)
     if buffer is not None and _is_ascii(getattr(stream, "encoding", None)):
         stream.flush()
@@ -63,7 +71,13 @@ def fail(message: str, exit_code: int) -> NoReturn:
 
 def print_json(obj: Any) -> None:
     """Stable JSON for --json output: sorted keys, one document, trailing newline."""
-    echo(json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, default=str))
+    echo_json(json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, default=str))
+
+
+def echo_json(document: str) -> None:
+    """Write the JSON ``document`` (text) and a newline to stdout, exact and valid: what :data:`_ACTIVE`
+    names can only stand inside its strings there, and is written as a JSON escape (``\\u009b``)."""
+    _write(_ACTIVE.sub(lambda m: f"\\u{ord(m.group()):04x}", document) + "\n", False)
 
 
 def table_lines(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from covenant.cli._common import CliContext, pass_cli, print_json, reports_errors
+from covenant.cli._common import CliContext, echo, pass_cli, print_json, reports_errors
 from covenant.errors import ConfigError, CovenantError, ExitCode
 
 __all__ = ["a2a"]
@@ -52,8 +52,8 @@ def card(cli: CliContext, name: str, as_json: bool) -> None:
     if as_json:
         print_json(document)
         return
-    click.echo(f"{document['name']} {document['version']}: {document['description']}")
+    echo(f"{document['name']} {document['version']}: {document['description']}")
     for interface in document["supportedInterfaces"]:
-        click.echo(f"  {interface['protocolBinding']:<10} {interface['url']}  (A2A {interface['protocolVersion']})")
-    click.echo(f"  card       {document['supportedInterfaces'][0]['url']}/.well-known/agent-card.json")
-    click.echo("  auth       Bearer token of [[a2a.clients]]")
+        echo(f"  {interface['protocolBinding']:<10} {interface['url']}  (A2A {interface['protocolVersion']})")
+    echo(f"  card       {document['supportedInterfaces'][0]['url']}/.well-known/agent-card.json")
+    echo("  auth       Bearer token of [[a2a.clients]]")

@@ -14,7 +14,8 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from covenant.cli._common import CliContext, ask_daemon, fail, pass_cli, print_json, reports_errors, table_lines
+from covenant.cli._common import CliContext, echo, ask_daemon, fail, pass_cli, print_json, reports_errors, table_lines
+from covenant.cli._output import neutralize
 from covenant.errors import ExitCode
 from covenant.home import Home
 from covenant.manifest.limits import ManifestLimits
@@ -101,7 +102,7 @@ def _relative(path: Path, folder: Path) -> str:
 
 def _problems_note(registry: Registry) -> None:
     if registry.problems:
-        click.echo(
+        echo(
             f"covenant: {len(registry.problems)} manifest problem(s); run `covenant agents check` for details",
             err=True,
         )
@@ -143,19 +144,22 @@ def list_agents(cli: CliContext, as_json: bool) -> None:
     if sys.stdout.isatty():
         from rich.console import Console
         from rich.table import Table
+        from rich.text import Text
 
-        table = Table(title=f"agents in {cli.home.agents_dir}")
+        table = Table(title=Text(f"agents in {cli.home.agents_dir}"))
         for header in headers:
             table.add_column(header, no_wrap=header in ("ID", "RUNTIME", "VERSION"))
         for row in rows:
-            table.add_row(*row[:-1], _relative(Path(row[-1]), cli.home.agents_dir))
+            # Text, not str: rich reads [markup] in a str, and a manifest's keywords are anyone's words.
+            cells = (*row[:-1], _relative(Path(row[-1]), cli.home.agents_dir))
+            table.add_row(*(Text(neutralize(cell)) for cell in cells))
         Console().print(table)
     else:
         for line in table_lines(headers, rows):
-            click.echo(line)
+            echo(line)
     for entry in spawned:
         expires = datetime.fromtimestamp(entry["expires_ms"] / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
-        click.echo(f"{entry['agent']}: spawned by {entry['spawner']} for {entry['issuer']}, expires {expires}")
+        echo(f"{entry['agent']}: spawned by {entry['spawner']} for {entry['issuer']}, expires {expires}")
     _problems_note(registry)
 
 
@@ -179,21 +183,21 @@ def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
         return
     data = _agent_json(spec)
     for key in ("id", "name", "version", "runtime", "kind", "manifest_path", "root", "entry"):
-        click.echo(f"{key + ':':<36}{data[key] if data[key] is not None else '-'}")
+        echo(f"{key + ':':<36}{data[key] if data[key] is not None else '-'}")
     for section in ("capabilities", "resources", "settlement"):
         for key, value in data[section].items():
             shown = ", ".join(value) if isinstance(value, list) else value
-            click.echo(f"{section + '.' + key + ':':<36}{shown if shown != '' else '-'}")
-    click.echo(f"{'keywords:':<36}{', '.join(spec.keywords) or '-'}")
+            echo(f"{section + '.' + key + ':':<36}{shown if shown != '' else '-'}")
+    echo(f"{'keywords:':<36}{', '.join(spec.keywords) or '-'}")
     if tools is not None:
         for tool in tools["offered"]:
-            click.echo(f"{'tool:':<36}{tool['name']} ({tool['kind']} {tool['entry']}, needs {tool['action']})")
+            echo(f"{'tool:':<36}{tool['name']} ({tool['kind']} {tool['entry']}, needs {tool['action']})")
         for tool in tools["unavailable"]:
-            click.echo(f"{'tool unavailable:':<36}{tool['tool']}: {tool['reason']}")
+            echo(f"{'tool unavailable:':<36}{tool['tool']}: {tool['reason']}")
         if "error" in tools:
-            click.echo(f"warning: cannot read the package's tools: {tools['error']}")
+            echo(f"warning: cannot read the package's tools: {tools['error']}")
     for warning in spec.warnings:
-        click.echo(f"warning: {warning}")
+        echo(f"warning: {warning}")
 
 
 @agents.command("check")
@@ -239,13 +243,13 @@ def check(cli: CliContext, paths: tuple[Path, ...], as_json: bool) -> None:
         )
     else:
         if registry.problems:
-            click.echo("\n".join(str(p) for p in registry.problems))
+            echo("\n".join(str(p) for p in registry.problems))
         for path, warning in sorted(warnings):
-            click.echo(f"{path}: warning: {warning}", err=True)
+            echo(f"{path}: warning: {warning}", err=True)
         for note in registry.notes:
-            click.echo(str(note), err=True)
+            echo(str(note), err=True)
         rejected = sum(1 for v in registry.sources.values() if v is None)
-        click.echo(
+        echo(
             f"{len(registry.sources)} manifest(s): {len(registry.agents)} valid, {rejected} rejected, "
             f"{len(registry.problems)} problem(s)",
             err=True,

@@ -12,7 +12,8 @@ from typing import Any
 
 import click
 
-from covenant.cli._common import CliContext, fail, pass_cli, print_json, reports_errors
+from covenant.cli._common import CliContext, echo, fail, pass_cli, print_json, reports_errors
+from covenant.cli._output import echo_json
 
 __all__ = ["audit"]
 
@@ -85,8 +86,10 @@ def tail(
     def show(entry: Entry) -> None:
         nonlocal shown
         shown += 1
-        text = entry.line.decode("utf-8") if as_json else _human(shown, entry.record)
-        click.echo(text)
+        if as_json:
+            echo_json(entry.line.decode("utf-8"))
+        else:
+            echo(_human(shown, entry.record))
 
     backlog: collections.deque[Entry] | None = collections.deque(maxlen=lines) if lines is not None else None
     caught_up = False
@@ -101,7 +104,7 @@ def tail(
                 continue
             if not isinstance(item, Entry):
                 prefix = "WARNING" if item.loud else "note"
-                click.echo(f"covenant: audit {prefix}: {item.message}", err=True)
+                echo(f"covenant: audit {prefix}: {item.message}", err=True)
                 continue
             if not _matches(item.record, agent, type_):
                 continue
@@ -136,10 +139,10 @@ def verify(ctx: CliContext, witness: Path | None, pubkey: str | None, as_json: b
         print_json(report.to_json())
     else:
         for warning in report.warnings:
-            click.echo(f"warning: {warning}", err=True)
+            echo(f"warning: {warning}", err=True)
         if report.ok:
             last = report.last_checkpoint or {}
-            click.echo(
+            echo(
                 f"ok: {report.records} records in {report.segments} segment(s), log {report.log_id}, "
                 f"last checkpoint covers seq {last.get('seq')} ({last.get('ts')})"
                 + (", witness matched" if witness_doc is not None else "")
@@ -147,8 +150,8 @@ def verify(ctx: CliContext, witness: Path | None, pubkey: str | None, as_json: b
         else:
             p = report.first_problem
             assert p is not None
-            click.echo(f"FAILED: {p.segment}, seq {p.seq}, byte offset {p.offset}: {p.message}")
-            click.echo(
+            echo(f"FAILED: {p.segment}, seq {p.seq}, byte offset {p.offset}: {p.message}")
+            echo(
                 "covenant: the log does not prove itself from that point on. Keep a copy of the audit "
                 "folder as evidence before anything writes to it, compare it with a witness kept "
                 "elsewhere (`covenant audit verify --witness FILE`), and see docs/audit.md (verify)",
@@ -179,11 +182,11 @@ def head(ctx: CliContext, pubkey: str | None) -> None:
     try:
         key = pinned_public_key(ctx.home, load_config(ctx.home), pubkey)
     except CovenantError as exc:
-        click.echo(f"covenant: note: signature not checked: {exc.message}", err=True)
+        echo(f"covenant: note: signature not checked: {exc.message}", err=True)
     else:
         if not isinstance(doc, dict) or type(doc.get("seq")) is not int or not checkpoint_signature_ok(
             key, str(doc.get("log")), doc.get("seq"), str(doc.get("hash")), doc.get("sig")
         ):
             fail(f"{path}: the checkpoint signature does not verify under the pinned key; do not use it as a "
                  "witness, and run `covenant audit verify` to check the log itself", 1)
-    click.echo(json.dumps(doc, sort_keys=True, indent=2))
+    echo(json.dumps(doc, sort_keys=True, indent=2))

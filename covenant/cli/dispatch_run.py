@@ -12,7 +12,7 @@ import sys
 import time
 from typing import TYPE_CHECKING, Any, NoReturn
 
-from covenant.cli._output import echo, fail, print_json, run_standalone
+from covenant.cli._output import echo, echo_json, fail, neutralize, print_json, run_standalone
 from covenant.cli.dispatch_args import DispatchArgs
 from covenant.client import DaemonClient, RemoteError
 from covenant.errors import CovenantError, ExitCode
@@ -77,8 +77,7 @@ def _stream(client: DaemonClient, body: dict[str, Any], as_json: bool) -> tuple[
         if event == "response":  # the agent does not stream: an ordinary answer
             return data, False
         if as_json:
-            sys.stdout.write(json.dumps({"event": event, **data}, ensure_ascii=False, sort_keys=True) + "\n")
-            sys.stdout.flush()
+            echo_json(json.dumps({"event": event, **data}, ensure_ascii=False, sort_keys=True))
         if event == "done":
             if wrote_text and not as_json:
                 sys.stdout.write("\n")
@@ -91,7 +90,7 @@ def _stream(client: DaemonClient, body: dict[str, Any], as_json: bool) -> tuple[
         if as_json:
             continue
         if event == "token":
-            sys.stdout.write(str(data.get("text") or ""))
+            sys.stdout.write(neutralize(str(data.get("text") or "")))
             sys.stdout.flush()
             wrote_text = True
         elif event == "tool_start":

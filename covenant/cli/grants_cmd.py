@@ -8,7 +8,7 @@ from __future__ import annotations
 import click
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from covenant.cli._common import CliContext, pass_cli, print_json, reports_errors, table_lines
+from covenant.cli._common import CliContext, echo, pass_cli, print_json, reports_errors, table_lines
 from covenant.errors import CovenantError
 from covenant.keys import load_private_key
 from covenant.clock import iso_ms, now_ms
@@ -66,7 +66,7 @@ def grant(cli: CliContext, issuer: str, actions: tuple[str, ...], expires: str |
     who = display or pubkey
     for g in made:
         until = f" until {iso_ms(g.expires_at)}" if g.expires_at is not None else ""
-        click.echo(f"granted {g.action} to {who}{until} (grant {g.id})")
+        echo(f"granted {g.action} to {who}{until} (grant {g.id})")
 
 
 @click.command()
@@ -86,7 +86,7 @@ def revoke(cli: CliContext, issuer: str, actions: tuple[str, ...], as_json: bool
         return
     who = display or pubkey
     detail = f" (grants affected: {', '.join(affected)})" if affected else " (no grant held it; recorded anyway)"
-    click.echo(f"revoked {', '.join(dict.fromkeys(actions))} from {who}{detail}")
+    echo(f"revoked {', '.join(dict.fromkeys(actions))} from {who}{detail}")
 
 
 def _listing(cli: CliContext, gs: GrantSet) -> dict[str, object]:
@@ -139,22 +139,22 @@ def grants(cli: CliContext, everything: bool, as_json: bool) -> None:
         if rows:
             headers = ("ID", "STATUS", "ISSUER", "ACTION", "GRANTED", "EXPIRES", "KEY", "NOTE")
             for line in table_lines(headers, rows):
-                click.echo(line)
+                echo(line)
         else:
-            click.echo(f"no {'' if everything else 'active '}grants in {store.path}")
+            echo(f"no {'' if everything else 'active '}grants in {store.path}")
         names = KnownIdentities(cli.home)
         revocations = listing["revocations"]
         if everything and revocations:
-            click.echo("")
+            echo("")
             table = [(names.display_for(r["issuer"]) or "-", r["action"], iso_ms(r["revoked_at"]), r["issuer"])
                      for r in revocations]  # type: ignore[attr-defined]
             for line in table_lines(("REVOKED FROM", "ACTION", "REVOKED AT", "KEY"), table):
-                click.echo(line)
+                echo(line)
         elif not everything and (hidden or revocations):
             parts = [f"{hidden} expired or revoked grant(s)"] if hidden else []
             parts += [f"{len(revocations)} revocation(s)"] if revocations else []  # type: ignore[arg-type]
-            click.echo(f"({' and '.join(parts)} not shown; `covenant grants --all` lists them)", err=True)
+            echo(f"({' and '.join(parts)} not shown; `covenant grants --all` lists them)", err=True)
         for problem in gs.problems:
-            click.echo(f"problem: {problem}", err=True)
+            echo(f"problem: {problem}", err=True)
     if gs.problems:
         raise SystemExit(1)

@@ -12,7 +12,7 @@ from urllib.parse import quote, urlencode
 import click
 
 from covenant.audit.denials import Denial, recent_denials
-from covenant.cli._common import CliContext, ask_daemon, fail, pass_cli, print_json, reports_errors
+from covenant.cli._common import CliContext, echo, ask_daemon, fail, pass_cli, print_json, reports_errors
 from covenant.client import RemoteError
 from covenant.home import Home
 from covenant.runtime.outcome import DispatchRecord
@@ -60,7 +60,7 @@ def _exit_text(record: DispatchRecord) -> str:
 
 def _warn(problems: list[str]) -> None:
     for problem in problems:
-        click.echo(f"covenant: warning: {problem}", err=True)
+        echo(f"covenant: warning: {problem}", err=True)
 
 
 @click.command()
@@ -87,13 +87,13 @@ def history(cli: CliContext, agent_id: str | None, limit: int, as_json: bool) ->
         print_json([e.model_dump(mode="json") if isinstance(e, DispatchRecord) else e.to_json() for e in entries])
         return
     if not entries:
-        click.echo("no dispatch records")
+        echo("no dispatch records")
         return
     for e in entries:
         if isinstance(e, DispatchRecord):
-            click.echo(f"{e.started_at}  {e.outcome:<16} {e.duration_ms:>7} ms  {e.agent_id:<24} {e.intent_id}")
+            echo(f"{e.started_at}  {e.outcome:<16} {e.duration_ms:>7} ms  {e.agent_id:<24} {e.intent_id}")
         else:
-            click.echo(f"{e.at}  {'denied':<16} {'-':>7}     {e.agent_id or '-':<24} {e.intent_id or '-'}  "
+            echo(f"{e.at}  {'denied':<16} {'-':>7}     {e.agent_id or '-':<24} {e.intent_id or '-'}  "
                        f"{e.reason} (issuer {e.issuer or '-'})")
 
 
@@ -155,16 +155,16 @@ def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
         ("parent", record.parent or "-"),
     ]
     for name, value in rows:
-        click.echo(f"{name:>9}  {value}")
+        echo(f"{name:>9}  {value}")
     if record.result is not None:
-        click.echo(f"{'result':>9}  {record.result.get('text', '')}")
+        echo(f"{'result':>9}  {record.result.get('text', '')}")
     if record.stderr_tail:
-        click.echo("   stderr (tail):")
-        click.echo(record.stderr_tail.rstrip("\n"))
+        echo("   stderr (tail):")
+        echo(record.stderr_tail.rstrip("\n"))
     if record.children:
-        click.echo(" children")
+        echo(" children")
         for line in _tree(cli.home, record.children, 1, set()):
-            click.echo(line)
+            echo(line)
 
 
 _TREE_MAX_DEPTH = 32

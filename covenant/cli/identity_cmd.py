@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from covenant.cli._common import CliContext, pass_cli, print_json, reports_errors
+from covenant.cli._common import CliContext, echo, pass_cli, print_json, reports_errors
 from covenant.policy.identities import KnownIdentities, init_user_identity, load_user_identity
 
 __all__ = ["identity"]
@@ -25,9 +25,9 @@ def init(display: str | None, as_json: bool) -> None:
     if as_json:
         print_json({"display": me.display, "pubkey": me.pubkey, "key_path": str(me.path)})
         return
-    click.echo(f"created identity {me.display}")
-    click.echo(f"public key: {me.pubkey}")
-    click.echo(f"key file:   {me.path} (mode 0600)")
+    echo(f"created identity {me.display}")
+    echo(f"public key: {me.pubkey}")
+    echo(f"key file:   {me.path} (mode 0600)")
 
 
 @identity.command("show")
@@ -39,9 +39,9 @@ def show(as_json: bool) -> None:
     if as_json:
         print_json({"display": me.display, "pubkey": me.pubkey, "key_path": str(me.path)})
         return
-    click.echo(f"display:    {me.display}")
-    click.echo(f"public key: {me.pubkey}")
-    click.echo(f"key file:   {me.path}")
+    echo(f"display:    {me.display}")
+    echo(f"public key: {me.pubkey}")
+    echo(f"key file:   {me.path}")
 
 
 @identity.command("add")
@@ -57,6 +57,6 @@ def add(cli: CliContext, display: str, pubkey: str, as_json: bool) -> None:
     if as_json:
         print_json({"display": display, "pubkey": known.resolve(display), "path": str(known.path), "added": added})
     elif added:
-        click.echo(f"added {display} = {known.resolve(display)} to {known.path}")
+        echo(f"added {display} = {known.resolve(display)} to {known.path}")
     else:
-        click.echo(f"{display} is already recorded with that key in {known.path}")
+        echo(f"{display} is already recorded with that key in {known.path}")

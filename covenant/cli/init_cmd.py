@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import click
 
-from covenant.cli._common import CliContext, pass_cli, print_json, reports_errors
+from covenant.cli._common import CliContext, echo, pass_cli, print_json, reports_errors
 from covenant.homeinit import init_home
 from covenant.keys import load_private_key, public_key_hex
 from covenant.policy.identities import KnownIdentities, ensure_user_identity
@@ -37,10 +37,10 @@ def init(cli: CliContext, display: str | None, as_json: bool) -> None:
         })
         return
     for line in made:
-        click.echo(line)
+        echo(line)
     if created:
-        click.echo(f"created your identity {identity.display}")
-    click.echo(f"home          {home.root}")
-    click.echo(f"daemon key    {daemon_pubkey}")
-    click.echo(f"you           {identity.display} {identity.pubkey}")
-    click.echo(f"next          put agents in {home.agents_dir}, then `covenant daemon`")
+        echo(f"created your identity {identity.display}")
+    echo(f"home          {home.root}")
+    echo(f"daemon key    {daemon_pubkey}")
+    echo(f"you           {identity.display} {identity.pubkey}")
+    echo(f"next          put agents in {home.agents_dir}, then `covenant daemon`")

@@ -7,7 +7,8 @@ from urllib.parse import urlencode
 
 import click
 
-from covenant.cli._common import CliContext, pass_cli, reports_errors
+from covenant.cli._common import CliContext, echo, pass_cli, reports_errors
+from covenant.cli._output import echo_json
 from covenant.client import DaemonClient
 from covenant.logs import format_logfmt
 
@@ -32,6 +33,9 @@ def logs(cli: CliContext, follow: bool, agent: str | None, level: str | None, as
         try:
             for entry in client.events("/v1/logs?" + urlencode(query)):
                 entry.pop("seq", None)
-                click.echo(json.dumps(entry, sort_keys=True, ensure_ascii=False) if as_json else format_logfmt(entry))
+                if as_json:
+                    echo_json(json.dumps(entry, sort_keys=True, ensure_ascii=False))
+                else:
+                    echo(format_logfmt(entry))
         except KeyboardInterrupt:
             pass

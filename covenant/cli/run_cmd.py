@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from covenant.cli._common import CliContext, pass_cli, print_json, reports_errors
+from covenant.cli._common import CliContext, echo, pass_cli, print_json, reports_errors
 
 __all__ = ["run", "local_issuer", "run_once"]
 
@@ -119,7 +119,7 @@ async def _run_rune(cli: CliContext, agent: Any, text: str, config: Any, runner:
     # The operator running the package locally is its only issuer: every tool of its toolset is allowed.
     everything = GrantSet(grants=(Grant(issuer, "tool.*", 0, None, None, ""),))
     return await run_package(agent, package, text, home=cli.home, config=config, runner=runner, issuer=issuer,
-                             grants=everything, warn=lambda note: click.echo(f"covenant: {agent.id}: {note}", err=True))
+                             grants=everything, warn=lambda note: echo(f"covenant: {agent.id}: {note}", err=True))
 
 
 @click.command()
@@ -156,7 +156,7 @@ def run(cli: CliContext, path: Path, text: str, as_json: bool) -> None:
     if as_json:
         print_json(record.model_dump(mode="json"))
     elif record.result is not None:
-        click.echo(record.result["text"])
+        echo(record.result["text"])
     if record.outcome not in ("ok",) and record.error:
-        click.echo(f"covenant: {record.agent_id}: {record.outcome}: {record.error}", err=True)
+        echo(f"covenant: {record.agent_id}: {record.outcome}: {record.error}", err=True)
     sys.exit(outcome_exit_code(record.outcome))

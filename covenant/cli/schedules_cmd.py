@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import click
 
-from covenant.cli._common import CliContext, pass_cli, print_json, reports_errors
+from covenant.cli._common import CliContext, echo, pass_cli, print_json, reports_errors
 from covenant.client import DaemonClient
 
 __all__ = ["schedules"]
@@ -31,10 +31,10 @@ def schedules(cli: CliContext, as_json: bool) -> None:
         print_json(doc)
         return
     if not doc["schedules"]:
-        click.echo("no schedules (add [[schedules]] to covenant.toml; docs/triggers.md)")
+        echo("no schedules (add [[schedules]] to covenant.toml; docs/triggers.md)")
         return
-    click.echo(f"{'NAME':<20} {'AGENT':<24} {'ISSUER':<20} {'WHEN':<16} {'NEXT':<21} LAST")
+    echo(f"{'NAME':<20} {'AGENT':<24} {'ISSUER':<20} {'WHEN':<16} {'NEXT':<21} LAST")
     for s in doc["schedules"]:
         when = f"every {s['every']}" if s["every"] else s["cron"]
-        click.echo(f"{s['name']:<20} {s['agent']:<24} {s['issuer']:<20} {when:<16} {_when(s['next_ms']):<21} "
+        echo(f"{s['name']:<20} {s['agent']:<24} {s['issuer']:<20} {when:<16} {_when(s['next_ms']):<21} "
                    f"{_when(s['last_ms'])}")

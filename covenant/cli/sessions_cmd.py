@@ -13,7 +13,7 @@ from typing import Any
 
 import click
 
-from covenant.cli._common import CliContext, fail, pass_cli, print_json
+from covenant.cli._common import CliContext, echo, fail, pass_cli, print_json
 from covenant.errors import ExitCode
 from covenant.rune.sessions import SessionCorrupt, Verified, session_path, valid_session_id, verify_file
 
@@ -92,7 +92,7 @@ def list_sessions(cli: CliContext, agent: str | None, as_json: bool) -> None:
         if row["valid"] and row["torn_bytes"]:
             state = f"ok, torn tail {row['torn_bytes']} B"
         turns = "-" if row["turns"] is None else row["turns"]
-        click.echo(f"{row['agent']:<24} {row['session']:<34} {turns:>5} turns {row['bytes']:>9} B  {state}")
+        echo(f"{row['agent']:<24} {row['session']:<34} {turns:>5} turns {row['bytes']:>9} B  {state}")
 
 
 @sessions.command()
@@ -109,15 +109,15 @@ def show(cli: CliContext, agent: str, session: str, as_json: bool) -> None:
         print_json(verified.records)
         return
     header = verified.header
-    click.echo(f"session {header.get('session')} of {header.get('agent')}, issuer {header.get('issuer')}")
+    echo(f"session {header.get('session')} of {header.get('agent')}, issuer {header.get('issuer')}")
     for turn in verified.turns:
-        click.echo(f"--- intent {turn.get('intent')}")
+        echo(f"--- intent {turn.get('intent')}")
         for message in turn["messages"]:
             content = message.get("content")
             text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
             calls = message.get("tool_calls") or []
             names = ", ".join(str((c.get("function") or {}).get("name")) for c in calls if isinstance(c, dict))
-            click.echo(f"{message.get('role')}: {text}" + (f" [tool calls: {names}]" if names else ""))
+            echo(f"{message.get('role')}: {text}" + (f" [tool calls: {names}]" if names else ""))
 
 
 @sessions.command()
@@ -137,12 +137,12 @@ def verify(cli: CliContext, agent: str | None, session: str | None) -> None:
         verified, problem = _check(path)
         if verified is None:
             bad += 1
-            click.echo(f"CORRUPT {agent_id} {session_id}: {problem}")
+            echo(f"CORRUPT {agent_id} {session_id}: {problem}")
         elif verified.torn_bytes:
-            click.echo(f"ok      {agent_id} {session_id}: {len(verified.records)} records, torn tail of {verified.torn_bytes} bytes")
+            echo(f"ok      {agent_id} {session_id}: {len(verified.records)} records, torn tail of {verified.torn_bytes} bytes")
         else:
-            click.echo(f"ok      {agent_id} {session_id}: {len(verified.records)} records")
-    click.echo(f"{len(targets) - bad} of {len(targets)} sessions verify")
+            echo(f"ok      {agent_id} {session_id}: {len(verified.records)} records")
+    echo(f"{len(targets) - bad} of {len(targets)} sessions verify")
     raise SystemExit(1 if bad else 0)
 
 
@@ -154,4 +154,4 @@ def rm(cli: CliContext, agent: str, session: str) -> None:
     """Remove one session transcript."""
     path = _path(cli, agent, session)
     path.unlink()
-    click.echo(f"removed {path}")
+    echo(f"removed {path}")

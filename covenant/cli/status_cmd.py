@@ -6,7 +6,7 @@ import sys
 
 import click
 
-from covenant.cli._common import CliContext, pass_cli, print_json, reports_errors
+from covenant.cli._common import CliContext, echo, pass_cli, print_json, reports_errors
 from covenant.client import DaemonClient
 
 __all__ = ["status", "reload", "restart"]
@@ -14,49 +14,49 @@ __all__ = ["status", "reload", "restart"]
 
 def _render_status(doc: dict) -> None:
     audit = doc["audit"]
-    click.echo(f"covenant {doc['version']}  pid {doc['pid']}  up {doc['uptime_s']} s  home {doc['home']}")
-    click.echo(f"socket     {', '.join(doc['sockets'])}")
+    echo(f"covenant {doc['version']}  pid {doc['pid']}  up {doc['uptime_s']} s  home {doc['home']}")
+    echo(f"socket     {', '.join(doc['sockets'])}")
     state = "shutting down" if doc["shutting_down"] else "serving"
-    click.echo(f"state      {state}; {len(doc['in_flight'])} in flight, {doc['queued']} queued "
+    echo(f"state      {state}; {len(doc['in_flight'])} in flight, {doc['queued']} queued "
                f"(max {doc['limits']['max_concurrent']} concurrent, queue {doc['limits']['queue_max']})")
-    click.echo(f"agents     {len(doc['agents']['loaded'])} loaded: {', '.join(doc['agents']['loaded']) or '-'}")
+    echo(f"agents     {len(doc['agents']['loaded'])} loaded: {', '.join(doc['agents']['loaded']) or '-'}")
     if doc["agents"]["withdrawn"]:
-        click.echo(f"           withdrawn until their manifest is fixed: {', '.join(doc['agents']['withdrawn'])}")
+        echo(f"           withdrawn until their manifest is fixed: {', '.join(doc['agents']['withdrawn'])}")
     for problem in doc["rejected"]:
         where = problem["path"] + (f":{problem['line']}" if problem.get("line") else "")
-        click.echo(f"rejected   {where}: {problem['message']}")
+        echo(f"rejected   {where}: {problem['message']}")
     health = "ok" if audit["healthy"] else f"FAILING: {audit['failure']}"
     age = f", last checkpoint {audit['checkpoint_age_ms'] // 1000} s ago" if audit.get("checkpoint_age_ms") is not None else ""
-    click.echo(f"audit      {health}; head seq {audit['head_seq']}{age}")
-    click.echo(f"network    isolation {'available' if doc.get('network_isolation') else 'NOT available'} on this host")
+    echo(f"audit      {health}; head seq {audit['head_seq']}{age}")
+    echo(f"network    isolation {'available' if doc.get('network_isolation') else 'NOT available'} on this host")
     detail = doc.get("isolation_detail") or {}
     if doc.get("isolation") == "uid" and "user" in detail:
-        click.echo(f"isolation  uid: every agent runs as uid {detail['user']['uid']} ([isolation] user), "
+        echo(f"isolation  uid: every agent runs as uid {detail['user']['uid']} ([isolation] user), "
                    "one account shared by all agents")
     elif doc.get("isolation") == "uid":
-        click.echo("isolation  uid: every agent runs as an unprivileged uid of its own")
+        echo("isolation  uid: every agent runs as an unprivileged uid of its own")
     else:
-        click.echo(f"isolation  same-uid: agents run as the daemon's own uid (NOT isolated: {detail.get('reason', '?')})")
+        echo(f"isolation  same-uid: agents run as the daemon's own uid (NOT isolated: {detail.get('reason', '?')})")
     for problem in detail.get("problems", []):
-        click.echo(f"isolation  problem: {problem}")
+        echo(f"isolation  problem: {problem}")
     for problem in doc["grants"]["problems"]:
-        click.echo(f"grants     ignored: {problem}")
+        echo(f"grants     ignored: {problem}")
     for running in doc["in_flight"]:
-        click.echo(f"running    {running['intent']} on {running['agent']} for {running['elapsed_ms']} ms")
+        echo(f"running    {running['intent']} on {running['agent']} for {running['elapsed_ms']} ms")
     for replica in doc.get("replicas", []):
         pid = replica["pid"] if replica["pid"] is not None else "-"
         line = (f"replica    {replica['agent']}: {replica['state']}, pid {pid}, {replica['in_flight']} in flight, "
                 f"{replica['restarts']} restarts")
         if replica["last_error"]:
             line += f"; last error: {replica['last_error']}"
-        click.echo(line)
+        echo(line)
     for server in doc.get("mcp_servers", []):
         line = f"mcp        {server['agent']} {server['server']}: {server['state']} ({server['endpoint'] or '?'})"
         if server["state"] == "up":
             line += f", {len(server['tools'])} tools advertised"
         elif server["last_error"]:
             line += f"; {server['last_error']} (attempt {server['attempts']}, retrying)"
-        click.echo(line)
+        echo(line)
 
 
 @click.command()
@@ -89,16 +89,16 @@ def reload(cli: CliContext, as_json: bool) -> None:
     if as_json:
         print_json(doc)
     else:
-        click.echo(f"reloaded: {len(doc['agents'])} agents")
+        echo(f"reloaded: {len(doc['agents'])} agents")
         for key in ("added", "removed", "changed", "withdrawn"):
             if doc[key]:
-                click.echo(f"  {key}: {', '.join(doc[key])}")
+                echo(f"  {key}: {', '.join(doc[key])}")
         for path in doc["rejected"]:
-            click.echo(f"  rejected: {path}")
+            echo(f"  rejected: {path}")
         for problem in doc["problems"]:
-            click.echo(f"  problem: {problem}")
+            echo(f"  problem: {problem}")
         if doc["rejected"]:
-            click.echo(
+            echo(
                 f"covenant: {len(doc['rejected'])} manifest(s) rejected; fix them "
                 "(`covenant agents check` lists the problems), then reload again",
                 err=True,
@@ -117,4 +117,4 @@ def restart(cli: CliContext, agent: str) -> None:
     """
     with DaemonClient(cli.home.socket_path, timeout=600) as client:
         doc = client.request("POST", f"/v1/replicas/{agent}/restart")
-    click.echo(f"restarted the replica of {doc['agent']} (state {doc['state']}, {doc['restarts']} restarts so far)")
+    echo(f"restarted the replica of {doc['agent']} (state {doc['state']}, {doc['restarts']} restarts so far)")

@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from covenant.cli._common import CliContext, ask_daemon, fail, pass_cli, print_json, reports_errors, table_lines
+from covenant.cli._common import CliContext, echo, ask_daemon, fail, pass_cli, print_json, reports_errors, table_lines
 from covenant.errors import ExitCode
 
 if TYPE_CHECKING:
@@ -112,6 +112,6 @@ def list_tools(cli: CliContext, agent: str | None, as_json: bool) -> None:
         [(r["agent"], r["entry"], r["name"], r["action"], "yes" if r["available"] else f"no: {r['reason']}") for r in rows],
     )
     for line in lines:
-        click.echo(line)
+        echo(line)
     if not rows:
-        click.echo("no Rune agent has tools")
+        echo("no Rune agent has tools")

@@ -46,10 +46,10 @@ def test_dispatch_prints_the_agent_text_like_the_click_path(daemon: DaemonProces
     assert fast.returncode == 0, fast.stderr
     assert fast.stdout == "hello there\n" and fast.stderr == ""
     same_output(fast, slow)
-    # Options after TEXT, every option at once, and ANSI codes stripped on a non-terminal stdout as click does.
+    # Options after TEXT, every option at once, and escape sequences shown, not acted on (tests/daemon/test_terminal_output.py).
     fast, slow = fast_and_click(daemon.env, "dispatch", "\x1b[31mred\x1b[0m", "--priority", "high",
                                 "--parent", "p-1", "--agent", "echo@local")
-    assert fast.returncode == 0 and fast.stdout == "red\n"
+    assert fast.returncode == 0 and fast.stdout == "\\x1b[31mred\\x1b[0m\n"
     same_output(fast, slow)
 
 
