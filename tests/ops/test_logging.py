@@ -101,6 +101,15 @@ def test_json_line_round_trips_with_extras_and_traceback() -> None:
     assert "ValueError: boom" in fields["exc"]
 
 
+def test_json_line_escapes_what_a_terminal_would_act_on() -> None:
+    """JSON escapes C0 controls only; C1 codes, DEL, bidi overrides and line separators are escaped too,
+    so `cat` of the log shows them and one event stays one line for every reader."""
+    hostile = "a\x9b31mb\x7fc\u202ed\u2028e\x1b"
+    line = StructuredFormatter("json").format(make_record("agent stderr", line=hostile))
+    assert not [c for c in ("\x9b", "\x7f", "\u202e", "\u2028", "\x1b") if c in line], repr(line)
+    assert json.loads(line)["line"] == hostile
+
+
 def test_extras_colliding_with_base_fields_are_kept() -> None:
     fields = json.loads(StructuredFormatter("json").format(make_record("m", level_="x", ts="mine")))
     assert fields["ts"] != "mine" and fields["ts_"] == "mine"
