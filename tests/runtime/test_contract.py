@@ -69,7 +69,9 @@ def test_exit_codes() -> None:
     assert codes.pop("ok") == 0 and codes.pop("agent_error") == 1 and codes.pop("cancelled") == 5
     assert codes.pop("session_forbidden") == 3  # a denial: the session belongs to another issuer
     assert set(codes.values()) == {4}
-    assert len(OUTCOMES) == 20  # step_failed: a workflow step failed for good (docs/workflows.md)
+    # step_failed: a workflow step failed for good (docs/workflows.md); interrupted: written at the next start
+    # for an intent a killed daemon had in flight (docs/runtime.md)
+    assert len(OUTCOMES) == 21 and codes["interrupted"] == 4
 
 
 def test_record_has_integer_fields_only() -> None:
