@@ -16,6 +16,8 @@ import sys
 import termios
 
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture, re-exported
+from tests.fakes import FakeModelServer, Reply
+from tests.rune.conftest import add_rune_agent, configure
 
 ACTIVE = ("\x1b", "\x07", "\x9b", "\r", "\u202e", "\x00")
 
@@ -62,3 +64,20 @@ def test_an_agents_escape_sequences_never_reach_the_terminal(daemon: DaemonProce
         for out in (piped, on_tty):
             assert not [c for c in ACTIVE if c in out], (args, repr(out))
     assert "\\x1b]0;title\\x07" in daemon.cli("show", intent["intent_id"], check=True).stdout  # the stderr tail
+
+
+def test_a_models_streamed_tokens_are_shown_not_acted_on(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    """Streamed text arrives in pieces; an escape sequence split across them is still shown, not acted on
+    (the characters are escaped, wherever a piece ends)."""
+    configure(daemon, ("fake", fake_model))
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    text = "streamed \x1b]52;c;ZXZpbA==\x07 then \x1b[2J cleared\rover \u202eevil"
+    fake_model.script(Reply(text=text))
+    shown = on_a_terminal(daemon, "dispatch", "talk", "--agent", "chat@local", "--stream")
+    assert "streamed" in shown and not [c for c in ACTIVE if c in shown], repr(shown)
+    assert "\\x1b]52;c;ZXZpbA==\\x07" in shown and "\\u202e" in shown
+    fake_model.script(Reply(text=text))
+    events = [json.loads(line) for line in daemon.cli("dispatch", "talk", "--agent", "chat@local", "--stream",
+                                                      "--json", check=True).stdout.splitlines()]
+    assert "".join(e["text"] for e in events if e["event"] == "token") == text  # exact in JSON lines
