@@ -839,34 +839,48 @@ class Runner:
             return Released()
         done = self._sweeping[creds.uid] = trio.Event()
         try:
-            def of_uid(pid: int) -> bool:
-                return _procfs.read_real_uid(pid) == creds.uid
-
             if self.live_roots.live(creds.uid):
-                if not self._subreaper:
-                    return Released()  # the uid's escapes cannot be told from its resident roots' own processes
-                ended = await self._end_strangers(of_uid)
-                if ended:
-                    log.warning("killed processes agents left behind", extra={"agent": agent_id, "intent": intent_id,
-                                                                               "pids": sorted(ended)})
-                return Released(0, len(ended))
-            strangers = self._strangers()
-            found = [pid for pid in strangers if _procfs.read_real_uid(pid) == creds.uid]
-            killed = sum(1 for pid in found if (stat := _procfs.read_stat(pid)) is not None and stat.state != "Z")
-            if not self._subreaper or found:
-                if not await trio.to_thread.run_sync(uidkill.kill_uid, creds.uid, creds.gid):
-                    log.error("cannot sweep agent uid", extra={"agent": agent_id, "intent": intent_id, "uid": creds.uid})
-                await self._end_strangers(of_uid)  # the strangers among them, reaped as they die
-            else:
-                self._reap_zombies(strangers)
-            if self.mount_namespaces is not None:
-                if not self.mount_namespaces.used_bytes(creds.uid):
-                    return Released(0, killed)  # nothing left there (the usual case): no thread hop
-                return Released(await trio.to_thread.run_sync(self.mount_namespaces.collect, creds.uid), killed)
-            return Released(await trio.to_thread.run_sync(remove_owned_entries, SHARED_TMP_DIRS, creds.uid), killed)
+                return await self._end_escapes_of(creds.uid, agent_id, intent_id)
+            return await self._sweep_uid(creds, agent_id, intent_id)
         finally:
             del self._sweeping[creds.uid]
             done.set()
+
+    async def _end_escapes_of(self, uid: int, agent_id: str, intent_id: str) -> Released:
+        """Only resident roots of ``uid`` are left: kill, one by one, its processes covenant adopted (they
+        left the tree they were started in), and reap them; the resident ones are no strangers and go on.
+
+        Without child subreaper covenant adopts nothing, and an escape of the uid cannot be told from a
+        resident root's own process: it lives until the uid's last root ends.
+        """
+        if not self._subreaper:
+            return Released()
+        ended = await self._end_strangers(lambda pid: _procfs.read_real_uid(pid) == uid)
+        if ended:
+            log.warning("killed processes agents left behind", extra={"agent": agent_id, "intent": intent_id,
+                                                                       "pids": sorted(ended)})
+        return Released(0, len(ended))
+
+    async def _sweep_uid(self, creds: AgentCredentials, agent_id: str, intent_id: str) -> Released:
+        """The uid's last live root ended: kill every process of it, reap those covenant adopted, and empty
+        (and measure) what it left in its private /tmp and /dev/shm or the shared temp dirs."""
+
+        def of_uid(pid: int) -> bool:
+            return _procfs.read_real_uid(pid) == creds.uid  # a zombie has no uid here
+
+        strangers = self._strangers()
+        killed = sum(1 for pid in strangers if of_uid(pid))
+        if not self._subreaper or killed:
+            if not await trio.to_thread.run_sync(uidkill.kill_uid, creds.uid, creds.gid):
+                log.error("cannot sweep agent uid", extra={"agent": agent_id, "intent": intent_id, "uid": creds.uid})
+            await self._end_strangers(of_uid)  # the strangers among them, reaped as they die
+        else:
+            self._reap_zombies(strangers)
+        if self.mount_namespaces is not None:
+            if not self.mount_namespaces.used_bytes(creds.uid):
+                return Released(0, killed)  # nothing left there (the usual case): no thread hop
+            return Released(await trio.to_thread.run_sync(self.mount_namespaces.collect, creds.uid), killed)
+        return Released(await trio.to_thread.run_sync(remove_owned_entries, SHARED_TMP_DIRS, creds.uid), killed)
 
     async def end_adopted_orphans(self, marker: str | None = None) -> None:
         """SIGKILL and reap the orphans covenant adopted as child subreaper: those whose environment
