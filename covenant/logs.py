@@ -25,6 +25,7 @@ from covenant.clock import iso_ms
 from covenant.config import LogConfig
 from covenant.errors import ConfigError
 from covenant.log_extras import is_extra
+from covenant.terminal import json_escaped
 
 __all__ = [
     "LogSettings",
@@ -230,21 +231,16 @@ def format_logfmt(fields: Mapping[str, Any]) -> str:
     return " ".join(parts)
 
 
-_JSON_UNSAFE = re.compile("[\x7f-\x9f\u2028\u2029\u202a-\u202e\u2066-\u2069]")
-"""What ``json.dumps`` leaves raw that a terminal acts on (DEL, C1, bidi overrides) or a line reader splits
-at (U+2028, U+2029); it escapes C0 itself."""
-
-
 def format_json(fields: Mapping[str, Any]) -> str:
     """One JSON object on one line (UTF-8 kept readable unless it holds lone surrogates); agents' text in
-    it acts on no terminal (:data:`_JSON_UNSAFE` as JSON escapes)."""
+    it acts on no terminal and stays on its line (:func:`covenant.terminal.json_escaped`)."""
     line = json.dumps(fields, ensure_ascii=False, separators=(",", ":"), default=str)
     try:
         line.encode("utf-8")
     except UnicodeEncodeError:
         # Undecodable agent output (surrogateescape) cannot be written as UTF-8.
         return json.dumps(fields, ensure_ascii=True, separators=(",", ":"), default=str)
-    return _JSON_UNSAFE.sub(lambda m: f"\\u{ord(m.group()):04x}", line)
+    return json_escaped(line)
 
 
 def syslog_priority(levelno: int) -> int:

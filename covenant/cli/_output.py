@@ -14,28 +14,12 @@ from __future__ import annotations
 
 import codecs
 import json
-import re
 import sys
 from typing import Any, Callable, NoReturn, TextIO
 
+from covenant.terminal import json_escaped, neutralize
+
 __all__ = ["echo", "echo_json", "fail", "neutralize", "print_json", "table_lines", "run_standalone"]
-
-_ACTIVE = re.compile("[\x00-\x08\x0b-\x1f\x7f-\x9f\u202a-\u202e\u2066-\u2069]")
-"""What a terminal acts on instead of showing: C0 controls but tab and newline (ESC, BEL, CR, ...), DEL,
-C1 controls (a one-byte CSI among them), and the bidirectional embeddings, overrides and isolates."""
-
-
-def neutralize(text: str) -> str:
-    """``text`` with every character in :data:`_ACTIVE` shown as its escape (``\\x1b``, ``\\u202e``).
-
-    Raw, an agent's or a model's text could clear the screen and draw a fake result, set the clipboard
-    (OSC 52) or the window title, or, with a carriage return or a right-to-left override, make a line
-    read other than it is. ``--json`` output needs none of this: JSON escapes them itself.
-    """
-    if not _ACTIVE.search(text):
-        return text
-    return _ACTIVE.sub(lambda m: f"\\x{ord(m.group()):02x}" if ord(m.group()) < 0x100 else f"\\u{ord(m.group()):04x}", text)
-
 
 def _is_ascii(encoding: str | None) -> bool:
     try:
@@ -75,9 +59,9 @@ def print_json(obj: Any) -> None:
 
 
 def echo_json(document: str) -> None:
-    """Write the JSON ``document`` (text) and a newline to stdout, exact and valid: what :data:`_ACTIVE`
-    names can only stand inside its strings there, and is written as a JSON escape (``\\u009b``)."""
-    _write(_ACTIVE.sub(lambda m: f"\\u{ord(m.group()):04x}", document) + "\n", False)
+    """Write the JSON ``document`` (text) and a newline to stdout, exact and valid: what :data:`covenant.terminal.ACTIVE`
+    names is written as a JSON escape (:func:`covenant.terminal.json_escaped`)."""
+    _write(json_escaped(document) + "\n", False)
 
 
 def table_lines(headers: tuple[str, ...], rows: list[tuple[str, ...]]) -> list[str]:
