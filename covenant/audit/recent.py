@@ -107,8 +107,9 @@ def unfinished_intents(directory: Path) -> tuple[list[dict[str, Any]], bool]:
     stop was finished). Nothing is unfinished when the newest daemon record is ``daemon.stop``.
     Unfinished means an ``intent.received`` (not a dry run) with neither an ``intent.completed``
     nor an ``intent.interrupted``, nor a ``policy.decision`` that refused it. Each is returned as
-    ``{"intent", "issuer", "parent", "received", "agent", "spawned"}`` (``agent`` null when it was never
-    allowed; ``spawned`` the data of its ``agent.spawned`` — pid, argv, limits — or null).
+    ``{"intent", "issuer", "parent", "received", "agent", "spawned", "peer_uid"}`` (``agent`` null when it
+    was never allowed; ``spawned`` the data of its ``agent.spawned`` — pid, argv, limits — or null;
+    ``peer_uid`` the submitting client's uid, null when unknown or the log predates it).
     """
     ended: set[str] = set()
     agents: dict[str, str] = {}
@@ -142,8 +143,13 @@ def unfinished_intents(directory: Path) -> tuple[list[dict[str, Any]], bool]:
         elif intent not in ended and not data.get("dry_run"):
             unfinished.append({"intent": intent, "issuer": data.get("issuer"), "parent": data.get("parent"),
                                "received": record.get("ts"), "agent": agents.get(intent),
-                               "spawned": spawned.get(intent)})
+                               "spawned": spawned.get(intent), "peer_uid": _uid(data.get("peer_uid"))})
     return unfinished[::-1], False
+
+
+def _uid(value: Any) -> int | None:
+    """A uid as the log holds it: a non-negative int, else unknown (the log is signed, not typed)."""
+    return value if isinstance(value, int) and not isinstance(value, bool) and value >= 0 else None
 
 
 def _record_type(line: bytes) -> str | None:

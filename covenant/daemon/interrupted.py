@@ -8,7 +8,8 @@ dispatch record with outcome ``interrupted`` (in the same commit), so
 what the log knows of the run (the agent, and the pid, argv and limits of its
 ``agent.spawned``); its ``agent_version``, ``runtime``, ``isolation`` and ``uid``
 are the agent's as this start finds it, ``duration_ms`` is 0 (when the agent
-died is not known), and ``peer_uid`` is unknown, so only operators see it.
+died is not known), and ``peer_uid`` is the one its ``intent.received`` kept, so
+the user who submitted it reads it as they read their other records.
 """
 
 from __future__ import annotations
@@ -47,8 +48,8 @@ async def record_interrupted_intents(home: Home, audit: AuditLog, registry: Regi
         log.warning("looked for unfinished intents in the newest part of the audit log only",
                     extra={"bytes": UNFINISHED_SCAN_MAX_BYTES})
     for entry in unfinished:
-        spawned = entry.pop("spawned")
-        record = _record(entry, spawned, registry, isolation)
+        spawned, peer_uid = entry.pop("spawned"), entry.pop("peer_uid")
+        record = _record(entry, spawned, peer_uid, registry, isolation)
         await audit.record_many([(INTENT_INTERRUPTED, {**entry, "reason": INTERRUPTED_REASON})],
                                 dispatch_record=None if record is None else encode_record(record))
     if unfinished:
@@ -56,7 +57,7 @@ async def record_interrupted_intents(home: Home, audit: AuditLog, registry: Regi
 
 
 def _record(
-    entry: dict[str, Any], spawned: dict[str, Any] | None, registry: Registry, isolation: Isolation
+    entry: dict[str, Any], spawned: dict[str, Any] | None, peer_uid: int | None, registry: Registry, isolation: Isolation
 ) -> DispatchRecord | None:
     """The dispatch record of an interrupted intent; None when it never had an agent (or the log's data
     does not fit a record: then the event alone tells)."""
@@ -81,6 +82,7 @@ def _record(
             error=INTERRUPTED_REASON,
             result=None,
             parent=entry["parent"],
+            peer_uid=peer_uid,
             isolation="uid" if creds is not None else "same-uid",
             uid=creds.uid if creds is not None else None,
         )

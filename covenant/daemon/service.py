@@ -339,7 +339,7 @@ class Daemon:
         self, intent: Intent, *, dry_run: bool, session_id: str | None, sink: StreamSink | None, child: _Child | None,
         peer_uid: int | None,
     ) -> dict[str, Any]:
-        received = ("intent.received", self._intent_event(intent, dry_run, child))
+        received = ("intent.received", self._intent_event(intent, dry_run, child, peer_uid))
         try:
             agent, routed_by = route(
                 intent.text,
@@ -812,7 +812,11 @@ class Daemon:
         # The dispatch record and the audit events are made durable in one commit of the writer process.
         await self.audit.record_many(events, dispatch_record=encode_record(record))
 
-    def _intent_event(self, intent: Intent, dry_run: bool, child: _Child | None = None) -> dict[str, Any]:
+    def _intent_event(
+        self, intent: Intent, dry_run: bool, child: _Child | None = None, peer_uid: int | None = None
+    ) -> dict[str, Any]:
+        """``peer_uid`` is kept so that a record made from the log alone (an intent a killed daemon left
+        unfinished, :mod:`covenant.daemon.interrupted`) is readable by the user who submitted it."""
         extra: dict[str, Any] = {}
         if child is not None:
             extra = {"signed_by": "daemon", "signature": child.signature, "depth": child.parent.depth + 1,
@@ -828,6 +832,7 @@ class Daemon:
             "issued_at": intent.issued_at,
             "dry_run": dry_run,
             "text": text_digest(intent.text, self.config.audit.store_text),
+            "peer_uid": peer_uid,
         }
 
     @staticmethod

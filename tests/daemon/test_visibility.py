@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import sysconfig
@@ -18,6 +19,7 @@ import pytest
 
 from tests.conftest import REPO_ROOT
 from tests.daemon.conftest import DaemonProcess
+from tests.daemon.test_daemon_e2e import audit_records, wait_for
 
 SYSTEM_PYTHON = "/usr/bin/python3"
 OWNER_A, OWNER_B = 65533, 65532  # no passwd entry: members of no group
@@ -78,16 +80,21 @@ def served(daemon: DaemonProcess) -> DaemonProcess:
     return daemon
 
 
-def _dispatch_via_api_as(daemon: DaemonProcess, uid: int, text: str) -> str:
-    """Sign an intent here (the signature is not what is tested) and submit it as ``uid``."""
+def _signed_body(uid: int, text: str, agent: str) -> tuple[str, str]:
+    """(intent id, request body) of an intent signed here by a new key (the signature is not what is tested)."""
     from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from covenant.keys import public_key_hex
     from covenant.policy.signing import new_intent, sign_intent
 
     key = Ed25519PrivateKey.generate()
-    intent = new_intent(text, issuer_display=f"u{uid}@test", issuer_pubkey=public_key_hex(key), agent="echo@local")
-    body = json.dumps({"intent": intent, "signature": sign_intent(key, intent), "dry_run": False})
+    intent = new_intent(text, issuer_display=f"u{uid}@test", issuer_pubkey=public_key_hex(key), agent=agent)
+    return intent["id"], json.dumps({"intent": intent, "signature": sign_intent(key, intent), "dry_run": False})
+
+
+def _dispatch_via_api_as(daemon: DaemonProcess, uid: int, text: str) -> str:
+    """Submit an intent to the echo agent as ``uid``; its id."""
+    _, body = _signed_body(uid, text, "echo@local")
     done = _as(uid, uid, [SYSTEM_PYTHON, "-c", _CLIENT, str(daemon.socket), "POST", "/v1/dispatch", body])
     assert done.returncode == 0, done.stderr
     answer = json.loads(done.stdout)
@@ -120,6 +127,36 @@ def test_each_uid_sees_its_own_dispatches_and_operators_see_all(served: DaemonPr
     root_view = served.api("GET", "/v1/dispatches?limit=100")
     assert {d["intent_id"] for d in root_view["dispatches"]} == everything
     assert {d["intent_id"]: d["peer_uid"] for d in root_view["dispatches"]}[roots] == os.getuid()
+
+
+def test_a_user_reads_the_record_of_their_intent_a_killed_daemon_left_interrupted(daemon: DaemonProcess) -> None:
+    """The record the next start writes for an interrupted intent keeps the submitting uid (from its
+    intent.received): that user reads it like their other records, others still do not."""
+    _require_system_python()
+    daemon.add_agent("slow", "slow.py", keywords=("sleep",))
+    daemon.start()
+    _open_socket_to_everyone(daemon)
+    intent_id, body = _signed_body(OWNER_A, "sleep 120", "slow@local")
+    waiting = subprocess.Popen([SYSTEM_PYTHON, "-c", _CLIENT, str(daemon.socket), "POST", "/v1/dispatch", body],
+                               user=OWNER_A, group=OWNER_A, extra_groups=[], env={"PATH": "/usr/bin:/bin"},
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, cwd="/")
+    wait_for(lambda: any(r["type"] == "agent.spawned" and r["data"]["intent"] == intent_id for r in audit_records(daemon)),
+             what="the slow agent to start")
+    received = next(r["data"] for r in audit_records(daemon)
+                    if r["type"] == "intent.received" and r["data"]["intent"] == intent_id)
+    assert received["peer_uid"] == OWNER_A
+
+    daemon.stop(sig=signal.SIGKILL)
+    waiting.communicate(timeout=60)  # its connection died with the daemon
+    daemon.start()
+    _open_socket_to_everyone(daemon)
+    status, record = _get(daemon, OWNER_A, OWNER_A, f"/v1/dispatches/{intent_id}")
+    assert status == 200 and (record["outcome"], record["peer_uid"]) == ("interrupted", OWNER_A), record
+    status, listed = _get(daemon, OWNER_A, OWNER_A, "/v1/dispatches?limit=100")
+    assert [d["intent_id"] for d in listed["dispatches"]] == [intent_id]
+    status, refused = _get(daemon, OWNER_B, OWNER_B, f"/v1/dispatches/{intent_id}")
+    assert status == 404 and refused["error"]["code"] == "not_found"
+    assert daemon.cli("audit", "verify").returncode == 0
 
 
 def _cli_env_for_other_uids() -> dict[str, str] | None:
