@@ -124,6 +124,13 @@ def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
     return value
 
 
+def _runs_process(entry: ToolEntry) -> bool:
+    """Whether a call of ``entry`` runs a process of the agent (a process tool, ``rune@shell-exec``)."""
+    if entry.builtin is not None:
+        return entry.builtin.runs_process
+    return entry.kind != "agent" and entry.mcp is None
+
+
 def _schema_problem(entry: ToolEntry, arguments: dict[str, Any]) -> str | None:
     error = first_error(entry.validator, arguments)
     if error is None:
@@ -273,7 +280,8 @@ class ToolHost:
         if entry.builtin is not None and entry.builtin.timeout_ms is not None and "timeout_ms" not in descriptor.model_fields_set:
             timeout_ms = entry.builtin.timeout_ms(self.services.config, parsed)
         result, state.attempts = await run_with_retries(
-            attempt, policy=descriptor.retry_policy, timeout_ms=timeout_ms, deadline=ctx.deadline
+            attempt, policy=descriptor.retry_policy, timeout_ms=timeout_ms, deadline=ctx.deadline,
+            place=partial(self.services.run_slot, ctx.agent.id) if _runs_process(entry) else None,
         )
         return result
 

@@ -72,11 +72,8 @@ async def run_process_tool(
 ) -> ToolResult:
     """One attempt of a process tool, given until ``ends`` (trio time)."""
     document = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
-    async with services.run_slot(ctx.agent.id):
-        wall_ms = max(1, int((ends - trio.current_time()) * 1000))
-        run = await services.runner.run_tool(
-            ctx.agent, entry.argv, document, run_id=run_marker(ctx.intent_id), wall_ms=wall_ms
-        )
+    wall_ms = max(1, int((ends - trio.current_time()) * 1000))
+    run = await services.runner.run_tool(ctx.agent, entry.argv, document, run_id=run_marker(ctx.intent_id), wall_ms=wall_ms)
     log.info(
         "tool run",
         extra={

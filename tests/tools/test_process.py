@@ -371,6 +371,52 @@ async def test_one_agent_runs_at_most_max_runs_per_agent_tools_at_once_and_the_r
     assert max(r.content["seen"] for r in results) <= 3, sorted(r.content["seen"] for r in results)
 
 
+HOLDING_PY = """\
+import json, os, sys, time
+paths = json.load(sys.stdin)
+open(paths["started"], "w").close()
+while not os.path.exists(paths["release"]):
+    time.sleep(0.02)
+print("{}")
+"""
+
+
+async def test_a_call_queued_for_a_place_to_run_gets_its_whole_timeout_once_it_has_one(tools: Tools, tmp_path: Path) -> None:
+    """``timeout_ms`` counts from when a call got one of the agent's ``[tools] max_runs_per_agent`` places: a call
+    queued behind a long one is not timed out by its wait (only the intent's own deadline bounds that)."""
+    tools.host.services.config = Config.model_validate({"tools": {"max_runs_per_agent": 1}})
+    started, release = tmp_path / "started", tmp_path / "release"
+    agent = tools.package(
+        "queued",
+        ["hold", "quick"],
+        {
+            "tools/hold.yaml": descriptor("hold", "tools/hold.py", "timeout_ms: 60000\n"),
+            "tools/hold.py": HOLDING_PY,
+            "tools/quick.yaml": descriptor("quick", "tools/quick.py", "timeout_ms: 3000\n"),
+            "tools/quick.py": "print('{}')\n",
+        },
+    )
+    grants = tools.grant("tool.hold", "tool.quick")
+    results = {}
+
+    async def call(key: str, name: str, arguments: dict[str, str], seconds: float = 60.0) -> None:
+        results[key] = await tools.host.call(tools.ctx(agent, grants, seconds=seconds), name, arguments)
+
+    async with trio.open_nursery() as nursery:
+        nursery.start_soon(call, "hold", "hold", {"started": str(started), "release": str(release)})
+        while not started.exists():
+            await trio.sleep(0.02)
+        nursery.start_soon(call, "quick", "quick", {})
+        nursery.start_soon(call, "late", "quick", {}, 1.0)  # its intent ends while it waits
+        await trio.sleep(4)  # longer than quick's timeout_ms, all of it spent waiting for the one place
+        assert "quick" not in results, results["quick"]
+        release.touch()
+    assert results["hold"].ok and results["quick"].ok, results
+    late = results["late"]
+    assert late.error_code == "tool_timeout" and "the intent's time ran out" in late.error_message, late
+    assert [e["attempts"] for e in tools.audit.of("tool.call")] == [1, 1, 1]
+
+
 async def test_the_example_triage_tool_through_the_host(tools: Tools) -> None:
     agent = load_rune_package(EXAMPLES_DIR / "triage-rune").to_agent_spec()
     fetch, offered = tools.host.offered(agent)

@@ -8,11 +8,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from covenant.config import Config
-
 from covenant.tools.context import ToolCallContext
 
 if TYPE_CHECKING:
-    from covenant.config import Config
     from covenant.tools.services import ToolServices
 
 __all__ = ["Builtin", "BuiltinCall", "BuiltinRun", "NO_ARGUMENTS"]
@@ -52,3 +50,5 @@ class Builtin:
     (shell-exec, web-fetch); None: the toolset descriptor's ``timeout_ms`` (5000 by default)."""
     needs: Callable[[Config], str | None] | None = None
     """For a built-in that needs a backend configured: why it is unavailable under this config, or None."""
+    runs_process: bool = False
+    """Each call runs a process of the agent: it takes one of the agent's ``[tools] max_runs_per_agent`` places."""

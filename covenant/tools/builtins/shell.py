@@ -75,15 +75,14 @@ async def _run(call: BuiltinCall) -> ToolResult:
     from covenant.tools.process import run_marker  # not at the top: process imports the catalogue, which imports us
 
     workspace = await trio.to_thread.run_sync(call.services.workspace, call.ctx.agent.id)
-    async with call.services.run_slot(call.ctx.agent.id):
-        left_ms = (call.ends - trio.current_time()) * 1000 if math.isfinite(call.ends) else math.inf
-        wall_ms = int(min(command_timeout_ms(config, call.arguments), left_ms))
-        if wall_ms <= 0:
-            raise ToolError("tool_timeout", "the intent has no time left to run the command")
-        run = await call.services.runner.run_tool(
-            call.ctx.agent, (SHELL, "-c", command), b"", run_id=run_marker(call.ctx.intent_id), wall_ms=wall_ms,
-            cwd=str(workspace.root),
-        )
+    left_ms = (call.ends - trio.current_time()) * 1000 if math.isfinite(call.ends) else math.inf
+    wall_ms = int(min(command_timeout_ms(config, call.arguments), left_ms))
+    if wall_ms <= 0:
+        raise ToolError("tool_timeout", "the intent has no time left to run the command")
+    run = await call.services.runner.run_tool(
+        call.ctx.agent, (SHELL, "-c", command), b"", run_id=run_marker(call.ctx.intent_id), wall_ms=wall_ms,
+        cwd=str(workspace.root),
+    )
     return dataclasses.replace(capped(_result(run, config.tools.shell_exec.output_max_bytes)), left_behind=run.left_behind)
 
 
@@ -104,4 +103,5 @@ TOOL = Builtin(
     },
     run=_run,
     timeout_ms=_call_timeout_ms,
+    runs_process=True,
 )
