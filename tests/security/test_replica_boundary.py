@@ -44,6 +44,26 @@ def test_a_tool_can_neither_invoke_its_replica_nor_hold_the_gateway(daemon: Daem
     assert "connection refused: not the process this socket serves" in daemon.log()
 
 
+def test_a_tool_flooding_the_gateway_is_paced_and_the_replica_is_still_served(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """A tool that connects to the gateway in a loop: the daemon answers at most a budget of refusals and
+    closes the rest unanswered, accepting one of those every 5 ms, so the flood costs the agent's own
+    socket, not the daemon's loop (before: ≈ 2,300 connections a second, the daemon at ≈ 80 % of a core).
+    The replica's own model call, queued behind the flood, is still answered."""
+    seconds = 3
+    start_with_hostile_tool(daemon, fake_model, "flood", "replica_flood.py")
+    folder = daemon.home / "state" / "replicas" / "chat@local"
+    fake_model.script(Reply.tools(ToolCall("flood", {"folder": str(folder), "seconds": seconds})), Reply(text="done"))
+    outcome = outcome_of(daemon.cli("dispatch", "flood", "--agent", "chat@local", "--json"))
+    assert outcome["outcome"] == "ok" and outcome["text"] == "done", outcome
+    flood = tool_results(fake_model, 1)[-1]
+    # At most 32 answered at once and 32 a second after, 200 a second closed unanswered, 128 in the backlog.
+    assert flood["connections"] <= 32 + (32 + 200) * seconds + 128 + 16, flood
+    assert 0 < flood["answered"] <= 32 + 32 * seconds + 2, flood
+    assert daemon.log().count("connection refused: not the process this socket serves") == 1
+
+
 def test_a_file_hard_linked_into_the_replicas_folder_is_not_given_to_the_agent(
     daemon: DaemonProcess, fake_model: FakeModelServer
 ) -> None:
