@@ -2,9 +2,9 @@
 
 A real daemon on a throwaway home serves a Rune agent (on the fake model server) and the rust-bin
 echo agent. Once the replica runs, the echo agent is dispatched one intent after the other, in
-alternating windows of ``--window`` seconds: quiet, and while a process of this bench connects to the
-replica's gateway socket in a loop (connect, read to the end, close), as a hostile tool of the agent
-can. The gateway serves the replica's pid only, so every such connection is refused. Per window: the
+alternating windows of ``--window`` seconds: quiet, and while a process connects to the replica's
+gateway socket in a loop (connect, read to the end, close), as a hostile tool of the agent can: the
+bench runs that tool, ``tests/security/agents/replica_flood.py``, itself. The gateway serves the replica's pid only, so every such connection is refused. Per window: the
 echo round trip p50, the daemon's CPU as a share of one core (its audit writer included), and how many
 connections the flood made and how many got an answer (a 403) rather than a close.
 
@@ -16,11 +16,11 @@ connections the flood made and how many got an answer (a 403) rather than a clos
 from __future__ import annotations
 
 import argparse
-import multiprocessing
+import json
 import os
 import secrets
-import socket
 import statistics
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -35,6 +35,10 @@ from covenant.client import DaemonClient  # noqa: E402
 from covenant.config import RuntimeConfig  # noqa: E402
 from covenant.policy.signing import new_intent, sign_intent  # noqa: E402
 
+# The hostile tool of tests/security, run here by the bench itself: the gateway refuses any pid but
+# its replica's, root's as well as the agent uid's.
+FLOODER = Path(__file__).resolve().parent.parent / "tests" / "security" / "agents" / "replica_flood.py"
+
 RUNEFILE = """\
 name: flooded
 version: 0.1.0
@@ -45,25 +49,6 @@ models:
   model_mapping:
     default: m
 """
-
-
-def flood(path: str, seconds: float, counts: multiprocessing.Queue[tuple[int, int]]) -> None:
-    """Connect to ``path`` in a loop for ``seconds``; put (connections, answered) on ``counts``."""
-    ends = time.monotonic() + seconds
-    connections = answered = 0
-    while time.monotonic() < ends:
-        with socket.socket(socket.AF_UNIX) as s:
-            s.settimeout(10)
-            s.connect(path)
-            first = b""
-            try:
-                while chunk := s.recv(65536):
-                    first = first or chunk
-            except ConnectionResetError:
-                pass
-        connections += 1
-        answered += first.startswith(b"HTTP/1.1 403")
-    counts.put((connections, answered))
 
 
 def main() -> int:
@@ -98,11 +83,13 @@ def main() -> int:
         results: dict[str, list[tuple[float, float, int, int]]] = {"quiet": [], "flooded": []}
         for _ in range(args.rounds):
             for kind in ("quiet", "flooded"):
-                counts: multiprocessing.Queue[tuple[int, int]] = multiprocessing.Queue()
                 flooder = None
                 if kind == "flooded":
-                    flooder = multiprocessing.Process(target=flood, args=(str(gateway), args.window, counts))
-                    flooder.start()
+                    flooder = subprocess.Popen([sys.executable, str(FLOODER)], stdin=subprocess.PIPE,
+                                               stdout=subprocess.PIPE, text=True)
+                    assert flooder.stdin is not None
+                    flooder.stdin.write(json.dumps({"folder": str(gateway.parent), "seconds": args.window}))
+                    flooder.stdin.close()
                     time.sleep(0.2)  # the flood under way before the window opens
                 cpu0, t0, latencies = cpu.seconds(), time.monotonic(), []
                 while time.monotonic() - t0 < args.window - 0.3:
@@ -110,8 +97,10 @@ def main() -> int:
                 share = (cpu.seconds() - cpu0) / (time.monotonic() - t0)
                 made, answered = 0, 0
                 if flooder is not None:
-                    flooder.join()
-                    made, answered = counts.get(timeout=30)
+                    assert flooder.stdout is not None
+                    counted = json.loads(flooder.stdout.read())
+                    flooder.wait()
+                    made, answered = counted["connections"], counted["answered"]
                 results[kind].append((statistics.median(latencies) * 1000, share * 100, made, answered))
         print(f"gateway flood, {args.rounds} rounds of {args.window:.0f} s windows; load {os.getloadavg()[0]:.2f}")
         print("| window | echo p50 (ms) | daemon, % of a core | flood connections per s | of them answered |")
