@@ -237,7 +237,7 @@ async def serve(
     unanswered and the next accept waits 5 ms. A tool connecting in a loop
     then slows its own agent's socket, not the daemon's event loop
     (``bench/gateway_flood.py``: it had ≈ 960 connections a second answered
-    and took ≈ 30 % of a core more; now ≈ 200, of which ≈ 40 answered, and ≈ 6 %).
+    and took ≈ 30 % of a core more; now ≈ 200, ≈ 40 of them answered, and ≈ 6 %).
     """
     listener = trio.socket.from_stdlib_socket(sock)
     refusals, budget = _Refusals(name), _RefusalBudget()

@@ -70,7 +70,8 @@ def _result(entry: ToolEntry, run: ToolRun) -> ToolResult:
 async def run_process_tool(
     services: ToolServices, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float
 ) -> ToolResult:
-    """One attempt of a process tool, given until ``ends`` (trio time)."""
+    """One attempt of a process tool, given until ``ends`` (trio time); the caller holds one of the agent's
+    run places for it (:func:`~covenant.tools.retry.run_with_retries`)."""
     document = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
     wall_ms = max(1, int((ends - trio.current_time()) * 1000))
     run = await services.runner.run_tool(ctx.agent, entry.argv, document, run_id=run_marker(ctx.intent_id), wall_ms=wall_ms)
