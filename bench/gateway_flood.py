@@ -30,7 +30,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 from daemon_dispatch import (  # noqa: E402
     DaemonCPU, daemon_once, granted_identity, install_agents, start_daemon, stop_and_clean, throwaway_home,
 )
-from rune_replica import _fake  # noqa: E402
+from rune_replica import fake_model  # noqa: E402
 from covenant.client import DaemonClient  # noqa: E402
 from covenant.config import RuntimeConfig  # noqa: E402
 from covenant.policy.signing import new_intent, sign_intent  # noqa: E402
@@ -58,7 +58,7 @@ def main() -> int:
     parser.add_argument("--keep", action="store_true", help="keep the temp home (and the daemon log) afterwards")
     args = parser.parse_args()
 
-    fake, port = _fake(0.0)
+    fake, port = fake_model(0.0)
     home = throwaway_home("covenant-flood-")
     daemon = None
     try:

@@ -122,7 +122,8 @@ model_server.main()
 """
 
 
-def _fake(delay_s: float) -> tuple[subprocess.Popen[str], int]:
+def fake_model(delay_s: float) -> tuple[subprocess.Popen[str], int]:
+    """The fake model server answering "pong" after ``delay_s``, in a process of its own: (process, port)."""
     proc = subprocess.Popen([sys.executable, "-c", _FAKE, str(delay_s)], cwd=REPO, stdout=subprocess.PIPE, text=True)
     assert proc.stdout is not None
     return proc, int(proc.stdout.readline().strip())
@@ -164,7 +165,7 @@ def sessions(rounds: int, concurrency: int, delay_s: float) -> None:
     from covenant.keys import public_key_hex
     from covenant.policy.signing import new_intent, sign_intent
 
-    fake, port = _fake(delay_s)
+    fake, port = fake_model(delay_s)
     base = Path(tempfile.mkdtemp(prefix="rune-bench-"))
     os.chmod(base, 0o711)
     home, sock = base / "home", base / "covenant.sock"

@@ -21,6 +21,7 @@ from covenant.terminal import json_escaped, neutralize
 
 __all__ = ["echo", "echo_json", "fail", "neutralize", "print_json", "table_lines", "run_standalone"]
 
+
 def _is_ascii(encoding: str | None) -> bool:
     try:
         return codecs.lookup(encoding or "ascii").name == "ascii"

@@ -31,6 +31,7 @@ import h11
 import trio
 
 from covenant import outside_json
+from covenant.ratelimit import TokenBucket
 from covenant.sse import SseEvent, SseParser
 
 log = logging.getLogger("covenant.rune")
@@ -233,14 +234,15 @@ async def serve(
     (:class:`_Refusals`); ``name`` says which socket in the log.
 
     A refusal is never a legitimate request, so their rate is bounded
-    (:class:`_RefusalBudget`): past it a refused connection is closed
+    (a :class:`~covenant.ratelimit.TokenBucket` of 32 at once and 32 a
+    second): past it a refused connection is closed
     unanswered and the next accept waits 5 ms. A tool connecting in a loop
     then slows its own agent's socket, not the daemon's event loop
     (``bench/gateway_flood.py``: it had ≈ 960 connections a second answered
     and took ≈ 30 % of a core more; now ≈ 200, ≈ 40 of them answered, and ≈ 6 %).
     """
     listener = trio.socket.from_stdlib_socket(sock)
-    refusals, budget = _Refusals(name), _RefusalBudget()
+    refusals, answered = _Refusals(name), TokenBucket(_REFUSALS_PER_S, _REFUSALS_BURST)
     with listener:
         async with trio.open_nursery() as handlers:
             task_status.started()
@@ -251,7 +253,7 @@ async def serve(
                     handlers.start_soon(_handle, stream, handler)
                     continue
                 refusals.note(found, expected)
-                if budget.take(trio.current_time()):
+                if answered.take():
                     handlers.start_soon(_refuse, stream)
                 else:
                     stream.socket.close()
@@ -274,26 +276,8 @@ async def _accept(listener: trio.socket.SocketType) -> trio.socket.SocketType:
 _ACCEPT_CAPACITY_ERRNOS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOMEM, errno.ENOBUFS})
 _ACCEPT_RETRY_S = 0.1
 _OVER_BUDGET_PAUSE_S = 0.005
-
-
-class _RefusalBudget:
-    """A token bucket of answered refusals: ``_BURST`` at once, ``_PER_S`` a second after that."""
-
-    _BURST = 32.0
-    _PER_S = 32.0
-
-    def __init__(self) -> None:
-        self._tokens = self._BURST
-        self._at = 0.0
-
-    def take(self, now: float) -> bool:
-        """Spend one token if there is one (True: answer this refusal)."""
-        self._tokens = min(self._BURST, self._tokens + (now - self._at) * self._PER_S)
-        self._at = now
-        if self._tokens < 1:
-            return False
-        self._tokens -= 1
-        return True
+_REFUSALS_BURST = 32
+_REFUSALS_PER_S = 32
 
 
 async def _refuse(stream: trio.SocketStream) -> None:

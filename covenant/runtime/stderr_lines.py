@@ -17,6 +17,8 @@ import logging
 import time
 from typing import TYPE_CHECKING, Any, Callable
 
+from covenant.ratelimit import TokenBucket
+
 if TYPE_CHECKING:
     from covenant.config import RuntimeConfig
 
@@ -44,11 +46,8 @@ class StderrLines:
     ) -> None:
         self._message = message
         self._fields = fields
-        self._rate = lines_per_s
-        self._burst = burst
         self._clock = clock
-        self._tokens = float(burst)
-        self._refilled_at = clock()
+        self._budget = TokenBucket(lines_per_s, burst, clock)
         self._pending = b""
         """The start of a line not ended yet (at most one part)."""
         self.dropped_bytes = 0
@@ -62,8 +61,7 @@ class StderrLines:
         return cls(message, fields, lines_per_s=runtime.stderr_log_lines_per_s, burst=runtime.stderr_log_burst)
 
     def feed(self, data: bytes) -> None:
-        self._refill()
-        if self._tokens < 1:
+        if self._budget.empty():
             self._drop_all_but_the_unended(data)
             return
         *lines, pending = (self._pending + data).split(b"\n")
@@ -78,15 +76,13 @@ class StderrLines:
     def flush(self) -> None:
         """Log the last line even though it never ended (the stream is over), and what was dropped."""
         if self._pending:
-            self._refill()
             self._offer(self._pending)
             self._pending = b""
         self._report()
 
     def pause_s(self) -> float:
         """Seconds until the next line may be logged: how long the reader should wait before reading more."""
-        self._refill()
-        return 0.0 if self._tokens >= 1 else (1 - self._tokens) / self._rate
+        return self._budget.wait_s()
 
     def _drop_all_but_the_unended(self, data: bytes) -> None:
         """Over budget: drop what this chunk ends; keep the unended tail, at most one part of it."""
@@ -101,10 +97,9 @@ class StderrLines:
         self._pending = pending[parts * LOG_LINE_MAX :]
 
     def _offer(self, raw: bytes) -> None:
-        if self._tokens < 1:
+        if not self._budget.take():
             self._drop(len(raw) + 1)
             return
-        self._tokens -= 1
         if self._unreported and self._clock() - self._reported_at >= REPORT_EVERY_S:
             self._report()
         agent_log.info(self._message, extra={**self._fields, "line": raw.decode("utf-8", "replace").rstrip("\r")})
@@ -117,13 +112,8 @@ class StderrLines:
         if self._unreported:
             agent_log.warning(
                 f"{self._message} suppressed",
-                extra={**self._fields, "dropped_bytes": self._unreported, "lines_per_s": self._rate,
-                       "burst": self._burst},
+                extra={**self._fields, "dropped_bytes": self._unreported, "lines_per_s": self._budget.per_s,
+                       "burst": self._budget.burst},
             )
             self._unreported = 0
             self._reported_at = self._clock()
-
-    def _refill(self) -> None:
-        now = self._clock()
-        self._tokens = min(self._burst, self._tokens + (now - self._refilled_at) * self._rate)
-        self._refilled_at = now
