@@ -20,6 +20,7 @@ from covenant.a2a.config import A2AConfig
 from covenant.triggers.webhook_config import WebhooksConfig
 from covenant.errors import ConfigError
 from covenant.home import Home
+from covenant.toml_lines import key_line
 
 __all__ = [
     "Config",
@@ -197,7 +198,7 @@ class ShellExecToolConfig(_Section):
 
 
 def _allow_entries(value: tuple[str, ...]) -> tuple[str, ...]:
-    from covenant.tools.netpolicy import parse_allow_entry
+    from covenant.netpolicy import parse_allow_entry
 
     for entry in value:
         parse_allow_entry(entry)
@@ -450,7 +451,6 @@ def _table_model(name: str) -> type[BaseModel] | None:
 
 def _problem(home: Home, text: str, err: Any) -> tuple[int | None, str]:
     """(line, ``path:line: [table] key: what is wrong``)."""
-    from covenant.manifest.agent_toml import key_line  # the manifest parser's TOML line finder
 
     loc = [str(part) for part in err["loc"]]
     model = _table_model(loc[0])

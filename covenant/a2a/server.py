@@ -42,7 +42,7 @@ from covenant.audit.events import text_digest
 from covenant.audit.recent import records_since
 from covenant.audit.refusals import RefusalThrottle
 from covenant.clock import iso_now, now_ms
-from covenant.daemon.rune_dispatch import StreamSink
+from covenant.stream_sink import StreamSink
 from covenant.errors import CovenantError
 from covenant.policy.errors import BadIntent, PolicyDenied
 from covenant.ratelimit import MinuteRate

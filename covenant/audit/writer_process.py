@@ -55,7 +55,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from covenant.audit.channel import DISPATCH, PROTOCOL, FrameReader, log_entry
 from covenant.audit.errors import AuditLogError
 from covenant.audit.store import Item, LogFiles
-from covenant.runtime.record_files import RecordFiles
+from covenant.audit.record_files import RecordFiles
 
 __all__ = ["main", "serve"]
 

@@ -21,7 +21,7 @@ import trio
 
 from covenant import outside_json
 from covenant.daemon.logstream import LogBroadcaster
-from covenant.daemon.rune_dispatch import StreamSink
+from covenant.stream_sink import StreamSink
 from covenant.daemon.visibility import sees_every_record
 from covenant.daemon.server import ClientGone, Peer
 from covenant.daemon.service import Daemon

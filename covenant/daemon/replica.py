@@ -30,13 +30,13 @@ from typing import Any
 import trio
 
 from covenant.config import Config
-from covenant.daemon.replica_gateway import GatewayCalls, IntentContext, ReplicaGateway
+from covenant.daemon.intent_context import IntentContext
+from covenant.daemon.replica_gateway import GatewayCalls, ReplicaGateway
 from covenant.daemon.session_keeper import SessionKeeper
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.runefile import RunePackage
 from covenant.rune import wire
 from covenant.rune.spec import loop_settings
-from covenant.runtime import teardown
 from covenant.runtime.environment import agent_environment
 from covenant.runtime.launcher import AgentCredentials, Launched, LaunchError, LaunchPlan
 from covenant.runtime.pdeathsig import GATE_BYTE
@@ -194,7 +194,7 @@ class ReplicaProcess:
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                await teardown.stop_launched(launched, _KILL_GRACE_S)
+                await launched.stop(_KILL_GRACE_S)
                 gateway_sock.close()
                 status = launched.status
                 if status is not None and reason == "the replica exited":

@@ -22,38 +22,19 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Awaitable, Callable
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, Protocol
 
+from covenant.daemon.intent_context import IntentContext
 from covenant.errors import error_document
-from covenant.manifest.model import AgentSpec
 from covenant.rune import wire
 from covenant.rune.gateway_client import MODEL_PATH, SESSION_APPEND_PATH, TOOL_PATH
 
 if TYPE_CHECKING:
     from covenant.daemon.session_keeper import SessionKeeper
-    from covenant.manifest.runefile import RunePackage
 
-__all__ = ["IntentContext", "GatewayCalls", "GatewayRefused", "ReplicaGateway"]
+__all__ = ["GatewayCalls", "GatewayRefused", "ReplicaGateway"]
 
 log = logging.getLogger("covenant.rune")
-
-
-@dataclass
-class IntentContext:
-    """What the daemon knows of one intent in flight on a replica."""
-
-    intent_id: str
-    issuer_pubkey: str
-    agent: AgentSpec
-    package: RunePackage
-    deadline: float
-    """``trio.current_time()`` by which the intent must end."""
-    session_id: str = ""
-    """The session the daemon gave the intent: it loads that one for the invoke, and the replica may append
-    to no other for it."""
-    state: dict[str, Any] = field(default_factory=dict)
-    """Per-intent objects of the model and tool layers (the token budget)."""
 
 
 class GatewayCalls(Protocol):

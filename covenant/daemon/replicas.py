@@ -27,7 +27,8 @@ import trio
 
 from covenant.config import Config
 from covenant.daemon.replica import REPLICAS_DIR, Offered, Replica, ReplicaFailed, ReplicaProcess
-from covenant.daemon.replica_gateway import GatewayCalls, IntentContext
+from covenant.daemon.intent_context import IntentContext
+from covenant.daemon.replica_gateway import GatewayCalls
 from covenant.daemon.session_keeper import SessionKeeper
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.runefile import RunePackage

@@ -16,13 +16,14 @@ from typing import TYPE_CHECKING, Any
 import trio
 
 from covenant.clock import iso_now, now_ms
-from covenant.daemon.replica_gateway import IntentContext
+from covenant.daemon.intent_context import IntentContext
 from covenant.daemon.replicas import ReplicaFailed, ReplicaSupervisor
 from covenant.daemon.session_keeper import SessionRefused
 from covenant.daemon.workflow_record import hosted_record
 from covenant.manifest.model import AgentSpec
 from covenant.rune.conversation import new_session_id
 from covenant.rune.safety import LineRedactor, redact, still_secret
+from covenant.stream_sink import Emit, StreamSink
 from covenant.runtime.outcome import OUTCOMES, DispatchRecord
 from covenant.workflow.chain import ChainLink
 
@@ -30,34 +31,7 @@ if TYPE_CHECKING:
     from covenant.manifest.runefile import RunePackage
     from covenant.policy.intents import Intent
 
-__all__ = ["run_rune_intent", "StreamSink"]
-
-Emit = Callable[[str, dict[str, Any]], Awaitable[None]]
-
-
-class StreamSink:
-    """Where a streamed dispatch's events go; ``open`` is called once, before the first event."""
-
-    def __init__(self, open_stream: Callable[[], Awaitable[None]], emit: Emit) -> None:
-        self._open_stream = open_stream
-        self._emit = emit
-        self.opened = False
-        self.lost = False
-        """The client went away: later events are dropped (the intent still finishes and is recorded)."""
-
-    async def open(self) -> None:
-        if not self.opened:
-            self.opened = True
-            await self._open_stream()
-
-    async def emit(self, event: str, data: dict[str, Any]) -> None:
-        if self.lost:
-            return
-        try:
-            await self.open()
-            await self._emit(event, data)
-        except Exception:  # whatever the server raises for a client that hung up
-            self.lost = True
+__all__ = ["run_rune_intent"]
 
 
 def _relay(sink: StreamSink, policy: str, secrets: list[str]) -> tuple[Emit, Callable[[], Awaitable[None]]]:

@@ -19,7 +19,8 @@ import trio
 
 from covenant.clock import now_ms
 from covenant.config import Config
-from covenant.daemon.replica_gateway import GatewayRefused, IntentContext
+from covenant.daemon.intent_context import IntentContext
+from covenant.daemon.replica_gateway import GatewayRefused
 from covenant.daemon.replicas import ReplicaSupervisor
 from covenant.manifest.model import AgentSpec
 from covenant.models import AgentModels, ModelCall, ModelError, ModelGateway, TokenBudget

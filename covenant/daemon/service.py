@@ -38,7 +38,8 @@ from covenant.daemon.agents_state import LoadedAgents, merge_reload
 from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.routing import NoAgent, route
-from covenant.daemon.rune_dispatch import StreamSink, run_rune_intent
+from covenant.daemon.rune_dispatch import run_rune_intent
+from covenant.stream_sink import StreamSink
 from covenant.daemon.rune_host import RuneHost
 from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown, Withdrawn
 from covenant.daemon.server import Peer

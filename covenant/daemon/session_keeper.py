@@ -24,7 +24,7 @@ from covenant.keyed_locks import KeyedLocks
 from covenant.rune.sessions import SessionLog, SessionRefused, open_session
 
 if TYPE_CHECKING:
-    from covenant.daemon.replica_gateway import IntentContext
+    from covenant.daemon.intent_context import IntentContext
 
 __all__ = ["SessionKeeper", "SessionRefused"]
 

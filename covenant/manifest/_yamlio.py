@@ -16,7 +16,7 @@ from typing import Any, Union, get_args
 
 from pydantic import BaseModel, ValidationError
 
-from covenant.manifest.limits import DEFAULT_LIMITS, ManifestTooLarge, read_capped, yaml_structure_problem
+from covenant.manifest.limits import DEFAULT_LIMITS, MAX_DEPTH, ManifestTooLarge, depth_message, read_capped
 from covenant.manifest.problems import Problem
 
 __all__ = [
@@ -27,7 +27,14 @@ __all__ = [
     "field_path",
     "validate_model",
     "problem_at",
+    "yaml_structure_problem",
+    "MAX_YAML_ALIASES",
+    "MAX_YAML_NODES",
 ]
+
+MAX_YAML_ALIASES = 100
+MAX_YAML_NODES = 100_000
+"""Nodes of a YAML document with every alias counted at its expanded size."""
 
 
 @cache
@@ -192,3 +199,65 @@ def validate_model(
             loc = tuple(error["loc"])
             problems.append(Problem(path, node_line(text, loc), field_path(loc), _message(model, error)))
         return None
+
+
+def yaml_structure_problem(text: str) -> tuple[int, str] | None:
+    """``(line, message)`` for a YAML text that nests too deep or whose aliases expand too far.
+
+    Reads the parser's event stream only: nothing is composed or
+    constructed, so an alias bomb costs its size on disk. A syntax error is
+    left to the loader (which reports it with its line).
+    """
+    import yaml
+
+    sizes: dict[str, int] = {}  # anchor -> expanded node count
+    stack: list[list[Any]] = []  # open collections: [anchor, expanded node count so far]
+    total = 0
+    aliases = 0
+    try:
+        for event in yaml.parse(text, Loader=safe_loader()):
+            line = event.start_mark.line + 1
+            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
+                stack.append([event.anchor, 1])
+                total += 1
+                if len(stack) > MAX_DEPTH:
+                    return line, depth_message()
+                continue
+            if isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
+                anchor, count = stack.pop()
+                if anchor is not None:
+                    sizes[anchor] = count
+                if stack:
+                    stack[-1][1] += count
+                continue
+            if isinstance(event, yaml.ScalarEvent):
+                count = 1
+                if event.anchor is not None:
+                    sizes[event.anchor] = 1
+            elif isinstance(event, yaml.AliasEvent):
+                aliases += 1
+                if aliases > MAX_YAML_ALIASES:
+                    return line, (
+                        f"parse error: more than {MAX_YAML_ALIASES} YAML aliases (*name); refused without expanding "
+                        "them (write the values out)"
+                    )
+                if any(frame[0] == event.anchor for frame in stack):
+                    return line, f"parse error: alias *{event.anchor} is inside its own anchor (a recursive structure); refused"
+                count = sizes.get(event.anchor, 1)  # an undefined anchor is the loader's error to report
+            else:
+                continue
+            total += count
+            if stack:
+                stack[-1][1] += count
+            if total > MAX_YAML_NODES:
+                return line, (
+                    f"parse error: YAML aliases would expand this document past {MAX_YAML_NODES} nodes "
+                    "(an alias bomb); refused without expanding it"
+                )
+    except yaml.YAMLError as exc:
+        # libyaml >= 0.2.6 refuses deep flow nesting itself, while scanning ahead of the events counted here.
+        if "maximum nesting depth" in str(getattr(exc, "problem", "")):
+            mark = getattr(exc, "problem_mark", None)
+            return (mark.line + 1 if mark is not None else 1), depth_message()
+        return None
+    return None

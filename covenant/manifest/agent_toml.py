@@ -36,10 +36,11 @@ from covenant.manifest.model import (
 )
 from covenant.manifest.problems import ManifestError, Problem
 from covenant.outside_json import nests_deeper
-from covenant.policy.capabilities import action_problem
+from covenant.actions import action_problem
 from covenant.priorities import PRIORITIES
+from covenant.toml_lines import key_line
 
-__all__ = ["load_agent_toml", "parse_agent_toml", "normalize_agent_id", "ID_PATTERN", "key_line"]
+__all__ = ["load_agent_toml", "parse_agent_toml", "normalize_agent_id", "ID_PATTERN"]
 
 ID_PATTERN = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._-]{0,63}@[A-Za-z0-9][A-Za-z0-9.-]{0,252}$")
 """``name@host``: letters, digits, ``.``, ``_``, ``-``; name up to 64, host up to 253 characters."""
@@ -62,7 +63,6 @@ _INT_BOUNDS: dict[str, tuple[int, int]] = {
     "budget_credits_per_hour": (0, 10**12),
 }
 _TOML_LINE = re.compile(r"\(at line (\d+), column \d+\)")
-_HEADER = re.compile(r"^\s*\[\[?\s*([^\[\]#]+?)\s*\]\]?\s*(?:#.*)?$")
 
 
 def normalize_agent_id(value: str) -> tuple[str, str | None]:
@@ -70,27 +70,6 @@ def normalize_agent_id(value: str) -> tuple[str, str | None]:
     if "@" in value:
         return value, None
     return f"{value}@local", f"agent.id {value!r} has no @host; read as {value + '@local'!r} (write it in full)"
-
-
-def key_line(text: str, section: str | None, key: str | None) -> int | None:
-    """1-based line of ``key =`` inside ``[section]``, else of the header, else of ``key =`` anywhere."""
-    current: str | None = None
-    section_line: int | None = None
-    key_re = re.compile(rf"^\s*[\"']?{re.escape(key)}[\"']?\s*=") if key else None
-    anywhere: int | None = None
-    for number, line in enumerate(text.splitlines(), 1):
-        header = _HEADER.match(line)
-        if header:
-            current = header.group(1).strip().strip("\"'")
-            if current == section and section_line is None:
-                section_line = number
-            continue
-        if key_re is not None and key_re.match(line):
-            if current == section:
-                return number
-            if anywhere is None:
-                anywhere = number
-    return section_line if section_line is not None else anywhere
 
 
 def _type_name(value: object) -> str:

@@ -10,12 +10,8 @@ or broken file must cost one rejected manifest, never the daemon:
   and raises RecursionError past ~300 levels; a TOML text is scanned for
   bracket depth before it is parsed, and the parsed document's depth (table
   headers and dotted keys nest without recursion) is measured without
-  recursion too. YAML nesting is counted on the parser's event stream;
-* **YAML aliases** — an alias is a reference, so a "billion laughs" document
-  is small on disk and huge once anything walks it. The event stream is
-  checked before anything is constructed: at most :data:`MAX_YAML_ALIASES`
-  aliases, no alias inside its own anchor, and at most
-  :data:`MAX_YAML_NODES` nodes counting every alias at its expanded size.
+  recursion too. YAML nesting and aliases are counted on the parser's event
+  stream (:func:`covenant.manifest._yamlio.yaml_structure_problem`).
 """
 
 from __future__ import annotations
@@ -25,7 +21,7 @@ import re
 import stat
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 if TYPE_CHECKING:
     from covenant.config import RuntimeConfig
@@ -35,18 +31,13 @@ __all__ = [
     "DEFAULT_LIMITS",
     "ManifestTooLarge",
     "MAX_DEPTH",
-    "MAX_YAML_ALIASES",
-    "MAX_YAML_NODES",
     "read_capped",
     "toml_depth_problem",
-    "yaml_structure_problem",
+    "depth_message",
 ]
 
 MAX_DEPTH = 64
 """Deepest nesting of tables, arrays or mappings a manifest may have (real ones use 4)."""
-MAX_YAML_ALIASES = 100
-MAX_YAML_NODES = 100_000
-"""Nodes of a YAML document with every alias counted at its expanded size."""
 
 
 @dataclass(frozen=True)
@@ -109,7 +100,7 @@ _TOML_TOKEN = re.compile(
 )
 
 
-def _depth_message(line_hint: str = "") -> str:
+def depth_message(line_hint: str = "") -> str:
     return (
         f"parse error: nested deeper than {MAX_DEPTH} levels{line_hint}; a manifest this deep is refused "
         "(real manifests nest a few levels)"
@@ -129,71 +120,7 @@ def toml_depth_problem(text: str) -> tuple[int, str] | None:
         if token in ("[", "{"):
             depth += 1
             if depth > MAX_DEPTH:
-                return text.count("\n", 0, match.start()) + 1, _depth_message(" (arrays or inline tables)")
+                return text.count("\n", 0, match.start()) + 1, depth_message(" (arrays or inline tables)")
         elif token in ("]", "}"):
             depth = max(depth - 1, 0)
-    return None
-
-
-def yaml_structure_problem(text: str) -> tuple[int, str] | None:
-    """``(line, message)`` for a YAML text that nests too deep or whose aliases expand too far.
-
-    Reads the parser's event stream only: nothing is composed or
-    constructed, so an alias bomb costs its size on disk. A syntax error is
-    left to the loader (which reports it with its line).
-    """
-    import yaml
-
-    from covenant.manifest._yamlio import safe_loader
-
-    sizes: dict[str, int] = {}  # anchor -> expanded node count
-    stack: list[list[Any]] = []  # open collections: [anchor, expanded node count so far]
-    total = 0
-    aliases = 0
-    try:
-        for event in yaml.parse(text, Loader=safe_loader()):
-            line = event.start_mark.line + 1
-            if isinstance(event, (yaml.SequenceStartEvent, yaml.MappingStartEvent)):
-                stack.append([event.anchor, 1])
-                total += 1
-                if len(stack) > MAX_DEPTH:
-                    return line, _depth_message()
-                continue
-            if isinstance(event, (yaml.SequenceEndEvent, yaml.MappingEndEvent)):
-                anchor, count = stack.pop()
-                if anchor is not None:
-                    sizes[anchor] = count
-                if stack:
-                    stack[-1][1] += count
-                continue
-            if isinstance(event, yaml.ScalarEvent):
-                count = 1
-                if event.anchor is not None:
-                    sizes[event.anchor] = 1
-            elif isinstance(event, yaml.AliasEvent):
-                aliases += 1
-                if aliases > MAX_YAML_ALIASES:
-                    return line, (
-                        f"parse error: more than {MAX_YAML_ALIASES} YAML aliases (*name); refused without expanding "
-                        "them (write the values out)"
-                    )
-                if any(frame[0] == event.anchor for frame in stack):
-                    return line, f"parse error: alias *{event.anchor} is inside its own anchor (a recursive structure); refused"
-                count = sizes.get(event.anchor, 1)  # an undefined anchor is the loader's error to report
-            else:
-                continue
-            total += count
-            if stack:
-                stack[-1][1] += count
-            if total > MAX_YAML_NODES:
-                return line, (
-                    f"parse error: YAML aliases would expand this document past {MAX_YAML_NODES} nodes "
-                    "(an alias bomb); refused without expanding it"
-                )
-    except yaml.YAMLError as exc:
-        # libyaml >= 0.2.6 refuses deep flow nesting itself, while scanning ahead of the events counted here.
-        if "maximum nesting depth" in str(getattr(exc, "problem", "")):
-            mark = getattr(exc, "problem_mark", None)
-            return (mark.line + 1 if mark is not None else 1), _depth_message()
-        return None
     return None

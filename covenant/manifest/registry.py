@@ -26,7 +26,8 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from covenant.manifest.agent_toml import key_line, load_agent_toml, normalize_agent_id
+from covenant.manifest.agent_toml import load_agent_toml, normalize_agent_id
+from covenant.toml_lines import key_line
 from covenant.manifest.limits import DEFAULT_LIMITS, ManifestLimits
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.problems import ManifestError, Problem

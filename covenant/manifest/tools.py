@@ -13,7 +13,7 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field, Strict, StrictStr, field_validator, model_validator
 
-from covenant.policy.capabilities import action_problem
+from covenant.actions import action_problem
 
 __all__ = [
     "BUILTIN_TOOLS",

@@ -34,7 +34,7 @@ from covenant.canonical import canonical_bytes
 from covenant.keys import public_key_hex, verify_signature
 from covenant.policy._files import atomic_write_text, locked
 from covenant.clock import iso_ms, now_ms as _wall_ms
-from covenant.policy.capabilities import action_problem, grant_covers
+from covenant.actions import action_problem, grant_covers
 from covenant.policy.errors import GrantError
 from covenant.policy.signing import display_problem
 

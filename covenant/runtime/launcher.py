@@ -14,6 +14,7 @@ import errno
 import logging
 import os
 import resource
+import signal
 import subprocess
 from dataclasses import dataclass, field
 from collections.abc import Callable
@@ -168,6 +169,23 @@ class Launched:
         cpu_ms = int((usage.ru_utime + usage.ru_stime) * 1000)
         # ru_maxrss is not used: with vfork it inherits the parent's high-water mark.
         return ExitStatus(exit_code=code, signal=sig, cpu_ms=cpu_ms)
+
+    async def stop(self, grace_s: float) -> None:
+        """Stop a long-lived child's process group: SIGTERM, ``grace_s`` to exit, then SIGKILL; reap and close it.
+
+        For the daemon's own long-lived children (Rune replicas, stdio MCP servers); one-shot agents go
+        through the runner's kill ladder instead.
+        """
+        if not self.exited_now():
+            teardown.signal_group(self.pid, signal.SIGTERM)
+            with trio.move_on_after(grace_s):
+                await self.wait_exit()
+        teardown.signal_group(self.pid, signal.SIGKILL)
+        with trio.move_on_after(10):
+            await self.wait_exit()
+        if self.exited_now():
+            await trio.to_thread.run_sync(self.reap)
+        self.close()
 
     def close(self) -> None:
         """Close our pipe ends and the pidfd (the process itself is not touched).

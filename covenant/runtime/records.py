@@ -10,7 +10,7 @@ descriptor and fsynced, so a crash can only leave a torn *last* line. Readers
 skip a line that does not parse and report it (log warning and
 :attr:`DispatchStore.problems`); a writer that finds a torn tail ends it with
 a newline before appending, so one bad line never swallows the next record.
-The writing is :class:`~covenant.runtime.record_files.RecordFiles`; the
+The writing is :class:`~covenant.audit.record_files.RecordFiles`; the
 daemon's records are appended by its audit writer process, in the same
 durable commit as the dispatch's last audit events.
 
@@ -31,7 +31,7 @@ from pathlib import Path
 from pydantic import ValidationError
 
 from covenant.runtime.outcome import DispatchRecord
-from covenant.runtime.record_files import PREFIX, SEGMENT_BYTES, SUFFIX, RecordFiles
+from covenant.audit.record_files import PREFIX, SEGMENT_BYTES, SUFFIX, RecordFiles
 
 __all__ = ["DispatchStore", "SEGMENT_BYTES", "encode_record"]
 

@@ -2,23 +2,18 @@
 
 Every kill is checked against the process's start time so a reused pid is
 never signalled. Orphans adopted by covenant (it is a child subreaper) are
-reaped here; the root process is reaped by its :class:`Launched`.
+reaped here; the root process is reaped by its
+:class:`~covenant.runtime.launcher.Launched`.
 """
 
 from __future__ import annotations
 
 import os
-import signal
-from typing import TYPE_CHECKING
-
 import trio
 
 from covenant.runtime import _procfs
 
-if TYPE_CHECKING:
-    from covenant.runtime.launcher import Launched
-
-__all__ = ["signal_group", "signal_processes", "child_exited", "marked_processes", "await_gone", "stop_launched"]
+__all__ = ["signal_group", "signal_processes", "child_exited", "marked_processes", "await_gone"]
 
 
 def signal_group(pgid: int, sig: int) -> None:
@@ -106,22 +101,3 @@ async def await_gone(members: dict[int, int], timeout: float) -> dict[int, int]:
             if pending:
                 await trio.sleep(0.01)
     return pending
-
-
-
-async def stop_launched(launched: Launched, grace_s: float) -> None:
-    """Stop a long-lived child's process group: SIGTERM, ``grace_s`` to exit, then SIGKILL; reap and close it.
-
-    For the daemon's own long-lived children (Rune replicas, stdio MCP servers); one-shot agents go
-    through the runner's kill ladder instead.
-    """
-    if not launched.exited_now():
-        signal_group(launched.pid, signal.SIGTERM)
-        with trio.move_on_after(grace_s):
-            await launched.wait_exit()
-    signal_group(launched.pid, signal.SIGKILL)
-    with trio.move_on_after(10):
-        await launched.wait_exit()
-    if launched.exited_now():
-        await trio.to_thread.run_sync(launched.reap)
-    launched.close()

@@ -9,7 +9,7 @@ entry point (docs/tools.md). Layout, one job per module:
 - :mod:`.process` ``runtime: process`` tools through the runner
 - :mod:`.workspace` the file tools' I/O in an agent's workspace, resolved by :mod:`.beneath`
   (openat2 beneath a directory fd); :mod:`.patch` unified diffs
-- :mod:`.netpolicy` which addresses web-fetch may reach
+- :mod:`covenant.netpolicy` (below every feature: config validates with it) which addresses web-fetch may reach
 - :mod:`.supervised` the ``rune@process-*`` processes of each agent
 - :mod:`.capability` the per-call grant check
 - :mod:`.retry` ``retry_policy`` and ``timeout_ms``

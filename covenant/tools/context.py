@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import secrets
 from collections.abc import Awaitable, Callable
 from dataclasses import dataclass
 from typing import Any
@@ -34,3 +35,7 @@ class ToolCallContext:
     now_ms: int
     deadline: float
     """``trio.current_time()`` by which the intent must end; no tool runs past it."""
+
+    def run_marker(self) -> str:
+        """A unique marker for one tool run of this call (``COVENANT_INTENT_ID`` of its processes)."""
+        return f"{self.intent_id}:tool:{secrets.token_hex(6)}"

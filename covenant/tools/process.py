@@ -11,7 +11,6 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
-import secrets
 from typing import Any
 
 import trio
@@ -23,17 +22,12 @@ from covenant.tools.result import ToolResult, capped
 from covenant.tools.schema import first_error
 from covenant.tools.services import ToolServices
 
-__all__ = ["run_process_tool", "run_marker"]
+__all__ = ["run_process_tool"]
 
 log = logging.getLogger("covenant.tools")
 
 _STDERR_HINT_CHARS = 300
 """How much of the tool's last stderr line a failure message shows the model."""
-
-
-def run_marker(intent_id: str) -> str:
-    """A unique marker for one tool run (``COVENANT_INTENT_ID`` of its processes)."""
-    return f"{intent_id}:tool:{secrets.token_hex(6)}"
 
 
 def _last_stderr_line(run: ToolRun) -> str:
@@ -74,7 +68,7 @@ async def run_process_tool(
     run places for it (:func:`~covenant.tools.retry.run_with_retries`)."""
     document = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
     wall_ms = max(1, int((ends - trio.current_time()) * 1000))
-    run = await services.runner.run_tool(ctx.agent, entry.argv, document, run_id=run_marker(ctx.intent_id), wall_ms=wall_ms)
+    run = await services.runner.run_tool(ctx.agent, entry.argv, document, run_id=ctx.run_marker(), wall_ms=wall_ms)
     log.info(
         "tool run",
         extra={

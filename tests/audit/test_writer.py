@@ -2,10 +2,8 @@
 
 from __future__ import annotations
 
-import errno
 import hashlib
 import json
-import os
 import sys
 from pathlib import Path
 

@@ -24,7 +24,7 @@ from covenant.audit.reader import Entry, iter_records
 from covenant.audit.verify import verify_log
 from covenant.audit.writer import WRITER_COMMAND, AuditLog
 from covenant.config import AuditConfig
-from covenant.runtime.record_files import PREFIX, SUFFIX
+from covenant.audit.record_files import PREFIX, SUFFIX
 from tests.processes import alive, wait_gone
 
 

@@ -7,7 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from covenant.manifest.agent_toml import key_line, load_agent_toml
+from covenant.manifest.agent_toml import load_agent_toml
+from covenant.toml_lines import key_line
 from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.problems import ManifestError, Problem
 from tests.manifest.helpers import VALID_TOML, write_agent

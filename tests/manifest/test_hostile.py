@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 from covenant.home import Home
-from covenant.manifest.limits import MAX_YAML_ALIASES, ManifestLimits, read_capped, yaml_structure_problem
+from covenant.manifest._yamlio import MAX_YAML_ALIASES, yaml_structure_problem
+from covenant.manifest.limits import ManifestLimits, read_capped
 from covenant.manifest.problems import ManifestError
 from covenant.manifest.registry import check_paths, scan_agents
 from covenant.manifest.runefile import load_rune_package

@@ -91,7 +91,7 @@ def test_grant_to_another_key_does_not_count(store: GrantStore, daemon_key: Ed25
 
 
 def test_wildcards_are_not_valid_in_manifests() -> None:
-    from covenant.policy.capabilities import action_problem
+    from covenant.actions import action_problem
 
     assert action_problem("tool.*") is not None  # manifests use exact actions
     assert action_problem("tool.*", allow_wildcard=True) is None  # grants may use the namespace wildcard

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 import trio
 
-from covenant.daemon.replica_gateway import IntentContext, ReplicaGateway
+from covenant.daemon.intent_context import IntentContext
+from covenant.daemon.replica_gateway import ReplicaGateway
 from covenant.daemon.session_keeper import SessionKeeper, SessionRefused
 from covenant.rune import wire
 

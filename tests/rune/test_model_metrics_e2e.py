@@ -6,7 +6,7 @@ from prometheus_client.parser import text_string_to_metric_families
 
 from covenant.client import DaemonClient
 from tests.daemon.conftest import DaemonProcess
-from tests.fakes import FakeModelServer, Reply
+from tests.fakes import Reply
 from tests.rune.conftest import add_rune_agent, configure, outcome_of
 
 

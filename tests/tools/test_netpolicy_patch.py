@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from covenant.config import WebFetchToolConfig
-from covenant.tools.netpolicy import AddressPolicy
+from covenant.netpolicy import AddressPolicy
 from covenant.tools.patch import PatchError, apply_hunks, parse_patch
 
 REFUSED = ["127.0.0.1", "127.8.9.10", "::1", "169.254.169.254", "fe80::1", "10.0.0.1", "172.16.5.4", "192.168.1.1",

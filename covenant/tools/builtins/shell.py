@@ -72,7 +72,6 @@ def _result(run: ToolRun, limit: int) -> dict[str, Any]:
 async def _run(call: BuiltinCall) -> ToolResult:
     command = call.arguments["command"]
     config = call.services.config
-    from covenant.tools.process import run_marker  # not at the top: process imports the catalogue, which imports us
 
     workspace = await trio.to_thread.run_sync(call.services.workspace, call.ctx.agent.id)
     left_ms = (call.ends - trio.current_time()) * 1000 if math.isfinite(call.ends) else math.inf
@@ -80,7 +79,7 @@ async def _run(call: BuiltinCall) -> ToolResult:
     if wall_ms <= 0:
         raise ToolError("tool_timeout", "the intent has no time left to run the command")
     run = await call.services.runner.run_tool(
-        call.ctx.agent, (SHELL, "-c", command), b"", run_id=run_marker(call.ctx.intent_id), wall_ms=wall_ms,
+        call.ctx.agent, (SHELL, "-c", command), b"", run_id=call.ctx.run_marker(), wall_ms=wall_ms,
         cwd=str(workspace.root),
     )
     return dataclasses.replace(capped(_result(run, config.tools.shell_exec.output_max_bytes)), left_behind=run.left_behind)

@@ -6,7 +6,7 @@ For each hop (the URL, then every redirect target):
    ``full`` or the host is in ``[tools.web_fetch] allow``); ``network = off``
    refuses every fetch;
 2. the host is resolved once; every address it resolves to must pass
-   :class:`~covenant.tools.netpolicy.AddressPolicy`;
+   :class:`~covenant.netpolicy.AddressPolicy`;
 3. the connection goes to the checked addresses, in turn until one
    connects (the URL's host is replaced by it; ``Host`` and TLS
    SNI/certificate checks keep the name), so a second DNS answer
@@ -29,7 +29,7 @@ import trio
 
 from covenant.config import Config
 from covenant.tools.builtins.base import Builtin, BuiltinCall
-from covenant.tools.netpolicy import AddressPolicy
+from covenant.netpolicy import AddressPolicy
 from covenant.tools.result import ToolError
 
 if TYPE_CHECKING:

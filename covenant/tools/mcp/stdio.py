@@ -20,7 +20,6 @@ import trio
 
 from covenant.config import Config, McpServerConfig
 from covenant.manifest.model import AgentSpec
-from covenant.runtime import teardown
 from covenant.runtime.environment import agent_environment
 from covenant.runtime.launcher import AgentCredentials, LaunchError, LaunchPlan
 from covenant.runtime.pdeathsig import GATE_BYTE
@@ -143,7 +142,7 @@ async def launched_stdio_server(
                     nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
-                await teardown.stop_launched(launched, _KILL_GRACE_S)
+                await launched.stop(_KILL_GRACE_S)
     finally:
         with trio.CancelScope(shield=True):
             await runner.release_uid(creds, agent.id, f"mcp:{agent.id}", resident=True)

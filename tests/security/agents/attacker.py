@@ -6,7 +6,6 @@ True only when the attempt got through (the tests assert it is False).
 """
 
 import ctypes
-import errno
 import json
 import os
 import resource

@@ -1,5 +1,7 @@
 """Which addresses ``rune@web-fetch`` may reach: public unicast only, unless ``[tools.web_fetch] allow`` says so.
 
+A foundation module (no covenant imports): covenant.toml's validation parses ``allow`` entries with it.
+
 Refused by default: loopback, link-local (169.254.0.0/16 with the cloud
 metadata address 169.254.169.254, fe80::/10), private (10/8, 172.16/12,
 192.168/16, fc00::/7), shared address space (100.64/10), multicast,

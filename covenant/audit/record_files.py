@@ -3,7 +3,8 @@
 Kept apart from :mod:`covenant.runtime.records` (which reads records back as
 pydantic models) so that the audit writer process, which appends the
 daemon's dispatch records in the same durable commit as their audit events,
-imports no pydantic.
+imports no pydantic. It sits in the audit package, below the runtime, because that
+writer process owns the appends.
 
 Layout under ``$COVENANT_HOME/state/dispatches/``: ``dispatches-YYYYMMDD-NNNN.jsonl``,
 one segment per day, a new one once a segment would pass ``segment_bytes``.

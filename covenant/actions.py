@@ -1,6 +1,7 @@
 """Capability action strings: the reserved namespaces and wildcard matching.
 
-Pure functions, no I/O: the manifest validator and the policy check share them.
+Pure functions, no I/O, no covenant imports: the manifest validator (below policy) and the
+policy check share them, so they sit beneath both.
 """
 
 from __future__ import annotations
