@@ -101,7 +101,7 @@ async def measure(root: Path, runs: int) -> dict[str, float]:
     async with Runner.open(config.runtime, scratch_root=home.state_dir / "scratch") as runner:
         host = ToolHost(home, config, runner, sink)
         await host.load(agent)
-        argv = [runner.interpreter("python3") or sys.executable, str(agent.root / "tools" / "echo.py")]
+        argv = [runner.plans.interpreter("python3") or sys.executable, str(agent.root / "tools" / "echo.py")]
         env = {"PATH": config.runtime.path, "HOME": str(root), "LANG": "C.UTF-8"}
         document = json.dumps(ARGUMENTS).encode() + b"\n"
 

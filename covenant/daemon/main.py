@@ -50,6 +50,7 @@ from covenant.policy.grants import GrantStore
 from covenant.policy.identities import KnownIdentities
 from covenant.runtime.host import network_isolation_available, set_child_subreaper
 from covenant.runtime.isolation import Isolation, open_isolation, reachability_problems
+from covenant.runtime.launch_plans import resolve_program
 from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner, paths_agent_processes_run
@@ -129,12 +130,12 @@ def _open_isolation(home: Home, config: Config) -> Isolation:
         return isolation
     runtime = config.runtime
     needs = [
-        (Runner.resolve_program(runtime.python3, runtime.path) or runtime.python3, "file", "runtime.python3"),
+        (resolve_program(runtime.python3, runtime.path) or runtime.python3, "file", "runtime.python3"),
         (config.rune.python or sys.executable, "file", "rune.python (replicas run covenant's own code under it)"),
         (os.path.dirname(covenant.__file__), "dir", "rune.python (covenant's package must be readable)"),
         (str(home.agents_dir), "dir", "agents_dir"),
     ]
-    node = Runner.resolve_program(runtime.node, runtime.path)
+    node = resolve_program(runtime.node, runtime.path)
     if node is not None:
         needs.append((node, "file", "runtime.node"))
     isolation.problems = reachability_problems(needs, isolation)

@@ -150,12 +150,12 @@ class ReplicaProcess:
         except Exception as exc:  # SkillError, OSError: the package cannot run as it is
             replica.start_failed = True
             return f"cannot prepare the replica: {exc}"
-        creds = await self.runner.claim_uid(replica.agent.id, resident=True)
+        creds = await self.runner.uids.claim(replica.agent.id, resident=True)
         try:
             return await self._run_as(replica, settings, creds)
         finally:
             with trio.CancelScope(shield=True):
-                await self.runner.release_uid(creds, replica.agent.id, f"replica:{replica.agent.id}", resident=True)
+                await self.runner.uids.release(creds, replica.agent.id, f"replica:{replica.agent.id}", resident=True)
 
     async def _run_as(self, replica: Replica, settings: dict[str, Any], creds: AgentCredentials | None) -> str:
         try:

@@ -13,7 +13,10 @@ import trio
 
 from covenant.runtime import _procfs
 
-__all__ = ["signal_group", "signal_processes", "child_exited", "marked_processes", "await_gone"]
+__all__ = ["signal_group", "signal_processes", "child_exited", "marked_processes", "await_gone", "KILL_WAIT_S"]
+
+KILL_WAIT_S = 10.0
+"""How long SIGKILL may take (a process in uninterruptible sleep dies late)."""
 
 
 def signal_group(pgid: int, sig: int) -> None:

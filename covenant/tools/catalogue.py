@@ -313,11 +313,11 @@ def resolve_toolset(
 
 def configured_toolset(package: RunePackage, config: Config, mcp: McpLookup | None = None) -> Toolset:
     """The toolset as a daemon with this config would serve it, without a runner (``agents show``/``check``)."""
-    from covenant.runtime.runner import Runner
+    from covenant.runtime.launch_plans import resolve_program
 
     runtime = config.runtime
 
     def interpreters(name: str) -> str | None:
-        return Runner.resolve_program(getattr(runtime, name), runtime.path)
+        return resolve_program(getattr(runtime, name), runtime.path)
 
     return resolve_toolset(package, interpreters, mcp, config)

@@ -308,7 +308,7 @@ def test_namespace_holders_are_never_strangers_and_a_dead_one_is_reaped_when_rep
             outcomes = [(await runner.run(agent, make_payload("echo hi"))).outcome for agent in (first, second)]
             holders = set(spaces.holder_pids)
             assert len(holders) == 2 and all(_procfs.read_stat(pid).ppid == os.getpid() for pid in holders)
-            assert runner._strangers() == []
+            assert runner.uids.strangers() == []
             victim = min(holders)
             os.kill(victim, signal.SIGKILL)
             while _procfs.read_stat(victim).state != "Z":

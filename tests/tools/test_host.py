@@ -250,7 +250,7 @@ async def test_an_mcp_tool_whose_advertised_schema_is_not_usable_is_unavailable(
             return f"MCP server {server!r} does not advertise a tool {tool!r}"
         return McpTool(server, tool, "", advertised[tool])
 
-    toolset = resolve_toolset(package, tools.runner.interpreter, lookup)
+    toolset = resolve_toolset(package, tools.runner.plans.interpreter, lookup)
     assert list(toolset.available) == ["srv__good"]
     reasons = dict(toolset.unavailable)
     assert "outside itself" in reasons["srv/remote"] and "object" in reasons["srv/array"]

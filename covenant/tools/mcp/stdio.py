@@ -21,6 +21,7 @@ import trio
 from covenant.config import Config, McpServerConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime.environment import agent_environment
+from covenant.runtime.launch_plans import resolve_program
 from covenant.runtime.launcher import AgentCredentials, LaunchError, LaunchPlan
 from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.runner import Runner
@@ -39,7 +40,7 @@ _MIB = 1024 * 1024
 
 def _plan(config: Config, runner: Runner, agent: AgentSpec, server: McpServerConfig, memory_mb: int,
           scratch: str, creds: AgentCredentials | None) -> LaunchPlan:
-    program = Runner.resolve_program(server.command[0], config.runtime.path)
+    program = resolve_program(server.command[0], config.runtime.path)
     if program is None:
         raise LaunchError(f"program {server.command[0]!r} was not found on [runtime] path {config.runtime.path!r}")
     env = agent_environment(config.runtime, agent_id=agent.id, intent_id=f"mcp:{agent.id}", scratch=scratch,
@@ -75,7 +76,7 @@ async def launched_stdio_server(
     import mcp_types
     from mcp.shared.message import SessionMessage
 
-    creds = await runner.claim_uid(agent.id, resident=True)
+    creds = await runner.uids.claim(agent.id, resident=True)
     scratch = await trio.to_thread.run_sync(runner.scratch.make)
     try:
         if creds is not None:
@@ -145,5 +146,5 @@ async def launched_stdio_server(
                 await launched.stop(_KILL_GRACE_S)
     finally:
         with trio.CancelScope(shield=True):
-            await runner.release_uid(creds, agent.id, f"mcp:{agent.id}", resident=True)
+            await runner.uids.release(creds, agent.id, f"mcp:{agent.id}", resident=True)
             await runner.scratch.give_back(scratch)
