@@ -1,7 +1,7 @@
 """Agent tools and ``rune@agent-*`` as the daemon serves them: child intents of the calling intent.
 
 The tool host asks through :class:`~covenant.tools.agents.AgentCalls`; this
-answers with :meth:`Daemon.dispatch_child`, so the daemon (never the caller)
+answers with :meth:`ChildIntents.dispatch <covenant.daemon.child_intents.ChildIntents.dispatch>`, so the daemon (never the caller)
 decides the network rule, the depth and the root issuer's grants.
 """
 
@@ -35,7 +35,7 @@ class DaemonAgentCalls:
             max_depth=max_depth if max_depth is not None else self.daemon.config.rune.max_depth, timeout_s=timeout_s,
         )
         try:
-            return await self.daemon.dispatch_child(call)
+            return await self.daemon.children.dispatch(call)
         except CovenantError as exc:
             raise ToolError("agent_refused", f"the call to {agent_ref} was refused ({exc.code}): {exc.message}") from None
 
@@ -57,14 +57,14 @@ class DaemonAgentCalls:
 
     async def spawn(self, ctx: ToolCallContext, manifest: str) -> dict[str, Any]:
         try:
-            spawned = await self.daemon.spawn_agent(self._parent(ctx), manifest)
+            spawned = await self.daemon.agents.spawn(self._parent(ctx), manifest)
         except CovenantError as exc:
             raise ToolError("spawn_refused", exc.message) from None
         return {"agent_id": spawned.agent.id, "expires_at": iso_ms(spawned.expires_ms)}
 
     async def kill(self, ctx: ToolCallContext, agent_id: str) -> dict[str, Any]:
         try:
-            spawned = await self.daemon.kill_spawned(self._parent(ctx), agent_id)
+            spawned = await self.daemon.agents.kill(self._parent(ctx), agent_id)
         except CovenantError as exc:
             raise ToolError("spawn_refused", exc.message) from None
         return {"agent_id": spawned.agent.id, "killed": True}
@@ -76,14 +76,14 @@ class DaemonAgentCalls:
         return link
 
     def peers(self, ctx: ToolCallContext) -> list[dict[str, Any]]:
-        loaded = self.daemon.loaded
+        loaded = self.daemon.agents.loaded
         caller = loaded.packages.get(ctx.agent.id)
         if caller is None:
             return []
         mine = set(caller.runefile.networks)
         out = []
         for agent_id, package in sorted(loaded.packages.items()):
-            spawned = self.daemon.spawned.live.get(agent_id)
+            spawned = self.daemon.agents.spawned.live.get(agent_id)
             if spawned is not None and spawned.spawner != ctx.agent.id:
                 continue  # another agent's spawned helper: not this one's to see
             shared = mine & set(package.runefile.networks)

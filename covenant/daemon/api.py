@@ -21,11 +21,12 @@ import trio
 
 from covenant import outside_json
 from covenant.daemon.logstream import LogBroadcaster
-from covenant.stream_sink import StreamSink
-from covenant.daemon.visibility import sees_every_record
 from covenant.daemon.server import ClientGone, Peer
 from covenant.daemon.service import Daemon
+from covenant.daemon.status_view import status_document
+from covenant.daemon.visibility import sees_every_record
 from covenant.errors import CovenantError, error_document
+from covenant.stream_sink import StreamSink
 
 __all__ = ["ControlAPI"]
 
@@ -237,26 +238,26 @@ class ControlAPI:
 
     async def _restart_replica(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
         self._require_admin(scope)
-        return await self.daemon.restart_replica(agent_id)
+        return await self.daemon.agents.restart_replica(agent_id)
 
     async def _agents(self, *, scope: dict, receive: Receive) -> Any:
-        loaded = self.daemon.loaded
+        loaded = self.daemon.agents.loaded
         return {
             "agents": [a.model_dump(mode="json") for _, a in sorted(loaded.agents.items())],
             "problems": [p.to_json() for p in loaded.problems],
             "notes": [n.to_json() for n in loaded.notes],
             "withdrawn": sorted(loaded.withdrawn),
-            "spawned": [s.view() for _, s in sorted(self.daemon.spawned.live.items())],
+            "spawned": [s.view() for _, s in sorted(self.daemon.agents.spawned.live.items())],
         }
 
     async def _agent(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
-        agent = self.daemon.loaded.agents.get(agent_id)
+        agent = self.daemon.agents.loaded.agents.get(agent_id)
         if agent is None:
             raise ApiError("no_agent", f"no agent with id {agent_id!r} is loaded", 404)
         return agent.model_dump(mode="json")
 
     async def _status(self, *, scope: dict, receive: Receive) -> Any:
-        return self.daemon.status()
+        return status_document(self.daemon)
 
     async def _schedules(self, *, scope: dict, receive: Receive) -> Any:
         return {"schedules": self.schedules()}
@@ -273,11 +274,11 @@ class ControlAPI:
             raise ApiError("bad_request", "limit must be an integer", 400) from None
         if not 0 < limit <= 10_000:
             raise ApiError("bad_request", "limit must be between 1 and 10000", 400)
-        records = await self.daemon.history(limit, query.get("agent"), _peer(scope))
+        records = await self.daemon.records.recent(limit, query.get("agent"), _peer(scope))
         return {"dispatches": [r.model_dump(mode="json") for r in records]}
 
     async def _dispatch_record(self, *, scope: dict, receive: Receive, intent_id: str) -> Any:
-        record = await self.daemon.record(intent_id, _peer(scope))
+        record = await self.daemon.records.get(intent_id, _peer(scope))
         if record is None:
             raise ApiError("not_found", f"no dispatch record for intent {intent_id!r}", 404)
         return record.model_dump(mode="json")

@@ -183,7 +183,7 @@ def _a2a_app(config: Config, clients: list[A2AClient], daemon: Daemon, key: Ed25
     """The A2A listener's app: exposed agents looked up in what is loaded now (reloads included)."""
 
     def agent(name: str) -> AgentFacts | None:
-        loaded = daemon.loaded
+        loaded = daemon.agents.loaded
         return find_agent(name, loaded.agents, loaded.packages, loaded.workflows)
 
     async def record(intent_id: str) -> DispatchRecord | None:
@@ -242,7 +242,7 @@ class _Lifecycle:
                 return
 
     def status_text(self) -> str:
-        loaded = self.daemon.loaded
+        loaded = self.daemon.agents.loaded
         return f"serving {len(loaded.agents)} agents ({len(loaded.problems)} rejected)"
 
     async def drain(self, signals: AsyncIterator[int]) -> None:
@@ -265,7 +265,7 @@ class _Lifecycle:
             self.cancelled = daemon.admitted
             self.exit_code = ExitCode.UNREACHABLE
             log.warning("drain timed out; cancelling in-flight dispatches", extra={"in_flight": self.cancelled})
-            daemon.cancel_all()
+            daemon.cancels.cancel_all()
             await daemon.idle.wait()
         # Let the last responses reach their clients before the server goes away.
         with trio.move_on_after(5):
@@ -347,7 +347,7 @@ async def serve_daemon(
                 )
                 rune.tools.services.agents = DaemonAgentCalls(daemon)
                 await daemon.restore_replay_window()
-                await trio.to_thread.run_sync(daemon.spawned.clear)  # spawned agents never survive a restart
+                await trio.to_thread.run_sync(daemon.agents.spawned.clear)  # spawned agents never survive a restart
                 await audit.record(
                     "daemon.start",
                     {
@@ -358,7 +358,7 @@ async def serve_daemon(
                         "isolation": isolation.mode,
                     },
                 )
-                await daemon.record_registry(reason="start")
+                await daemon.agents.record_registry(reason="start")
                 schedules = ScheduleRunner(config.schedules, schedule_issuers, ScheduleState(home.state_dir / "schedules.json"),
                                            OnBehalfSigner(key), audit, daemon,
                                            AgentScheduleStore(agent_schedules_path(home.state_dir)))
@@ -371,10 +371,10 @@ async def serve_daemon(
                 async with trio.open_nursery() as nursery:
                     await nursery.start(rune.tools.mcp.run)
                     await nursery.start(rune.replicas.run)
-                    await rune.start_eager(daemon.loaded.packages, daemon.loaded.agents)
+                    await rune.start_eager(daemon.agents.loaded.packages, daemon.agents.loaded.agents)
                     await nursery.start(serve, api, sockets)
                     await nursery.start(schedules.run)
-                    await nursery.start(daemon.expire_spawned)
+                    await nursery.start(daemon.agents.expire)
                     if webhook_socket is not None or a2a_socket is not None:
                         from covenant.daemon.network_server import serve_network  # hypercorn: only when needed
 
@@ -386,7 +386,7 @@ async def serve_daemon(
                     if watchdog_period is not None:
                         nursery.start_soon(systemd.run_watchdog, notifier, watchdog_period)
                     notifier.ready(lifecycle.status_text())
-                    log.info("ready", extra={"sockets": ",".join(socket_names), "agents": len(daemon.loaded.agents)})
+                    log.info("ready", extra={"sockets": ",".join(socket_names), "agents": len(daemon.agents.loaded.agents)})
                     task_status.started(socket_names)
                     await lifecycle.serve_until_stop_signal(signals)
                     await lifecycle.drain(signals)

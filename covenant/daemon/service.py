@@ -11,6 +11,12 @@ nothing; its received and decision events are committed before the answer.
 A Rune agent's intent takes the same path up to the decision; then its
 received and decision events are committed and the agent's replica answers
 it instead of a spawned process (:mod:`covenant.daemon.rune_dispatch`).
+
+Beside it, one job each: which agents a dispatch can reach and reloads
+(:mod:`.live_agents`), the events and answer a dispatch writes
+(:mod:`.dispatch_events`), stopping intents in flight (:mod:`.cancels`),
+intents that running intents make (:mod:`.child_intents`), who reads which
+record (:mod:`.visibility`) and the status document (:mod:`.status_view`).
 """
 
 from __future__ import annotations
@@ -20,66 +26,65 @@ import os
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from functools import partial
 from typing import Any
 
 import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from covenant import __version__
-from covenant.cancellation import only_cancelled
-from covenant.clock import iso_now, ms_from_iso, now_ms
-from covenant.audit.events import text_digest
+from covenant.a2a.client import RemoteAgents
 from covenant.audit.recent import records_since
 from covenant.audit.writer import AuditLog
+from covenant.clock import iso_now, now_ms
 from covenant.config import Config
-from covenant.daemon.agents_state import LoadedAgents, merge_reload
+from covenant.daemon.agents_state import LoadedAgents
+from covenant.daemon.cancels import CancelRequests
+from covenant.daemon.child_intents import ChildIntents, child_refusal
+from covenant.daemon.dispatch_events import (
+    ChildOrigin,
+    completion_events,
+    decision_event,
+    outcome_document,
+    received_event,
+    refused_completion,
+    rejection_event,
+)
 from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
+from covenant.daemon.live_agents import LiveAgents
 from covenant.daemon.metrics import Metrics
-from covenant.daemon.routing import NoAgent, route
+from covenant.daemon.remote_calls import RemoteCalls
+from covenant.daemon.routing import route
 from covenant.daemon.rune_dispatch import run_rune_intent
-from covenant.stream_sink import StreamSink
 from covenant.daemon.rune_host import RuneHost
 from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown, Withdrawn
-from covenant.daemon.server import Peer
-from covenant.daemon.visibility import sees_every_record
+from covenant.daemon.visibility import VisibleRecords
+from covenant.daemon.workflow_record import workflow_record
 from covenant.errors import CovenantError
 from covenant.home import Home
-from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.model import AgentSpec
-from covenant.manifest.registry import scan_agents
-from covenant.tools.refuse import enforce_unavailable_policy
+from covenant.manifest.workflow import Workflow, WorkflowStep
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.check import check_capabilities
 from covenant.policy.errors import BadIntent
 from covenant.policy.intents import Intent, IntentVerifier
+from covenant.rune.sessions import valid_session_id
 from covenant.runtime.isolation import Isolation
-from covenant.runtime.outcome import DispatchRecord, outcome_exit_code
+from covenant.runtime.outcome import DispatchRecord
 from covenant.runtime.records import DispatchStore, encode_record
 from covenant.runtime.runner import Runner
-from covenant.rune.sessions import valid_session_id
-from covenant.manifest.workflow import Workflow, WorkflowStep
-from covenant.policy.intents import verify_child_intent
-from covenant.workflow import ChainLink, ChildCall, ChildRefused, IntentChain, agent_from_ref, build_child_intent
+from covenant.stream_sink import StreamSink
+from covenant.workflow import ChainLink, ChildCall, IntentChain
 from covenant.workflow.engine import StepResult, run_workflow
 from covenant.workflow.plan import workflow_plan
-from covenant.daemon.workflow_record import workflow_record
-from covenant.daemon.remote_calls import RemoteCalls
-from covenant.daemon.spawned import SpawnRefused, Spawned, SpawnedAgents
-from covenant.a2a.client import RemoteAgents
 
 __all__ = ["Daemon"]
 
 log = logging.getLogger("covenant.daemon")
 
-_NO_UID = -1
-"""Matches no record's peer_uid: what a client with unknown credentials may read."""
 _RECEIVED = frozenset({"intent.received"})
 _REPLAY_SLACK_MS = 60_000
 """Read this much further back than two skew windows: audit timestamps and issued_at come from different clocks."""
-_SHUTTING_DOWN = "covenant stopped the intent: the daemon is shutting down"
-_CALLER_ENDED = "covenant stopped the intent: the intent that called it ended"
 _CHILDREN_SETTLE_S = 15.0
 """How long a Rune intent's record waits for the children it was calling to end (a kill ladder, a commit)."""
 
@@ -87,15 +92,6 @@ _CHILDREN_SETTLE_S = 15.0
 def _log_dispatch(message: str, intent: Intent, agent_id: str | None, **fields: Any) -> None:
     """One log line per dispatch start, end or refusal: what `covenant logs` shows an operator."""
     log.info(message, extra={"intent": intent.id, "agent": agent_id, "issuer": intent.issuer.display, **fields})
-
-
-@dataclass(frozen=True)
-class _Child:
-    """What the daemon knows of a child intent it is dispatching: the parent's chain entry, the call, its signature."""
-
-    parent: ChainLink
-    call: ChildCall
-    signature: str
 
 
 @dataclass
@@ -135,7 +131,6 @@ class Daemon:
         """Reads dispatch records back (the audit writer process appends them, see ``_finish``)."""
         self.grants = grants
         self.names = names
-        self.loaded = agents
         self.budget = budget
         self.metrics = metrics
         self.socket_paths = socket_paths
@@ -144,11 +139,11 @@ class Daemon:
         self.key = key
         """The daemon's key: it signs the child intents it makes (and the audit log's checkpoints)."""
         self.chain = IntentChain()
-        self.spawned = SpawnedAgents(home.state_dir / "spawned", ManifestLimits.from_config(config.runtime),
-                                     ttl_s=config.rune.spawned_ttl_s, per_spawner=config.rune.spawned_max)
+        self.agents = LiveAgents(home=home, config=config, loaded=agents, rune=rune, audit=audit, metrics=metrics)
+        """The agents a dispatch can reach (``agents.loaded``), reloads, and the spawned agents."""
+        self.records = VisibleRecords(store, config.isolation.operators_group)
         self.remote = RemoteCalls(RemoteAgents(config.a2a, os.environ), lambda: self.grants.current, audit.record)
         """Remote A2A agents (an ``http(s)://`` agent_ref, ``rune@a2a-*``), called only under ``[a2a] remotes``."""
-        rune.packages = agents.packages
         self.isolation = isolation or Isolation.same_uid()
         self.verifier = IntentVerifier(config.policy.skew_s, config.policy.replay_cache)
         self.scheduler = Scheduler(
@@ -168,15 +163,14 @@ class Daemon:
         self.idle = trio.Event()
         """Set while no dispatch is admitted."""
         self.idle.set()
-        self._cancel_requests: dict[str, str | None] = {}
-        """Intent id -> None, or why it was cancelled, for every intent in flight (roots and children), from
-        its verification to its answer. A cancel that comes before the intent has anything to stop (while
-        it is decided, or still writing its decision) waits here; it is applied as soon as there is."""
-        self._cancelling_all = False
-        """Set by :meth:`cancel_all`: an intent that starts after it (a child of one still ending) is
-        cancelled from its first moment."""
+        self.cancels = CancelRequests(self.chain, self.scheduler, runner)
+        self.children = ChildIntents(
+            chain=self.chain, key=key, agents=self.agents, remote=self.remote, cancels=self.cancels,
+            dispatch_verified=lambda intent, child, peer_uid: self._dispatch(
+                intent, dry_run=False, session_id=None, sink=None, child=child, peer_uid=peer_uid),
+        )
+        """Intents that running intents make (agent tools, workflow steps, remote calls)."""
         self._reload_lock = trio.Lock()
-        metrics.set_registry(len(agents.agents), len(agents.problems))
 
     async def restore_replay_window(self) -> int:
         """Reload the intent ids of the last skew window from the audit log; call before serving.
@@ -245,130 +239,53 @@ class Daemon:
             if not self.admitted:
                 self.idle.set()
 
-    async def dispatch_child(self, call: ChildCall) -> dict[str, Any]:
-        """Run a child intent of a running intent (an agent tool, ``rune@agent-send``, a workflow step).
-
-        The daemon builds and signs it for the root issuer; the root issuer's grants decide it.
-        Returns the outcome document, or raises CovenantError when it is refused (audited).
-        """
-        # Not refused while the daemon drains: a child is part of its running parent, which the drain waits for.
-        parent = self.chain.get(call.parent_id)
-        if parent is None:
-            raise ChildRefused("no_parent", f"intent {call.parent_id} is not running; only a running intent makes child intents")
-        t0 = time.monotonic()
-        summary: dict[str, Any] = {"intent": None, "agent": None, "via": call.via, "started_at": iso_now()}
-        if call.step is not None:
-            summary["step"] = call.step
-        parent.child_started(summary)
-        try:
-            if call.agent_ref.startswith(("http://", "https://")):
-                summary["agent"] = call.agent_ref
-                document = await self.remote.send(parent, call.agent_ref, call.text, via=call.via,
-                                                  timeout_s=call.timeout_s)
-                summary["outcome"] = document["outcome"]
-                return document
-            name = agent_from_ref(call.agent_ref)
-            intent, signature = build_child_intent(self.key, parent, name, call.text)
-            verify_child_intent(self.key.public_key(), intent, signature)
-            summary["intent"] = intent.id
-            found = self._find_agent(name)
-            summary["agent"] = found.id if found is not None else None
-            document = await self._run_child_to_its_end(intent, _Child(parent, call, signature), parent.peer_uid)
-            summary.update(agent=document["agent"], outcome=document["outcome"])
-            return document
-        except CovenantError as exc:
-            summary["outcome"] = exc.code
-            raise
-        except BaseException as exc:
-            if only_cancelled(exc):  # out of the child's nursery it comes as a group: not `except trio.Cancelled`
-                summary["outcome"] = "cancelled"
-            raise
-        finally:
-            summary["duration_ms"] = int((time.monotonic() - t0) * 1000)
-            parent.child_ended()
-
-    async def _run_child_to_its_end(self, intent: Intent, child: _Child, peer_uid: int | None) -> dict[str, Any]:
-        """Dispatch a child so that it always ends with its record and audit events.
-
-        The caller may be cancelled (its own intent ended or ran out of time, a sibling workflow step
-        failed); the child is then stopped as :meth:`cancel` stops any intent (outcome ``cancelled``:
-        a process agent's run through the kill ladder, a hosted intent through its run scope) and
-        finishes its bookkeeping shielded, instead of vanishing half-recorded or running on to its own
-        time limit while its caller waits.
-        """
-        answer: dict[str, Any] = {}
-
-        async def stop_when_the_caller_is_cancelled() -> None:
-            try:
-                await trio.sleep_forever()
-            finally:
-                if not answer:
-                    self._cancel(intent.id, _CALLER_ENDED)
-
-        async with trio.open_nursery() as nursery:
-            nursery.start_soon(stop_when_the_caller_is_cancelled)
-            with trio.CancelScope(shield=True):
-                try:
-                    answer["document"] = await self._dispatch(
-                        intent, dry_run=False, session_id=None, sink=None, child=child, peer_uid=peer_uid
-                    )
-                except CovenantError as exc:
-                    answer["error"] = exc
-                finally:
-                    nursery.cancel_scope.cancel()
-        if "error" in answer:
-            raise answer["error"]
-        return answer["document"]
-
     async def _dispatch(
-        self, intent: Intent, *, dry_run: bool, session_id: str | None, sink: StreamSink | None, child: _Child | None,
+        self, intent: Intent, *, dry_run: bool, session_id: str | None, sink: StreamSink | None, child: ChildOrigin | None,
         peer_uid: int | None,
     ) -> dict[str, Any]:
         """A verified intent (signed by its issuer, or a child the daemon signed): route, decide, run.
 
         It is cancellable (:meth:`cancel`) from here to its answer.
         """
-        self._cancel_requests[intent.id] = _SHUTTING_DOWN if self._cancelling_all else None
-        try:
+        with self.cancels.tracking(intent.id):
             return await self._route_decide_run(
                 intent, dry_run=dry_run, session_id=session_id, sink=sink, child=child, peer_uid=peer_uid
             )
-        finally:
-            del self._cancel_requests[intent.id]
 
     async def _route_decide_run(
-        self, intent: Intent, *, dry_run: bool, session_id: str | None, sink: StreamSink | None, child: _Child | None,
+        self, intent: Intent, *, dry_run: bool, session_id: str | None, sink: StreamSink | None, child: ChildOrigin | None,
         peer_uid: int | None,
     ) -> dict[str, Any]:
-        received = ("intent.received", self._intent_event(intent, dry_run, child, peer_uid))
+        received = received_event(intent, dry_run=dry_run, store_text=self.config.audit.store_text, child=child,
+                                  peer_uid=peer_uid)
         try:
             agent, routed_by = route(
                 intent.text,
-                self._reachable_agents(child, intent),
+                self.agents.reachable(child.parent.agent_id if child is not None else None, intent.issuer.pubkey),
                 requested=intent.agent,
                 default_agent=self.config.default_agent,
-                withdrawn=self.loaded.withdrawn,
+                withdrawn=self.agents.loaded.withdrawn,
             )
         except CovenantError as exc:
             self.metrics.policy_denied(exc.code)
             unrouted = {"allowed": False, "decision": "deny", "reason": exc.code, "message": exc.message}
-            await self.audit.record_many([received, self._decision_event(intent, None, unrouted)])
+            await self.audit.record_many([received, decision_event(intent, None, unrouted)])
             _log_dispatch("dispatch refused", intent, intent.agent, outcome=exc.code)
             raise
         if child is not None:
-            refusal = self._child_refusal(child, agent)
+            refusal = child_refusal(child, agent, self.agents.loaded.packages)
             if refusal is not None:
                 self.metrics.policy_denied(refusal.code)
                 refused = {"allowed": False, "decision": "deny", "reason": refusal.code, "message": refusal.message,
                            "depth": child.parent.depth + 1}
-                await self.audit.record_many([received, self._decision_event(intent, agent, refused)])
+                await self.audit.record_many([received, decision_event(intent, agent, refused)])
                 _log_dispatch("dispatch refused", intent, agent.id, outcome=refusal.code)
                 raise refusal
         await self.refresh_grants()
         decision, denial = self._decide(intent, agent, routed_by)
         if child is not None:
             decision["depth"] = child.parent.depth + 1
-        pending = [received, self._decision_event(intent, agent, decision)]
+        pending = [received, decision_event(intent, agent, decision)]
         if denial is not None or dry_run:
             await self.audit.record_many(pending)
             if denial is not None:
@@ -384,10 +301,10 @@ class Daemon:
             }
             if agent.runtime == "rune":
                 # Resolving the toolset reads schema files: off the event loop.
-                answer["rune"] = await trio.to_thread.run_sync(self.rune.plan, agent, self.loaded.packages[agent.id])
+                answer["rune"] = await trio.to_thread.run_sync(self.rune.plan, agent, self.agents.loaded.packages[agent.id])
             workflow = self._workflow_for(agent, child)
             if workflow is not None:
-                answer["workflow"] = workflow_plan(workflow, self._find_agent)
+                answer["workflow"] = workflow_plan(workflow, self.agents.find)
             return answer
         workflow = self._workflow_for(agent, child)
         link = self._link(intent, agent, child, workflow, peer_uid)
@@ -398,112 +315,23 @@ class Daemon:
         return await self._run(intent, agent, routed_by, decision, pending, link.peer_uid,
                                deadline=link.deadline if child is not None else None)
 
-    def _workflow_for(self, agent: AgentSpec, child: _Child | None) -> Workflow | None:
+    def _workflow_for(self, agent: AgentSpec, child: ChildOrigin | None) -> Workflow | None:
         """The workflow an intent to ``agent`` runs: a workflow folder's, or its Rune package's own.
 
         A step of a package's workflow that names the package's own agent runs that agent's
         model loop (not the workflow again).
         """
         if agent.runtime == "workflow":
-            return self.loaded.workflows[agent.id]
-        package = self.loaded.packages.get(agent.id)
+            return self.agents.loaded.workflows[agent.id]
+        package = self.agents.loaded.packages.get(agent.id)
         if package is None or package.workflow is None:
             return None
         if child is not None and child.call.via == "workflow" and child.parent.agent_id == agent.id:
             return None
         return package.workflow
 
-    def _reachable_agents(self, child: _Child | None, intent: Intent) -> dict[str, AgentSpec]:
-        """Every loaded agent; spawned ones only for a child intent of their spawner, for its issuer."""
-        if not self.spawned.live:
-            return self.loaded.agents
-        spawner = child.parent.agent_id if child is not None else None
-        return {agent_id: agent for agent_id, agent in self.loaded.agents.items()
-                if agent_id not in self.spawned.live
-                or (self.spawned.live[agent_id].spawner == spawner
-                    and self.spawned.live[agent_id].issuer == intent.issuer.pubkey)}
-
-    # -- spawned agents (rune@agent-spawn / agent-kill) -------------------------------------
-
-    async def spawn_agent(self, parent: ChainLink, text: str) -> Spawned:
-        """A new ``<name>@spawned`` agent for ``parent``'s agent and issuer (SpawnRefused when it may not be)."""
-        spawner, package = self.loaded.agents.get(parent.agent_id), self.loaded.packages.get(parent.agent_id)
-        if spawner is None or package is None or parent.agent_id in self.spawned.live:
-            raise SpawnRefused("only a Rune agent loaded from agents/ may spawn agents")
-        spawned = await self.spawned.create(text, spawner=spawner, spawner_package=package,
-                                            issuer=parent.issuer.pubkey, issuer_display=parent.issuer.display,
-                                            now_ms=now_ms())
-        self._publish_spawned()
-        await self.audit.record("agent.spawn", {"intent": parent.intent_id, **spawned.view(),
-                                                "toolset": list(spawned.package.runefile.toolset)})
-        log.info("agent spawned", extra={"agent": spawned.agent.id, "spawner": spawned.spawner})
-        return spawned
-
-    async def kill_spawned(self, parent: ChainLink, agent_id: str) -> Spawned:
-        """Remove a spawned agent; only its spawner (same agent, same issuer) may."""
-        spawned = self.spawned.live.get(agent_id) or self.spawned.live.get(f"{agent_id}@spawned")
-        if spawned is None or spawned.spawner != parent.agent_id or spawned.issuer != parent.issuer.pubkey:
-            raise SpawnRefused(f"{agent_id} is not an agent this agent spawned for this issuer")
-        await self.remove_spawned(spawned.agent.id, reason="killed", intent=parent.intent_id)
-        return spawned
-
-    async def remove_spawned(self, agent_id: str, *, reason: str, intent: str | None = None) -> None:
-        """Stop the spawned agent's replica (its runs end as cancelled), then forget it."""
-        await self.rune.replicas.stop(agent_id, drain=False)
-        spawned = await self.spawned.remove(agent_id)
-        if spawned is None:
-            return
-        self._publish_spawned()
-        await self.audit.record("agent.kill", {"intent": intent, **spawned.view(), "reason": reason})
-        log.info("spawned agent removed", extra={"agent": agent_id, "reason": reason})
-
-    async def expire_spawned(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Remove spawned agents past ``[rune] spawned_ttl_s``, checked every second, until cancelled."""
-        task_status.started()
-        while True:
-            for agent_id in self.spawned.expired(now_ms()):
-                await self.remove_spawned(agent_id, reason="expired")
-            await trio.sleep(1)
-
-    def _publish_spawned(self) -> None:
-        """The loaded agents with the live spawned ones (after a spawn, a kill or a reload)."""
-        agents = {k: v for k, v in self.loaded.agents.items() if not k.endswith("@spawned")}
-        packages = {k: v for k, v in self.loaded.packages.items() if not k.endswith("@spawned")}
-        for agent_id, spawned in self.spawned.live.items():
-            agents[agent_id], packages[agent_id] = spawned.agent, spawned.package
-        self.loaded = replace(self.loaded, agents=agents, packages=packages)
-        self.rune.packages = self.loaded.packages
-        self.rune.replicas.reconcile_soon({i: (agents[i], p) for i, p in packages.items()},
-                                          eager=self.config.rune.start == "eager")
-
-    def _find_agent(self, name: str) -> AgentSpec | None:
-        try:
-            return route("", self.loaded.agents, requested=name)[0]
-        except CovenantError:
-            return None
-
-    def _child_refusal(self, child: _Child, agent: AgentSpec) -> ChildRefused | None:
-        """Depth, then (agent tools only) the network rule; None when the child may go on to the grants."""
-        depth = child.parent.depth + 1
-        if depth > child.call.max_depth:
-            return ChildRefused(
-                "max_depth",
-                f"calling {agent.id} would make a chain {depth} agent calls deep; the limit here is {child.call.max_depth} "
-                "(the tool's max_depth, or [rune] max_depth)",
-            )
-        if child.call.via == "tool":
-            caller = self.loaded.packages.get(child.parent.agent_id)
-            callee = self.loaded.packages.get(agent.id)
-            shared = set(caller.runefile.networks) & set(callee.runefile.networks) if caller and callee else set()
-            if not shared:
-                return ChildRefused(
-                    "network",
-                    f"{child.parent.agent_id} and {agent.id} share no network (Runefile networks), so the call is refused",
-                )
-        return None
-
     def _link(
-        self, intent: Intent, agent: AgentSpec, child: _Child | None, workflow: Workflow | None, peer_uid: int | None
+        self, intent: Intent, agent: AgentSpec, child: ChildOrigin | None, workflow: Workflow | None, peer_uid: int | None
     ) -> ChainLink:
         """The chain entry of an intent about to run: depth, root issuer, and its deadline."""
         own_ms = workflow.timeout_ms if workflow is not None else self._own_timeout_ms(agent)
@@ -518,7 +346,7 @@ class Daemon:
 
     def _own_timeout_ms(self, agent: AgentSpec) -> int:
         if agent.runtime == "rune":
-            return self.loaded.packages[agent.id].runefile.timeout_ms
+            return self.agents.loaded.packages[agent.id].runefile.timeout_ms
         return agent.resources.cpu_ms_per_task
 
     def _enter(self, intent: Intent, agent: AgentSpec) -> None:
@@ -534,7 +362,7 @@ class Daemon:
         link.run_scope = trio.CancelScope()
         self.chain.open(link)
         self._enter(intent, agent)
-        if (reason := self._cancel_requests[intent.id]) is not None:  # cancelled while it was decided
+        if (reason := self.cancels.reason(intent.id)) is not None:  # cancelled while it was decided
             link.cancel(reason)
         try:
             yield link.run_scope
@@ -554,13 +382,12 @@ class Daemon:
         link: ChainLink,
     ) -> dict[str, Any]:
         """An allowed intent to a Rune agent: its decision is durable, then its replica answers."""
-        package = self.loaded.packages[agent.id]
+        package = self.agents.loaded.packages[agent.id]
         if sink is not None and not package.runefile.runtime.streaming_enabled:
             sink = None
         waiting = self.rune.replicas.waiting(agent.id)
         if self.rune.replicas.full(agent.id) and waiting >= self.config.daemon.queue_max:
-            await self.audit.record_many([*pending, ("intent.completed", {
-                "intent": intent.id, "agent": agent.id, "outcome": "overloaded", "status": None})])
+            await self.audit.record_many([*pending, refused_completion(intent, agent, "overloaded")])
             raise Overloaded(
                 f"{waiting} intents already wait for the replica of {agent.id} (daemon.queue_max = "
                 f"{self.config.daemon.queue_max}); try again later"
@@ -581,7 +408,7 @@ class Daemon:
             record = record.model_copy(update={
                 "peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id)})
             await self._finish(intent, agent, record, pending)
-        return self._outcome_document(intent, agent, routed_by, decision, record)
+        return outcome_document(intent, agent, routed_by, decision, record)
 
     async def _run_workflow(
         self,
@@ -604,7 +431,7 @@ class Daemon:
             record = workflow_record(intent, agent, workflow, result, started_at, t0, link.cancel_reason).model_copy(
                 update={"peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id)})
             await self._finish(intent, agent, record, pending)
-        return self._outcome_document(intent, agent, routed_by, decision, record)
+        return outcome_document(intent, agent, routed_by, decision, record)
 
     async def _run_step(self, parent: Intent, step: WorkflowStep, text: str) -> StepResult:
         """One attempt of one workflow step: a child intent of the workflow's intent."""
@@ -614,51 +441,15 @@ class Daemon:
             timeout_s=step.timeout_ms / 1000 if step.timeout_ms is not None else None, step=step.id,
         )
         try:
-            document = await self.dispatch_child(call)
+            document = await self.children.dispatch(call)
         except CovenantError as exc:
             return StepResult(exc.code, None, exc.message, None)
         return StepResult(document["outcome"], document.get("text"), document.get("error"), document["intent_id"])
 
-    async def restart_replica(self, agent_id: str) -> dict[str, Any]:
-        """``covenant restart AGENT``: drain the agent's replica and start a fresh one."""
-        agent = self.loaded.agents.get(agent_id) or self.loaded.agents.get(f"{agent_id}@local")
-        if agent is None:
-            raise NoAgent(f"no agent with id {agent_id!r} is loaded")
-        if agent.runtime != "rune":
-            raise NoAgent(f"agent {agent.id} is not a Rune agent: it has no replica to restart (runtime {agent.runtime})")
-        log.info("replica restart requested", extra={"agent": agent.id})
-        replica = await self.rune.replicas.restart(agent, self.loaded.packages[agent.id])
-        return replica.view()
-
     def cancel(self, intent_id: str, reason: str) -> bool:
-        """Stop one in-flight intent (outcome ``cancelled``, ``reason`` its record's error) at whatever stage
-        it is, and the child intents it is waiting for; logged. False when it is not in flight."""
-        found = self._cancel(intent_id, reason)
-        log.info("intent cancel requested", extra={"intent": intent_id, "reason": reason, "in_flight": found})
-        return found
-
-    def _cancel(self, intent_id: str, reason: str) -> bool:
-        if intent_id not in self._cancel_requests:
-            return False
-        if self._cancel_requests[intent_id] is None:  # the first reason stays
-            self._cancel_requests[intent_id] = reason
-        link = self.chain.get(intent_id)
-        if link is not None:  # a Rune or workflow intent: its run scope
-            link.cancel(reason)
-            for child in link.children:  # its agent tools' and steps' intents still running end with it
-                if child.get("intent") is not None and "outcome" not in child:
-                    self._cancel(child["intent"], _CALLER_ENDED)
-        self.scheduler.withdraw(intent_id, Withdrawn(reason))  # a process agent's intent waiting for a slot
-        self.runner.cancel(intent_id, reason)  # ... or being spawned, or running
-        return True
-
-    def cancel_all(self) -> None:
-        """Past the drain timeout: stop every intent in flight, and every one that starts from now on (the
-        child of one still ending), at whatever stage (outcome ``cancelled``)."""
-        self._cancelling_all = True
-        self.runner.cancel_all()  # also the tool processes of Rune intents
-        for intent_id in list(self._cancel_requests):
-            self._cancel(intent_id, _SHUTTING_DOWN)
+        """Stop one in-flight intent at whatever stage it is (the verb of the A2A server's ``Dispatcher``);
+        see :meth:`CancelRequests.cancel`."""
+        return self.cancels.cancel(intent_id, reason)
 
     def _decide(self, intent: Intent, agent: AgentSpec, routed_by: str) -> tuple[dict[str, Any], CovenantError | None]:
         """The capability and budget decision (no I/O) and, when denied, the error to answer with."""
@@ -718,10 +509,10 @@ class Daemon:
         try:
             if not self.scheduler.can_start_now(agent.id):
                 await write_pending()  # it will queue: the decision is durable before the wait
-            if (reason := self._cancel_requests[intent.id]) is not None:
+            if (reason := self.cancels.reason(intent.id)) is not None:
                 raise Withdrawn(reason)  # cancelled while it was decided: it does not queue
             async with self.scheduler.slot(agent.id, intent.priority, child=intent.parent is not None, key=intent.id):
-                if (reason := self._cancel_requests[intent.id]) is not None:
+                if (reason := self.cancels.reason(intent.id)) is not None:
                     raise Withdrawn(reason)  # cancelled before it had a slot, or as its slot was granted
                 self._update_queue_metrics()
                 self._enter(intent, agent)
@@ -740,38 +531,13 @@ class Daemon:
                                pending)
             _log_dispatch("dispatch finished", intent, agent.id, outcome="cancelled", ms=record.duration_ms)
         except CovenantError as exc:
-            await write_pending(
-                ("intent.completed", {"intent": intent.id, "agent": agent.id, "outcome": exc.code, "status": None})
-            )
+            await write_pending(refused_completion(intent, agent, exc.code))
             ended = "dispatch finished" if started else "dispatch refused"
             _log_dispatch(ended, intent, agent.id, outcome=exc.code)
             raise
         finally:
             self._update_queue_metrics()
-        return self._outcome_document(intent, agent, routed_by, decision, record)
-
-    @staticmethod
-    def _outcome_document(
-        intent: Intent, agent: AgentSpec, routed_by: str, decision: dict[str, Any], record: DispatchRecord
-    ) -> dict[str, Any]:
-        result = record.result or {}
-        document = {
-            "intent_id": intent.id,
-            "agent": agent.id,
-            "routed_by": routed_by,
-            "outcome": record.outcome,
-            "exit_code": outcome_exit_code(record.outcome),
-            "status": result.get("status"),
-            "text": result.get("text"),
-            "sources": result.get("sources", []),
-            "error": record.error,
-            "decision": decision,
-            "record": record.model_dump(mode="json"),
-        }
-        if agent.runtime == "rune":
-            document["session_id"] = record.session_id
-            document["usage"] = record.usage
-        return document
+        return outcome_document(intent, agent, routed_by, decision, record)
 
     async def _finish(
         self, intent: Intent, agent: AgentSpec, record: DispatchRecord, pending: list[tuple[str, dict[str, Any]]]
@@ -783,80 +549,15 @@ class Daemon:
         """
         self.budget.charge(agent.id, record.cpu_ms, now_ms())
         self.metrics.observe_dispatch(agent.id, record.outcome, record.duration_ms / 1000)
-        events: list[tuple[str, dict[str, Any]]] = [*pending]
+        events = [*pending, *completion_events(intent, agent, record, self.config.audit.store_text)]
         pending.clear()
-        if record.runtime != "rune":  # a Rune intent spawns nothing: its replica answered it
-            events.append(("agent.exited", {
-                "intent": intent.id,
-                "agent": agent.id,
-                "pid": record.pid,
-                "exit_code": record.exit_code,
-                "signal": record.signal,
-                "outcome": record.outcome,
-                "duration_ms": record.duration_ms,
-                "cpu_ms": record.cpu_ms,
-                "peak_rss_kib": record.peak_rss_kib,
-                "stdout_bytes": record.stdout_bytes,
-                "left_behind": record.left_behind,
-            }))
-        result_text = (record.result or {}).get("text")
-        completed = {
-            "intent": intent.id,
-            "agent": agent.id,
-            "outcome": record.outcome,
-            "status": (record.result or {}).get("status"),
-            "result": text_digest(result_text, self.config.audit.store_text) if result_text is not None else None,
-        }
-        if record.runtime == "rune":
-            completed.update(session=record.session_id, usage=record.usage, duration_ms=record.duration_ms)
-        events.append(("intent.completed", completed))
         # The dispatch record and the audit events are made durable in one commit of the writer process.
         await self.audit.record_many(events, dispatch_record=encode_record(record))
-
-    def _intent_event(
-        self, intent: Intent, dry_run: bool, child: _Child | None = None, peer_uid: int | None = None
-    ) -> dict[str, Any]:
-        """``peer_uid`` is kept so that a record made from the log alone (an intent a killed daemon left
-        unfinished, :mod:`covenant.daemon.interrupted`) is readable by the user who submitted it."""
-        extra: dict[str, Any] = {}
-        if child is not None:
-            extra = {"signed_by": "daemon", "signature": child.signature, "depth": child.parent.depth + 1,
-                     "via": child.call.via, **({"step": child.call.step} if child.call.step else {})}
-        return {
-            **extra,
-            "intent": intent.id,
-            "issuer": intent.issuer.pubkey,
-            "issuer_display": intent.issuer.display,
-            "agent_requested": intent.agent,
-            "priority": intent.priority,
-            "parent": intent.parent,
-            "issued_at": intent.issued_at,
-            "dry_run": dry_run,
-            "text": text_digest(intent.text, self.config.audit.store_text),
-            "peer_uid": peer_uid,
-        }
-
-    @staticmethod
-    def _decision_event(intent: Intent, agent: AgentSpec | None, data: dict[str, Any]) -> tuple[str, dict[str, Any]]:
-        return ("policy.decision", {"intent": intent.id, "agent": agent.id if agent else None, **data})
 
     async def _audit_rejection(self, body: dict[str, Any], exc: CovenantError) -> None:
         """A rejected intent is audited too, with what it claimed (nothing is trusted)."""
         self.metrics.policy_denied(exc.code)
-        claimed = body.get("intent") if isinstance(body, dict) else None
-        claimed = claimed if isinstance(claimed, dict) else {}
-        issuer = claimed.get("issuer") if isinstance(claimed.get("issuer"), dict) else {}
-        await self.audit.record(
-            "policy.decision",
-            {
-                "intent": str(claimed.get("id"))[:200] if claimed.get("id") is not None else None,
-                "agent": None,
-                "allowed": False,
-                "reason": exc.code,
-                "message": exc.message,
-                "claimed_issuer": str(issuer.get("pubkey"))[:200] if issuer.get("pubkey") is not None else None,
-            },
-        )
+        await self.audit.record(*rejection_event(body, exc))
 
     def _update_queue_metrics(self) -> None:
         self.metrics.set_queue(self.scheduler.queued, self.scheduler.in_flight)
@@ -883,121 +584,16 @@ class Daemon:
     async def reload(self, *, reason: str) -> dict[str, Any]:
         """Rescan manifests and grants; a manifest that became invalid withdraws its agent."""
         async with self._reload_lock:
-            fresh = await trio.to_thread.run_sync(
-                lambda: enforce_unavailable_policy(
-                    scan_agents(self.home.agents_dir, ManifestLimits.from_config(self.config.runtime)), self.config
-                )
-            )
-            without_spawned = replace(
-                self.loaded, agents={k: v for k, v in self.loaded.agents.items() if not k.endswith("@spawned")},
-                packages={k: v for k, v in self.loaded.packages.items() if not k.endswith("@spawned")})
-            self.loaded, changes = merge_reload(without_spawned, fresh)
-            self._publish_spawned()
-            for agent_id in changes.withdrawn:
-                log.warning(
-                    "agent withdrawn: its manifest was rejected",
-                    extra={"agent": agent_id, "path": str(self.loaded.withdrawn[agent_id])},
-                )
+            changes = await self.agents.rescan()
             await self.refresh_grants(force=True)
-            await self.record_registry(reason=reason, changes=changes.to_json())
+            await self.agents.record_registry(reason=reason, changes=changes.to_json())
             log.info(
                 "reloaded",
-                extra={"reason": reason, "agents": len(self.loaded.agents), "rejected": len(self.loaded.problems)},
+                extra={"reason": reason, "agents": len(self.agents.loaded.agents), "rejected": len(self.agents.loaded.problems)},
             )
             return {
-                "agents": sorted(self.loaded.agents),
-                "problems": [str(p) for p in self.loaded.problems],
-                "rejected": sorted({str(p.path) for p in self.loaded.problems}),
+                "agents": sorted(self.agents.loaded.agents),
+                "problems": [str(p) for p in self.agents.loaded.problems],
+                "rejected": sorted({str(p.path) for p in self.agents.loaded.problems}),
                 **changes.to_json(),
             }
-
-    async def record_registry(self, *, reason: str, changes: dict[str, Any] | None = None) -> None:
-        """Audit the registry state and each rejected manifest; log the problems."""
-        self.metrics.set_registry(len(self.loaded.agents), len(self.loaded.problems))
-        rejected_by_file: dict[str, list[str]] = {}
-        for problem in self.loaded.problems:
-            rejected_by_file.setdefault(str(problem.path), []).append(str(problem))
-            log.warning("manifest rejected", extra={"problem": str(problem)})
-        for path, problems in sorted(rejected_by_file.items()):
-            await self.audit.record("manifest.rejected", {"path": path, "problems": problems})
-        await self.audit.record(
-            "registry.loaded",
-            {
-                "reason": reason,
-                "agents": sorted(self.loaded.agents),
-                "rejected": len(rejected_by_file),
-                **(changes or {}),
-                "withdrawn": sorted(self.loaded.withdrawn),
-            },
-        )
-
-    # -- views ----------------------------------------------------------------------
-
-    def status(self) -> dict[str, Any]:
-        head = self.audit.head or {}
-        now = now_ms()
-        return {
-            "version": __version__,
-            "pid": os.getpid(),
-            "uptime_s": int(time.monotonic() - self.started_monotonic),
-            "started_at_ms": self.started_at_ms,
-            "home": str(self.home.root),
-            "sockets": self.socket_paths,
-            "shutting_down": self.shutting_down,
-            "network_isolation": self.network_isolation,
-            "isolation": self.isolation.mode,
-            "isolation_detail": self.isolation.to_json(),
-            "agents": {"loaded": sorted(self.loaded.agents), "withdrawn": sorted(self.loaded.withdrawn)},
-            "rejected": [p.to_json() for p in self.loaded.problems],
-            "in_flight": [
-                {"intent": d.intent_id, "agent": d.agent_id, "elapsed_ms": int((time.monotonic() - d.started) * 1000)}
-                for d in self.inflight.values()
-            ],
-            "queued": self.scheduler.queued,
-            "admitted": self.admitted,
-            "limits": {
-                "max_concurrent": self.scheduler.max_concurrent,
-                "per_agent": self.scheduler.per_agent,
-                "queue_max": self.scheduler.queue_max,
-            },
-            "audit": {
-                "healthy": self.audit.healthy,
-                "failure": self.audit.failure,
-                "head_seq": head.get("seq"),
-                "writer_pid": next(iter(self.audit.process_ids), None),
-                "checkpoint_age_ms": (now - ms_from_iso(head["ts"])) if "ts" in head else None,
-                "head": head or None,
-            },
-            "grants": {
-                "problems": [str(p) for p in self.grants.current.problems]
-                + ([self.grants.load_error] if self.grants.load_error else []),
-            },
-            "replicas": self.rune.replicas.views(),
-            "mcp_servers": self.rune.tools.mcp.status(),
-        }
-
-    def _reader_uid(self, viewer: Peer | None) -> int | None:
-        """None when ``viewer`` may read every record, else the uid whose records it may read (blocking)."""
-        if viewer is None:
-            return _NO_UID  # credentials unknown: no record is theirs
-        if sees_every_record(viewer, self.config.isolation.operators_group):
-            return None
-        return viewer.uid
-
-    async def history(self, limit: int, agent: str | None, viewer: Peer | None) -> list[DispatchRecord]:
-        """The newest records ``viewer`` may read (its own; all for root, the daemon's uid, operators)."""
-
-        def read() -> list[DispatchRecord]:
-            return self.store.recent(limit, agent, peer_uid=self._reader_uid(viewer))
-
-        return await trio.to_thread.run_sync(read)
-
-    async def record(self, intent_id: str, viewer: Peer | None) -> DispatchRecord | None:
-        """The record of ``intent_id`` when ``viewer`` may read it; None otherwise (as if absent)."""
-
-        def read() -> DispatchRecord | None:
-            record = self.store.get(intent_id)
-            only = self._reader_uid(viewer)
-            return record if record is not None and (only is None or record.peer_uid == only) else None
-
-        return await trio.to_thread.run_sync(read)

@@ -15,9 +15,16 @@ import grp
 import os
 import pwd
 
-from covenant.daemon.server import Peer
+import trio
 
-__all__ = ["sees_every_record", "in_group"]
+from covenant.daemon.server import Peer
+from covenant.runtime.outcome import DispatchRecord
+from covenant.runtime.records import DispatchStore
+
+__all__ = ["sees_every_record", "in_group", "VisibleRecords"]
+
+_NO_UID = -1
+"""Matches no record's peer_uid: what a client with unknown credentials may read."""
 
 
 def in_group(uid: int, gid: int, group_name: str) -> bool:
@@ -40,3 +47,37 @@ def sees_every_record(peer: Peer, operators_group: str | None) -> bool:
     if peer.uid in (0, os.getuid()):
         return True
     return operators_group is not None and in_group(peer.uid, peer.gid, operators_group)
+
+
+class VisibleRecords:
+    """The dispatch store as each client may read it: its own records, or all of them (see the module)."""
+
+    def __init__(self, store: DispatchStore, operators_group: str | None) -> None:
+        self._store = store
+        self._operators_group = operators_group
+
+    def _reader_uid(self, viewer: Peer | None) -> int | None:
+        """None when ``viewer`` may read every record, else the uid whose records it may read (blocking)."""
+        if viewer is None:
+            return _NO_UID  # credentials unknown: no record is theirs
+        if sees_every_record(viewer, self._operators_group):
+            return None
+        return viewer.uid
+
+    async def recent(self, limit: int, agent: str | None, viewer: Peer | None) -> list[DispatchRecord]:
+        """The newest records ``viewer`` may read (its own; all for root, the daemon's uid, operators)."""
+
+        def read() -> list[DispatchRecord]:
+            return self._store.recent(limit, agent, peer_uid=self._reader_uid(viewer))
+
+        return await trio.to_thread.run_sync(read)
+
+    async def get(self, intent_id: str, viewer: Peer | None) -> DispatchRecord | None:
+        """The record of ``intent_id`` when ``viewer`` may read it; None otherwise (as if absent)."""
+
+        def read() -> DispatchRecord | None:
+            record = self._store.get(intent_id)
+            only = self._reader_uid(viewer)
+            return record if record is not None and (only is None or record.peer_uid == only) else None
+
+        return await trio.to_thread.run_sync(read)

@@ -1,0 +1,173 @@
+"""The agents a dispatch can reach: the registry's last scan, and the agents Rune agents spawned.
+
+Owns what changes the set: a reload (rescan and merge, :mod:`covenant.daemon.agents_state`), a spawn,
+a kill or an expiry of a ``<name>@spawned`` agent (``rune@agent-spawn`` / ``agent-kill``); each change
+is published to the Rune host, whose replicas follow it.
+"""
+
+from __future__ import annotations
+
+import logging
+from dataclasses import replace
+from typing import Any
+
+import trio
+
+from covenant.audit.writer import AuditLog
+from covenant.clock import now_ms
+from covenant.config import Config
+from covenant.daemon.agents_state import LoadedAgents, ReloadChanges, merge_reload
+from covenant.daemon.metrics import Metrics
+from covenant.daemon.routing import NoAgent, route
+from covenant.daemon.rune_host import RuneHost
+from covenant.daemon.spawned import Spawned, SpawnedAgents, SpawnRefused
+from covenant.errors import CovenantError
+from covenant.home import Home
+from covenant.manifest.limits import ManifestLimits
+from covenant.manifest.model import AgentSpec
+from covenant.manifest.registry import scan_agents
+from covenant.tools.refuse import enforce_unavailable_policy
+from covenant.workflow import ChainLink
+
+__all__ = ["LiveAgents"]
+
+log = logging.getLogger("covenant.daemon")
+
+
+class LiveAgents:
+    """The loaded agents (:attr:`loaded`, with the live spawned ones) and the changes to them."""
+
+    def __init__(
+        self, *, home: Home, config: Config, loaded: LoadedAgents, rune: RuneHost, audit: AuditLog, metrics: Metrics
+    ) -> None:
+        self._home = home
+        self._config = config
+        self._rune = rune
+        self._audit = audit
+        self._metrics = metrics
+        self.loaded = loaded
+        self.spawned = SpawnedAgents(home.state_dir / "spawned", ManifestLimits.from_config(config.runtime),
+                                     ttl_s=config.rune.spawned_ttl_s, per_spawner=config.rune.spawned_max)
+        rune.packages = loaded.packages
+        metrics.set_registry(len(loaded.agents), len(loaded.problems))
+
+    def find(self, name: str) -> AgentSpec | None:
+        """The loaded agent ``name`` (an id or a bare name) stands for, or None."""
+        try:
+            return route("", self.loaded.agents, requested=name)[0]
+        except CovenantError:
+            return None
+
+    def reachable(self, spawner: str | None, issuer: str) -> dict[str, AgentSpec]:
+        """Every loaded agent; spawned ones only for a child intent of their ``spawner``, for its ``issuer``."""
+        if not self.spawned.live:
+            return self.loaded.agents
+        live = self.spawned.live
+        return {agent_id: agent for agent_id, agent in self.loaded.agents.items()
+                if agent_id not in live or (live[agent_id].spawner == spawner and live[agent_id].issuer == issuer)}
+
+    # -- spawned agents (rune@agent-spawn / agent-kill) -------------------------------------
+
+    async def spawn(self, parent: ChainLink, text: str) -> Spawned:
+        """A new ``<name>@spawned`` agent for ``parent``'s agent and issuer (SpawnRefused when it may not be)."""
+        spawner, package = self.loaded.agents.get(parent.agent_id), self.loaded.packages.get(parent.agent_id)
+        if spawner is None or package is None or parent.agent_id in self.spawned.live:
+            raise SpawnRefused("only a Rune agent loaded from agents/ may spawn agents")
+        spawned = await self.spawned.create(text, spawner=spawner, spawner_package=package,
+                                            issuer=parent.issuer.pubkey, issuer_display=parent.issuer.display,
+                                            now_ms=now_ms())
+        self._publish()
+        await self._audit.record("agent.spawn", {"intent": parent.intent_id, **spawned.view(),
+                                                 "toolset": list(spawned.package.runefile.toolset)})
+        log.info("agent spawned", extra={"agent": spawned.agent.id, "spawner": spawned.spawner})
+        return spawned
+
+    async def kill(self, parent: ChainLink, agent_id: str) -> Spawned:
+        """Remove a spawned agent; only its spawner (same agent, same issuer) may."""
+        spawned = self.spawned.live.get(agent_id) or self.spawned.live.get(f"{agent_id}@spawned")
+        if spawned is None or spawned.spawner != parent.agent_id or spawned.issuer != parent.issuer.pubkey:
+            raise SpawnRefused(f"{agent_id} is not an agent this agent spawned for this issuer")
+        await self.remove(spawned.agent.id, reason="killed", intent=parent.intent_id)
+        return spawned
+
+    async def remove(self, agent_id: str, *, reason: str, intent: str | None = None) -> None:
+        """Stop the spawned agent's replica (its runs end as cancelled), then forget it."""
+        await self._rune.replicas.stop(agent_id, drain=False)
+        spawned = await self.spawned.remove(agent_id)
+        if spawned is None:
+            return
+        self._publish()
+        await self._audit.record("agent.kill", {"intent": intent, **spawned.view(), "reason": reason})
+        log.info("spawned agent removed", extra={"agent": agent_id, "reason": reason})
+
+    async def expire(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Remove spawned agents past ``[rune] spawned_ttl_s``, checked every second, until cancelled."""
+        task_status.started()
+        while True:
+            for agent_id in self.spawned.expired(now_ms()):
+                await self.remove(agent_id, reason="expired")
+            await trio.sleep(1)
+
+    def _publish(self) -> None:
+        """The loaded agents with the live spawned ones (after a spawn, a kill or a reload)."""
+        agents = {k: v for k, v in self.loaded.agents.items() if not k.endswith("@spawned")}
+        packages = {k: v for k, v in self.loaded.packages.items() if not k.endswith("@spawned")}
+        for agent_id, spawned in self.spawned.live.items():
+            agents[agent_id], packages[agent_id] = spawned.agent, spawned.package
+        self.loaded = replace(self.loaded, agents=agents, packages=packages)
+        self._rune.packages = self.loaded.packages
+        self._rune.replicas.reconcile_soon({i: (agents[i], p) for i, p in packages.items()},
+                                           eager=self._config.rune.start == "eager")
+
+    # -- the registry ---------------------------------------------------------------------
+
+    async def rescan(self) -> ReloadChanges:
+        """Scan the agents folder again and load what it holds now; a manifest that became invalid
+        withdraws its agent (logged). The spawned agents stay."""
+        fresh = await trio.to_thread.run_sync(
+            lambda: enforce_unavailable_policy(
+                scan_agents(self._home.agents_dir, ManifestLimits.from_config(self._config.runtime)), self._config
+            )
+        )
+        without_spawned = replace(
+            self.loaded, agents={k: v for k, v in self.loaded.agents.items() if not k.endswith("@spawned")},
+            packages={k: v for k, v in self.loaded.packages.items() if not k.endswith("@spawned")})
+        self.loaded, changes = merge_reload(without_spawned, fresh)
+        self._publish()
+        for agent_id in changes.withdrawn:
+            log.warning(
+                "agent withdrawn: its manifest was rejected",
+                extra={"agent": agent_id, "path": str(self.loaded.withdrawn[agent_id])},
+            )
+        return changes
+
+    async def record_registry(self, *, reason: str, changes: dict[str, Any] | None = None) -> None:
+        """Audit the registry state and each rejected manifest; log the problems."""
+        self._metrics.set_registry(len(self.loaded.agents), len(self.loaded.problems))
+        rejected_by_file: dict[str, list[str]] = {}
+        for problem in self.loaded.problems:
+            rejected_by_file.setdefault(str(problem.path), []).append(str(problem))
+            log.warning("manifest rejected", extra={"problem": str(problem)})
+        for path, problems in sorted(rejected_by_file.items()):
+            await self._audit.record("manifest.rejected", {"path": path, "problems": problems})
+        await self._audit.record(
+            "registry.loaded",
+            {
+                "reason": reason,
+                "agents": sorted(self.loaded.agents),
+                "rejected": len(rejected_by_file),
+                **(changes or {}),
+                "withdrawn": sorted(self.loaded.withdrawn),
+            },
+        )
+
+    async def restart_replica(self, agent_id: str) -> dict[str, Any]:
+        """``covenant restart AGENT``: drain the agent's replica and start a fresh one."""
+        agent = self.loaded.agents.get(agent_id) or self.loaded.agents.get(f"{agent_id}@local")
+        if agent is None:
+            raise NoAgent(f"no agent with id {agent_id!r} is loaded")
+        if agent.runtime != "rune":
+            raise NoAgent(f"agent {agent.id} is not a Rune agent: it has no replica to restart (runtime {agent.runtime})")
+        log.info("replica restart requested", extra={"agent": agent.id})
+        replica = await self._rune.replicas.restart(agent, self.loaded.packages[agent.id])
+        return replica.view()

@@ -1,0 +1,60 @@
+"""``GET /v1/status`` and ``covenant status``: one document of the daemon's state."""
+
+from __future__ import annotations
+
+import os
+import time
+from typing import TYPE_CHECKING, Any
+
+from covenant import __version__
+from covenant.clock import ms_from_iso, now_ms
+
+if TYPE_CHECKING:
+    from covenant.daemon.service import Daemon
+
+__all__ = ["status_document"]
+
+
+def status_document(daemon: Daemon) -> dict[str, Any]:
+    """What the daemon is doing now (docs/daemon.md, "status"): agents, runs in flight, queue, audit, replicas."""
+    head = daemon.audit.head or {}
+    now = now_ms()
+    return {
+        "version": __version__,
+        "pid": os.getpid(),
+        "uptime_s": int(time.monotonic() - daemon.started_monotonic),
+        "started_at_ms": daemon.started_at_ms,
+        "home": str(daemon.home.root),
+        "sockets": daemon.socket_paths,
+        "shutting_down": daemon.shutting_down,
+        "network_isolation": daemon.network_isolation,
+        "isolation": daemon.isolation.mode,
+        "isolation_detail": daemon.isolation.to_json(),
+        "agents": {"loaded": sorted(daemon.agents.loaded.agents), "withdrawn": sorted(daemon.agents.loaded.withdrawn)},
+        "rejected": [p.to_json() for p in daemon.agents.loaded.problems],
+        "in_flight": [
+            {"intent": d.intent_id, "agent": d.agent_id, "elapsed_ms": int((time.monotonic() - d.started) * 1000)}
+            for d in daemon.inflight.values()
+        ],
+        "queued": daemon.scheduler.queued,
+        "admitted": daemon.admitted,
+        "limits": {
+            "max_concurrent": daemon.scheduler.max_concurrent,
+            "per_agent": daemon.scheduler.per_agent,
+            "queue_max": daemon.scheduler.queue_max,
+        },
+        "audit": {
+            "healthy": daemon.audit.healthy,
+            "failure": daemon.audit.failure,
+            "head_seq": head.get("seq"),
+            "writer_pid": next(iter(daemon.audit.process_ids), None),
+            "checkpoint_age_ms": (now - ms_from_iso(head["ts"])) if "ts" in head else None,
+            "head": head or None,
+        },
+        "grants": {
+            "problems": [str(p) for p in daemon.grants.current.problems]
+            + ([daemon.grants.load_error] if daemon.grants.load_error else []),
+        },
+        "replicas": daemon.rune.replicas.views(),
+        "mcp_servers": daemon.rune.tools.mcp.status(),
+    }
