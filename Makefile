@@ -36,8 +36,13 @@ demo-real: install examples
 	scripts/real_model.sh install
 	COVENANT_DEMO_MODEL=real COVENANT=$(VENV)/bin/covenant scripts/demo.sh
 
+# The suite's tests wait on real processes far more than they compute: four workers keep two cores
+# busy. Tests that share something host-wide carry an xdist_group mark and run on one worker
+# (--dist loadgroup); every home gets agent uids of its own (tests/conftest.py, agent_uid_range).
+TEST_WORKERS ?= 4
+
 test: install examples
-	$(PY) -m pytest -q
+	$(PY) -m pytest -q -n $(TEST_WORKERS) --dist loadgroup
 
 clean:
 	rm -rf $(VENV) build *.egg-info

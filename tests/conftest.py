@@ -7,14 +7,13 @@ cargo) is skipped only on a developer machine that lacks it; under CI
 
 from __future__ import annotations
 
+import itertools
 import os
 import shutil
 import subprocess
 import tempfile
-from collections.abc import Iterator
-from pathlib import Path
-
 from collections.abc import Callable, Iterator
+from pathlib import Path
 
 import pytest
 
@@ -45,6 +44,32 @@ def require_tool(name: str) -> str:
             pytest.fail(f"{message}, and CI must run every test")
         pytest.skip(message)
     return path
+
+
+_UID_BLOCKS = itertools.count()
+_UIDS_PER_WORKER = 10_000_000
+_FIRST_TEST_UID = 100_000_000
+
+
+def agent_uid_range(width: int = 1000) -> tuple[int, int]:
+    """A range of agent uids no other test of this run uses (``[isolation] uid_range``).
+
+    A daemon, or ``covenant run``, sweeps every process of an agent uid when its last run ends and of
+    its whole range when it starts; two of them on one uid kill each other's agents. So every home a
+    test runs agents in takes a range of its own: each pytest-xdist worker owns a block of ten million
+    uids above 100,000,000 (well away from the default 61184-65519 and from real accounts), and each
+    call takes the next ``width`` of its worker's block.
+    """
+    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
+    index = int(worker.removeprefix("gw")) if worker.removeprefix("gw").isdigit() else 0
+    low = _FIRST_TEST_UID + index * _UIDS_PER_WORKER + next(_UID_BLOCKS) * width
+    assert low + width <= _FIRST_TEST_UID + (index + 1) * _UIDS_PER_WORKER, "this worker's uid block is used up"
+    return low, low + width - 1
+
+
+def isolation_table(uid_range: tuple[int, int]) -> str:
+    """The ``[isolation]`` table of covenant.toml that gives agents ``uid_range``."""
+    return f"[isolation]\nuid_range = [{uid_range[0]}, {uid_range[1]}]\n"
 
 
 def traversable_tmpdir(prefix: str = "covenant-test-") -> Path:

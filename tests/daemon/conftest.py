@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import shutil
 import signal
 import subprocess
@@ -19,7 +20,7 @@ import psutil
 import pytest
 
 from covenant.client import DaemonClient, DaemonUnreachable
-from tests.conftest import traversable_tmpdir
+from tests.conftest import agent_uid_range, isolation_table, traversable_tmpdir
 
 TEST_AGENTS = Path(__file__).parent / "agents"
 REPO = Path(__file__).resolve().parents[2]
@@ -34,6 +35,8 @@ class DaemonProcess:
     env: dict[str, str]
     process: subprocess.Popen[bytes] | None = None
     log_path: Path = field(default=Path("/dev/null"))
+    uid_range: tuple[int, int] = field(default_factory=agent_uid_range)
+    """Its agents' uids, in every covenant.toml it is given (see :func:`tests.conftest.agent_uid_range`)."""
 
     def cli(self, *args: str, check: bool = False, timeout: float = 120, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
         result = subprocess.run(
@@ -83,6 +86,14 @@ class DaemonProcess:
         with DaemonClient(self.socket, timeout=60) as client:
             return client.request(method, path, body)
 
+    def descendants(self) -> list[psutil.Process]:
+        """Every live process under the daemon (its agents, replicas, servers, and escapes it adopted)."""
+        assert self.process is not None
+        try:
+            return psutil.Process(self.process.pid).children(recursive=True)
+        except psutil.NoSuchProcess:
+            return []
+
     def log(self) -> str:
         return self.log_path.read_text(errors="replace")
 
@@ -93,7 +104,18 @@ class DaemonProcess:
         return self.process.wait(timeout=timeout)
 
     def write_config(self, text: str) -> None:
-        (self.home / "covenant.toml").write_text(textwrap.dedent(text))
+        """covenant.toml as ``text`` says, with ``[isolation] uid_range`` set to :attr:`uid_range` unless it sets one."""
+        (self.home / "covenant.toml").write_text(self.with_uid_range(textwrap.dedent(text)))
+
+    def with_uid_range(self, text: str) -> str:
+        """``text`` (covenant.toml) with :attr:`uid_range` in its ``[isolation]`` table, unless it sets one."""
+        if re.search(r"^\s*uid_range\s*=", text, re.MULTILINE):
+            return text
+        table = isolation_table(self.uid_range)
+        header = re.search(r"^\[isolation\][ \t]*(#.*)?$", text, re.MULTILINE)
+        if header is None:
+            return text + "\n" + table
+        return text[: header.end()] + "\n" + table.split("\n", 1)[1].rstrip("\n") + text[header.end():]
 
     def start_with_one_slot(self, *extra: str) -> None:
         """Start with one run slot and a one-place queue, and the slow agent (keyword ``sleep``)."""
@@ -165,6 +187,7 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
     }
     proc = DaemonProcess(home=home, socket=sock_dir / "covenant.sock", env=env)
     proc.cli("init", "--display", "tester@test", check=True)
+    proc.write_config((home / "covenant.toml").read_text())  # init's commented file, with the test's uid range
     yield proc
     if proc.process is not None and proc.process.poll() is None:
         # Left running (a test that failed, or had no need to stop it): a clean stop still sweeps what its

@@ -59,13 +59,11 @@ def add_process_tool(package: Path, name: str, source: str) -> None:
 def configure(d: DaemonProcess, *fakes: tuple[str, FakeModelServer], extra: str = "") -> None:
     """covenant.toml with one [providers.NAME] per fake (the first one keyed), and the key in the daemon's env.
 
-    Agent uids come from a range of this test's own: a daemon sweeps every process of its range when it
-    starts, and other daemons on this host (other test runs) use the default range.
+    Agent uids come from the daemon's own range (:meth:`DaemonProcess.write_config`).
     """
-    low = secrets.randbelow(2_000_000_000 - 300_000) + 200_000
     tables = [fake.provider_toml(name, api_key_env=KEY_ENV if i == 0 else None, timeout_s=10)
               for i, (name, fake) in enumerate(fakes)]
-    d.write_config(extra + "\n" + "\n".join(tables) + f"\n[isolation]\nuid_range = [{low}, {low + 99}]\n")
+    d.write_config(extra + "\n" + "\n".join(tables) + "\n")
     d.env[KEY_ENV] = KEY_VALUE
 
 

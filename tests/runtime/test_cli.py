@@ -14,11 +14,17 @@ import psutil
 import pytest
 
 from covenant.home import Home
-from tests.conftest import EXAMPLES_DIR, require_tool
+from tests.conftest import EXAMPLES_DIR, agent_uid_range, isolation_table, require_tool
 from tests.processes import ctrl_c
 from tests.runtime.conftest import AGENTS
 
 COVENANT = [str(Path(sys.executable).parent / "covenant")]
+
+
+@pytest.fixture(autouse=True)
+def own_uid_range(home: Home) -> None:
+    """`covenant run` as root runs the agent as a uid of the home's range: one no other test uses."""
+    home.config_path.write_text(isolation_table(agent_uid_range()))
 
 
 def covenant(home: Home, *args: str) -> subprocess.CompletedProcess[str]:

@@ -25,9 +25,6 @@ from tests.rune.conftest import add_process_tool, add_rune_agent, configure
 ATTACKER = Path(__file__).parent / "agents" / "attacker.py"
 MAX_PROCESSES = 48
 DISK_MB = 8
-UID_RANGE = (600000, 604335)
-"""A range of its own: other covenant homes on a shared CI box use the default one, and a daemon
-sweeps its uids when a run ends or it starts (the default range is checked in tests/runtime)."""
 
 
 def start_with_hostile_tool(daemon: DaemonProcess, fake_model: FakeModelServer, name: str, script: str,
@@ -95,7 +92,6 @@ def attacked(tmp_path: Path) -> Iterator[AttackedDaemon]:
         [isolation]
         require = true
         max_processes = {MAX_PROCESSES}
-        uid_range = [{UID_RANGE[0]}, {UID_RANGE[1]}]
     """)
     for name, network in (("attacker", "full"), ("attacker-offline", "off")):
         folder = home / "agents" / name

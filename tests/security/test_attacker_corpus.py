@@ -18,7 +18,7 @@ import pytest
 
 from tests.daemon.test_daemon_e2e import audit_records, status, wait_for
 from tests.processes import alive
-from tests.security.conftest import DISK_MB, MAX_PROCESSES, UID_RANGE, AttackedDaemon, processes_of_uid
+from tests.security.conftest import DISK_MB, MAX_PROCESSES, AttackedDaemon, processes_of_uid
 
 
 def sha256(path: Path) -> str:
@@ -32,7 +32,7 @@ def test_agents_run_as_their_own_uid_and_status_says_so(attacked: AttackedDaemon
     outcome, report = attacked.attack("read", "/etc/hostname")
     record = outcome["record"]
     assert record["isolation"] == "uid" and record["uid"] == report["uid"]
-    assert UID_RANGE[0] <= report["uid"] <= UID_RANGE[1] and report["uid"] != os.getuid()
+    assert attacked.uid_range[0] <= report["uid"] <= attacked.uid_range[1] and report["uid"] != os.getuid()
     # Limits are set while the exec helper is still covenant's (it lacks CAP_SYS_RESOURCE for other uids).
     assert report["rlimits"]["RLIMIT_NPROC"] == [MAX_PROCESSES, MAX_PROCESSES]
     assert report["rlimits"]["RLIMIT_FSIZE"] == [DISK_MB << 20, DISK_MB << 20]

@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from covenant.client import DaemonClient, DaemonUnreachable
-from tests.conftest import traversable_tmpdir
+from tests.conftest import agent_uid_range, isolation_table, traversable_tmpdir
 from tests.ops.test_units import UNITS, directives
 
 DAEMON_UID = 4242
@@ -55,7 +55,8 @@ def daemon_with(caps: str, agents: dict[str, tuple[str, str]], tmp_path: Path) -
     try:
         for name, (source, resources) in agents.items():
             _agent(home, name, source, resources)
-        (home / "covenant.toml").write_text('[runtime]\npython3 = "/usr/bin/python3"\n\n[isolation]\nrequire = true\n')
+        (home / "covenant.toml").write_text('[runtime]\npython3 = "/usr/bin/python3"\n\n'
+                                            + isolation_table(agent_uid_range()) + 'require = true\n')
         for path in [base, *base.rglob("*")]:
             os.chown(path, DAEMON_UID, DAEMON_UID)
         as_daemon = [setpriv, f"--reuid={DAEMON_UID}", f"--regid={DAEMON_UID}", "--clear-groups",

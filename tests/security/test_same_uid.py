@@ -25,6 +25,10 @@ from tests.conftest import traversable_tmpdir
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.processes import alive, processes_marked, wait_gone
 
+# Their daemons and commands all run as nobody, and some look for what nobody's processes left on the
+# whole host: on one pytest-xdist worker, one test at a time.
+pytestmark = pytest.mark.xdist_group("nobody")
+
 NOBODY = 65534
 SETPRIV = shutil.which("setpriv")
 @pytest.fixture

@@ -199,7 +199,7 @@ def test_registry_stdio_servers_run_as_the_agent_uid_and_die_with_the_daemon(
     assert _tool_message(second)["timezone"] == "UTC"
     assert "notes.txt" in json.dumps(_tool_message(third))
     assert _tool_message(fourth)["error"]["code"] == "unknown_tool"  # advertised, not listed
-    procs = processes_marked("mcp:clock@local")
+    procs = processes_marked("mcp:clock@local", daemon.descendants())
     assert len(procs) >= 2
     assert all(p.uids().real != 0 and p.uids().real != os.geteuid() for p in procs)
     assert daemon.stop() == 0
@@ -291,11 +291,11 @@ def test_an_idle_stdio_server_outlives_the_thread_cache_of_trio(
     fake_model.script(Reply(text="awake"))  # the replica's start connects its MCP servers
     assert outcome_of(daemon.cli("dispatch", "wake up", "--agent", "clock@local", "--json"))["outcome"] == "ok"
     assert _mcp_status(daemon)[0]["state"] == "up", _mcp_status(daemon)
-    before = {p.pid for p in processes_marked("mcp:clock@local")}
+    before = {p.pid for p in processes_marked("mcp:clock@local", daemon.descendants())}
     assert before
     holder = _namespace_holder(daemon, min(before))
     time.sleep(13)  # past trio's IDLE_TIMEOUT of 10 s, with the daemon idle
-    after = {p.pid for p in processes_marked("mcp:clock@local")}
+    after = {p.pid for p in processes_marked("mcp:clock@local", daemon.descendants())}
     assert after == before, "the MCP server was killed and restarted while idle"
     assert alive(holder) and _namespace_holder(daemon, min(before)) == holder, "the private /tmp's holder died"
     assert _mcp_status(daemon)[0]["state"] == "up"
@@ -344,8 +344,8 @@ def test_a_hostile_stdio_server_and_its_replica_share_the_uids_private_tmp(
         assert _tool_message(fake_model.requests[3])["exists"] is True
         escapee = _tool_message(fake_model.requests[4])["pid"]
         assert alive(escapee)
-        [server] = [p for p in processes_marked("mcp:filler@local") if p.pid != escapee]
-        [replica] = processes_marked("replica:filler@local")
+        [server] = [p for p in processes_marked("mcp:filler@local", daemon.descendants()) if p.pid != escapee]
+        [replica] = processes_marked("replica:filler@local", daemon.descendants())
         private = os.readlink(f"/proc/{server.pid}/ns/mnt")
         assert filled["mount_ns"] == private == os.readlink(f"/proc/{replica.pid}/ns/mnt")
         assert private != os.readlink(f"/proc/{daemon.process.pid}/ns/mnt")
