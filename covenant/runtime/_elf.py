@@ -93,32 +93,44 @@ def assemble(pieces: Sequence[Piece]) -> bytes:
     return bytes(out)
 
 
-CREDENTIALS_LEN = 16
-"""Bytes :func:`read_credentials` reads from stdin first: uid, gid (u32), the mount namespace fd
-(i32, -1 = none) and the length of the cwd path that follows (u32, NUL included), little endian."""
+CREDENTIALS_LEN = 24
+"""Bytes :func:`read_credentials` reads from stdin first: uid, gid (u32), a namespace fd (i32, -1 =
+none), the length of the cwd path that follows (u32, NUL included), the ``setns`` flags for that fd
+(u32) and a Landlock ruleset fd (i32, -1 = none), little endian."""
 CLONE_NEWNS = 0x00020000
+CLONE_NEWNET = 0x40000000
 
 
-def credentials_block(uid: int, gid: int, mount_ns_fd: int = -1, cwd: str | None = None) -> bytes:
-    """What the launcher writes into the helper's stdin pipe before the spawn."""
+def credentials_block(
+    uid: int, gid: int, namespace_fd: int = -1, cwd: str | None = None, *, setns_flags: int = CLONE_NEWNS,
+    landlock_fd: int = -1,
+) -> bytes:
+    """What the launcher writes into the helper's stdin pipe before the spawn.
+
+    ``namespace_fd``: a pidfd of a namespace holder (``setns_flags`` says which of its namespaces:
+    ``CLONE_NEWNS``, ``CLONE_NEWNET`` or both) or one namespace file; the helper enters it and
+    ``chdir``s to ``cwd``. ``landlock_fd``: a Landlock ruleset the helper enforces on itself after
+    the switch to ``uid`` (``landlock_restrict_self``), so the agent's program starts confined.
+    """
     path = b""
-    if mount_ns_fd >= 0:
+    if namespace_fd >= 0:
         if cwd is None:
-            raise ValueError("a mount namespace needs the cwd to enter in it")
+            raise ValueError("a namespace needs the cwd to enter in it")
         path = os.fsencode(cwd) + b"\0"
         if len(path) > 4096:
             raise ValueError(f"cwd too long for the helper: {cwd!r}")
-    return struct.pack("<IIiI", uid, gid, mount_ns_fd, len(path)) + path
+    return struct.pack("<IIiIIi", uid, gid, namespace_fd, len(path), setns_flags, landlock_fd) + path
 
 
 def read_credentials() -> list[Piece]:
-    """Code that reads the credentials from stdin and enters the mount namespace (still as root).
+    """Code that reads the credentials from stdin and enters the agent's namespaces (still as root).
 
     Reads the :data:`CREDENTIALS_LEN` bytes of :func:`credentials_block`
     (the supervisor wrote them into the pipe before the spawn); a short
-    read, uid 0 or gid 0 aborts. With a mount namespace fd it then reads the
-    cwd path, ``setns(fd, CLONE_NEWNS)`` (the agent's private /tmp and
-    /dev/shm, see :mod:`covenant.runtime.mountns`), closes the fd and
+    read, uid 0 or gid 0 aborts. With a namespace fd it then reads the
+    cwd path, ``setns(fd, flags)`` (the agent's private /tmp and /dev/shm,
+    :mod:`covenant.runtime.mountns`, and its network,
+    :mod:`covenant.runtime.netns`), closes the fd and
     ``chdir``s (setns moved it to the namespace's root). Any failing call
     aborts: fail closed. The block sits just below the stack pointer, the
     path 4 KiB further down (nothing else uses them). :func:`become_credentials`
@@ -132,9 +144,9 @@ def read_credentials() -> list[Piece]:
         b"\x31\xc0",  # xor %eax, %eax            read
         b"\x31\xff",  # xor %edi, %edi            fd 0
         b"\x48\x8d\x74\x24\xe0",  # lea -32(%rsp), %rsi
-        b"\xba\x10\x00\x00\x00",  # mov $16, %edx
+        b"\xba\x18\x00\x00\x00",  # mov $24, %edx
         syscall,
-        b"\x83\xf8\x10",  # cmp $16, %eax
+        b"\x83\xf8\x18",  # cmp $24, %eax
         JNE,
         b"\x8b\x7c\x24\xe4",  # mov -28(%rsp), %edi    gid
         b"\x85\xff",  # test %edi, %edi
@@ -142,9 +154,9 @@ def read_credentials() -> list[Piece]:
         b"\x8b\x7c\x24\xe0",  # mov -32(%rsp), %edi    uid
         b"\x85\xff",  # test %edi, %edi
         JE,
-        b"\x8b\x7c\x24\xe8",  # mov -24(%rsp), %edi    mount namespace fd
+        b"\x8b\x7c\x24\xe8",  # mov -24(%rsp), %edi    namespace fd
         b"\x83\xff\xff",  # cmp $-1, %edi
-        Jump(0x84, "no_mount_ns"),
+        Jump(0x84, "no_namespaces"),
         b"\x31\xc0",  # xor %eax, %eax            read the cwd
         b"\x31\xff",  # xor %edi, %edi
         b"\x48\x8d\xb4\x24\xc0\xef\xff\xff",  # lea -4160(%rsp), %rsi
@@ -153,7 +165,7 @@ def read_credentials() -> list[Piece]:
         b"\x3b\x44\x24\xec",  # cmp -20(%rsp), %eax
         JNE,
         b"\x8b\x7c\x24\xe8",  # mov -24(%rsp), %edi
-        b"\xbe\x00\x00\x02\x00",  # mov $CLONE_NEWNS, %esi
+        b"\x8b\x74\x24\xf0",  # mov -16(%rsp), %esi    setns flags
         b"\xb8\x34\x01\x00\x00",  # mov $308, %eax        setns
         syscall,
         check,
@@ -166,7 +178,7 @@ def read_credentials() -> list[Piece]:
         syscall,
         check,
         JNE,
-        Label("no_mount_ns"),
+        Label("no_namespaces"),
     ]
 
 
@@ -178,8 +190,10 @@ def become_credentials() -> list[Piece]:
     dropped (ambient cleared, then ``capset`` to empty sets: a non-root
     daemon holding CAP_SETUID would otherwise pass it on), and
     ``PR_SET_NO_NEW_PRIVS`` so no set-uid program can give them back. Any
-    failing call aborts. The kernel clears PR_SET_PDEATHSIG on a credential
-    change: arm it after this.
+    failing call aborts. Last, with a Landlock ruleset fd in the block,
+    ``landlock_restrict_self`` (which needs no_new_privs) and the fd closed:
+    the program it execs starts confined. The kernel clears PR_SET_PDEATHSIG
+    on a credential change: arm it after this.
     """
     check = b"\x85\xc0"  # test %eax, %eax
     syscall = b"\x0f\x05"
@@ -232,6 +246,18 @@ def become_credentials() -> list[Piece]:
         syscall,
         check,
         JNE,
+        b"\x8b\x7c\x24\xf4",  # mov -12(%rsp), %edi    Landlock ruleset fd
+        b"\x83\xff\xff",  # cmp $-1, %edi
+        Jump(0x84, "no_landlock"),
+        b"\x31\xf6",  # xor %esi, %esi
+        b"\xb8\xbe\x01\x00\x00",  # mov $446, %eax        landlock_restrict_self(fd, 0)
+        syscall,
+        check,
+        JNE,
+        b"\x8b\x7c\x24\xf4",  # mov -12(%rsp), %edi
+        b"\xb8\x03\x00\x00\x00",  # mov $3, %eax          close
+        syscall,
+        Label("no_landlock"),
     ]
 
 

@@ -1,7 +1,8 @@
 # Become the uid and gid read_credentials.S left at -32(%rsp), for good: the code of
 # covenant.runtime._elf.become_credentials(). No supplementary groups, real/effective/saved ids,
-# every capability dropped, no_new_privs. Jumps to `abort` on any failure. The kernel clears
-# PR_SET_PDEATHSIG on a credential change: the includer arms it after this.
+# every capability dropped, no_new_privs, then the Landlock ruleset at -12(%rsp) (if not -1)
+# enforced. Jumps to `abort` on any failure. The kernel clears PR_SET_PDEATHSIG on a credential
+# change: the includer arms it after this.
 
         xor     %edi, %edi
         xor     %esi, %esi
@@ -49,3 +50,16 @@
         syscall
         test    %eax, %eax
         {disp32} jne abort
+        mov     -12(%rsp), %edi         # the Landlock ruleset fd
+        cmp     $-1, %edi
+        {disp32} je no_landlock
+        xor     %esi, %esi
+        mov     $446, %eax              # landlock_restrict_self(fd, 0): needs no_new_privs, set above
+        syscall
+        test    %eax, %eax
+        {disp32} jne abort
+        mov     -12(%rsp), %edi
+        mov     $3, %eax                # close the ruleset fd
+        syscall
+
+no_landlock:
