@@ -71,6 +71,10 @@ class LaunchPlan:
     mount_namespace: str | None = None
     """A mount namespace file (``/proc/<pid>/ns/mnt``) to run in: the agent uid's private /tmp and
     /dev/shm (:mod:`covenant.runtime.mountns`). Needs ``credentials`` and covenant's exec helper."""
+    landlock_ruleset: int = -1
+    """A Landlock ruleset fd (the caller's, open until :meth:`Launcher.launch` returns) the exec helper
+    enforces on the process after its switch to ``credentials``: what a tool may read and write
+    (:mod:`covenant.runtime.landlock`). -1 = none. Needs ``credentials`` and covenant's exec helper."""
     spawn_on_this_cpu: bool = False
     """Start the process on the spawning thread's CPU (see :func:`_pin_to_this_cpu`): worth it while
     other runs keep the other CPUs busy; on an idle box the kernel's choice is the better one."""
@@ -330,10 +334,16 @@ class ProcessGroupLauncher(Launcher):
                         "refusing to run the agent without it"
                     )
                 ns_fd = os.open(plan.mount_namespace, os.O_RDONLY | os.O_CLOEXEC)
+            if plan.landlock_ruleset >= 0 and not (creds is not None and switch_in_helper):
+                raise LaunchError(
+                    "confining a tool's files (Landlock) needs covenant's exec helper and an agent uid "
+                    "(x86-64, isolation: uid, runtime.pdeathsig = true); refusing to run it unconfined"
+                )
             credentials_block = b""
             if creds is not None:
                 if switch_in_helper:
-                    credentials_block = _elf.credentials_block(creds.uid, creds.gid, ns_fd, plan.cwd)
+                    credentials_block = _elf.credentials_block(creds.uid, creds.gid, ns_fd, plan.cwd,
+                                                               landlock_fd=plan.landlock_ruleset)
                 elif unshare_switches:
                     # Still root in the child until unshare switches: the limits are lowered first.
                     switch_in_popen = {"preexec_fn": _rlimit_setter(plan.rlimits)}
@@ -367,7 +377,7 @@ class ProcessGroupLauncher(Launcher):
                 env=plan.env,
                 close_fds=True,
                 start_new_session=True,
-                pass_fds=(ns_fd,) if ns_fd >= 0 else (),
+                pass_fds=tuple(fd for fd in (ns_fd, plan.landlock_ruleset) if fd >= 0),
                 **switch_in_popen,  # type: ignore[arg-type]
             )
         except OSError as exc:
