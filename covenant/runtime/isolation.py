@@ -11,9 +11,11 @@ an unprivileged uid/gid that is not covenant's, with no supplementary groups
   uids already given to another agent or held by an account in the user
   database, and the result is kept in ``<home>/state/isolation/uids.json``
   (written atomically, 0600), so an agent's files keep their owner across
-  restarts. The salt keeps two homes on one host (tests, staging) from
-  giving the same agent id the same uid, whose sweeps would kill each
-  other's agents.
+  restarts. A uid is this home's only while it holds the uid's host-wide
+  lock (:mod:`covenant.runtime.uid_locks`): two homes on one host never
+  share one, and a new allocation also skips a uid that runs a process or
+  owns a file in the workspaces root. An entry whose lock another home
+  holds is dropped at start: that agent gets a new uid.
 - ``[isolation] user = "NAME"``: one fixed account for every agent (its uid
   and primary gid; it must not be root). The account must be dedicated to
   covenant: every process it runs is swept when no dispatch is live.
@@ -31,6 +33,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import pwd
 import stat
@@ -46,6 +49,7 @@ from covenant.policy._files import atomic_write_text
 from covenant.runtime import _procfs, uidkill
 from covenant.runtime.host import can_switch_uid
 from covenant.runtime.launcher import AgentCredentials, LaunchError
+from covenant.runtime.uid_locks import UidLocks
 
 __all__ = [
     "AgentCredentials",
@@ -58,6 +62,8 @@ __all__ = [
 ]
 
 IsolationMode = Literal["uid", "same-uid"]
+
+log = logging.getLogger("covenant.runtime")
 
 _TABLE_NAME = "uids.json"
 
@@ -72,14 +78,24 @@ def _has_account(uid: int) -> bool:
 
 class _UidTable:
     """The persistent agent id -> uid allocation (thread-safe: an agent's first allocation runs on a
-    worker thread)."""
+    worker thread). Every uid in it is held in ``locks``; ``workspaces`` is the root of the agents'
+    workspaces, where a candidate uid must own nothing."""
 
-    def __init__(self, path: Path, low: int, high: int) -> None:
+    def __init__(self, path: Path, low: int, high: int, locks: UidLocks, workspaces: Path) -> None:
         self.path = path
         self.low, self.high = low, high
+        self.locks = locks
+        self.workspaces = workspaces
         self._lock = threading.Lock()
         self._salt = ""
         self._agents = self._load()
+        lost = {agent: uid for agent, uid in self._agents.items() if not locks.take(uid)}
+        if lost:
+            for agent in lost:
+                del self._agents[agent]
+            log.warning("agent uids held by another home on this host: those agents get new uids",
+                        extra={"agents": sorted(lost), "uids": sorted(lost.values()), "table": str(path)})
+            self._save()
 
     def _load(self) -> dict[str, int]:
         try:
@@ -116,7 +132,9 @@ class _UidTable:
             taken = set(self._agents.values())
             for step in range(size):
                 candidate = self.low + (start + step) % size
-                if candidate not in taken and not _has_account(candidate):
+                if candidate in taken or _has_account(candidate) or self._owns_anything(candidate):
+                    continue
+                if self.locks.take(candidate):  # last: a lock is a file, taken only for a free uid
                     self._agents[agent_id] = candidate
                     self._save()
                     return candidate
@@ -124,6 +142,16 @@ class _UidTable:
                 f"no free uid left in isolation.uid_range [{self.low}, {self.high}] for agent {agent_id} "
                 f"({len(taken)} agents hold one; see {self.path}): widen the range in covenant.toml"
             )
+
+    def _owns_anything(self, uid: int) -> bool:
+        """Does ``uid`` run a process, or own an entry of the workspaces root (a previous holder's)?"""
+        if _processes_by_uid(lambda found: found == uid):
+            return True
+        try:
+            entries = list(os.scandir(self.workspaces))
+        except FileNotFoundError:
+            return False
+        return any(entry.stat(follow_symlinks=False).st_uid == uid for entry in entries)
 
     def _save(self) -> None:
         self.path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
@@ -309,7 +337,8 @@ def open_isolation(config: IsolationConfig, state_dir: Path) -> Isolation:
         return Isolation("uid", state_dir=state_dir, fixed=AgentCredentials(entry.pw_uid, entry.pw_gid),
                          max_processes=config.max_processes)
     low, high = config.uid_range
-    table = _UidTable(state_dir / "isolation" / _TABLE_NAME, low, high)
+    locks = UidLocks(str(state_dir.resolve()))
+    table = _UidTable(state_dir / "isolation" / _TABLE_NAME, low, high, locks, state_dir / "workspaces")
     return Isolation("uid", state_dir=state_dir, table=table, max_processes=config.max_processes)
 
 

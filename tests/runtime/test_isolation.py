@@ -6,6 +6,7 @@ from __future__ import annotations
 import json
 import os
 import signal
+import stat
 import subprocess
 import tempfile
 import time
@@ -25,6 +26,7 @@ from covenant.runtime.launcher import AgentCredentials, LaunchError, LaunchPlan,
 from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.runner import Runner
+from tests.conftest import agent_uid_range
 from tests.runtime.conftest import make_agent, make_payload
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="switching uid needs root")
@@ -56,12 +58,42 @@ def test_uids_are_deterministic_persistent_and_unique(agent_reachable_dir: Path)
     # The start-up sweep covers this home's uids only, not the whole range.
     assert reopened.owns_uid(first.uid) and not reopened.owns_uid(first.uid + 7)
     # A range of two: the second agent probes past the first one's uid, the third finds none.
-    small = IsolationConfig(uid_range=(first.uid, first.uid + 1))
-    iso = open_isolation(small, agent_reachable_dir / "c")
+    low, high = agent_uid_range(2)
+    iso = open_isolation(IsolationConfig(uid_range=(low, high)), agent_reachable_dir / "c")
     uids = {iso.credentials_for(name).uid for name in ("one@local", "two@local")}  # type: ignore[union-attr]
-    assert uids == {first.uid, first.uid + 1}
+    assert uids == {low, high}
     with pytest.raises(LaunchError, match=r"no free uid left in isolation.uid_range"):
         iso.credentials_for("three@local")
+
+
+@root_only
+def test_two_homes_with_one_range_never_share_a_uid(agent_reachable_dir: Path) -> None:
+    """Each uid is held host-wide by one home (/run/covenant-uids/<uid>.lock): a second home with the
+    same range probes past it, and a uid that runs a process or owns a workspace entry is skipped."""
+    low, high = agent_uid_range(4)
+    config = IsolationConfig(uid_range=(low, high))
+    first = open_isolation(config, agent_reachable_dir / "a")
+    taken = {first.credentials_for(name).uid for name in ("one@local", "two@local")}  # type: ignore[union-attr]
+    second = open_isolation(config, agent_reachable_dir / "b")
+    busy = next(uid for uid in range(low, high + 1) if uid not in taken)
+    sleeper = subprocess.Popen(["/bin/sleep", "60"], user=busy, group=busy)
+    try:
+        (agent_reachable_dir / "b" / "workspaces").mkdir(parents=True)
+        (agent_reachable_dir / "b" / "workspaces" / "old").mkdir()
+        last = next(uid for uid in range(low, high + 1) if uid not in taken and uid != busy)
+        os.chown(agent_reachable_dir / "b" / "workspaces" / "old", last, last)
+        with pytest.raises(LaunchError, match=r"no free uid left"):
+            second.credentials_for("one@local")  # the same agent id in another home
+    finally:
+        sleeper.kill()
+        sleeper.wait()
+    assert second.credentials_for("one@local").uid == busy  # type: ignore[union-attr]
+    held = (Path("/run/covenant-uids") / f"{busy}.lock")
+    assert held.read_text().split("\n")[0] == str((agent_reachable_dir / "b").resolve())
+    assert stat.S_IMODE(held.stat().st_mode) == 0o600 and held.stat().st_uid == 0
+    # A restart of the first home keeps its uids; the same home opened twice in one process shares them.
+    again = open_isolation(config, agent_reachable_dir / "a")
+    assert {again.credentials_for(name).uid for name in ("one@local", "two@local")} == taken  # type: ignore[union-attr]
 
 
 @root_only
