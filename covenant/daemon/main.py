@@ -163,7 +163,7 @@ def _rune_host(
 ) -> RuneHost:
     """Replicas, the model gateway (it alone reads the provider keys) and the tool host."""
     models = ModelGateway(config.providers, environ=os.environ, audit=audit.record, store_text=config.audit.store_text,
-                          observe=metrics.observe_model_call)
+                          observe=metrics.observe_model_call, is_agent_uid=runner.isolation.is_agent_uid)
     tools = ToolHost(home, config, runner, audit.record, packages=lambda agent: rune.packages.get(agent.id))
     skills = Path(config.rune.skills_dir)
     rune = RuneHost(

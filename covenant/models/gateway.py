@@ -39,11 +39,12 @@ from covenant.audit.events import MODEL_CALL
 from covenant.config import ProviderConfig
 from covenant.models.adapter import Adapter, StreamAssembler
 from covenant.models.anthropic import AnthropicAdapter
-from covenant.models.http import HttpResponse, ProviderHttp, TransportError
+from covenant.models.http import HttpResponse, ProviderHttp, ProviderImpostor, TransportError
 from covenant.models.openai import OpenAIAdapter
 from covenant.models.plan import ModelPlan, PlannedProvider, plan_models, usable_key
 from covenant.sse import SseEvent, SseParser
 from covenant.models.validate import check_request
+from covenant.runtime.sockets import local_peer_uid
 from covenant.models.types import (
     AgentModels,
     Answer,
@@ -78,6 +79,8 @@ class _Attempt:
     may_fall_back: bool = False
     retry_after: float | None = None
     text_delivered: bool = False
+    error_code: str | None = None
+    """``provider_impostor`` when the daemon refused the connection before sending anything."""
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -125,8 +128,11 @@ class ModelGateway:
         audit: AuditSink,
         store_text: bool = False,
         observe: CallObserver | None = None,
+        is_agent_uid: Callable[[int], bool] | None = None,
     ) -> None:
         self._providers = dict(providers)
+        self._is_agent_uid = is_agent_uid
+        """Owners a provider's connection must not have: agent uids (of this home or any other)."""
         self._environ = environ
         self._audit = audit
         self._store_text = store_text
@@ -162,9 +168,19 @@ class ModelGateway:
     def _client(self, name: str, config: ProviderConfig) -> ProviderHttp:
         client = self._clients.get((name, config))
         if client is None:
-            client = ProviderHttp(config.base_url, max_connections=config.max_connections)
+            guard = self._refuse_agent_peer if self._is_agent_uid is not None else None
+            client = ProviderHttp(config.base_url, max_connections=config.max_connections, peer_guard=guard)
             self._clients[(name, config)] = client
         return client
+
+    async def _refuse_agent_peer(self, sock: trio.socket.SocketType) -> str | None:
+        """Why a new connection must not carry a key: its other end is a process of an agent uid on this
+        host (an agent listening where a provider should be, e.g. on a free loopback port)."""
+        assert self._is_agent_uid is not None
+        uid = await trio.to_thread.run_sync(local_peer_uid, sock)
+        if uid is not None and self._is_agent_uid(uid):
+            return f"the server listening there runs as agent uid {uid}, not as the provider"
+        return None
 
     # --- calls -----------------------------------------------------------------------------------
 
@@ -290,6 +306,11 @@ class ModelGateway:
         except trio.TooSlowError:
             attempt.reason = f"no complete answer within timeout_s = {config.timeout_s:g} s"
             attempt.may_fall_back = True
+        except ProviderImpostor as exc:
+            attempt.reason = str(exc)[:_EXCERPT]
+            attempt.error_code = "provider_impostor"
+            attempt.may_fall_back = True
+            log.error("provider impostor refused: %s", exc, extra={"provider": planned.provider})
         except TransportError as exc:
             attempt.reason = str(exc)[:_EXCERPT]
             attempt.may_fall_back = True
@@ -360,6 +381,7 @@ class ModelGateway:
             "input_tokens": input_tokens,
             "output_tokens": output_tokens,
             "outcome": outcome,
+            "error_code": attempt.error_code,
             "ms": ms,
         }
         if self._store_text:

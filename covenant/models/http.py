@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import select
 import ssl
-from collections.abc import AsyncIterator
+from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from urllib.parse import urlsplit
@@ -24,7 +24,7 @@ from urllib.parse import urlsplit
 import h11
 import trio
 
-__all__ = ["ProviderHttp", "HttpResponse", "TransportError", "MAX_RESPONSE_BYTES"]
+__all__ = ["ProviderHttp", "HttpResponse", "TransportError", "ProviderImpostor", "PeerGuard", "MAX_RESPONSE_BYTES"]
 
 MAX_RESPONSE_BYTES = 32 * 1024 * 1024
 """The most of one answer's body read from a provider (a hostile one must not fill the daemon's memory)."""
@@ -35,6 +35,14 @@ _USER_AGENT = "covenant-model-gateway"
 
 class TransportError(Exception):
     """The provider could not be reached, or the connection failed before the answer was complete."""
+
+
+class ProviderImpostor(TransportError):
+    """The connection's other end is a process the daemon must not trust with the key (an agent's)."""
+
+
+PeerGuard = Callable[[trio.socket.SocketType], Awaitable[str | None]]
+"""Asked of every new TCP connection before a byte is sent on it: why it must not be used, or None."""
 
 
 @dataclass
@@ -119,7 +127,8 @@ class ProviderHttp:
         await http.aclose()
     """
 
-    def __init__(self, base_url: str, *, max_connections: int, max_response_bytes: int = MAX_RESPONSE_BYTES) -> None:
+    def __init__(self, base_url: str, *, max_connections: int, max_response_bytes: int = MAX_RESPONSE_BYTES,
+                 peer_guard: PeerGuard | None = None) -> None:
         parts = urlsplit(base_url)
         if parts.scheme not in ("http", "https") or not parts.hostname:
             raise ValueError(f"{base_url!r} is not an http:// or https:// URL")
@@ -132,6 +141,7 @@ class ProviderHttp:
         self._idle: list[_Connection] = []
         self._ssl: ssl.SSLContext | None = None
         self._closed = False
+        self._peer_guard = peer_guard
 
     def _ssl_context(self) -> ssl.SSLContext:
         # The system's CA store; OpenSSL's SSL_CERT_FILE / SSL_CERT_DIR in the daemon's
@@ -147,6 +157,17 @@ class ProviderHttp:
             tcp = await trio.open_tcp_stream(self.host, self.port)
         except OSError as exc:
             raise TransportError(f"cannot connect to {self.host}:{self.port}: {exc}") from None
+        if self._peer_guard is not None:
+            try:
+                refusal = await self._peer_guard(tcp.socket)
+            except BaseException:
+                with trio.CancelScope(shield=True):
+                    await tcp.aclose()
+                raise
+            if refusal is not None:
+                with trio.CancelScope(shield=True):
+                    await tcp.aclose()
+                raise ProviderImpostor(f"{self.host}:{self.port}: {refusal}; nothing was sent")
         stream: trio.abc.Stream = tcp
         if self.tls:
             tls = trio.SSLStream(tcp, self._ssl_context(), server_hostname=self.host, https_compatible=True)

@@ -114,7 +114,8 @@ async def run_package(
     started_at, t0 = iso_now(), time.monotonic()
     secrets = [os.environ[p.api_key_env] for p in config.providers.values()
                if p.api_key_env and os.environ.get(p.api_key_env)]
-    models = ModelGateway(config.providers, environ=os.environ, audit=_no_audit, store_text=False)
+    models = ModelGateway(config.providers, environ=os.environ, audit=_no_audit, store_text=False,
+                          is_agent_uid=runner.isolation.is_agent_uid)
     tools = ToolHost(home, config, runner, _no_audit, packages=lambda a: package if a.id == agent.id else None)
     async with trio.open_nursery() as mcp_sessions:
         await mcp_sessions.start(tools.mcp.run)

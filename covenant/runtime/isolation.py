@@ -49,7 +49,7 @@ from covenant.policy._files import atomic_write_text
 from covenant.runtime import _procfs, uidkill
 from covenant.runtime.host import can_switch_uid
 from covenant.runtime.launcher import AgentCredentials, LaunchError
-from covenant.runtime.uid_locks import UidLocks
+from covenant.runtime.uid_locks import UidLocks, ever_an_agent_uid
 
 __all__ = [
     "AgentCredentials",
@@ -259,6 +259,16 @@ class Isolation:
         if self._fixed is not None:
             return uid == self._fixed.uid
         return self._table is not None and uid in self._table.uids()
+
+    def is_agent_uid(self, uid: int) -> bool:
+        """Could ``uid`` be an agent's, of this home or any other on the host: the fixed user, a uid of
+        this home's range, or one any home ever locked (:func:`covenant.runtime.uid_locks.ever_an_agent_uid`).
+        For checks that must fail closed, such as whom the daemon may hand a provider's key."""
+        if self._fixed is not None and uid == self._fixed.uid:
+            return True
+        if self._table is not None and self._table.low <= uid <= self._table.high:
+            return True
+        return uid > 0 and ever_an_agent_uid(uid)
 
     def gid_of(self, uid: int) -> int:
         """The gid that goes with an agent uid."""

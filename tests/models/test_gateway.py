@@ -14,7 +14,7 @@ from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.models.helpers import KEY, Recorder, gateway, model_call, provider
 
 USER = {"role": "user", "content": "hello"}
-FIELDS = {"intent", "agent", "provider", "model", "attempt", "http_status", "input_tokens", "output_tokens", "outcome", "ms"}
+FIELDS = {"intent", "agent", "provider", "model", "attempt", "http_status", "input_tokens", "output_tokens", "outcome", "error_code", "ms"}
 
 
 def summary(recorder: Recorder) -> list[tuple[str, int, int | None, str]]:
