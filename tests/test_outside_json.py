@@ -52,3 +52,45 @@ def test_options_pass_through_and_other_errors_stay_value_errors() -> None:
         outside_json.loads("[NaN]", parse_constant=lambda name: (_ for _ in ()).throw(ValueError(name)))
     with pytest.raises(ValueError):
         outside_json.loads("[1,")
+
+
+@pytest.mark.parametrize("text", ['{"t": "a\\ud800b"}', b'{"t": "a\\ud800b"}', b'{"t": "a\xed\xa0\x80b"}',
+                                  '{"t": "a\\udfffb"}', '{"t": "a\\ud83db"}'])
+def test_a_lone_surrogate_becomes_the_replacement_character(text: str | bytes) -> None:
+    value = outside_json.loads(text)
+    assert value == {"t": "a\ufffdb"}
+    value["t"].encode("utf-8")  # what the audit writer and the dispatch record do with it
+
+
+def test_keys_and_nested_strings_are_replaced_and_a_valid_pair_is_kept() -> None:
+    value = outside_json.loads('{"k\\udc00": [["\\ud800"], {"x": "\\ud83d\\ude00"}]}')
+    assert value == {"k\ufffd": [["\ufffd"], {"x": "\U0001f600"}]}
+
+
+def test_refuse_raises_a_value_error_naming_the_surrogate() -> None:
+    with pytest.raises(outside_json.LoneSurrogate, match="lone surrogate"):
+        outside_json.loads(b'{"text": "\\ud800"}', surrogates="refuse")
+    assert outside_json.loads(b'{"text": "\\ud83d\\ude00 \\\\ud800"}', surrogates="refuse") == {
+        "text": "\U0001f600 \\ud800"}  # an escaped backslash before "ud800" is text, not a surrogate
+
+
+@pytest.mark.parametrize(("body", "holds"), [
+    (b'{"text": "\\ud800"}', True),
+    (b'{"text": "\xed\xa0\x80"}', True),
+    (b'{"a": [{"b": "\\uDBFF"}]}', True),
+    (b'{"text": "\\ud83d\\ude00"}', False),
+    (b'{"text": "plain"}', False),
+    (b"not json \\ud800", False),
+])
+def test_holds_lone_surrogate(body: bytes, holds: bool) -> None:
+    assert outside_json.holds_lone_surrogate(body) is holds
+
+
+def test_scrub_is_iterative_at_any_depth() -> None:
+    deep: list = ["\ud800"]
+    for _ in range(100_000):
+        deep = [deep]
+    outside_json.scrub(deep)
+    while isinstance(deep[0], list):
+        deep = deep[0]
+    assert deep == ["\ufffd"]

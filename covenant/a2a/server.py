@@ -182,6 +182,9 @@ class A2AApp:
             if client.rate.over(time.monotonic()):
                 raise _Refused(429, "rate_limited", f"client {client.config.name} may send {client.config.rate}")
             body = await self._body(scope, receive, client)
+            if outside_json.holds_lone_surrogate(body):  # it would fail the intent's signing and its records
+                raise _Refused(400, "bad_body", "the body holds a lone surrogate (such as \\ud800): "
+                                                "send valid Unicode text")
         except _Refused as refused:
             await self._audit_refusal(refused, client=client, agent=facts.agent.id)
             await _send_json(send, refused.status, _http_error(refused.status, refused.message, refused.code))
@@ -504,6 +507,8 @@ class A2AApp:
     async def _audit_refusal(self, refused: _Refused, *, client: Client | None, agent: str | None) -> None:
         suppressed = self.refusals.admit(refused.code)
         if suppressed is not None:
+            log.warning("a2a request refused", extra={"client": client.config.name if client else None,
+                                                      "agent": agent, "code": refused.code, "status": refused.status})
             await self.audit("a2a.request", {"client": client.config.name if client else None, "method": None,
                                              "agent": agent, "task": None, "outcome": refused.code,
                                              "status": refused.status, "suppressed": suppressed})

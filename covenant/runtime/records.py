@@ -30,6 +30,7 @@ from pathlib import Path
 
 from pydantic import ValidationError
 
+from covenant.outside_json import scrub
 from covenant.runtime.outcome import DispatchRecord
 from covenant.audit.record_files import PREFIX, SEGMENT_BYTES, SUFFIX, RecordFiles
 
@@ -41,9 +42,17 @@ _BLOCK = 64 * 1024
 
 
 def encode_record(record: DispatchRecord) -> bytes:
-    """One record as its line in a segment file."""
+    """One record as its line in a segment file.
+
+    A lone surrogate that reached the record anyway (text from outside is decoded with them replaced,
+    :mod:`covenant.outside_json`) becomes U+FFFD here too: a record is never lost to its encoding.
+    """
     data = record.model_dump(mode="json")
-    return json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
+    text = json.dumps(data, sort_keys=True, separators=(",", ":"), ensure_ascii=False)
+    try:
+        return text.encode() + b"\n"
+    except UnicodeEncodeError:
+        return json.dumps(scrub(data), sort_keys=True, separators=(",", ":"), ensure_ascii=False).encode() + b"\n"
 
 
 class DispatchStore:

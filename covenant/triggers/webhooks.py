@@ -118,6 +118,8 @@ class WebhookApp:
         except _Refused as refused:
             suppressed = self.refusals.admit((route and path, refused.code))
             if suppressed is not None:
+                log.warning("webhook request refused", extra={"route": path[:256], "code": refused.code,
+                                                              "status": refused.status})
                 await self.audit("webhook.request", {"route": path[:256], "outcome": refused.code,
                                                      "status": refused.status, "suppressed": suppressed})
             await _send(send, refused.status, error_document(refused.code, refused.message))
@@ -176,7 +178,10 @@ def _intent_text(body: bytes) -> str:
         raise _Refused(400, "bad_body", "the body must be UTF-8 text or a JSON object {\"text\": …}") from None
     if text.lstrip().startswith("{"):
         try:
-            document = outside_json.loads(text)
+            document = outside_json.loads(text, surrogates="refuse")
+        except outside_json.LoneSurrogate:
+            raise _Refused(400, "bad_body", "the body holds a lone surrogate (such as \\ud800): send valid "
+                                            "Unicode text") from None
         except ValueError as exc:
             raise _Refused(400, "bad_body", f"the body starts with {{ but is not JSON: {exc}") from None
         if not isinstance(document, dict) or not isinstance(document.get("text"), str):
