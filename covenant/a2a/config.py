@@ -8,7 +8,7 @@ from urllib.parse import urlsplit
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
 from covenant.a2a.remotes import RemotePrefix
-from covenant.triggers.webhook_config import check_env_name, check_listen, check_rate
+from covenant.triggers.webhook_config import ListenerLimits, check_env_name, check_listen, check_rate
 
 __all__ = ["A2AClient", "A2AConfig"]
 
@@ -57,10 +57,8 @@ def _unique_clients(clients: tuple[A2AClient, ...]) -> tuple[A2AClient, ...]:
     return clients
 
 
-class A2AConfig(BaseModel):
+class A2AConfig(ListenerLimits):
     """``[a2a]``: serving is off unless ``listen`` is set."""
-
-    model_config = ConfigDict(extra="forbid", frozen=True)
 
     listen: Annotated[str, AfterValidator(check_listen)] | None = Field(None, description="HOST:PORT; unset: no listener")
     public_url: Annotated[str, AfterValidator(_public_url)] | None = Field(

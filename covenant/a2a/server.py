@@ -98,6 +98,10 @@ def resolve_clients(config: A2AConfig, known: dict[str, str], environ: Mapping[s
     return clients
 
 
+class _ClientGone(Exception):
+    """The client hung up, or was too slow, before its body was whole: there is no one to answer."""
+
+
 class _Refused(Exception):
     """An HTTP-level refusal, before any JSON-RPC is read."""
 
@@ -185,6 +189,8 @@ class A2AApp:
             if outside_json.holds_lone_surrogate(body):  # it would fail the intent's signing and its records
                 raise _Refused(400, "bad_body", "the body holds a lone surrogate (such as \\ud800): "
                                                 "send valid Unicode text")
+        except _ClientGone:
+            return
         except _Refused as refused:
             await self._audit_refusal(refused, client=client, agent=facts.agent.id)
             await _send_json(send, refused.status, _http_error(refused.status, refused.message, refused.code))
@@ -209,6 +215,8 @@ class A2AApp:
         chunks, size = [], 0
         while True:
             message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > cap_kb * 1024:
@@ -436,7 +444,7 @@ class A2AApp:
             raise
         outcome = document["outcome"]
         entry.finish(state_of_outcome(outcome), answer=document.get("text") if outcome == "ok" else None,
-                     note=note_of(outcome, document.get("error")), at=iso_now())
+                     note=note_of(outcome), at=iso_now())
 
     def _task(self, entry: TaskEntry, version: wire.Version) -> dict[str, Any]:
         state = entry.state if entry.done.is_set() else "WORKING"

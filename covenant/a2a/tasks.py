@@ -34,11 +34,10 @@ def state_of_outcome(outcome: str) -> str:
     return "FAILED"
 
 
-def note_of(outcome: str, error: str | None) -> str | None:
-    """The status message of a task that did not complete: the outcome code, then what went wrong."""
-    if outcome == "ok":
-        return None
-    return f"{outcome}: {error}" if error else outcome
+def note_of(outcome: str) -> str | None:
+    """The status message of a task that did not complete: the outcome code alone. The record's ``error`` may
+    name paths, argv or uids (a spawn that failed, a protocol error's first bytes): it is for operators only."""
+    return None if outcome == "ok" else outcome
 
 
 @dataclass
@@ -62,7 +61,7 @@ class TaskEntry:
     def settle_from(self, record: DispatchRecord) -> None:
         """A task known only from the audit log: its end as the dispatch record tells it."""
         answer = (record.result or {}).get("text") if record.outcome == "ok" else None
-        self.finish(state_of_outcome(record.outcome), answer=answer, note=note_of(record.outcome, record.error),
+        self.finish(state_of_outcome(record.outcome), answer=answer, note=note_of(record.outcome),
                     at=record.ended_at)
 
 

@@ -16,6 +16,7 @@ import socket
 import sys
 from collections.abc import AsyncIterator
 from dataclasses import dataclass
+from functools import partial
 from pathlib import Path
 
 import trio
@@ -33,6 +34,7 @@ from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.interrupted import record_interrupted_intents
 from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.metrics import Metrics
+from covenant.daemon.network_server import serve_network
 from covenant.daemon.scheduler import ShuttingDown
 from covenant.daemon.server import bind_unix_socket, serve
 from covenant.daemon.rune_host import RuneHost
@@ -206,7 +208,7 @@ def _bind_tcp(listen: str, key: str) -> socket.socket:
         sock.close()
         table = key.partition(".")[0]
         raise ConfigError(f"[{table}] listen = {listen!r}: cannot listen there ({exc.strerror})", field=key) from None
-    sock.listen(128)
+    sock.listen(1024)  # the accept loop closes what is over its caps at once: a deep backlog only absorbs bursts
     return sock
 
 
@@ -372,16 +374,15 @@ async def serve_daemon(
                     await nursery.start(rune.tools.mcp.run)
                     await nursery.start(rune.replicas.run)
                     await rune.start_eager(daemon.agents.loaded.packages, daemon.agents.loaded.agents)
-                    await nursery.start(serve, api, sockets)
+                    await nursery.start(partial(serve, on_closed=partial(metrics.listener_closed, "control")), api, sockets)
                     await nursery.start(schedules.run)
                     await nursery.start(daemon.agents.expire)
-                    if webhook_socket is not None or a2a_socket is not None:
-                        from covenant.daemon.network_server import serve_network  # hypercorn: only when needed
-
-                        if webhook_socket is not None:
-                            await nursery.start(serve_network, webhooks, [webhook_socket])
-                        if a2a_socket is not None:
-                            await nursery.start(serve_network, a2a, [a2a_socket])
+                    if webhook_socket is not None:
+                        await nursery.start(partial(serve_network, name="webhooks", limits=config.webhooks,
+                                                    observer=metrics), webhooks, [webhook_socket])
+                    if a2a_socket is not None:
+                        await nursery.start(partial(serve_network, name="a2a", limits=config.a2a, observer=metrics),
+                                            a2a, [a2a_socket])
                     watchdog_period = systemd.watchdog_interval_s()
                     if watchdog_period is not None:
                         nursery.start_soon(systemd.run_watchdog, notifier, watchdog_period)

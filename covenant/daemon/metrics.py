@@ -83,6 +83,16 @@ class Metrics:
             ["agent", "provider", "direction"],
             registry=r,
         )
+        self.listener_closed_connections = Counter(
+            "covenant_listener_closed",
+            "Connections a listener closed unserved, by listener (webhooks, a2a, control) and reason: "
+            "connection_cap, source_cap, header_timeout, body_timeout, out_of_fds.",
+            ["listener", "reason"],
+            registry=r,
+        )
+        self.listener_connections = Gauge(
+            "covenant_listener_connections", "Open connections of a network listener.", ["listener"], registry=r
+        )
         self.build_info = Info("covenant_build", "The running covenant version.", registry=r)
         self.build_info.info({"version": version})
         # covenant_process_start_time_seconds, _cpu_seconds_total, _resident_memory_bytes, _open_fds ...
@@ -117,6 +127,13 @@ class Metrics:
     def set_registry(self, agents: int, rejected: int) -> None:
         self.registry_agents.set(agents)
         self.registry_rejected.set(rejected)
+
+    def listener_closed(self, listener: str, reason: str) -> None:
+        """A connection closed unserved (covenant.daemon.network_server.ListenerObserver)."""
+        self.listener_closed_connections.labels(listener=listener, reason=reason).inc()
+
+    def listener_open(self, listener: str, connections: int) -> None:
+        self.listener_connections.labels(listener=listener).set(connections)
 
     def render(self) -> tuple[bytes, str]:
         """The Prometheus text exposition and its Content-Type."""

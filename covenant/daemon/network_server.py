@@ -1,75 +1,147 @@
-"""Serve the network-facing listeners (``[webhooks]``, ``[a2a]``) with hypercorn.
+"""Serve the network-facing listeners (``[webhooks]``, ``[a2a]``): covenant's HTTP/1.1 server behind
+connection caps.
 
-These face other machines, so they get a full HTTP/1.1 server with its
-timeouts and flow control. The control socket is local and served by the
-leaner :mod:`covenant.daemon.server`. hypercorn is imported only when one of
-these listeners is configured.
+Anyone who can reach the port can open connections, so each listener bounds what a client may hold
+(:class:`~covenant.triggers.webhook_config.ListenerLimits`): at most ``max_connections`` open at once
+from everyone and ``max_connections_per_source`` from one address; a connection past either is closed
+as soon as it is accepted, before a byte of it is read (accepting it is what keeps the kernel's backlog
+free for everyone else). A connection that is let in has ``header_timeout_s`` to send a whole request
+head and ``body_timeout_s`` for its body (:class:`~covenant.daemon.server.ReadTimeouts`), so a client
+trickling bytes holds its place for a bounded time only. Every refusal and timeout is counted
+(``covenant_listener_closed_total``) and logged at most once a minute per listener and reason.
 """
 
 from __future__ import annotations
 
+import errno
+import logging
 import socket
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Protocol
 
 import trio
-from hypercorn.app_wrappers import ASGIWrapper
-from hypercorn.config import Config as HypercornConfig
-from hypercorn.events import Event, Updated
-from hypercorn.trio.tcp_server import TCPServer
-from hypercorn.trio.worker_context import WorkerContext
 
-from covenant.daemon.server import ASGIApp
+from covenant.daemon.server import ASGIApp, ReadTimeouts, serve_connection
+from covenant.triggers.webhook_config import ListenerLimits
 
-__all__ = ["serve_network"]
+__all__ = ["ListenerObserver", "serve_network"]
 
+log = logging.getLogger("covenant.daemon")
 
-class _ClosingTCPServer(TCPServer):
-    """hypercorn's connection handler, minus a linger after the client hangs up.
-
-    hypercorn (0.17/0.18, trio) arms a connection's keep-alive timer whenever a
-    response completes, even when the client has already hung up: the task and
-    its socket then live on until the timer fires (30 s). That happens when the
-    client closes with part of the response unread (the read side sees
-    ECONNRESET, so h11 never learns of the close) while the response task is
-    between its last write and the keep-alive reset -- a window that a loaded
-    machine hits often. Once the read loop has ended no further request can
-    come, so from then on the timer is neither left running nor re-armed, and
-    the connection closes as soon as the response in progress is done.
-    """
-
-    _client_gone = False
-
-    async def _read_data(self) -> None:
-        await super()._read_data()
-        self._client_gone = True
-        await self.idle_task.stop()
-
-    async def protocol_send(self, event: Event) -> None:
-        if self._client_gone and isinstance(event, Updated) and event.idle:
-            return  # keep-alive for a client that hung up: nothing to wait for
-        await super().protocol_send(event)
+_LOG_EVERY_S = 60.0
+_OUT_OF_FDS = frozenset({errno.EMFILE, errno.ENFILE, errno.ENOBUFS, errno.ENOMEM})
+_ACCEPT_RETRY_S = 0.1
 
 
-def _hypercorn_config() -> HypercornConfig:
-    config = HypercornConfig()
-    config.keep_alive_timeout = 30
-    config.graceful_timeout = 5
-    config.accesslog = None
-    config.errorlog = None
-    return config
+class ListenerObserver(Protocol):
+    """Where a listener's refusals and open connections are counted (:class:`covenant.daemon.metrics.Metrics`)."""
+
+    def listener_closed(self, listener: str, reason: str) -> None: ...
+
+    def listener_open(self, listener: str, connections: int) -> None: ...
+
+
+@dataclass
+class _Gate:
+    """The open connections of one listener, in all and per source address, and when refusals were last logged."""
+
+    name: str
+    limits: ListenerLimits
+    observer: ListenerObserver | None
+    clock: Callable[[], float]
+    open: int = 0
+    by_source: dict[str, int] = field(default_factory=dict)
+    unlogged: dict[str, int] = field(default_factory=dict)
+    logged_at: dict[str, float] = field(default_factory=dict)
+
+    def admit(self, source: str) -> bool:
+        """Take a place for a connection from ``source``; False (counted) when a cap is reached."""
+        if self.open >= self.limits.max_connections:
+            self.closed("connection_cap")
+            return False
+        if self.by_source.get(source, 0) >= self.limits.max_connections_per_source:
+            self.closed("source_cap")
+            return False
+        self.open += 1
+        self.by_source[source] = self.by_source.get(source, 0) + 1
+        self._report_open()
+        return True
+
+    def leave(self, source: str) -> None:
+        self.open -= 1
+        left = self.by_source[source] - 1
+        if left:
+            self.by_source[source] = left
+        else:
+            del self.by_source[source]
+        self._report_open()
+
+    def closed(self, reason: str) -> None:
+        """A connection closed unserved: counted, and logged with the others of the last minute."""
+        if self.observer is not None:
+            self.observer.listener_closed(self.name, reason)
+        self.unlogged[reason] = self.unlogged.get(reason, 0) + 1
+        now = self.clock()
+        if now - self.logged_at.get(reason, -_LOG_EVERY_S) >= _LOG_EVERY_S:
+            self.logged_at[reason] = now
+            log.warning("listener closed connections unserved", extra={
+                "listener": self.name, "reason": reason, "connections": self.unlogged.pop(reason),
+                "open": self.open, "sources": len(self.by_source)})
+
+    def _report_open(self) -> None:
+        if self.observer is not None:
+            self.observer.listener_open(self.name, self.open)
+
+
+def _source(address: object) -> str:
+    """The part of a peer's address a per-source cap counts: its IP address (the whole address otherwise)."""
+    return str(address[0]) if isinstance(address, tuple) else str(address)
 
 
 async def serve_network(
     app: ASGIApp,
     sockets: list[socket.socket],
     *,
+    name: str,
+    limits: ListenerLimits,
+    observer: ListenerObserver | None = None,
     task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED,
 ) -> None:
-    """Accept connections on ``sockets`` forever; cancel the caller's scope to stop."""
-    config = _hypercorn_config()
-    context = WorkerContext(None)
-    listeners = [trio.SocketListener(trio.socket.from_stdlib_socket(s)) for s in sockets]
+    """Accept connections on ``sockets`` (listener ``name``, e.g. ``webhooks``) forever, within ``limits``;
+    cancel the caller's scope to stop."""
+    gate = _Gate(name, limits, observer, trio.current_time)
+    timeouts = ReadTimeouts(float(limits.header_timeout_s), float(limits.body_timeout_s))
 
-    async def handle(stream: trio.SocketStream) -> None:
-        await _ClosingTCPServer(ASGIWrapper(app), config, context, {}, stream)  # type: ignore[arg-type]
+    async def handle(stream: trio.SocketStream, source: str, client: tuple[str, int] | None) -> None:
+        try:
+            await serve_connection(stream, app, timeouts=timeouts, on_closed=gate.closed, client=client)
+        finally:
+            gate.leave(source)
 
-    await trio.serve_listeners(handle, listeners, task_status=task_status)
+    async def accept_loop(listener: trio.SocketListener, nursery: trio.Nursery) -> None:
+        while True:
+            try:
+                stream = await listener.accept()  # trio skips the errors of a client that gave up meanwhile
+            except OSError as exc:
+                if exc.errno not in _OUT_OF_FDS:
+                    raise
+                gate.closed("out_of_fds")
+                await trio.sleep(_ACCEPT_RETRY_S)
+                continue
+            try:
+                address = stream.socket.getpeername()
+            except OSError:  # reset before it was looked at
+                await stream.aclose()
+                continue
+            source = _source(address)
+            if not gate.admit(source):
+                await stream.aclose()
+                continue
+            client = (str(address[0]), int(address[1])) if isinstance(address, tuple) else None
+            nursery.start_soon(handle, stream, source, client)
+
+    async with trio.open_nursery() as nursery:
+        for sock in sockets:
+            nursery.start_soon(accept_loop, trio.SocketListener(trio.socket.from_stdlib_socket(sock)), nursery)
+        task_status.started()

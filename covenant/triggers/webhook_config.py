@@ -7,7 +7,8 @@ from typing import Annotated
 
 from pydantic import AfterValidator, BaseModel, ConfigDict, Field
 
-__all__ = ["WebhookRoute", "WebhooksConfig", "check_env_name", "check_listen", "check_rate", "rate_per_minute"]
+__all__ = ["ListenerLimits", "WebhookRoute", "WebhooksConfig", "check_env_name", "check_listen", "check_rate",
+           "rate_per_minute"]
 
 _RATE = re.compile(r"^([1-9][0-9]{0,5})/minute$")
 _LISTEN = re.compile(r"^(\d{1,3}(?:\.\d{1,3}){3}|\[[0-9A-Fa-f:]+\]|localhost):(\d{1,5})$")
@@ -66,10 +67,20 @@ def _unique_paths(routes: tuple[WebhookRoute, ...]) -> tuple[WebhookRoute, ...]:
     return routes
 
 
-class WebhooksConfig(BaseModel):
-    """``[webhooks]``: off unless ``listen`` is set."""
+class ListenerLimits(BaseModel):
+    """What one client may hold of a network listener (``[webhooks]`` and ``[a2a]`` alike): how long it may take
+    to send a request, and how many connections it, and everyone together, may keep open."""
 
     model_config = ConfigDict(extra="forbid", frozen=True)
+
+    header_timeout_s: int = Field(10, ge=1, le=600, description="a request head must be whole within this")
+    body_timeout_s: int = Field(30, ge=1, le=3600, description="a request body must be whole within this of its head")
+    max_connections: int = Field(256, ge=1, le=65_536, description="open connections of the listener, from anyone")
+    max_connections_per_source: int = Field(32, ge=1, le=65_536, description="open connections from one address")
+
+
+class WebhooksConfig(ListenerLimits):
+    """``[webhooks]``: off unless ``listen`` is set."""
 
     listen: Annotated[str, AfterValidator(check_listen)] | None = Field(None, description="HOST:PORT; unset: no listener")
     skew_s: int = Field(300, ge=1, le=86_400, description="accepted age of the signature's t, either way")

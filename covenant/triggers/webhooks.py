@@ -31,7 +31,7 @@ from covenant.ratelimit import MinuteRate
 from covenant.triggers.onbehalf import Dispatcher, OnBehalfSigner, issuer_pubkey, secret_from_env
 from covenant.triggers.webhook_config import WebhookRoute, WebhooksConfig, rate_per_minute
 
-__all__ = ["WebhookApp", "signature_header", "resolve_routes"]
+__all__ = ["WebhookApp", "answer_of", "signature_header", "resolve_routes"]
 
 log = logging.getLogger("covenant.daemon")
 
@@ -63,6 +63,10 @@ def resolve_routes(config: WebhooksConfig, known: dict[str, str], environ: Mappi
                                  what="the route's secret")
         routes[route.path] = _Route(route, secret.encode(), pubkey)
     return routes
+
+
+class _ClientGone(Exception):
+    """The client hung up, or was too slow, before its body was whole: there is no one to answer."""
 
 
 class _Refused(Exception):
@@ -115,6 +119,8 @@ class WebhookApp:
             if route.rate.over(time.monotonic()):
                 del self.seen[signature]
                 raise _Refused(429, "rate_limited", f"route {path} accepts {route.config.rate}; try again later")
+        except _ClientGone:
+            return
         except _Refused as refused:
             suppressed = self.refusals.admit((route and path, refused.code))
             if suppressed is not None:
@@ -133,7 +139,7 @@ class WebhookApp:
         except CovenantError as exc:
             await _send(send, exc.http_status, exc.to_json())
             return
-        await _send(send, 200, document)
+        await _send(send, 200, answer_of(document))
 
     async def _body(self, scope: dict, receive: Any) -> bytes:
         for name, value in scope.get("headers", []):
@@ -142,6 +148,8 @@ class WebhookApp:
         chunks, size = [], 0
         while True:
             message = await receive()
+            if message["type"] == "http.disconnect":
+                raise _ClientGone
             chunk = message.get("body", b"")
             size += len(chunk)
             if size > self.max_body:
@@ -169,6 +177,12 @@ class WebhookApp:
         if given in self.seen:
             raise _Refused(409, "replayed_signature", "this signature was accepted before; sign each request afresh")
         return t, given
+
+
+def answer_of(document: dict[str, Any]) -> dict[str, Any]:
+    """What a sender learns of its dispatch: the intent id, the outcome and the agent's text. Never the dispatch
+    record (argv, paths, pid, uid, stderr), which is for the home's operators (``covenant show``)."""
+    return {"intent_id": document["intent_id"], "outcome": document["outcome"], "text": document.get("text")}
 
 
 def _intent_text(body: bytes) -> str:

@@ -13,6 +13,7 @@ import tempfile
 import textwrap
 import time
 from collections.abc import Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -165,9 +166,10 @@ def agent_processes(home: Path) -> list[psutil.Process]:
     return found
 
 
-@pytest.fixture
-def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
-    """An initialised home with its own socket dir (short path, world-traversable for uid tests).
+@contextmanager
+def daemon_home(tmp_path: Path) -> Iterator[DaemonProcess]:
+    """An initialised home with its own socket dir (short path, world-traversable for uid tests); on exit its
+    daemon, if still running, is stopped and both dirs are removed. ``tmp_path`` holds the user's files.
 
     The home lives in a 0711 dir under /tmp, not in pytest's 0700 tmp_path: run
     as root, the daemon starts agents as other uids, which must reach agents/.
@@ -188,19 +190,28 @@ def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
     proc = DaemonProcess(home=home, socket=sock_dir / "covenant.sock", env=env)
     proc.cli("init", "--display", "tester@test", check=True)
     proc.write_config((home / "covenant.toml").read_text())  # init's commented file, with the test's uid range
-    yield proc
-    if proc.process is not None and proc.process.poll() is None:
-        # Left running (a test that failed, or had no need to stop it): a clean stop still sweeps what its
-        # agents left behind. A second SIGTERM cancels what is still in flight instead of draining it.
-        for wait_s in (2, 30):
-            proc.process.terminate()
-            try:
-                proc.process.wait(timeout=wait_s)
-                break
-            except subprocess.TimeoutExpired:
-                continue
-        else:
-            proc.process.kill()
-            proc.process.wait()
-    shutil.rmtree(sock_dir, ignore_errors=True)
-    shutil.rmtree(base, ignore_errors=True)
+    try:
+        yield proc
+    finally:
+        if proc.process is not None and proc.process.poll() is None:
+            # Left running (a test that failed, or had no need to stop it): a clean stop still sweeps what its
+            # agents left behind. A second SIGTERM cancels what is still in flight instead of draining it.
+            for wait_s in (2, 30):
+                proc.process.terminate()
+                try:
+                    proc.process.wait(timeout=wait_s)
+                    break
+                except subprocess.TimeoutExpired:
+                    continue
+            else:
+                proc.process.kill()
+                proc.process.wait()
+        shutil.rmtree(sock_dir, ignore_errors=True)
+        shutil.rmtree(base, ignore_errors=True)
+
+
+@pytest.fixture
+def daemon(tmp_path: Path) -> Iterator[DaemonProcess]:
+    """A :func:`daemon_home` for one test."""
+    with daemon_home(tmp_path) as proc:
+        yield proc
