@@ -13,12 +13,13 @@ import os
 import shutil
 import socket
 import subprocess
+from functools import partial
 from pathlib import Path
 
 import pytest
 import trio
 
-from covenant.daemon.server import ClientGone, bind_unix_socket, serve
+from covenant.daemon.server import ClientGone, ReadTimeouts, bind_unix_socket, serve
 
 class _App:
     """Echoes the request; ``/stream`` answers in three chunks; ``/wait`` waits for the client to leave."""
@@ -136,6 +137,7 @@ async def test_a_streamed_answer_is_chunked_and_a_malformed_request_gets_400(tmp
         post = b"POST /ignore HTTP/1.1\r\nhost: x\r\ncontent-length: 300000\r\n\r\n" + b"b" * 300_000
         ignored = await trio.to_thread.run_sync(lambda: _exchange(path, post, until=b"no\n"))
         assert ignored.startswith(b"HTTP/1.1 404 ") and ignored.endswith(b"no\n")
+        assert b"connection: close" in ignored.lower()  # answered before its body: the body is refused
         nursery.cancel_scope.cancel()
 
 
@@ -151,4 +153,36 @@ async def test_an_app_learns_that_its_client_hung_up(tmp_path: Path) -> None:
         with trio.fail_after(20):
             await app.seen_disconnect.wait()
             await app.seen_gone.wait()
+        nursery.cancel_scope.cancel()
+
+
+def _until_closed(path: Path, data: bytes) -> bytes:
+    """Send ``data`` on one connection, then read until the server closes it (a 20 s timeout fails the test)."""
+    with socket.socket(socket.AF_UNIX, socket.SOCK_STREAM) as client:
+        client.settimeout(20)
+        client.connect(str(path))
+        client.sendall(data)
+        got = b""
+        while chunk := client.recv(65536):
+            got += chunk
+        return got
+
+
+async def test_slow_heads_and_bodies_are_closed_unanswered_and_idle_connections_quietly(tmp_path: Path) -> None:
+    app = _App()
+    closed: list[str] = []
+    path = tmp_path / "s.sock"
+    async with trio.open_nursery() as nursery:
+        await nursery.start(partial(serve, timeouts=ReadTimeouts(head_s=0.5, body_s=0.5), on_closed=closed.append),
+                            app, [bind_unix_socket(path)])
+        # Each a deadline for the whole head or body: the client never finishes either.
+        head = await trio.to_thread.run_sync(_until_closed, path, b"GET /a HTTP/1.1\r\nhost: x\r\n")
+        body = await trio.to_thread.run_sync(_until_closed, path,
+                                             b"POST /b HTTP/1.1\r\nhost: x\r\ncontent-length: 9\r\n\r\nabc")
+        assert (head, body) == (b"", b"")
+        assert closed == ["header_timeout", "body_timeout"]
+        # A kept-alive connection that is served and then sends nothing is closed as well, without counting.
+        served = await trio.to_thread.run_sync(_until_closed, path, b"GET /c HTTP/1.1\r\nhost: x\r\n\r\n")
+        assert served.startswith(b"HTTP/1.1 200 ") and b'"path": "/c"' in served
+        assert closed == ["header_timeout", "body_timeout"]
         nursery.cancel_scope.cancel()
