@@ -9,10 +9,11 @@ import hashlib
 from typing import Any
 
 from covenant.audit.errors import AuditDataError
-from covenant.audit.format import TYPE_RE, WRITER_TYPES
+from covenant.audit.format import AUDIT_ERROR, TYPE_RE, WRITER_TYPES
 from covenant.canonical import canonical_bytes
 
 __all__ = [
+    "AUDIT_ERROR",
     "DAEMON_START",
     "DAEMON_STOP",
     "REGISTRY_LOADED",

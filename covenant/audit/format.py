@@ -32,6 +32,7 @@ __all__ = [
     "SEGMENT",
     "HEARTBEAT",
     "RESUME",
+    "AUDIT_ERROR",
     "WRITER_TYPES",
     "TYPE_RE",
     "HEX64_RE",
@@ -62,8 +63,10 @@ RECOVER = "audit.recover"
 SEGMENT = "audit.segment"
 HEARTBEAT = "audit.heartbeat"
 RESUME = "audit.resume"
+AUDIT_ERROR = "audit.error"
+"""An event the log could not encode, recorded in its place (covenant.audit.writer.AuditLog.record_many)."""
 # Only the writer itself may emit these; callers of record() get an error.
-WRITER_TYPES = frozenset({GENESIS, CHECKPOINT, RECOVER, SEGMENT, HEARTBEAT, RESUME})
+WRITER_TYPES = frozenset({GENESIS, CHECKPOINT, RECOVER, SEGMENT, HEARTBEAT, RESUME, AUDIT_ERROR})
 
 TYPE_RE = re.compile(r"[a-z][a-z0-9_]*(\.[a-z][a-z0-9_]*)+")
 HEX64_RE = re.compile(r"[0-9a-f]{64}")

@@ -23,6 +23,7 @@ from covenant.audit.format import (
     FORMAT,
     GENESIS,
     CHECKPOINT_DATA_RE,
+    AUDIT_ERROR,
     HEARTBEAT,
     HEX64_RE,
     LINE_RE,
@@ -522,6 +523,10 @@ class Walker:
         if type_ == RESUME:
             if set(d) != {"error", "down_ms", "refused"}:
                 return "audit.resume data must hold error, down_ms, refused"
+            return None
+        if type_ == AUDIT_ERROR:
+            if set(d) != {"event_type", "intent", "error"}:
+                return "audit.error data must hold event_type, intent, error"
             return None
         if type_ in WRITER_TYPES or type_.startswith("audit."):
             return f"unknown audit record type {type_}"

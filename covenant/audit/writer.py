@@ -45,12 +45,13 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 import covenant
 from covenant.audit.channel import PROTOCOL, dispatch_frame, event_frame, frame, log_call
-from covenant.audit.errors import AuditLogError, AuditUnavailable
+from covenant.audit.errors import AuditDataError, AuditEventReplaced, AuditLogError, AuditUnavailable
 from covenant.audit.events import encode_event_data
-from covenant.audit.format import HEARTBEAT, RESUME, timestamp
+from covenant.audit.format import AUDIT_ERROR, HEARTBEAT, RESUME, timestamp
 from covenant.audit.store import unavailable
 from covenant.canonical import canonical_bytes
 from covenant.config import AuditConfig
+from covenant.outside_json import scrub
 
 __all__ = ["AuditLog", "WRITER_COMMAND"]
 
@@ -64,6 +65,20 @@ _CLOSE_TIMEOUT_S = 30.0
 # Reopening a failed log: first try after this long, doubling up to the cap.
 _REOPEN_FIRST_S = 1.0
 _REOPEN_MAX_S = 30.0
+# How much of an unencodable event's type, intent and error an audit.error record keeps.
+_ERROR_FIELD_MAX = 256
+_ERROR_TEXT_MAX = 1024
+
+
+def _error_event(type_: object, data: object, exc: AuditDataError) -> bytes:
+    """The ``audit.error`` data recorded in place of an event that could not be encoded: its type, its
+    ``intent`` (when a string) and why, each cut short and with lone surrogates replaced, so it always encodes."""
+    intent = data.get("intent") if isinstance(data, dict) else None
+    return encode_event_data(AUDIT_ERROR, {
+        "event_type": scrub(type_ if isinstance(type_, str) else repr(type_))[:_ERROR_FIELD_MAX],
+        "intent": scrub(intent)[:_ERROR_FIELD_MAX] if isinstance(intent, str) else None,
+        "error": scrub(exc.message)[:_ERROR_TEXT_MAX],
+    }, writer=True)
 
 
 def _report_repairs(directory: Path, recovered: dict[str, Any] | None, sealed: dict[str, Any] | None) -> None:
@@ -292,8 +307,9 @@ class AuditLog:
     async def record(self, type: str, data: dict[str, Any]) -> int:  # noqa: A002 - the public name is `type`
         """Append one event; returns its ``seq`` once it is durable and under a signed checkpoint.
 
-        Raises AuditDataError for a bad type or data (floats, reserved
-        ``audit.*`` types) and AuditUnavailable when the log cannot be written.
+        An event that cannot be encoded (floats, text that is not valid Unicode, a reserved ``audit.*``
+        type) is recorded as ``audit.error`` instead and :class:`AuditEventReplaced` is raised once that is
+        durable; AuditUnavailable when the log cannot be written.
         If the caller is cancelled while waiting, the record may still be written.
         """
         return (await self.record_many([(type, data)]))[0]
@@ -311,9 +327,20 @@ class AuditLog:
         :func:`~covenant.runtime.records.encode_record`) is appended to the
         dispatch records in the same commit and is durable too on return; the
         log must have been opened with ``dispatches``.
+
+        Nothing is dropped silently: an event that cannot be encoded is recorded as ``audit.error``
+        (``event_type``, ``intent``, ``error``) in its place, the others and the dispatch record are
+        written as asked, and then :class:`AuditEventReplaced` is raised, naming what was replaced.
         """
         self.check_writable()
-        items = [_Pending.record(type_, encode_event_data(type_, data)) for type_, data in events]
+        items: list[_Pending] = []
+        replaced: list[tuple[str, str]] = []
+        for type_, data in events:
+            try:
+                items.append(_Pending.record(type_, encode_event_data(type_, data)))
+            except AuditDataError as exc:
+                items.append(_Pending.record(AUDIT_ERROR, _error_event(type_, data, exc)))
+                replaced.append((str(type_), exc.message))
         if dispatch_record is not None:
             if self._hello["dispatches"] is None:
                 raise ValueError("this audit log was opened without a dispatch records directory")
@@ -324,7 +351,16 @@ class AuditLog:
         for item in items:
             if item.error is not None:
                 raise item.error
-        return [item.seq for item in items if item.event]
+        seqs = [item.seq for item in items if item.event]
+        if replaced:
+            log.error("audit events could not be encoded; recorded as audit.error",
+                      extra={"types": ",".join(t for t, _ in replaced), "error": scrub(replaced[0][1])[:_ERROR_TEXT_MAX]})
+            raise AuditEventReplaced(
+                f"{len(replaced)} audit event(s) could not be encoded and were recorded as audit.error: "
+                f"{scrub(replaced[0][0])}: {scrub(replaced[0][1])}",
+                replaced=tuple(t for t, _ in replaced),
+            )
+        return seqs
 
     def check_writable(self) -> None:
         """Raise AuditUnavailable if records would be refused (a failed write, or closing)."""

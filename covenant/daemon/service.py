@@ -34,6 +34,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant.a2a.client import RemoteAgents
+from covenant.audit.errors import AuditEventReplaced
 from covenant.audit.recent import records_since
 from covenant.audit.writer import AuditLog
 from covenant.clock import iso_now, now_ms
@@ -87,11 +88,6 @@ _REPLAY_SLACK_MS = 60_000
 """Read this much further back than two skew windows: audit timestamps and issued_at come from different clocks."""
 _CHILDREN_SETTLE_S = 15.0
 """How long a Rune intent's record waits for the children it was calling to end (a kill ladder, a commit)."""
-
-
-def _log_dispatch(message: str, intent: Intent, agent_id: str | None, **fields: Any) -> None:
-    """One log line per dispatch start, end or refusal: what `covenant logs` shows an operator."""
-    log.info(message, extra={"intent": intent.id, "agent": agent_id, "issuer": intent.issuer.display, **fields})
 
 
 @dataclass
@@ -270,7 +266,7 @@ class Daemon:
             self.metrics.policy_denied(exc.code)
             unrouted = {"allowed": False, "decision": "deny", "reason": exc.code, "message": exc.message}
             await self.audit.record_many([received, decision_event(intent, None, unrouted)])
-            _log_dispatch("dispatch refused", intent, intent.agent, outcome=exc.code)
+            self._log_dispatch("dispatch refused", intent, intent.agent, outcome=exc.code)
             raise
         if child is not None:
             refusal = child_refusal(child, agent, self.agents.loaded.packages)
@@ -279,7 +275,7 @@ class Daemon:
                 refused = {"allowed": False, "decision": "deny", "reason": refusal.code, "message": refusal.message,
                            "depth": child.parent.depth + 1}
                 await self.audit.record_many([received, decision_event(intent, agent, refused)])
-                _log_dispatch("dispatch refused", intent, agent.id, outcome=refusal.code)
+                self._log_dispatch("dispatch refused", intent, agent.id, outcome=refusal.code)
                 raise refusal
         await self.refresh_grants()
         decision, denial = self._decide(intent, agent, routed_by)
@@ -289,7 +285,7 @@ class Daemon:
         if denial is not None or dry_run:
             await self.audit.record_many(pending)
             if denial is not None:
-                _log_dispatch("dispatch refused", intent, agent.id, outcome=denial.code)
+                self._log_dispatch("dispatch refused", intent, agent.id, outcome=denial.code)
                 raise denial
             answer = {
                 "dry_run": True,
@@ -355,6 +351,14 @@ class Daemon:
     def _leave(self, intent: Intent) -> None:
         del self.inflight[intent.id]
 
+    def _log_dispatch(self, message: str, intent: Intent, agent_id: str | None, **fields: Any) -> None:
+        """One log line per dispatch start, end or refusal: what `covenant logs` shows an operator.
+
+        ``issuer`` is the key's identity: the name the home's identities give its public key, else the key
+        itself, never the display name the intent claims (any key may claim any name)."""
+        issuer = self.names.display_for(intent.issuer.pubkey) or intent.issuer.pubkey
+        log.info(message, extra={"intent": intent.id, "agent": agent_id, "issuer": issuer, **fields})
+
     @contextmanager
     def _hosted_intent(self, intent: Intent, agent: AgentSpec, link: ChainLink) -> Iterator[trio.CancelScope]:
         """A Rune or workflow intent from the commit of its decision to its end: in the chain (its children
@@ -393,7 +397,7 @@ class Daemon:
                 f"{self.config.daemon.queue_max}); try again later"
             )
         with self._hosted_intent(intent, agent, link):
-            await self.audit.record_many(list(pending))  # a cancel during this commit stops it before its replica
+            await self._record_gapless(intent, agent, list(pending))  # a cancel during this commit stops it before its replica
             pending.clear()
             try:
                 record = await run_rune_intent(
@@ -422,7 +426,7 @@ class Daemon:
     ) -> dict[str, Any]:
         """An allowed intent to a workflow agent: each step a child intent, run by the DAG engine."""
         with self._hosted_intent(intent, agent, link) as scope:
-            await self.audit.record_many(list(pending))  # a cancel during this commit stops it before its steps
+            await self._record_gapless(intent, agent, list(pending))  # a cancel during this commit stops it before its steps
             pending.clear()
             started_at, t0 = iso_now(), time.monotonic()
             result = None
@@ -498,7 +502,7 @@ class Daemon:
         async def write_pending(*more: tuple[str, dict[str, Any]]) -> None:
             events = [*pending, *more]
             pending.clear()
-            await self.audit.record_many(events)
+            await self._record_gapless(intent, agent, events)
 
         async def audit_spawn(spawned: dict[str, Any]) -> None:
             # The agent runs only after this returns; if it cannot be written, it never runs.
@@ -516,24 +520,27 @@ class Daemon:
                     raise Withdrawn(reason)  # cancelled before it had a slot, or as its slot was granted
                 self._update_queue_metrics()
                 self._enter(intent, agent)
-                _log_dispatch("dispatch started", intent, agent.id)
+                self._log_dispatch("dispatch started", intent, agent.id)
                 started = True
                 try:
                     record = await self.runner.run(agent, payload, on_spawned=audit_spawn, deadline=deadline)
                     record = record.model_copy(update={"peer_uid": peer_uid, "parent": intent.parent})
                     await self._finish(intent, agent, record, pending)
-                    _log_dispatch("dispatch finished", intent, agent.id, outcome=record.outcome, ms=record.duration_ms)
+                    self._log_dispatch("dispatch finished", intent, agent.id, outcome=record.outcome, ms=record.duration_ms)
                 finally:
                     self._leave(intent)
         except Withdrawn as exc:
             record = self.runner.never_started(agent, intent.id, "cancelled", exc.message, t0=t0)
             await self._finish(intent, agent, record.model_copy(update={"peer_uid": peer_uid, "parent": intent.parent}),
                                pending)
-            _log_dispatch("dispatch finished", intent, agent.id, outcome="cancelled", ms=record.duration_ms)
+            self._log_dispatch("dispatch finished", intent, agent.id, outcome="cancelled", ms=record.duration_ms)
+        except AuditEventReplaced as exc:  # its completion is recorded already (_record_gapless)
+            self._log_dispatch("dispatch failed", intent, agent.id, outcome=exc.code)
+            raise
         except CovenantError as exc:
             await write_pending(refused_completion(intent, agent, exc.code))
             ended = "dispatch finished" if started else "dispatch refused"
-            _log_dispatch(ended, intent, agent.id, outcome=exc.code)
+            self._log_dispatch(ended, intent, agent.id, outcome=exc.code)
             raise
         finally:
             self._update_queue_metrics()
@@ -552,7 +559,26 @@ class Daemon:
         events = [*pending, *completion_events(intent, agent, record, self.config.audit.store_text)]
         pending.clear()
         # The dispatch record and the audit events are made durable in one commit of the writer process.
-        await self.audit.record_many(events, dispatch_record=encode_record(record))
+        await self._record_gapless(intent, agent, events, dispatch_record=encode_record(record))
+
+    async def _record_gapless(
+        self, intent: Intent, agent: AgentSpec, events: list[tuple[str, dict[str, Any]]], *,
+        dispatch_record: bytes | None = None,
+    ) -> None:
+        """``record_many`` for an allowed intent's events, never leaving its record with a gap.
+
+        When an event could not be encoded, the log holds ``audit.error`` in its place; if that left the
+        intent without an ``intent.completed`` (it was the one replaced, or the events were those before
+        its agent ran, which now never runs), one is recorded with outcome ``audit_error``. Then
+        :class:`AuditEventReplaced` propagates: the dispatch fails, its outcome recorded.
+        """
+        try:
+            await self.audit.record_many(events, dispatch_record=dispatch_record)
+        except AuditEventReplaced as exc:
+            completed = any(type_ == "intent.completed" for type_, _ in events) and "intent.completed" not in exc.replaced
+            if not completed:
+                await self.audit.record(*refused_completion(intent, agent, exc.code))
+            raise
 
     async def _audit_rejection(self, body: dict[str, Any], exc: CovenantError) -> None:
         """A rejected intent is audited too, with what it claimed (nothing is trusted)."""

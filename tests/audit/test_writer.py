@@ -56,7 +56,8 @@ async def test_concurrent_records_share_checkpoints(tmp_path: Path, key: Ed25519
     assert report.ok and report.records == 2 + 200 + len(sizes)
 
 
-async def test_bad_data_is_refused_before_writing(tmp_path: Path, key: Ed25519PrivateKey) -> None:
+async def test_bad_data_is_recorded_as_audit_error_and_refused(tmp_path: Path, key: Ed25519PrivateKey) -> None:
+    """Each bad event fails its call with the reason, and leaves an audit.error in its place (never a gap)."""
     async with AuditLog.open(tmp_path, key, AuditConfig()) as log:
         with pytest.raises(AuditDataError, match="float"):
             await log.record("agent.exited", {"cpu_s": 0.5})
@@ -71,6 +72,8 @@ async def test_bad_data_is_refused_before_writing(tmp_path: Path, key: Ed25519Pr
         assert log.healthy
         await log.record("intent.received", text_digest("\ud800 hello", store_text=True))
     assert verify_log(tmp_path, key.public_key()).ok
+    types = [parse_record(line)[0]["type"] for line in read_lines(segment(tmp_path))]
+    assert types.count("audit.error") == 5
 
 
 def test_text_digest() -> None:

@@ -15,9 +15,11 @@ import os
 import resource
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
+from typing import Any
 
 import trio
 
+from covenant import outside_json
 from covenant.config import Config, McpServerConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime.environment import agent_environment
@@ -60,6 +62,18 @@ def _plan(config: Config, runner: Runner, agent: AgentSpec, server: McpServerCon
         pdeathsig=config.runtime.pdeathsig,
         credentials=creds,
     )
+
+
+def _message(adapter: Any, line: bytes) -> Any:
+    """One JSON-RPC message of a server's stdout. pydantic refuses a whole line that holds a lone surrogate
+    (``\\ud800``), which would leave its call waiting for an answer that never comes: such a line is read
+    with each lone surrogate replaced by U+FFFD instead (:mod:`covenant.outside_json`)."""
+    try:
+        return adapter.validate_json(line, by_name=False)
+    except ValueError:
+        if not outside_json.may_hold_surrogate(line):
+            raise
+        return adapter.validate_python(outside_json.loads(line), by_name=False)
 
 
 @asynccontextmanager
@@ -107,7 +121,7 @@ async def launched_stdio_server(
                         if not line.strip():
                             continue
                         try:
-                            message = mcp_types.jsonrpc_message_adapter.validate_json(line, by_name=False)
+                            message = _message(mcp_types.jsonrpc_message_adapter, line)
                         except ValueError as exc:
                             await to_session.send(exc)
                             continue
