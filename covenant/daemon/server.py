@@ -281,7 +281,7 @@ class _Connection:
         except ClientGone:
             return
         except Exception:
-            log.exception("control API request failed", extra={"path": scope["path"]})
+            log.exception("HTTP request failed", extra={"path": scope["path"]})
             if not response.started:
                 await self._refuse(500, "internal_error", "internal error; see the daemon log")
             self.gone = True  # the response is cut short: the client must not take it for whole
