@@ -97,7 +97,7 @@ def window(port: int, socket_path: Path, cpu: DaemonCPU, daemon: psutil.Process,
     transport = httpx.HTTPTransport(local_address="127.0.0.2")
     with httpx.Client(transport=transport, timeout=120) as http, DaemonClient(socket_path, timeout=120) as client:
         while time.monotonic() - started < seconds:
-            body = f"hello {len(hooks)}".encode()
+            body = f"hello {os.urandom(8).hex()}".encode()  # a fresh signature each time: never a replay
             t0 = time.perf_counter()
             answer = http.post(f"http://127.0.0.1:{port}/bench", content=body,
                                headers={"Covenant-Signature": signature_header(SECRET.encode(), int(time.time()), body)})
