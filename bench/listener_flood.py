@@ -4,8 +4,9 @@ A real daemon on a throwaway home serves a webhook route to the python3 echo age
 windows of ``--window`` seconds, quiet and flooded, this process sends signed webhooks one after the
 other from another loopback address (127.0.0.2) and asks ``GET /v1/status`` on the control socket. The
 flood is a process of its own holding ``--connections`` connections from 127.0.0.1 that each send a
-request head and then one byte of body a second; every connection the daemon closes is opened again at
-once, as an attacker would. Per window: the webhook round trip p50 and the status p50 (with their ratios
+request head and then one byte of body a second, in two kinds of window: *held* (a connection the
+daemon closes stays closed) and *reopened* (each one the daemon closes is opened again at once, the
+worst an attacker on the same box can do: a connect loop). Per window: the webhook round trip p50 and the status p50 (with their ratios
 flooded/quiet), the daemon's CPU as a share of one core (its audit writer included), its open fds (the
 most seen), and how many connections the flood opened a second.
 
@@ -43,9 +44,9 @@ HEAD = (b"POST /bench HTTP/1.1\r\nHost: covenant\r\nContent-Type: text/plain\r\n
         b"Covenant-Signature: t=1,v1=" + b"0" * 64 + b"\r\n\r\n")
 
 
-def flood(port: int, connections: int) -> None:
+def flood(port: int, connections: int, reopen: bool) -> None:
     """Hold ``connections`` slow-body connections from 127.0.0.1 until stdin closes, reopening any the server
-    closes; print how many were opened in all (runs in a process of its own)."""
+    closes when ``reopen``; print how many were opened in all (runs in a process of its own)."""
     selector = selectors.DefaultSelector()
     opened = 0
 
@@ -79,7 +80,8 @@ def flood(port: int, connections: int) -> None:
             if not data:  # the server closed it: open another
                 selector.unregister(sock)
                 sock.close()  # type: ignore[union-attr]
-                open_one()
+                if reopen:
+                    open_one()
         if time.monotonic() >= next_byte:
             next_byte += 1
             for key in list(selector.get_map().values()):
@@ -120,10 +122,10 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=3, help="pairs of windows (quiet, flooded)")
     parser.add_argument("--connections", type=int, default=500, help="connections the flood holds")
     parser.add_argument("--keep", action="store_true", help="keep the temp home (and the daemon log) afterwards")
-    parser.add_argument("--flood", nargs=2, type=int, metavar=("PORT", "N"), help=argparse.SUPPRESS)
+    parser.add_argument("--flood", nargs=3, type=int, metavar=("PORT", "N", "REOPEN"), help=argparse.SUPPRESS)
     args = parser.parse_args()
     if args.flood:
-        flood(*args.flood)
+        flood(args.flood[0], args.flood[1], bool(args.flood[2]))
         return 0
 
     bench = echo_home("covenant-listener-flood-", {"BENCH_HOOK_SECRET": SECRET})
@@ -143,33 +145,38 @@ def main() -> int:
         daemon = start_daemon(bench.env, bench.socket_path, bench.tmp / "daemon.log")
         cpu, process = DaemonCPU(daemon.pid), psutil.Process(daemon.pid)
         window(bench.port, bench.socket_path, cpu, process, 1.0)  # warm-up
-        print(f"load {os.getloadavg()[0]:.2f}; {args.rounds} rounds of {args.window:.0f} s windows; "
-              f"flood: {args.connections} slow-body connections from 127.0.0.1, each closed one reopened at once")
-        results: dict[str, list[dict[str, float]]] = {"quiet": [], "flooded": []}
+        print(f"load {os.getloadavg()[0]:.2f}; {args.rounds} rounds of {args.window:.0f} s windows; flood: "
+              f"{args.connections} slow-body connections from 127.0.0.1, held (those closed stay closed) or "
+              "reopened (each closed one opened again at once)")
+        kinds = ("quiet", "held", "reopened")
+        results: dict[str, list[dict[str, float]]] = {kind: [] for kind in kinds}
         for _ in range(args.rounds):
             results["quiet"].append(window(bench.port, bench.socket_path, cpu, process, args.window))
-            flooder = subprocess.Popen([sys.executable, __file__, "--flood", str(bench.port), str(args.connections)],
-                                       stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-            time.sleep(1.0)  # the flood's connections are open
-            t0 = time.monotonic()
-            results["flooded"].append(window(bench.port, bench.socket_path, cpu, process, args.window))
-            out, _ = flooder.communicate("", timeout=60)
-            results["flooded"][-1]["opened_per_s"] = json.loads(out)["opened"] / (time.monotonic() - t0 + 1.0)
-            time.sleep(1.0)  # the daemon sees the flood's connections close
-        for kind, rows in results.items():
-            for row in rows:
+            for kind, reopen in (("held", 0), ("reopened", 1)):
+                flooder = subprocess.Popen(
+                    [sys.executable, __file__, "--flood", str(bench.port), str(args.connections), str(reopen)],
+                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+                time.sleep(1.0)  # the flood's connections are open
+                t0 = time.monotonic()
+                results[kind].append(window(bench.port, bench.socket_path, cpu, process, args.window))
+                out, _ = flooder.communicate("", timeout=60)
+                results[kind][-1]["opened_per_s"] = json.loads(out)["opened"] / (time.monotonic() - t0 + 1.0)
+                time.sleep(1.0)  # the daemon sees the flood's connections close
+        for kind in kinds:
+            for row in results[kind]:
                 extra = f", flood opened {row['opened_per_s']:.0f} connections/s" if "opened_per_s" in row else ""
                 print(f"{kind:<8} webhook p50 {row['hook_ms']:.2f} ms, status p50 {row['status_ms']:.2f} ms, "
                       f"daemon CPU {row['cpu'] * 100:.1f} % of a core, fds up to {row['fds']:.0f}, "
                       f"{row['requests']:.0f} requests{extra}")
-        quiet, flooded = results["quiet"], results["flooded"]
-        hook_ratio = statistics.median(f["hook_ms"] for f in flooded) / statistics.median(q["hook_ms"] for q in quiet)
-        status_ratio = (statistics.median(f["status_ms"] for f in flooded)
-                        / statistics.median(q["status_ms"] for q in quiet))
-        print(f"flooded/quiet: webhook p50 x{hook_ratio:.2f}, status p50 x{status_ratio:.2f}; daemon CPU "
-              f"{statistics.median(q['cpu'] for q in quiet) * 100:.1f} -> "
-              f"{statistics.median(f['cpu'] for f in flooded) * 100:.1f} % of a core; fds "
-              f"{max(q['fds'] for q in quiet):.0f} -> {max(f['fds'] for f in flooded):.0f}")
+        quiet = results["quiet"]
+        for kind in kinds[1:]:
+            flooded = results[kind]
+            hook = statistics.median(f["hook_ms"] for f in flooded) / statistics.median(q["hook_ms"] for q in quiet)
+            status = statistics.median(f["status_ms"] for f in flooded) / statistics.median(q["status_ms"] for q in quiet)
+            print(f"{kind}/quiet: webhook p50 x{hook:.2f}, status p50 x{status:.2f}; daemon CPU "
+                  f"{statistics.median(q['cpu'] for q in quiet) * 100:.1f} -> "
+                  f"{statistics.median(f['cpu'] for f in flooded) * 100:.1f} % of a core; fds "
+                  f"{max(q['fds'] for q in quiet):.0f} -> {max(f['fds'] for f in flooded):.0f}")
     finally:
         stop_and_clean([daemon], bench.tmp, args.keep)
     return 0
