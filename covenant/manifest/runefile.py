@@ -46,6 +46,7 @@ __all__ = [
     "RUNEFILE",
     "WORKFLOW_FILE",
     "TOOLS_DIR",
+    "MIN_PROBE_INTERVAL_MS",
 ]
 
 RUNEFILE = "Runefile"
@@ -74,6 +75,17 @@ def _skill(value: str) -> str:
     return value
 
 
+MIN_PROBE_INTERVAL_MS = 1000
+"""The most often a replica is probed: four agents probed every millisecond took the daemon to 43 % of a core."""
+
+
+def _probe_interval(value: int) -> int:
+    if value < MIN_PROBE_INTERVAL_MS:
+        raise ValueError(f"{value} is below the floor of {MIN_PROBE_INTERVAL_MS} ms (each probe is a request the "
+                         f"daemon makes); use {MIN_PROBE_INTERVAL_MS} or more")
+    return value
+
+
 def _probe_path(value: str) -> str:
     if not value.startswith("/"):
         raise ValueError(f"{value!r} must be an HTTP path starting with '/'")
@@ -92,7 +104,7 @@ class _Model(BaseModel):
 
 class HealthProbe(_Model):
     path: Annotated[str, Strict(), AfterValidator(_probe_path)] = "/health"
-    interval_ms: PositiveInt = 5000
+    interval_ms: Annotated[PositiveInt, AfterValidator(_probe_interval)] = 5000
 
 
 class RuneRuntimeConfig(_Model):

@@ -89,6 +89,8 @@ RUNEFILE_FAILING = [
     ("    default: some-model", "    fast: some-model", "default_model", "not a key of models.model_mapping"),
     ("models:\n", "runtime:\n  concurrency_limit: 0\nmodels:\n", "runtime.concurrency_limit", "greater than 0"),
     ("models:\n", "runtime:\n  health_probe:\n    path: health\nmodels:\n", "runtime.health_probe.path", "starting with '/'"),
+    ("models:\n", "runtime:\n  health_probe:\n    interval_ms: 999\nmodels:\n", "runtime.health_probe.interval_ms",
+     "below the floor of 1000 ms"),
     ("models:\n", "runtime:\n  streaming_enabled: yes-please\nmodels:\n", "runtime.streaming_enabled", "boolean"),
     ("models:\n", "runtime:\n  checkpoint_policy: sometimes\nmodels:\n", "runtime.checkpoint_policy", "on_finish"),
     ("models:\n", "runtime:\n  resource_profile: huge\nmodels:\n", "runtime.resource_profile", "small"),

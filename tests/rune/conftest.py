@@ -23,7 +23,7 @@ def add_rune_agent(d: DaemonProcess, name: str = "chat", *, toolset: tuple[str, 
     folder = d.home / "agents" / name
     folder.mkdir(parents=True, exist_ok=True)
     runtime_block = textwrap.indent(textwrap.dedent(runtime).strip(), "  ") if runtime else \
-        "  startup_timeout_ms: 30000\n  health_probe:\n    path: /health\n    interval_ms: 500"
+        "  startup_timeout_ms: 30000\n  health_probe:\n    path: /health\n    interval_ms: 1000"
     (folder / "Runefile").write_text(
         f"name: {name}\n"
         "version: 0.1.0\n"
