@@ -132,6 +132,10 @@ class IsolationConfig(_Section):
     user: str | None = Field(None, min_length=1, description="one fixed account for every agent instead of the range")
     require: bool = Field(False, description="refuse to start unless agents really run as other uids")
     max_processes: int = Field(256, gt=0, le=1_000_000, description="RLIMIT_NPROC of each agent uid")
+    tmp_inodes: int = Field(
+        65536, ge=1024, le=16_777_216,
+        description="most inodes of each agent uid's private /tmp and /dev/shm (and 256 per MiB of disk_mb)",
+    )
     operators_group: str | None = Field(
         None,
         min_length=1,

@@ -70,6 +70,7 @@ CONFIG_TEMPLATE = """\
 # user = "covenant-agent"                  # or one fixed account for every agent
 # require = false                          # true: refuse to start unless agents run as other uids
 # max_processes = 256                      # RLIMIT_NPROC of each agent uid
+# tmp_inodes = 65536                       # most inodes of each agent uid's private /tmp and /dev/shm
 """
 
 GRANTS_TEMPLATE = """\

@@ -28,7 +28,7 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     # covenant.toml is read as a whole, so each feature's section model (kept beside its feature, with the
     # pure parsing it validates with) sits here.
     ("config", ("covenant.config", "covenant.a2a.config", "covenant.a2a.remotes", "covenant.triggers.config",
-                "covenant.triggers.webhook_config", "covenant.logs")),
+                "covenant.triggers.webhook_config", "covenant.fleet.config", "covenant.logs")),
     ("manifest", ("covenant.manifest",)),
     ("policy", ("covenant.policy",)),
     ("audit", ("covenant.audit",)),
@@ -36,7 +36,8 @@ LAYERS: tuple[tuple[str, tuple[str, ...]], ...] = (
     ("capabilities", ("covenant.models", "covenant.tools", "covenant.rune", "covenant.workflow",
                       "covenant.triggers", "covenant.a2a")),
     ("daemon", ("covenant.daemon",)),
-    ("cli", ("covenant.cli", "covenant.client", "covenant.__main__")),
+    # The fleet process is a top-level process of its own, like the CLI (asyncio + nats-py; docs/fleet.md).
+    ("cli", ("covenant.cli", "covenant.client", "covenant.__main__", "covenant.fleet")),
 )
 
 # (importer, imported): each also needs a "# layers:" comment on the import line saying why.

@@ -49,6 +49,7 @@ from covenant.policy._files import atomic_write_text
 from covenant.runtime import _procfs, uidkill
 from covenant.runtime.host import can_switch_uid
 from covenant.runtime.launcher import AgentCredentials, LaunchError
+from covenant.runtime.mountns import DEFAULT_TMP_INODES
 from covenant.runtime.uid_locks import UidLocks, ever_an_agent_uid
 
 __all__ = [
@@ -184,6 +185,7 @@ class Isolation:
         table: _UidTable | None = None,
         fixed: AgentCredentials | None = None,
         max_processes: int = 256,
+        tmp_inodes: int = DEFAULT_TMP_INODES,
         reason: str = "",
     ) -> None:
         self.mode: IsolationMode = mode
@@ -191,6 +193,8 @@ class Isolation:
         self._table = table
         self._fixed = fixed
         self.max_processes = max_processes
+        self.tmp_inodes = tmp_inodes
+        """``[isolation] tmp_inodes``: the most inodes of each agent uid's private /tmp and /dev/shm."""
         self.reason = reason
         """Why agents share covenant's uid (empty in ``uid`` mode)."""
         self.problems: list[str] = []
@@ -345,11 +349,12 @@ def open_isolation(config: IsolationConfig, state_dir: Path) -> Isolation:
             raise ConfigError(f"isolation.user = {config.user!r} is root (uid or gid 0): agents never run as root",
                               field="isolation.user")
         return Isolation("uid", state_dir=state_dir, fixed=AgentCredentials(entry.pw_uid, entry.pw_gid),
-                         max_processes=config.max_processes)
+                         max_processes=config.max_processes, tmp_inodes=config.tmp_inodes)
     low, high = config.uid_range
     locks = UidLocks(str(state_dir.resolve()))
     table = _UidTable(state_dir / "isolation" / _TABLE_NAME, low, high, locks, state_dir / "workspaces")
-    return Isolation("uid", state_dir=state_dir, table=table, max_processes=config.max_processes)
+    return Isolation("uid", state_dir=state_dir, table=table, max_processes=config.max_processes,
+                     tmp_inodes=config.tmp_inodes)
 
 
 def _may(st: os.stat_result, uid: int, gid: int, bits: int) -> bool:

@@ -22,7 +22,7 @@ from covenant.manifest.model import AgentSpec
 from covenant.runtime.environment import agent_environment
 from covenant.runtime.isolation import Isolation
 from covenant.runtime.launcher import AgentCredentials, LaunchError, LaunchPlan
-from covenant.runtime.mountns import MountNamespaces
+from covenant.runtime.mountns import DEFAULT_TMP_INODES, MountNamespaces
 
 __all__ = ["LaunchPlans", "PRIORITY_NICE", "WorkflowNotSupported", "private_tmp_namespaces", "resolve_program"]
 
@@ -59,7 +59,8 @@ def private_tmp_namespaces(
     needed = [str(scratch_root), sys.executable, os.path.dirname(covenant.__file__), *visible]
     needed += [p for p in (resolve_program(config.python3, config.path),
                            resolve_program(config.node, config.path)) if p]
-    spaces = MountNamespaces(scratch_root.parent / "isolation" / "stage", needed)
+    spaces = MountNamespaces(scratch_root.parent / "isolation" / "stage", needed,
+                             max_inodes=isolation.tmp_inodes if isolation is not None else DEFAULT_TMP_INODES)
     problem = None
     if not config.pdeathsig:
         problem = "runtime.pdeathsig = false: agents start without covenant's exec helper, which enters it"

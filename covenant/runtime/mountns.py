@@ -14,9 +14,12 @@ agent's package when they live under /tmp (tests do), interpreters, covenant's
 own code — are bound back: before the new tmpfs covers /tmp, the top-level
 entry of /tmp leading to each is bind-mounted into it.
 
-When the last live run of the uid ends, what it left is measured
-(``statvfs``: counted as the dispatch's disk use) and removed through
-``/proc/<holder>/root``.
+Each tmpfs is capped in bytes (``disk_mb``) and in inodes (``nr_inodes``,
+:meth:`MountNamespaces.inodes_for`): 150,000 empty files take no block but
+~124 MB of the kernel's memory. When the last live run of the uid ends, what
+it left is measured (``statvfs``: counted as the dispatch's disk use) and
+removed through ``/proc/<holder>/root`` (:mod:`covenant.runtime.tree_removal`),
+whatever ``statvfs`` reports: files without a block count as inodes used.
 """
 
 from __future__ import annotations
@@ -30,14 +33,22 @@ import threading
 from collections.abc import Iterable
 from pathlib import Path
 
+from covenant.config import IsolationConfig
 from covenant.runtime import host, teardown
+from covenant.runtime.tree_removal import Removal, empty_dir
 from covenant.runtime.workers import on_a_lasting_thread
 
-__all__ = ["MountNamespaces", "PRIVATE_DIRS"]
+__all__ = ["MountNamespaces", "PRIVATE_DIRS", "DEFAULT_TMP_INODES", "INODES_PER_MIB", "MIN_TMP_INODES"]
 
 log = logging.getLogger("covenant.runtime")
 
 PRIVATE_DIRS = ("/tmp", "/dev/shm")
+DEFAULT_TMP_INODES: int = IsolationConfig.model_fields["tmp_inodes"].default
+"""``[isolation] tmp_inodes``'s default: the most inodes of each private /tmp and /dev/shm (65,536: ~54 MB of the
+kernel's memory when all are used)."""
+INODES_PER_MIB = 256
+"""Inodes per MiB of ``disk_mb`` (one per 4 KiB): a smaller disk gets fewer."""
+MIN_TMP_INODES = 1024
 
 _SETUP = r"""
 import ctypes, json, os, sys
@@ -56,7 +67,7 @@ call("unshare", libc.unshare(0x20000))
 mount(None, "/", None, MS_REC | MS_PRIVATE, None)
 stage = spec["stage"]
 for target, keep in spec["dirs"]:
-    mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=%dk,mode=1777" % spec["size_kib"])
+    mount("tmpfs", stage, "tmpfs", MS_NOSUID | MS_NODEV, "size=%dk,nr_inodes=%d,mode=1777" % (spec["size_kib"], spec["inodes"]))
     for name in keep:
         src, dst = os.path.join(target, name), os.path.join(stage, name)
         if os.path.isdir(src):
@@ -83,9 +94,12 @@ def _kept_entries(target: str, needed: Iterable[str]) -> list[str]:
 
 
 class _Holder:
-    def __init__(self, process: subprocess.Popen[bytes], size_kib: int) -> None:
+    def __init__(self, process: subprocess.Popen[bytes], size_kib: int, baseline: dict[str, int]) -> None:
         self.process = process
         self.size_kib = size_kib
+        self.baseline = baseline
+        """Inodes in use in each private dir when it was made (its root, the entries bound back): more
+        than that later is what the uid left."""
 
     @property
     def namespace(self) -> str:
@@ -97,6 +111,14 @@ class _Holder:
         return self.process.returncode is None and not teardown.child_exited(self.process.pid)
 
 
+def _inodes_used(pid: int, target: str) -> int:
+    try:
+        st = os.statvfs(f"/proc/{pid}/root{target}")
+    except OSError:
+        return 0
+    return st.f_files - st.f_ffree
+
+
 class MountNamespaces:
     """One held mount namespace per agent uid. Blocking methods.
 
@@ -104,9 +126,10 @@ class MountNamespaces:
     the loop's thread or a launch thread (:mod:`covenant.runtime.workers`). Call the others off the loop.
     """
 
-    def __init__(self, stage: Path, always_needed: Iterable[str]) -> None:
+    def __init__(self, stage: Path, always_needed: Iterable[str], *, max_inodes: int = DEFAULT_TMP_INODES) -> None:
         self.stage = stage
         self.always_needed = list(always_needed)
+        self.max_inodes = max_inodes
         self._holders: dict[int, _Holder] = {}
         self._lock = threading.Lock()
         self.holder_pids: frozenset[int] = frozenset()
@@ -160,6 +183,7 @@ class MountNamespaces:
         spec = {
             "stage": str(self.stage),
             "size_kib": size_kib,
+            "inodes": self.inodes_for(size_mb),
             "sleep": self._sleep,
             "dirs": [[target, _kept_entries(target, needed)] for target in PRIVATE_DIRS],
         }
@@ -186,51 +210,53 @@ class MountNamespaces:
             process.kill()
             process.wait()
             raise OSError(f"cannot make a private /tmp and /dev/shm: {line or 'the setup process died'}")
-        return _Holder(process, size_kib)
+        return _Holder(process, size_kib, {target: _inodes_used(process.pid, target) for target in PRIVATE_DIRS})
 
-    def used_bytes(self, uid: int) -> int:
-        """Bytes in ``uid``'s private dirs now (two ``statvfs`` on tmpfs: memory only, ~10 µs)."""
+    def inodes_for(self, size_mb: int) -> int:
+        """``nr_inodes`` of a private dir of ``size_mb``: :data:`INODES_PER_MIB` per MiB, at least
+        :data:`MIN_TMP_INODES`, at most ``[isolation] tmp_inodes``."""
+        return min(self.max_inodes, max(MIN_TMP_INODES, size_mb * INODES_PER_MIB))
+
+    def dirty(self, uid: int) -> bool:
+        """Did ``uid`` leave anything in its private dirs: a block, or an inode more than they were made with
+        (empty files take no block)? Two ``statvfs`` on tmpfs: memory only, ~10 µs."""
         with self._lock:
             holder = self._holders.get(uid)
         if holder is None or not holder.alive():
-            return 0
-        total = 0
+            return False
         for target in PRIVATE_DIRS:
             try:
                 st = os.statvfs(f"/proc/{holder.process.pid}/root{target}")
             except OSError:
-                continue
-            total += (st.f_blocks - st.f_bfree) * st.f_frsize
-        return total
+                return True  # cannot tell: look
+            if st.f_blocks != st.f_bfree or st.f_files - st.f_ffree > holder.baseline.get(target, 0):
+                return True
+        return False
 
-    def collect(self, uid: int) -> int:
-        """Bytes ``uid`` left in its private dirs, which are then emptied (the bound-back entries stay)."""
+    def collect(self, uid: int) -> Removal:
+        """Empty ``uid``'s private dirs, with its rights (the bound-back entries stay); ``bytes`` is what they
+        held (``statvfs``: counted as the dispatch's disk use)."""
         with self._lock:
             holder = self._holders.get(uid)
         if holder is None or not holder.alive():
-            return 0
-        total = 0
+            return Removal()
+        removal = Removal()
         root = f"/proc/{holder.process.pid}/root"
         for target in PRIVATE_DIRS:
             inside = root + target
             try:
                 st = os.statvfs(inside)
-                total += (st.f_blocks - st.f_bfree) * st.f_frsize
-                private_dev = os.stat(inside).st_dev
-                entries = list(os.scandir(inside))
-            except OSError:
+                fd = os.open(inside, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
+            except OSError as exc:
+                removal += Removal.failed(f"{target}: cannot open it ({exc.strerror})")
                 continue
-            for entry in entries:
-                try:
-                    if entry.stat(follow_symlinks=False).st_dev != private_dev:
-                        continue  # bound back from the host: never the agent's to lose
-                    if entry.is_dir(follow_symlinks=False):
-                        shutil.rmtree(entry.path, ignore_errors=True)
-                    else:
-                        os.unlink(entry.path)
-                except OSError:
-                    continue
-        return total
+            try:
+                emptied = empty_dir(fd, uid)
+            finally:
+                os.close(fd)
+            removal += Removal((st.f_blocks - st.f_bfree) * st.f_frsize, emptied.complete,
+                               f"{target}/{emptied.reason}" if emptied.reason else None, emptied.left)
+        return removal
 
     def close(self) -> None:
         """Stop every holder (their namespaces and tmpfs contents go with them)."""

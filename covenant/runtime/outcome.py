@@ -11,12 +11,12 @@ from __future__ import annotations
 import time
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict
+from pydantic import BaseModel, ConfigDict, Field
 
 from covenant.clock import iso_now
 from covenant.errors import ExitCode
 
-__all__ = ["Outcome", "OUTCOMES", "outcome_exit_code", "DispatchRecord"]
+__all__ = ["Outcome", "OUTCOMES", "outcome_exit_code", "Cleanup", "DispatchRecord"]
 
 Outcome = Literal[
     "ok",
@@ -67,6 +67,16 @@ def outcome_exit_code(outcome: Outcome) -> int:
     if outcome == "cancelled":
         return ExitCode.UNREACHABLE
     return ExitCode.AGENT_FAILED
+
+
+class Cleanup(BaseModel):
+    """Whether what the run left (its scratch dir; as its uid's last run, the uid's /tmp and /dev/shm) was all
+    removed; ``reason`` names the first entry left and why when not (docs/runtime.md)."""
+
+    model_config = ConfigDict(extra="forbid", frozen=True)
+
+    complete: bool = True
+    reason: str | None = None
 
 
 class DispatchRecord(BaseModel):
@@ -124,6 +134,8 @@ class DispatchRecord(BaseModel):
     peer_uid: int | None = None
     """uid of the local client (SO_PEERCRED) that submitted the dispatch; it may read this record.
     None for `covenant run` and for records written before it was kept."""
+    cleanup: Cleanup = Field(default_factory=Cleanup)
+    """Was everything the run left removed (any depth, never through a link, with the agent uid's rights)?"""
 
     @classmethod
     def without_process(cls, *, t0: float, **fields: Any) -> DispatchRecord:

@@ -60,6 +60,7 @@ from covenant.runtime.teardown import KILL_WAIT_S
 from covenant.runtime.toolrun import ToolRun, tool_run_record
 from covenant.runtime.uid_leases import Released, UidLeases
 from covenant.runtime.workers import WorkerThreads
+from covenant.runtime.tree_removal import Removal
 from covenant.runtime.verdict import build_record
 from covenant.runtime.watch import RunWatch
 
@@ -314,10 +315,10 @@ class Runner:
             base["uid"] = creds.uid
         if cancelled_while_starting is not None:
             dispatch.decide("cancelled", cancelled_while_starting)  # before it is supervised: never released
-        scratch_bytes = await self._run_to_end(dispatch, scratch, creds, intent_line(payload), on_spawned)
+        left = await self._run_to_end(dispatch, scratch, creds, intent_line(payload), on_spawned)
         if dispatch.hook_error is not None:
             raise dispatch.hook_error
-        return build_record(dispatch, base, t0, scratch_bytes, self.config.stderr_tail_bytes)
+        return build_record(dispatch, base, t0, left, self.config.stderr_tail_bytes)
 
     def never_started(self, agent: AgentSpec, intent_id: str, outcome: Outcome, error: str, *, t0: float) -> DispatchRecord:
         """The record of an intent whose agent never started, e.g. one cancelled while it waited for a slot
@@ -374,8 +375,8 @@ class Runner:
         run = RunState(agent, run_id, launched, limits, wall_ms / 1000, cpu_ms)
         if on_started is not None:
             on_started(run)
-        scratch_bytes = await self._run_to_end(run, scratch, creds, document, None)
-        return tool_run_record(run, t0, scratch_bytes, self.config.stderr_tail_bytes)
+        left = await self._run_to_end(run, scratch, creds, document, None)
+        return tool_run_record(run, t0, left.bytes, self.config.stderr_tail_bytes)
 
     async def launch(self, plan: LaunchPlan, agent: AgentSpec) -> Launched:
         """Launch ``plan``, a process of ``agent``, in its uid's private /tmp (raises LaunchError/OSError).
@@ -432,17 +433,19 @@ class Runner:
 
     async def _run_to_end(
         self, d: RunState, scratch: str, creds: AgentCredentials | None, stdin: bytes, on_spawned: SpawnHook | None
-    ) -> int:
-        """Supervise a started run until its whole tree is gone; return the bytes it left behind.
+    ) -> Removal:
+        """Supervise a started run until its whole tree is gone; return what it left behind, removed.
 
-        Those are what is left in its scratch dir, plus, when it was the last
-        live run of its uid, what the uid left in the shared temp dirs.
+        That is what is left in its scratch dir, plus, when it was the last
+        live run of its uid, what the uid left in its temp dirs; never raises
+        for what the agent made there (any depth, links, modes: the removal
+        says what it could not remove, :mod:`covenant.runtime.tree_removal`).
         """
         self._dispatches.add(d)
         if self._stopping:  # cancel_all came while this run was being spawned: its agent is never released
             d.decide("cancelled", _STOPPING)
         self.sampler.register(d.tree, d.check_limits)
-        scratch_bytes = 0
+        left = Removal()
         try:
             try:
                 await self._supervise(d, stdin, on_spawned)
@@ -454,11 +457,11 @@ class Runner:
                     await self._finish(d)
                     released = await self.uids.release(creds, d.agent.id, d.intent_id) if creds is not None else Released()
                     d.left_behind += released.killed
-                    scratch_bytes = await self.scratch.give_back(scratch) + released.left_bytes
+                    left = await self.scratch.give_back(scratch) + released.left
         finally:
             self.sampler.unregister(d.tree)
             self._dispatches.discard(d)
-        return scratch_bytes
+        return left
 
     async def _supervise(self, d: RunState, line: bytes, on_spawned: SpawnHook | None) -> None:
         """Release the agent, then feed, read and watch until the root exits or a limit is crossed.

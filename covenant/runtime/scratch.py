@@ -10,7 +10,9 @@ disk is idle and several ms when another process is syncing the journal
   that uid gets it after ``lstat`` and ``listdir`` show it is still an empty
   0700 dir of that uid; anything else about it and it is removed instead;
 - a dir an agent left files in is measured and removed by the dispatch itself
-  before its record is made (its size is part of the record);
+  before its record is made (its size is part of the record), with the agent
+  uid's rights and at any depth (:mod:`covenant.runtime.tree_removal`): what
+  cannot be removed is said in the record (``cleanup``) and the log;
 - a background task keeps a few fresh dirs ready for uids with none to reuse,
   and removes the surplus, in one worker-thread hop per batch (or after a second).
 
@@ -20,16 +22,20 @@ disk is idle and several ms when another process is syncing the journal
 from __future__ import annotations
 
 import contextlib
+import logging
 import math
 import os
-import shutil
 import stat
 import tempfile
 from pathlib import Path
 
 import trio
 
-__all__ = ["ScratchDirs", "measure_and_remove", "remove_owned_entries"]
+from covenant.runtime.tree_removal import Removal, remove_tree
+
+__all__ = ["ScratchDirs"]
+
+log = logging.getLogger("covenant.runtime")
 
 _SPARE = 8
 """Fresh dirs kept ready: enough for a burst of concurrent dispatches."""
@@ -39,49 +45,6 @@ _REUSE_PER_UID = 4
 """Empty dirs kept for reuse per uid (more concurrent runs of one uid get fresh ones)."""
 _REUSE_TOTAL = 256
 """Empty dirs kept for reuse over all uids."""
-
-
-def measure_and_remove(path: str) -> int:
-    """Total apparent size of the files under ``path``, then delete it (blocking)."""
-    total = 0
-    for dirpath, _dirnames, filenames in os.walk(path):
-        for name in filenames:
-            try:
-                total += os.lstat(os.path.join(dirpath, name)).st_size
-            except OSError:
-                continue
-    shutil.rmtree(path, ignore_errors=True)
-    return total
-
-
-def remove_owned_entries(dirs: tuple[str, ...], uid: int) -> int:
-    """Remove every entry directly in ``dirs`` that ``uid`` owns; return their total size (blocking).
-
-    For shared world-writable dirs (``/tmp``, ``/dev/shm``) after an agent
-    uid's last run: what it left there is measured and removed.
-    """
-    total = 0
-    for parent in dirs:
-        try:
-            entries = list(os.scandir(parent))
-        except OSError:
-            continue
-        for entry in entries:
-            try:
-                st = entry.stat(follow_symlinks=False)
-            except OSError:
-                continue
-            if st.st_uid != uid:
-                continue
-            if entry.is_dir(follow_symlinks=False):
-                total += measure_and_remove(entry.path)
-            else:
-                total += st.st_size
-                try:
-                    os.unlink(entry.path)
-                except OSError:
-                    pass
-    return total
 
 
 class ScratchDirs:
@@ -128,13 +91,14 @@ class ScratchDirs:
             self._doom(path)  # changed since it was given back: removed (and measured) the usual way
         return None
 
-    async def give_back(self, path: str) -> int:
-        """Bytes the dispatch left in ``path``; an empty dir is kept for its owner's next run or removed."""
+    async def give_back(self, path: str) -> Removal:
+        """What the dispatch left in ``path`` (removed now, its bytes measured); an empty dir is kept for its
+        owner's next run or removed behind."""
         try:
             empty = not os.listdir(path)
             owner = os.lstat(path).st_uid
         except FileNotFoundError:
-            return 0
+            return Removal()
         except OSError:
             empty = False
         if empty:
@@ -144,8 +108,16 @@ class ScratchDirs:
                 self._reusable_count += 1
             else:
                 self._doom(path)
-            return 0
-        return await trio.to_thread.run_sync(measure_and_remove, path)
+            return Removal()
+        removal = await trio.to_thread.run_sync(remove_tree, path)
+        if not removal.complete:
+            self._report(path, removal)
+        return removal
+
+    @staticmethod
+    def _report(path: str, removal: Removal) -> None:
+        log.warning("a scratch dir could not be removed whole",
+                    extra={"path": path, "reason": removal.reason, "left": removal.left})
 
     def _doom(self, path: str) -> None:
         self._doomed.append(path)
@@ -161,8 +133,10 @@ class ScratchDirs:
             except NotADirectoryError:  # no longer a dir: remove the entry, never what a link points at
                 with contextlib.suppress(OSError):
                     os.unlink(path)
-            except OSError:
-                measure_and_remove(path)  # something appeared after the check
+            except OSError:  # something appeared after the check
+                removal = remove_tree(path)
+                if not removal.complete:
+                    self._report(path, removal)
         return [self.make() for _ in range(make)]
 
     async def run(self) -> None:

@@ -24,8 +24,8 @@ from covenant.runtime.isolation import Isolation
 from covenant.runtime.launcher import AgentCredentials
 from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.mountns import MountNamespaces
-from covenant.runtime.scratch import remove_owned_entries
 from covenant.runtime.teardown import KILL_WAIT_S
+from covenant.runtime.tree_removal import Removal, remove_owned_entries
 
 __all__ = ["UidLeases", "Released", "SHARED_TMP_DIRS"]
 
@@ -40,8 +40,9 @@ uid left there is removed and counted after its last run."""
 class Released:
     """What :meth:`UidLeases.release` found when it swept an agent uid."""
 
-    left_bytes: int = 0
-    """Bytes the uid left in its /tmp and /dev/shm (counted as the dispatch's disk use), now removed."""
+    left: Removal = Removal()
+    """What the uid left in its /tmp and /dev/shm, now removed: its bytes count as the dispatch's disk use,
+    and what could not be removed goes in the dispatch record (``cleanup``)."""
     killed: int = 0
     """Live processes of the uid covenant had adopted (escapes from their run's tree), now killed."""
 
@@ -105,8 +106,8 @@ class UidLeases:
         tree: setsid, double fork, emptied environment; see
         :meth:`strangers` for when), reaps those covenant adopted, and
         empties the uid's private /tmp and /dev/shm (or removes what it left
-        in :data:`SHARED_TMP_DIRS`); returns those bytes (they count as the
-        dispatch's disk use) and how many live processes of the uid covenant
+        in :data:`SHARED_TMP_DIRS`); returns that removal (its bytes count as
+        the dispatch's disk use) and how many live processes of the uid covenant
         had adopted and killed (without child subreaper the kill is blind: 0).
         When only resident roots of the uid are left (a Rune replica, stdio
         MCP servers: the run was a tool run, or one of them stopped), the
@@ -164,10 +165,15 @@ class UidLeases:
         else:
             self.reap_zombies(strangers)
         if self.mount_namespaces is not None:
-            if not self.mount_namespaces.used_bytes(creds.uid):
-                return Released(0, killed)  # nothing left there (the usual case): no thread hop
-            return Released(await trio.to_thread.run_sync(self.mount_namespaces.collect, creds.uid), killed)
-        return Released(await trio.to_thread.run_sync(remove_owned_entries, SHARED_TMP_DIRS, creds.uid), killed)
+            if not self.mount_namespaces.dirty(creds.uid):
+                return Released(Removal(), killed)  # nothing left there (the usual case): no thread hop
+            left = await trio.to_thread.run_sync(self.mount_namespaces.collect, creds.uid)
+        else:
+            left = await trio.to_thread.run_sync(remove_owned_entries, SHARED_TMP_DIRS, creds.uid)
+        if not left.complete:
+            log.warning("files an agent left could not all be removed", extra={
+                "agent": agent_id, "intent": intent_id, "uid": creds.uid, "reason": left.reason, "left": left.left})
+        return Released(left, killed)
 
     async def end_adopted_orphans(self, marker: str | None = None) -> None:
         """SIGKILL and reap the orphans covenant adopted as child subreaper: those whose environment

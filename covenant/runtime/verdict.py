@@ -12,8 +12,9 @@ from typing import Any
 
 from covenant.clock import iso_now
 from covenant.runtime.contract import parse_output
-from covenant.runtime.outcome import DispatchRecord, Outcome
+from covenant.runtime.outcome import Cleanup, DispatchRecord, Outcome
 from covenant.runtime.run_state import RunState
+from covenant.runtime.tree_removal import Removal
 
 __all__ = ["build_record", "classify"]
 
@@ -21,9 +22,11 @@ _MIB = 1024 * 1024
 
 
 def build_record(
-    d: RunState, base: dict[str, Any], t0: float, scratch_bytes: int, stderr_tail_bytes: int
+    d: RunState, base: dict[str, Any], t0: float, left: Removal, stderr_tail_bytes: int
 ) -> DispatchRecord:
-    """The record of a finished run: ``base`` (ids, limits, start) plus how it ended."""
+    """The record of a finished run: ``base`` (ids, limits, start) plus how it ended; ``left`` is what it
+    left behind, removed (its bytes, and whether the removal was complete)."""
+    scratch_bytes = left.bytes
     status = d.launched.status
     exit_code = status.exit_code if status else None
     sig = status.signal if status else None
@@ -54,6 +57,7 @@ def build_record(
         network_enforced=d.launched.network_enforced,
         left_behind=d.left_behind,
         stderr_unlogged_bytes=d.stderr_unlogged_bytes,
+        cleanup=Cleanup(complete=left.complete, reason=left.reason),
     )
 
 def classify(

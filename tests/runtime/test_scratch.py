@@ -10,6 +10,7 @@ import pytest
 import trio
 
 from covenant.runtime.scratch import ScratchDirs
+from covenant.runtime.tree_removal import Removal
 
 root_only = pytest.mark.skipif(os.geteuid() != 0, reason="chown to another uid needs root")
 ALICE, BOB = 62101, 62102
@@ -18,7 +19,7 @@ ALICE, BOB = 62101, 62102
 def given_back(dirs: ScratchDirs, uid: int) -> str:
     path = dirs.make()
     os.chown(path, uid, uid)
-    assert trio.run(dirs.give_back, path) == 0
+    assert trio.run(dirs.give_back, path) == Removal()
     return path
 
 
