@@ -33,9 +33,12 @@ __all__ = [
     "SCHEDULE_FIRE",
     "SCHEDULE_SKIPPED",
     "WEBHOOK_REQUEST",
+    "FLEET_DELIVERY",
+    "FLEET_ACK",
     "EVENT_TYPES",
     "text_digest",
     "encode_event_data",
+    "fleet_event_data",
 ]
 
 DAEMON_START = "daemon.start"
@@ -61,6 +64,8 @@ A2A_REQUEST = "a2a.request"
 A2A_CALL = "a2a.call"
 AGENT_SPAWN = "agent.spawn"
 AGENT_KILL = "agent.kill"
+FLEET_DELIVERY = "fleet.delivery"
+FLEET_ACK = "fleet.ack"
 
 EVENT_TYPES = frozenset(
     {
@@ -87,8 +92,18 @@ EVENT_TYPES = frozenset(
         A2A_CALL,
         AGENT_SPAWN,
         AGENT_KILL,
+        FLEET_DELIVERY,
+        FLEET_ACK,
     }
 )
+
+# The fields of the two events `covenant fleet` has its daemon record (docs/audit.md), each with its type.
+_FLEET_FIELDS: dict[str, dict[str, type]] = {
+    FLEET_DELIVERY: {"intent": str, "delivery": int, "consumer": str, "host": str},
+    FLEET_ACK: {"intent": str, "outcome": str, "delivery": int, "ack": str},
+}
+_FLEET_ACKS = frozenset({"ack", "term", "nak"})
+_FLEET_TEXT_MAX = 256
 
 
 def text_digest(text: str, store_text: bool) -> dict[str, Any]:
@@ -153,3 +168,28 @@ def encode_event_data(type_: str, data: dict[str, Any], *, writer: bool = False)
         return canonical_bytes(data)
     except (ValueError, UnicodeEncodeError) as exc:
         raise AuditDataError(f"audit data for {type_} cannot be encoded: {exc}") from None
+
+
+def fleet_event_data(type_: Any, data: Any) -> dict[str, Any]:
+    """The data of a ``fleet.delivery`` or ``fleet.ack`` event as the fleet process sent it, checked.
+
+    Exactly the documented fields, each of its type (strings of 1-256 characters, a delivery
+    number from 1, ``ack`` one of ack, term, nak); anything else raises AuditDataError naming it.
+    """
+    fields = _FLEET_FIELDS.get(type_) if isinstance(type_, str) else None
+    if fields is None:
+        raise AuditDataError(f"type must be one of {', '.join(sorted(_FLEET_FIELDS))}, not {type_!r}")
+    if type(data) is not dict or set(data) != set(fields):
+        got = sorted(data) if type(data) is dict else type(data).__name__
+        raise AuditDataError(f"{type_} data must have exactly the fields {', '.join(sorted(fields))}; got {got}")
+    for name, kind in fields.items():
+        value = data[name]
+        if type(value) is not kind:
+            raise AuditDataError(f"{type_} data.{name} must be a {kind.__name__}, not {type(value).__name__}")
+        if kind is str and not 0 < len(value) <= _FLEET_TEXT_MAX:
+            raise AuditDataError(f"{type_} data.{name} must be 1-{_FLEET_TEXT_MAX} characters")
+        if kind is int and not 0 < value < 2**31:
+            raise AuditDataError(f"{type_} data.{name} must be a delivery number from 1")
+    if type_ == FLEET_ACK and data["ack"] not in _FLEET_ACKS:
+        raise AuditDataError(f"fleet.ack data.ack must be one of {', '.join(sorted(_FLEET_ACKS))}")
+    return dict(data)

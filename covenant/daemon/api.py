@@ -20,6 +20,8 @@ from urllib.parse import parse_qs
 import trio
 
 from covenant import outside_json
+from covenant.audit.errors import AuditDataError
+from covenant.audit.events import fleet_event_data
 from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.server import ClientGone, Peer
 from covenant.daemon.service import Daemon
@@ -110,6 +112,7 @@ class ControlAPI:
             ("POST", re.compile(r"/v1/replicas/(?P<agent_id>[^/]+)/restart"), self._restart_replica),
             ("GET", re.compile(r"/v1/dispatches"), self._dispatches),
             ("GET", re.compile(r"/v1/dispatches/(?P<intent_id>[^/]+)"), self._dispatch_record),
+            ("POST", re.compile(r"/v1/fleet/events"), self._fleet_event),
         ]
 
     async def __call__(self, scope: dict, receive: Receive, send: Send) -> None:
@@ -282,6 +285,19 @@ class ControlAPI:
         if record is None:
             raise ApiError("not_found", f"no dispatch record for intent {intent_id!r}", 404)
         return record.model_dump(mode="json")
+
+    async def _fleet_event(self, *, scope: dict, receive: Receive) -> Any:
+        """Record ``fleet.delivery`` or ``fleet.ack`` for ``covenant fleet``, which holds no key (docs/fleet.md).
+
+        Administrative, like reload: the fleet process runs as root or as the daemon's uid.
+        """
+        self._require_admin(scope)
+        body = await self._json_body(receive)
+        try:
+            data = fleet_event_data(body.get("type"), body.get("data"))
+        except AuditDataError as exc:
+            raise ApiError("bad_request", exc.message, 400) from None
+        return {"seq": await self.daemon.audit.record(body["type"], data)}
 
     async def _logs(self, scope: dict, receive: Receive, send: Send) -> None:
         """Server-sent events: recent lines, then (with follow=1) live lines until the client leaves.
