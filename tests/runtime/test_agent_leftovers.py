@@ -48,7 +48,7 @@ elif what == "files":
         report["error"] = exc.strerror
     report["made"] = made
 report["home"] = os.listdir(os.environ["HOME"])
-report["tmp"] = len(os.listdir("/tmp"))
+report["tmp"] = sorted(os.listdir("/tmp"))
 print(json.dumps({"intent_id": intent["id"], "status": "ok", "text": json.dumps(report), "sources": []}))
 """
 
@@ -72,11 +72,12 @@ def runs(folder: Path, texts: list[str], disk_mb: int = 8):  # type: ignore[no-u
 
 @root_only
 def test_a_1000_level_tree_in_home_and_tmp_is_removed_and_the_record_says_so(agent_reachable_dir: Path) -> None:
-    deep, after = runs(agent_reachable_dir, ["deep", "look"])
+    before, deep, after = runs(agent_reachable_dir, ["look", "deep", "look"])
     assert deep.outcome == "ok", deep.error
     assert deep.cleanup.complete and deep.cleanup.reason is None, deep.cleanup
     report = json.loads(after.result["text"])
-    assert report["home"] == [] and report["tmp"] == 1  # a fresh HOME; /tmp holds only the home bound back
+    assert report["home"] == []  # a fresh HOME
+    assert report["tmp"] == json.loads(before.result["text"])["tmp"]  # only what is bound back from the host
     assert not list((agent_reachable_dir / "scratch").glob("dispatch-*/d"))
 
 
@@ -86,8 +87,8 @@ def test_empty_files_past_the_inode_cap_are_refused_and_cleaned(agent_reachable_
     though its byte count says nothing is there."""
     disk_mb = 8
     cap = min(DEFAULT_TMP_INODES, max(MIN_TMP_INODES, disk_mb * INODES_PER_MIB))
-    filled, after = runs(agent_reachable_dir, ["files", "look"], disk_mb=disk_mb)
+    before, filled, after = runs(agent_reachable_dir, ["look", "files", "look"], disk_mb=disk_mb)
     report = json.loads(filled.result["text"])
     assert report["error"] == "No space left on device" and report["made"] < cap, report
     assert filled.cleanup.complete
-    assert json.loads(after.result["text"])["tmp"] == 1
+    assert json.loads(after.result["text"])["tmp"] == json.loads(before.result["text"])["tmp"]
