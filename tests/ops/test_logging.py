@@ -6,6 +6,7 @@ import json
 import logging
 import os
 import re
+import stat
 import subprocess
 import sys
 import textwrap
@@ -23,6 +24,7 @@ from covenant.logs import (
     setup_logging,
     syslog_priority,
 )
+from tests.conftest import REPO_ROOT
 
 LOGFMT_PAIR = re.compile(r'([^\s=]+)=("(?:[^"\\]|\\.)*"|[^\s"]*)')
 
@@ -316,3 +318,47 @@ def test_stdout_target_and_no_propagation_to_root() -> None:
     out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=30)
     assert out.stderr == "", out.stderr
     assert json.loads(out.stdout)["intent"] == "i1", out.stdout
+
+
+def test_a_file_target_is_readable_by_the_daemon_and_its_group_only(
+    tmp_path: Path, restore_covenant_logger: logging.Logger
+) -> None:
+    """0640 with the daemon's group, 0600 otherwise; a 0644 file of its own is narrowed, at the reopen after a
+    logrotate too (an agent read another agent's stderr from a 0644 log)."""
+    log_file = tmp_path / "d.log"
+    setup_logging(LogSettings("info", "logfmt", f"file:{log_file}"))
+    logging.getLogger("covenant.runtime").info("agent stderr", extra={"line": "DB_PASSWORD=hunter2"})
+    assert stat.S_IMODE(log_file.stat().st_mode) == 0o640 and log_file.stat().st_gid == os.getegid()
+    log_file.rename(tmp_path / "d.log.1")  # logrotate moves it; the next line reopens the path
+    log_file.write_text("")
+    log_file.chmod(0o644)
+    logging.getLogger("covenant.runtime").info("after rotation")
+    assert stat.S_IMODE(log_file.stat().st_mode) == 0o640
+    assert "after rotation" in log_file.read_text()
+    if os.geteuid() == 0:
+        other = tmp_path / "other-group.log"
+        other.write_text("")
+        os.chown(other, 0, 12345)
+        other.chmod(0o664)
+        setup_logging(LogSettings("info", "logfmt", f"file:{other}"))
+        assert stat.S_IMODE(other.stat().st_mode) == 0o600  # not the daemon's group: nobody else
+
+
+@pytest.mark.skipif(os.geteuid() != 0, reason="a file of another uid needs root to make")
+def test_a_file_target_others_may_read_and_the_daemon_cannot_narrow_is_refused(agent_reachable_dir: Path) -> None:
+    target = agent_reachable_dir / "theirs.log"
+    target.write_text("")
+    os.chown(target, 62121, 62121)
+    target.chmod(0o666)
+    code = textwrap.dedent(f"""
+        from covenant.errors import ConfigError
+        from covenant.logs import LogSettings, setup_logging
+        try:
+            setup_logging(LogSettings("info", "logfmt", "file:{target}"))
+        except ConfigError as exc:
+            print(exc.message)
+    """)
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, user=62122,
+                          group=62122, extra_groups=[], cwd=REPO_ROOT)
+    assert "others may read it" in done.stdout, done.stdout + done.stderr
+    assert stat.S_IMODE(target.stat().st_mode) == 0o666
