@@ -130,3 +130,51 @@ def test_tmpfiles_creates_the_layout(tmp_path: Path) -> None:
     link = root / "var/lib/covenant/covenant.toml"
     assert link.is_symlink() and str(link.readlink()) == "/etc/covenant/covenant.toml"
 
+
+
+def test_the_fleet_unit_verifies_beside_the_daemon_units(tmp_path: Path) -> None:
+    tool = require_tool("systemd-analyze")
+    service, socket_unit = verifiable_copy(tmp_path)
+    rewritten, count = re.subn(r"^ExecStart=/usr/local/bin/covenant ", f"ExecStart={installed_covenant()} ",
+                               (UNITS / "covenant-fleet.service").read_text(), flags=re.M)
+    assert count == 1, "covenant-fleet.service must have exactly one ExecStart=/usr/local/bin/covenant line"
+    fleet = tmp_path / "covenant-fleet.service"
+    fleet.write_text(rewritten)
+    out = subprocess.run([tool, "verify", str(fleet), str(service), str(socket_unit)], capture_output=True, text=True,
+                         timeout=120)
+    complaints = [line for line in (out.stdout + out.stderr).splitlines() if "covenant" in line]
+    assert out.returncode == 0 and not complaints, out.stdout + out.stderr
+
+
+def test_the_fleet_unit_security_exposure_is_at_most_2_0() -> None:
+    tool = require_tool("systemd-analyze")
+    out = subprocess.run([tool, "security", "--offline=yes", str(UNITS / "covenant-fleet.service")],
+                         capture_output=True, text=True, timeout=120)
+    match = re.search(r"Overall exposure level for covenant-fleet\.service: (\d+\.\d+)", out.stdout + out.stderr)
+    assert match, out.stdout + out.stderr
+    assert float(match.group(1)) <= 2.0, out.stdout  # no capabilities, no namespaces, no @mount: far below the daemon
+
+
+def test_the_fleet_unit_is_hardened_like_the_daemon_unit() -> None:
+    fleet, daemon = directives(UNITS / "covenant-fleet.service"), directives(UNITS / "covenant.service")
+    assert fleet["ExecStart"] == ["/usr/local/bin/covenant fleet"]
+    assert fleet["BindsTo"] == ["covenant.service"] and "covenant.service" in fleet["After"][0].split()
+    # The daemon's user (POST /v1/fleet/events is for root or the daemon's uid), home and socket.
+    for key in ("User", "Group", "UMask", "Environment", "WorkingDirectory"):
+        assert fleet[key] == daemon[key], key
+    # Every switch the daemon's unit turns on is on here too, but the one that keeps its own runtime directory.
+    for key, values in daemon.items():
+        if values == ["yes"] and key != "RuntimeDirectoryPreserve":
+            assert fleet.get(key) == ["yes"], key
+    assert fleet["ProtectSystem"] == daemon["ProtectSystem"] == ["strict"]
+    assert fleet["SystemCallArchitectures"] == ["native"]
+    # Stricter than the daemon, which runs agents: no capabilities, no namespaces, no @mount, /proc shows only itself.
+    assert fleet["CapabilityBoundingSet"] == [""] and fleet["AmbientCapabilities"] == [""]
+    assert fleet["RestrictNamespaces"] == ["yes"] and fleet["ProtectProc"] == ["invisible"]
+    assert "@mount" not in fleet["SystemCallFilter"][0] and "@mount" in fleet["SystemCallFilter"][1]
+    assert set(fleet["RestrictAddressFamilies"][0].split()) == {"AF_UNIX", "AF_INET", "AF_INET6"}
+    # It owns no directory of the daemon's (a second owner would remove /run/covenant when it stops) and writes nothing.
+    for key in ("StateDirectory", "RuntimeDirectory", "ConfigurationDirectory", "ReadWritePaths"):
+        assert key not in fleet, key
+    # It drains like the daemon: SIGTERM to it, the same time to finish what is in flight.
+    assert fleet["TimeoutStopSec"] == daemon["TimeoutStopSec"] and fleet["KillMode"] == ["mixed"]
