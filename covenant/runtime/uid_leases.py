@@ -147,7 +147,7 @@ class UidLeases:
         if ended:
             log.warning("killed processes agents left behind", extra={"agent": agent_id, "intent": intent_id,
                                                                        "pids": sorted(ended)})
-        return Released(0, len(ended))
+        return Released(killed=len(ended))
 
     async def _sweep_uid(self, creds: AgentCredentials, agent_id: str, intent_id: str) -> Released:
         """The uid's last live root ended: kill every process of it, reap those covenant adopted, and empty
