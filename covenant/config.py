@@ -129,6 +129,11 @@ class IsolationConfig(_Section):
     uid_range: tuple[int, int] = Field(
         (61184, 65519), description="per-agent uids are allocated from this inclusive range"
     )
+    spawned_uids: int = Field(
+        256, ge=0, le=1_000_000,
+        description="the top this many uids of uid_range (at most an eighth of it) are for agents made by "
+        "rune@agent-spawn, and only for them",
+    )
     user: str | None = Field(None, min_length=1, description="one fixed account for every agent instead of the range")
     require: bool = Field(False, description="refuse to start unless agents really run as other uids")
     max_processes: int = Field(256, gt=0, le=1_000_000, description="RLIMIT_NPROC of each agent uid")

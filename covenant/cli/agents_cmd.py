@@ -121,7 +121,7 @@ def list_agents(cli: CliContext, as_json: bool) -> None:
     """List the valid agents of the home's agents folder.
 
     With a running daemon, what it has loaded, and the agents made by rune@agent-spawn: a line
-    "NAME@spawned: spawned by AGENT for ISSUER, expires TIME" each (--json: "spawned").
+    "NAME@spawned-KEYID: spawned by AGENT for ISSUER, expires TIME" each (--json: "spawned").
     """
     registry, spawned = _load_registry(cli.home)
     specs = [registry.agents[k] for k in sorted(registry.agents)]

@@ -81,11 +81,13 @@ class DaemonAgentCalls:
         if caller is None:
             return []
         mine = set(caller.runefile.networks)
+        link = self.daemon.chain.get(ctx.intent_id)
+        issuer = link.issuer.pubkey if link is not None else None
         out = []
         for agent_id, package in sorted(loaded.packages.items()):
             spawned = self.daemon.agents.spawned.live.get(agent_id)
-            if spawned is not None and spawned.spawner != ctx.agent.id:
-                continue  # another agent's spawned helper: not this one's to see
+            if spawned is not None and (spawned.spawner != ctx.agent.id or spawned.issuer != issuer):
+                continue  # another agent's or another issuer's spawned helper: not this one's to see
             shared = mine & set(package.runefile.networks)
             if shared:
                 out.append({

@@ -20,6 +20,7 @@ from urllib.parse import parse_qs
 import trio
 
 from covenant import outside_json
+from covenant.spawned_ids import is_spawned_id
 from covenant.audit.errors import AuditDataError
 from covenant.audit.events import fleet_event_data
 from covenant.daemon.logstream import LogBroadcaster
@@ -243,18 +244,28 @@ class ControlAPI:
         self._require_admin(scope)
         return await self.daemon.agents.restart_replica(agent_id)
 
+    def _sees_spawned(self, scope: dict) -> bool:
+        """Agents made by rune@agent-spawn are their spawner's and issuer's alone: listed for those who see every
+        dispatch record (root, the daemon's uid, ``[isolation] operators_group``) only."""
+        peer = _peer(scope)
+        return peer is not None and sees_every_record(peer, self.daemon.config.isolation.operators_group)
+
     async def _agents(self, *, scope: dict, receive: Receive) -> Any:
         loaded = self.daemon.agents.loaded
+        everyone = self._sees_spawned(scope)
         return {
-            "agents": [a.model_dump(mode="json") for _, a in sorted(loaded.agents.items())],
+            "agents": [a.model_dump(mode="json") for agent_id, a in sorted(loaded.agents.items())
+                       if everyone or not is_spawned_id(agent_id)],
             "problems": [p.to_json() for p in loaded.problems],
             "notes": [n.to_json() for n in loaded.notes],
             "withdrawn": sorted(loaded.withdrawn),
-            "spawned": [s.view() for _, s in sorted(self.daemon.agents.spawned.live.items())],
+            "spawned": [s.view() for _, s in sorted(self.daemon.agents.spawned.live.items())] if everyone else [],
         }
 
     async def _agent(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
         agent = self.daemon.agents.loaded.agents.get(agent_id)
+        if agent is not None and is_spawned_id(agent_id) and not self._sees_spawned(scope):
+            agent = None
         if agent is None:
             raise ApiError("no_agent", f"no agent with id {agent_id!r} is loaded", 404)
         return agent.model_dump(mode="json")

@@ -1,13 +1,16 @@
 """The agents a dispatch can reach: the registry's last scan, and the agents Rune agents spawned.
 
 Owns what changes the set: a reload (rescan and merge, :mod:`covenant.daemon.agents_state`), a spawn,
-a kill or an expiry of a ``<name>@spawned`` agent (``rune@agent-spawn`` / ``agent-kill``); each change
-is published to the Rune host, whose replicas follow it.
+a kill or an expiry of a ``<name>@spawned-<key id>`` agent (``rune@agent-spawn`` / ``agent-kill``); each
+change is published to the Rune host, whose replicas follow it. A spawned agent takes a uid of the
+spawned sub-range when it is made and gives it back, with its files, once it is removed and its uid runs
+nothing more.
 """
 
 from __future__ import annotations
 
 import logging
+import shutil
 from dataclasses import replace
 from typing import Any
 
@@ -26,6 +29,10 @@ from covenant.home import Home
 from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.registry import scan_agents
+from covenant.runtime.isolation import Isolation
+from covenant.runtime.launcher import LaunchError
+from covenant.runtime.liveroots import LiveRoots
+from covenant.spawned_ids import is_spawned_id, spawned_namespace
 from covenant.tools.refuse import enforce_unavailable_policy
 from covenant.workflow import ChainLink
 
@@ -38,25 +45,31 @@ class LiveAgents:
     """The loaded agents (:attr:`loaded`, with the live spawned ones) and the changes to them."""
 
     def __init__(
-        self, *, home: Home, config: Config, loaded: LoadedAgents, rune: RuneHost, audit: AuditLog, metrics: Metrics
+        self, *, home: Home, config: Config, loaded: LoadedAgents, rune: RuneHost, audit: AuditLog, metrics: Metrics,
+        isolation: Isolation, live_roots: LiveRoots,
     ) -> None:
         self._home = home
         self._config = config
         self._rune = rune
         self._audit = audit
         self._metrics = metrics
+        self._isolation = isolation
+        self._live_roots = live_roots
         self.loaded = loaded
         self.spawned = SpawnedAgents(home.state_dir / "spawned", ManifestLimits.from_config(config.runtime),
-                                     ttl_s=config.rune.spawned_ttl_s, per_spawner=config.rune.spawned_max)
+                                     ttl_s=config.rune.spawned_ttl_s, per_spawner=config.rune.spawned_max,
+                                     memory_mb=config.rune.memory_mb)
         rune.packages = loaded.packages
         metrics.set_registry(len(loaded.agents), len(loaded.problems))
 
     def find(self, name: str) -> AgentSpec | None:
-        """The loaded agent ``name`` (an id or a bare name) stands for, or None."""
+        """The loaded agent ``name`` (an id or a bare name) stands for, or None; never a spawned one (it is its
+        spawner's alone: an A2A ``expose`` entry never reaches, nor is shadowed by, one)."""
         try:
-            return route("", self.loaded.agents, requested=name)[0]
+            agent = route("", self.loaded.agents, requested=name)[0]
         except CovenantError:
             return None
+        return None if is_spawned_id(agent.id) else agent
 
     def reachable(self, spawner: str | None, issuer: str) -> dict[str, AgentSpec]:
         """Every loaded agent; spawned ones only for a child intent of their ``spawner``, for its ``issuer``."""
@@ -69,13 +82,18 @@ class LiveAgents:
     # -- spawned agents (rune@agent-spawn / agent-kill) -------------------------------------
 
     async def spawn(self, parent: ChainLink, text: str) -> Spawned:
-        """A new ``<name>@spawned`` agent for ``parent``'s agent and issuer (SpawnRefused when it may not be)."""
+        """A new ``<name>@spawned-<key id>`` agent for ``parent``'s agent and issuer (SpawnRefused when it may not be)."""
         spawner, package = self.loaded.agents.get(parent.agent_id), self.loaded.packages.get(parent.agent_id)
         if spawner is None or package is None or parent.agent_id in self.spawned.live:
             raise SpawnRefused("only a Rune agent loaded from agents/ may spawn agents")
         spawned = await self.spawned.create(text, spawner=spawner, spawner_package=package,
                                             issuer=parent.issuer.pubkey, issuer_display=parent.issuer.display,
                                             now_ms=now_ms())
+        try:  # its uid now, from the spawned sub-range: when none is free, no agent
+            await trio.to_thread.run_sync(self._isolation.credentials_for, spawned.agent.id)
+        except LaunchError as exc:
+            await self.spawned.remove(spawned.agent.id)
+            raise SpawnRefused(str(exc)) from None
         self._publish()
         await self._audit.record("agent.spawn", {"intent": parent.intent_id, **spawned.view(),
                                                  "toolset": list(spawned.package.runefile.toolset)})
@@ -84,7 +102,8 @@ class LiveAgents:
 
     async def kill(self, parent: ChainLink, agent_id: str) -> Spawned:
         """Remove a spawned agent; only its spawner (same agent, same issuer) may."""
-        spawned = self.spawned.live.get(agent_id) or self.spawned.live.get(f"{agent_id}@spawned")
+        spawned = (self.spawned.live.get(agent_id)
+                   or self.spawned.live.get(f"{agent_id}@{spawned_namespace(parent.issuer.pubkey)}"))
         if spawned is None or spawned.spawner != parent.agent_id or spawned.issuer != parent.issuer.pubkey:
             raise SpawnRefused(f"{agent_id} is not an agent this agent spawned for this issuer")
         await self.remove(spawned.agent.id, reason="killed", intent=parent.intent_id)
@@ -101,17 +120,38 @@ class LiveAgents:
         log.info("spawned agent removed", extra={"agent": agent_id, "reason": reason})
 
     async def expire(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        """Remove spawned agents past ``[rune] spawned_ttl_s``, checked every second, until cancelled."""
+        """Remove spawned agents past ``[rune] spawned_ttl_s``, and give back the uids of removed ones that run
+        nothing more, checked every second, until cancelled."""
         task_status.started()
         while True:
             for agent_id in self.spawned.expired(now_ms()):
                 await self.remove(agent_id, reason="expired")
+            if self.spawned.retiring:
+                for agent_id in await self.spawned.retire(self._uid_busy, self._give_back):
+                    log.info("spawned agent's uid and files given back", extra={"agent": agent_id})
             await trio.sleep(1)
+
+    def _uid_busy(self, agent_id: str) -> bool:
+        """Does anything still run as the agent's uid (a replica, a tool run, an MCP server)?"""
+        creds = self._isolation.known_credentials(agent_id)
+        return creds is not None and self._live_roots.live(creds.uid)
+
+    def _give_back(self, agent_id: str) -> bool:
+        """The ended spawned agent's files (workspace, sessions, memory and stores, replica folder) removed and
+        its uid freed for another (blocking); False while its uid still runs a process."""
+        self._rune.tools.services.forget_agent(agent_id)
+        for kind in ("sessions", "replicas"):
+            shutil.rmtree(self._home.state_dir / kind / agent_id, ignore_errors=True)
+        return self._isolation.retire(agent_id)
+
+    def clear_spawned(self) -> None:
+        """At start: the spawned agents of an earlier run, their folder, uids and files, are gone (blocking)."""
+        self.spawned.clear(self._give_back, self._isolation.allocated())
 
     def _publish(self) -> None:
         """The loaded agents with the live spawned ones (after a spawn, a kill or a reload)."""
-        agents = {k: v for k, v in self.loaded.agents.items() if not k.endswith("@spawned")}
-        packages = {k: v for k, v in self.loaded.packages.items() if not k.endswith("@spawned")}
+        agents = {k: v for k, v in self.loaded.agents.items() if not is_spawned_id(k)}
+        packages = {k: v for k, v in self.loaded.packages.items() if not is_spawned_id(k)}
         for agent_id, spawned in self.spawned.live.items():
             agents[agent_id], packages[agent_id] = spawned.agent, spawned.package
         self.loaded = replace(self.loaded, agents=agents, packages=packages)
@@ -130,8 +170,8 @@ class LiveAgents:
             )
         )
         without_spawned = replace(
-            self.loaded, agents={k: v for k, v in self.loaded.agents.items() if not k.endswith("@spawned")},
-            packages={k: v for k, v in self.loaded.packages.items() if not k.endswith("@spawned")})
+            self.loaded, agents={k: v for k, v in self.loaded.agents.items() if not is_spawned_id(k)},
+            packages={k: v for k, v in self.loaded.packages.items() if not is_spawned_id(k)})
         self.loaded, changes = merge_reload(without_spawned, fresh)
         self._publish()
         for agent_id in changes.withdrawn:

@@ -349,7 +349,7 @@ async def serve_daemon(
                 )
                 rune.tools.services.agents = DaemonAgentCalls(daemon)
                 await daemon.restore_replay_window()
-                await trio.to_thread.run_sync(daemon.agents.spawned.clear)  # spawned agents never survive a restart
+                await trio.to_thread.run_sync(daemon.agents.clear_spawned)  # spawned agents never survive a restart
                 await audit.record(
                     "daemon.start",
                     {

@@ -13,6 +13,7 @@ from pathlib import Path
 
 from covenant.errors import CovenantError, ExitCode
 from covenant.manifest.model import AgentSpec
+from covenant.spawned_ids import is_spawned_id
 
 __all__ = ["NoAgent", "AmbiguousRoute", "route", "keyword_scores"]
 
@@ -66,6 +67,13 @@ def _by_bare_name(name: str, agents: Mapping[str, AgentSpec]) -> AgentSpec | Non
     return agents[candidates[0]] if candidates else None
 
 
+def _routable(agents: Mapping[str, AgentSpec]) -> Mapping[str, AgentSpec]:
+    """The agents a bare name or keywords may choose: every one but the spawned."""
+    if not any(is_spawned_id(agent_id) for agent_id in agents):
+        return agents
+    return {agent_id: agent for agent_id, agent in agents.items() if not is_spawned_id(agent_id)}
+
+
 def route(
     text: str,
     agents: Mapping[str, AgentSpec],
@@ -77,7 +85,9 @@ def route(
     """The agent for ``text`` and how it was chosen (``explicit``, ``keywords``, ``default``).
 
     ``requested`` is a full id (``name@namespace``) or a bare name, which
-    selects the one loaded agent of that name in any namespace.
+    selects the one loaded agent of that name in any namespace. An agent made by ``rune@agent-spawn`` is
+    reached by its full id only: a bare name, keywords or the default never choose one, so it can neither
+    take a loaded agent's place nor make a request for it ambiguous.
 
     ``withdrawn`` (id -> manifest path) names agents a rejected edit took away,
     so that asking for one says why it cannot run.
@@ -91,14 +101,14 @@ def route(
                 agent=requested,
             )
         if agent is None and "@" not in requested:
-            agent = _by_bare_name(requested, agents)
+            agent = _by_bare_name(requested, _routable(agents))
         if agent is None:
             raise NoAgent(
                 f"no agent with id {requested!r} is loaded (see `covenant agents list`)",
                 agent=requested,
             )
         return agent, "explicit"
-    scores = keyword_scores(text, agents)
+    scores = keyword_scores(text, _routable(agents))
     if scores:
         best = max(scores.values())
         winners = sorted(agent_id for agent_id, score in scores.items() if score == best)
@@ -110,7 +120,7 @@ def route(
             )
         return agents[winners[0]], "keywords"
     if default_agent:
-        agent = agents.get(default_agent)
+        agent = None if is_spawned_id(default_agent) else agents.get(default_agent)
         if agent is None:
             raise NoAgent(
                 f"no agent's keywords match, and default_agent {default_agent!r} from covenant.toml "

@@ -135,7 +135,8 @@ class Daemon:
         self.key = key
         """The daemon's key: it signs the child intents it makes (and the audit log's checkpoints)."""
         self.chain = IntentChain()
-        self.agents = LiveAgents(home=home, config=config, loaded=agents, rune=rune, audit=audit, metrics=metrics)
+        self.agents = LiveAgents(home=home, config=config, loaded=agents, rune=rune, audit=audit, metrics=metrics,
+                                 isolation=runner.isolation, live_roots=runner.uids.live_roots)
         """The agents a dispatch can reach (``agents.loaded``), reloads, and the spawned agents."""
         self.records = VisibleRecords(store, config.isolation.operators_group)
         self.remote = RemoteCalls(RemoteAgents(config.a2a, os.environ), lambda: self.grants.current, audit.record)

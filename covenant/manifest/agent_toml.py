@@ -17,6 +17,7 @@ import tomllib
 from pathlib import Path
 from typing import Any
 
+from covenant.spawned_ids import is_spawned_id
 from covenant.manifest.limits import (
     DEFAULT_LIMITS,
     MAX_DEPTH,
@@ -243,6 +244,9 @@ def parse_agent_toml(
                         "id",
                         f"{fields['id']!r} is not a valid id: write name@host using letters, digits, '.', '_' or '-'",
                     )
+                elif is_spawned_id(agent_id):
+                    checker.add("agent", "id", f"{fields['id']!r}: the namespace spawned is reserved for agents "
+                                               "made by rune@agent-spawn; pick another host part")
             if fields["runtime"] is not None and fields["runtime"] not in _RUNTIMES:
                 options = ", ".join(repr(r) for r in _RUNTIMES)
                 checker.add("agent", "runtime", f"must be one of {options}, got {fields['runtime']!r}")

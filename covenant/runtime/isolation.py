@@ -16,6 +16,11 @@ an unprivileged uid/gid that is not covenant's, with no supplementary groups
   share one, and a new allocation also skips a uid that runs a process or
   owns a file in the workspaces root. An entry whose lock another home
   holds is dropped at start: that agent gets a new uid.
+  The top ``[isolation] spawned_uids`` of the range (at most an eighth of
+  it) are for agents made by
+  ``rune@agent-spawn`` only (:meth:`Isolation.retire` gives such a uid back,
+  its workspace removed, when the agent has ended), so they never use up the
+  uids of the operator's agents.
 - ``[isolation] user = "NAME"``: one fixed account for every agent (its uid
   and primary gid; it must not be root). The account must be dedicated to
   covenant: every process it runs is swept when no dispatch is live.
@@ -46,8 +51,10 @@ from typing import Literal, NamedTuple
 from covenant.config import IsolationConfig
 from covenant.errors import ConfigError
 from covenant.policy._files import atomic_write_text
+from covenant.spawned_ids import is_spawned_id
 from covenant.runtime import _procfs, uidkill
 from covenant.runtime.host import can_switch_uid
+from covenant.runtime.tree_removal import remove_tree
 from covenant.runtime.launcher import AgentCredentials, LaunchError
 from covenant.runtime.mountns import DEFAULT_TMP_INODES
 from covenant.runtime.uid_locks import UidLocks, ever_an_agent_uid
@@ -82,9 +89,12 @@ class _UidTable:
     worker thread). Every uid in it is held in ``locks``; ``workspaces`` is the root of the agents'
     workspaces, where a candidate uid must own nothing."""
 
-    def __init__(self, path: Path, low: int, high: int, locks: UidLocks, workspaces: Path) -> None:
+    def __init__(self, path: Path, low: int, high: int, locks: UidLocks, workspaces: Path, *, spawned: int = 0) -> None:
         self.path = path
         self.low, self.high = low, high
+        self.spawned = min(spawned, (high - low + 1) // 8)
+        """The top ``spawned`` uids of the range (at most an eighth of it) are for agents made by
+        rune@agent-spawn, and only for them."""
         self.locks = locks
         self.workspaces = workspaces
         self._lock = threading.Lock()
@@ -125,24 +135,52 @@ class _UidTable:
             uid = self._agents.get(agent_id)
             if uid is not None:
                 return uid
-            size = self.high - self.low + 1
+            low, high = self._span(agent_id)
+            size = high - low + 1
+            if size <= 0:
+                raise LaunchError(f"no uid of isolation.uid_range [{self.low}, {self.high}] is for spawned agents "
+                                  f"(isolation.spawned_uids, at most an eighth of the range): agent {agent_id} cannot "
+                                  "run; widen the range in covenant.toml")
             if not self._salt:
                 self._salt = os.urandom(16).hex()
             digest = hashlib.sha256(f"{self._salt}\0{agent_id}".encode()).digest()
             start = int.from_bytes(digest[:8], "big") % size
             taken = set(self._agents.values())
             for step in range(size):
-                candidate = self.low + (start + step) % size
+                candidate = low + (start + step) % size
                 if candidate in taken or _has_account(candidate) or self._owns_anything(candidate):
                     continue
                 if self.locks.take(candidate):  # last: a lock is a file, taken only for a free uid
                     self._agents[agent_id] = candidate
                     self._save()
                     return candidate
+            part = "the spawned agents' part of isolation.uid_range" if is_spawned_id(agent_id) else "isolation.uid_range"
             raise LaunchError(
-                f"no free uid left in isolation.uid_range [{self.low}, {self.high}] for agent {agent_id} "
-                f"({len(taken)} agents hold one; see {self.path}): widen the range in covenant.toml"
+                f"no free uid left in {part} [{low}, {high}] for agent {agent_id} "
+                f"({len(taken)} agents hold one; see {self.path}): widen the range (or isolation.spawned_uids) "
+                "in covenant.toml"
             )
+
+    def _span(self, agent_id: str) -> tuple[int, int]:
+        """The uids ``agent_id`` may get: a spawned agent's from the top ``spawned`` of the range, any other's
+        below them, so agents made at run time can never use up the uids of the operator's agents."""
+        if is_spawned_id(agent_id):
+            return self.high - self.spawned + 1, self.high
+        return self.low, self.high - self.spawned
+
+    def release(self, agent_id: str) -> None:
+        """``agent_id`` no longer has a uid (a spawned agent that ended): the uid is free for another."""
+        with self._lock:
+            uid = self._agents.pop(agent_id, None)
+            if uid is None:
+                return
+            self._save()
+            self.locks.release(uid)
+
+    def allocated(self) -> list[str]:
+        """The agent ids holding a uid."""
+        with self._lock:
+            return sorted(self._agents)
 
     def _owns_anything(self, uid: int) -> bool:
         """Does ``uid`` run a process, or own an entry of the workspaces root (a previous holder's)?"""
@@ -224,6 +262,29 @@ class Isolation:
             return self._fixed
         uid = self._table.known(agent_id) if self._table is not None else None
         return AgentCredentials(uid, uid) if uid is not None else None
+
+    def retire(self, agent_id: str) -> bool:
+        """Give back an ended agent's uid (a spawned agent's) and remove its workspace, with the uid's own
+        rights and never through a link (blocking). False, with nothing given back, while a process still runs
+        as the uid or the workspace could not all be removed: a uid is never handed on with files or
+        processes of its previous agent."""
+        creds = self.known_credentials(agent_id)
+        shared = self._fixed is not None
+        if creds is not None and not shared and _processes_by_uid(lambda found: found == creds.uid):
+            return False
+        if self.state_dir is not None:
+            removal = remove_tree(str(self.state_dir / "workspaces" / agent_id), None if creds is None else creds.uid)
+            if not removal.complete:
+                log.warning("an ended agent's workspace could not all be removed: its uid stays allocated",
+                            extra={"agent": agent_id, "reason": removal.reason, "left": removal.left})
+                return False
+        if self._table is not None:
+            self._table.release(agent_id)
+        return True
+
+    def allocated(self) -> list[str]:
+        """The agent ids this home gave a uid (none with a fixed user or in same-uid mode)."""
+        return self._table.allocated() if self._table is not None else []
 
     def workspace_for(self, agent_id: str) -> Path:
         """``<home>/state/workspaces/<agent id>/``, made if missing, 0700 and owned by the agent's uid."""
@@ -352,7 +413,8 @@ def open_isolation(config: IsolationConfig, state_dir: Path) -> Isolation:
                          max_processes=config.max_processes, tmp_inodes=config.tmp_inodes)
     low, high = config.uid_range
     locks = UidLocks(str(state_dir.resolve()))
-    table = _UidTable(state_dir / "isolation" / _TABLE_NAME, low, high, locks, state_dir / "workspaces")
+    table = _UidTable(state_dir / "isolation" / _TABLE_NAME, low, high, locks, state_dir / "workspaces",
+                      spawned=config.spawned_uids)
     return Isolation("uid", state_dir=state_dir, table=table, max_processes=config.max_processes,
                      tmp_inodes=config.tmp_inodes)
 

@@ -13,6 +13,7 @@ daemon's back is verified again before the next call.
 
 from __future__ import annotations
 
+import shutil
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -62,6 +63,12 @@ class AgentStores:
 
     def lock(self, kind: StoreKind, agent_id: str) -> trio.Lock:
         return self._store(kind, agent_id).lock
+
+    def forget(self, agent_id: str) -> None:
+        """An agent gone for good (a spawned one that ended; spawned agents never outlive a run, so every store
+        it used is loaded): its stores, loaded and on disk (blocking)."""
+        for key in [key for key in self._stores if key[1] == agent_id]:
+            shutil.rmtree(self._stores.pop(key).path.parent, ignore_errors=True)
 
     async def open(self, kind: StoreKind, agent_id: str, intent_id: str, audit: Any) -> AgentStore:
         """The agent's verified store (hold :meth:`lock`); ``store_corrupt`` when a record was changed."""

@@ -49,7 +49,7 @@ class AgentCalls(Protocol):
         """The remote A2A agent's card, summarised."""
 
     async def spawn(self, ctx: ToolCallContext, manifest: str) -> dict[str, Any]:
-        """A new ``<name>@spawned`` agent from Runefile text: ``{agent_id, expires_at}``."""
+        """A new ``<name>@spawned-<key id>`` agent from Runefile text: ``{agent_id, expires_at}``."""
 
     async def kill(self, ctx: ToolCallContext, agent_id: str) -> dict[str, Any]:
         """Remove an agent this one spawned: ``{agent_id, killed}``."""

@@ -16,6 +16,7 @@ atomically.
 from __future__ import annotations
 
 import re
+import shutil
 from collections.abc import Awaitable, Callable
 from pathlib import Path
 from typing import Any
@@ -142,3 +143,8 @@ class MemoryStores:
 
     def lock(self, agent_id: str) -> trio.Lock:
         return self._memory(agent_id).lock
+
+    def forget(self, agent_id: str) -> None:
+        """An agent gone for good (a spawned one that ended): its memory, loaded and on disk (blocking)."""
+        self._agents.pop(agent_id, None)
+        shutil.rmtree(memory_dir(self.home, agent_id), ignore_errors=True)

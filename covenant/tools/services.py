@@ -55,6 +55,12 @@ class ToolServices:
         async with held[1]:
             yield
 
+    def forget_agent(self, agent_id: str) -> None:
+        """An agent gone for good (a spawned one that ended): its memory and stores, loaded and on disk
+        (blocking)."""
+        self.memory.forget(agent_id)
+        self.stores.forget(agent_id)
+
     def workspace(self, agent_id: str) -> Workspace:
         """The agent's workspace (made if missing, 0700, the agent's uid); blocking.
 

@@ -4,6 +4,7 @@ expires at [rune] spawned_ttl_s and never outlives the daemon."""
 
 from __future__ import annotations
 
+import json
 import time
 
 import psutil
@@ -28,6 +29,12 @@ models:
 GREEDY = HELPER.replace('["rune@system-time"]', '["rune@system-time", "rune@shell-exec"]').replace("helper", "greedy")
 
 
+def helper_id(d: DaemonProcess, name: str = "helper") -> str:
+    """``NAME@spawned-<first 12 hex of the issuer's key>``: the id the test issuer's spawned agent gets."""
+    pubkey = json.loads(d.cli("identity", "show", "--json", check=True).stdout)["pubkey"]
+    return f"{name}@spawned-{pubkey[:12]}"
+
+
 def _boss(d: DaemonProcess, text: str) -> dict:
     return outcome_of(d.cli("dispatch", text, "--agent", "boss@local", "--json"))
 
@@ -38,7 +45,7 @@ def _spawned(d: DaemonProcess) -> list[dict]:
 
 def _helper_pid(d: DaemonProcess) -> int | None:
     replicas = d.api("GET", "/v1/status")["replicas"]  # type: ignore[index]
-    return next((r["pid"] for r in replicas if r["agent"] == "helper@spawned" and r["pid"]), None)
+    return next((r["pid"] for r in replicas if r["agent"] == helper_id(d) and r["pid"]), None)
 
 
 def test_spawn_talk_kill_and_expire(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
@@ -46,6 +53,7 @@ def test_spawn_talk_kill_and_expire(daemon: DaemonProcess, fake_model: FakeModel
     rune_agent(daemon, "boss", toolset=("rune@agent-spawn", "rune@agent-kill", "rune@agent-send", "rune@system-time"))
     agents_before = sorted(p.name for p in (daemon.home / "agents").iterdir())
     daemon.start()
+    helper = helper_id(daemon)
 
     # The spawner needs agent.spawn: without it the dispatch itself is denied.
     denied = daemon.cli("dispatch", "make a helper", "--agent", "boss@local", "--json")
@@ -56,19 +64,19 @@ def test_spawn_talk_kill_and_expire(daemon: DaemonProcess, fake_model: FakeModel
                       Reply.tools(ToolCall("agent-spawn", {"manifest": GREEDY})), Reply(text="spawned"))
     assert _boss(daemon, "make a helper")["outcome"] == "ok"
     results = [m["content"] for r in fake_model.requests[-2:] for m in r.messages[-1:]]
-    assert "helper@spawned" in results[0]
+    assert helper in results[0]
     assert "spawn_refused" in results[1] and "rune@shell-exec" in results[1]  # more than the spawner has
     (entry,) = _spawned(daemon)
-    assert (entry["agent"], entry["spawner"], entry["issuer"]) == ("helper@spawned", "boss@local", "tester@test")
+    assert (entry["agent"], entry["spawner"], entry["issuer"]) == (helper, "boss@local", "tester@test")
     assert sorted(p.name for p in (daemon.home / "agents").iterdir()) == agents_before  # never written there
     listed = daemon.cli("agents", "list", check=True).stdout
-    assert "helper@spawned: spawned by boss@local for tester@test, expires" in listed
+    assert f"{helper}: spawned by boss@local for tester@test, expires" in listed
 
     # Only its spawner reaches it: a person's dispatch does not.
-    direct = daemon.cli("dispatch", "hello", "--agent", "helper@spawned", "--json")
+    direct = daemon.cli("dispatch", "hello", "--agent", helper, "--json")
     assert direct.returncode == 6
 
-    fake_model.script(Reply.tools(ToolCall("agent-send", {"agent": "helper@spawned", "input": "what time?"})),
+    fake_model.script(Reply.tools(ToolCall("agent-send", {"agent": helper, "input": "what time?"})),
                       Reply(text="It is tea time."), Reply(text="the helper says tea"))
     talk = _boss(daemon, "ask the helper")
     assert talk["outcome"] == "ok" and talk["text"] == "the helper says tea"
@@ -77,7 +85,7 @@ def test_spawn_talk_kill_and_expire(daemon: DaemonProcess, fake_model: FakeModel
     pid = _helper_pid(daemon)
     assert pid is not None and psutil.pid_exists(pid)
 
-    fake_model.script(Reply.tools(ToolCall("agent-kill", {"agent_id": "helper@spawned"})), Reply(text="gone"))
+    fake_model.script(Reply.tools(ToolCall("agent-kill", {"agent_id": "helper"})), Reply(text="gone"))
     assert _boss(daemon, "kill the helper")["outcome"] == "ok"
     assert _spawned(daemon) == []
     wait_for(lambda: not alive(pid),
@@ -87,7 +95,7 @@ def test_spawn_talk_kill_and_expire(daemon: DaemonProcess, fake_model: FakeModel
 
     # A daemon stop takes spawned agents with it; a restart starts with none.
     fake_model.script(Reply.tools(ToolCall("agent-spawn", {"manifest": HELPER})),
-                      Reply.tools(ToolCall("agent-send", {"agent": "helper@spawned", "input": "still there?"})),
+                      Reply.tools(ToolCall("agent-send", {"agent": helper, "input": "still there?"})),
                       Reply(text="yes"), Reply(text="again"))
     assert _boss(daemon, "make one more and ask it")["outcome"] == "ok"
     pid = _helper_pid(daemon)
@@ -96,7 +104,7 @@ def test_spawn_talk_kill_and_expire(daemon: DaemonProcess, fake_model: FakeModel
     assert not alive(pid)
     daemon.start()
     assert _spawned(daemon) == []
-    assert not (daemon.home / "state" / "spawned" / "helper").exists()
+    assert not (daemon.home / "state" / "spawned" / helper).exists()
     assert daemon.stop() == 0
 
 
@@ -111,5 +119,5 @@ def test_a_spawned_agent_expires_at_its_ttl(daemon: DaemonProcess, fake_model: F
     wait_for(lambda: _spawned(daemon) == [], timeout=60, what="the spawned agent to expire")
     assert time.monotonic() - started < 60
     expired = [r["data"] for r in audit(daemon, "agent.kill")]
-    assert [e["reason"] for e in expired] == ["expired"] and expired[0]["agent"] == "helper@spawned"
+    assert [e["reason"] for e in expired] == ["expired"] and expired[0]["agent"] == helper_id(daemon)
     assert daemon.stop() == 0

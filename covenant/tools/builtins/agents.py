@@ -64,7 +64,7 @@ TOOLS = (
     ),
     Builtin(
         name="rune@agent-kill",
-        description="Remove an agent you spawned (its agent_id, e.g. helper@spawned).",
+        description="Remove an agent you spawned (the agent_id agent-spawn answered, e.g. helper@spawned-3f2a9c01d4e5).",
         parameters={
             "type": "object",
             "properties": {"agent_id": {"type": "string", "minLength": 1, "maxLength": 200}},
