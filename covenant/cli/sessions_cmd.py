@@ -1,8 +1,10 @@
 """``covenant sessions``: list, show, verify and remove Rune session transcripts.
 
 Reads ``<home>/state/sessions/<agent id>/<session id>.jsonl`` directly (no
-daemon needed). ``verify`` checks every record's hash and link as a replica
-does before it loads a session; it repairs nothing.
+daemon needed). ``verify`` checks every record's hash and link, and that the
+file reaches its signed head (``<session id>.head``), as the daemon does before
+it loads a session; it repairs nothing. The head's signature is checked when
+the daemon's public key is at hand (``audit.pubkey``, or ``identity/daemon.key``).
 """
 
 from __future__ import annotations
@@ -12,9 +14,13 @@ from pathlib import Path
 from typing import Any
 
 import click
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from covenant.audit.verify import pinned_public_key
 from covenant.cli._common import CliContext, echo, fail, pass_cli, print_json
-from covenant.errors import ExitCode
+from covenant.config import load_config
+from covenant.errors import CovenantError, ExitCode
+from covenant.rune.session_heads import HEAD_SUFFIX, HeadProblem, check_head, head_path, read_head
 from covenant.rune.sessions import SessionCorrupt, Verified, session_path, valid_session_id, verify_file
 
 __all__ = ["sessions"]
@@ -33,15 +39,29 @@ def _files(cli: CliContext, agent: str | None) -> list[tuple[str, str, Path]]:
     for agent_id in agents:
         folder = root / agent_id
         if folder.is_dir():
-            out += [(agent_id, p.stem, p) for p in sorted(folder.glob("*.jsonl"))]
+            # A head whose file is gone is a session too: one cut back to nothing.
+            stems = {p.stem for p in folder.glob("*.jsonl")} | {p.stem for p in folder.glob(f"*{HEAD_SUFFIX}")}
+            out += [(agent_id, stem, folder / f"{stem}.jsonl") for stem in sorted(stems)]
     return out
 
 
-def _check(path: Path) -> tuple[Verified | None, str | None]:
+def _public_key(cli: CliContext) -> Ed25519PublicKey | None:
+    """The daemon's public key for the heads' signatures, when this user can get it."""
     try:
-        return verify_file(path), None
+        return pinned_public_key(cli.home, load_config(cli.home), None)
+    except (CovenantError, OSError, ValueError):
+        return None
+
+
+def _check(path: Path, agent: str, session: str, key: Ed25519PublicKey | None) -> tuple[Verified | None, str | None]:
+    try:
+        verified = verify_file(path) if path.exists() or not head_path(path).exists() else Verified(path)
+        check_head(path, verified.records, read_head(path, agent, session, key))
+        return verified, None
     except SessionCorrupt as exc:
-        return None, str(exc)
+        return None, f"(edited) {exc}"
+    except HeadProblem as exc:
+        return None, f"({exc.reason}) {exc.message}"
     except OSError as exc:
         return None, f"{path}: {exc.strerror or exc}"
 
@@ -56,7 +76,7 @@ def _path(cli: CliContext, agent: str, session: str) -> Path:
     if "/" in agent or agent in (".", ".."):
         fail(f"agent id {agent!r} is not valid", ExitCode.USAGE)
     path = session_path(_root(cli), _agent_id(agent), session)
-    if not path.is_file():
+    if not path.is_file() and not head_path(path).is_file():
         fail(f"no session {session} for agent {_agent_id(agent)} (looked for {path})", ExitCode.USAGE)
     return path
 
@@ -73,13 +93,14 @@ def sessions() -> None:
 def list_sessions(cli: CliContext, agent: str | None, as_json: bool) -> None:
     """List sessions: agent, session id, turns, bytes, and whether each verifies."""
     rows: list[dict[str, Any]] = []
+    key = _public_key(cli)
     for agent_id, session, path in _files(cli, _agent_id(agent) if agent else None):
-        verified, problem = _check(path)
+        verified, problem = _check(path, agent_id, session, key)
         rows.append({
             "agent": agent_id,
             "session": session,
             "turns": len(verified.turns) if verified else None,
-            "bytes": path.stat().st_size,
+            "bytes": path.stat().st_size if path.exists() else 0,
             "valid": problem is None,
             "torn_bytes": verified.torn_bytes if verified else None,
             "problem": problem,
@@ -102,7 +123,7 @@ def list_sessions(cli: CliContext, agent: str | None, as_json: bool) -> None:
 @pass_cli
 def show(cli: CliContext, agent: str, session: str, as_json: bool) -> None:
     """Show a session's turns (only after it verifies; exit 1 when it does not)."""
-    verified, problem = _check(_path(cli, agent, session))
+    verified, problem = _check(_path(cli, agent, session), _agent_id(agent), session, _public_key(cli))
     if verified is None:
         fail(f"refused: {problem}", 1)
     if as_json:
@@ -133,8 +154,9 @@ def verify(cli: CliContext, agent: str | None, session: str | None) -> None:
     targets = [(_agent_id(agent), session, _path(cli, agent, session))] if agent and session else \
         _files(cli, _agent_id(agent) if agent else None)
     bad = 0
+    key = _public_key(cli)
     for agent_id, session_id, path in targets:
-        verified, problem = _check(path)
+        verified, problem = _check(path, agent_id, session_id, key)
         if verified is None:
             bad += 1
             echo(f"CORRUPT {agent_id} {session_id}: {problem}")
@@ -151,7 +173,9 @@ def verify(cli: CliContext, agent: str | None, session: str | None) -> None:
 @click.argument("session")
 @pass_cli
 def rm(cli: CliContext, agent: str, session: str) -> None:
-    """Remove one session transcript."""
+    """Remove one session transcript, and its head."""
     path = _path(cli, agent, session)
-    path.unlink()
-    echo(f"removed {path}")
+    for file in (path, head_path(path)):
+        if file.exists():
+            file.unlink()
+            echo(f"removed {file}")

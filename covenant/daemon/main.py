@@ -161,7 +161,8 @@ def _open_sockets(options: DaemonOptions) -> tuple[list[socket.socket], list[str
 
 
 def _rune_host(
-    home: Home, config: Config, runner: Runner, audit: AuditLog, grants: GrantsWatch, metrics: Metrics
+    home: Home, config: Config, runner: Runner, audit: AuditLog, grants: GrantsWatch, metrics: Metrics,
+    key: Ed25519PrivateKey,
 ) -> RuneHost:
     """Replicas, the model gateway (it alone reads the provider keys) and the tool host."""
     models = ModelGateway(config.providers, environ=os.environ, audit=audit.record, store_text=config.audit.store_text,
@@ -176,6 +177,7 @@ def _rune_host(
         models=models,
         tools=tools,
         grants=lambda: grants.current,
+        key=key,
     )
     return rune
 
@@ -329,7 +331,7 @@ async def serve_daemon(
                 own_children=lambda: audit.process_ids,
                 visible=paths_agent_processes_run(config),
             ) as runner:
-                rune = _rune_host(home, config, runner, audit, grants, metrics)
+                rune = _rune_host(home, config, runner, audit, grants, metrics, key)
                 daemon = Daemon(
                     home=home,
                     config=config,

@@ -24,6 +24,7 @@ from pathlib import Path
 from typing import Any
 
 import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant.config import Config
 from covenant.daemon.replica import REPLICAS_DIR, Offered, Replica, ReplicaFailed, ReplicaProcess
@@ -56,11 +57,12 @@ class ReplicaSupervisor:
         runner: Runner,
         calls: GatewayCalls,
         offered_tools: Offered,
+        session_key: Ed25519PrivateKey,
         on_stopped: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.root = state_dir / REPLICAS_DIR
         self.config = config
-        self.sessions = SessionKeeper(state_dir / "sessions")
+        self.sessions = SessionKeeper(state_dir / "sessions", session_key)
         self.process = ReplicaProcess(state_dir=state_dir, config=config, skills_dir=skills_dir, runner=runner,
                                       calls=calls, offered_tools=offered_tools, sessions=self.sessions)
         self.on_stopped = on_stopped

@@ -16,6 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant.clock import now_ms
 from covenant.config import Config
@@ -121,7 +122,7 @@ class RuneHost:
 
     def __init__(
         self, *, state_dir: Path, skills_dir: Path, config: Config, runner: Runner,
-        models: ModelGateway, tools: ToolHost, grants: Callable[[], GrantSet],
+        models: ModelGateway, tools: ToolHost, grants: Callable[[], GrantSet], key: Ed25519PrivateKey,
     ) -> None:
         self.config = config
         self.models = models
@@ -130,7 +131,7 @@ class RuneHost:
         self.calls = ModelAndToolCalls(models, tools, grants, self.secret_values)
         self.replicas = ReplicaSupervisor(
             state_dir=state_dir, config=config, skills_dir=skills_dir, runner=runner, calls=self.calls,
-            offered_tools=self._offered_tools, on_stopped=self.tools.mcp.stop,
+            offered_tools=self._offered_tools, session_key=key, on_stopped=self.tools.mcp.stop,
         )
 
     def _offered_tools(self, agent: AgentSpec, package: RunePackage) -> list[dict[str, Any]]:

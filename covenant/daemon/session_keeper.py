@@ -3,8 +3,9 @@
 Session files (``<home>/state/sessions/<agent id>/``, 0700, files 0600) are the daemon's, so no process
 of an agent's uid (its replica, its tools) can read or rewrite them. For an intent whose agent keeps
 sessions, the daemon takes the session's lock, loads and verifies the file (the starter must be the
-intent's signed issuer), sends the turns in the invoke, and appends what the replica checkpoints to
-that same log: an ``on_finish`` turn from its answer (no round trip), ``each_step`` turns as they come
+intent's signed issuer, the file must reach its signed head: :mod:`covenant.rune.session_heads`), sends
+the turns in the invoke, and appends what the replica checkpoints to that same log, recording the new
+head: an ``on_finish`` turn from its answer (no round trip), ``each_step`` turns as they come
 (``POST /v1/session/append`` on the gateway). The lock is held until the invoke ends: two intents of
 one session run one after the other, each seeing the turns of the one before.
 """
@@ -18,9 +19,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 import trio
+from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant.clock import now_ms
 from covenant.keyed_locks import KeyedLocks
+from covenant.rune.session_heads import HeadProblem, SessionHead, check_head, read_head, write_head
 from covenant.rune.sessions import SessionLog, SessionRefused, open_session
 
 if TYPE_CHECKING:
@@ -37,8 +40,11 @@ _SESSION = "session"
 class SessionKeeper:
     """The sessions of every Rune agent of one daemon, under ``sessions_dir``."""
 
-    def __init__(self, sessions_dir: Path) -> None:
+    def __init__(self, sessions_dir: Path, key: Ed25519PrivateKey) -> None:
         self.sessions_dir = sessions_dir
+        self._key = key
+        """The daemon's key: it signs each session's head."""
+        self._public_key = key.public_key()
         self._locks = KeyedLocks()
 
     @asynccontextmanager
@@ -50,9 +56,13 @@ class SessionKeeper:
             yield None
             return
         async with self._locks.hold((intent.agent.id, intent.session_id)):
-            session = await trio.to_thread.run_sync(
-                open_session, self.sessions_dir, intent.agent.id, intent.session_id, intent.issuer_pubkey, now_ms()
-            )
+            try:
+                session = await trio.to_thread.run_sync(self._load, intent)
+            except SessionRefused as exc:
+                if exc.code == "session_corrupt":
+                    log.warning("session refused", extra={"agent": intent.agent.id, "session": intent.session_id,
+                                                          "intent": intent.intent_id, "reason": exc.reason})
+                raise
             torn = session.verified.torn_bytes
             if torn:
                 log.warning("session torn tail cut", extra={"agent": intent.agent.id, "session": intent.session_id,
@@ -60,10 +70,28 @@ class SessionKeeper:
             intent.state[_SESSION] = session
             yield {"records": session.verified.turns, "torn_bytes": torn}
 
-    @staticmethod
-    async def append(intent: IntentContext, messages: list[dict[str, Any]]) -> None:
-        """One turn appended, durably, to the session the intent holds; raise LookupError when it holds none."""
+    def _load(self, intent: IntentContext) -> SessionLog:
+        """Open and verify the intent's session, and check that its file reaches its signed head (blocking)."""
+        session = open_session(self.sessions_dir, intent.agent.id, intent.session_id, intent.issuer_pubkey, now_ms())
+        try:
+            head = read_head(session.path, intent.agent.id, intent.session_id, self._public_key)
+            check_head(session.path, session.verified.records if session.on_disk else [], head)
+        except HeadProblem as exc:
+            raise SessionRefused("session_corrupt", f"session {intent.session_id} refused ({exc.reason}): "
+                                                    f"{exc.message}", exc.reason) from None
+        return session
+
+    async def append(self, intent: IntentContext, messages: list[dict[str, Any]]) -> None:
+        """One turn appended, durably, to the session the intent holds, and its new head recorded; raise
+        LookupError when it holds none."""
         session: SessionLog | None = intent.state.get(_SESSION)
         if session is None:
             raise LookupError(f"intent {intent.intent_id} holds no session")
-        await trio.to_thread.run_sync(session.append_turn, intent.intent_id, messages)
+
+        def append_and_record_head() -> None:
+            session.append_turn(intent.intent_id, messages)
+            last = session.verified.records[-1]
+            write_head(session.path, intent.agent.id, intent.session_id, SessionHead(last["seq"], last["hash"]),
+                       self._key)
+
+        await trio.to_thread.run_sync(append_and_record_head)

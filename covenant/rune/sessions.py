@@ -48,12 +48,15 @@ class SessionCorrupt(Exception):
 
 
 class SessionRefused(Exception):
-    """An intent may not use the session: ``code`` is its outcome (``session_corrupt``, ``session_forbidden``)."""
+    """An intent may not use the session: ``code`` is its outcome (``session_corrupt``, ``session_forbidden``);
+    for a corrupt one ``reason`` says how: ``edited`` (a record changed, removed from the middle, reordered or
+    inserted), ``truncated`` or ``head`` (:mod:`covenant.rune.session_heads`)."""
 
-    def __init__(self, code: str, message: str) -> None:
+    def __init__(self, code: str, message: str, reason: str | None = None) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.reason = reason
 
 
 def valid_session_id(session_id: str) -> bool:
@@ -139,6 +142,11 @@ class SessionLog:
         self._chain = chain
         """None while the file does not exist yet: its first write starts with the header."""
 
+    @property
+    def on_disk(self) -> bool:
+        """Does the session's file exist (it was opened, or written since)?"""
+        return self._chain is not None
+
     @classmethod
     def open(cls, path: Path) -> "SessionLog":
         """Verify and repair an existing session (SessionCorrupt, FileNotFoundError)."""
@@ -184,9 +192,10 @@ def open_session(sessions_dir: Path, agent_id: str, session_id: str, issuer: str
     except FileNotFoundError:
         return SessionLog.new(path, agent=agent_id, session=session_id, issuer=issuer, now_ms=now_ms)
     except SessionCorrupt as exc:
-        raise SessionRefused("session_corrupt", f"session {session_id} refused: {exc}") from None
+        raise SessionRefused("session_corrupt", f"session {session_id} refused (edited): {exc}", "edited") from None
     except OSError as exc:
-        raise SessionRefused("session_corrupt", f"session {session_id}: cannot read {path}: {exc.strerror or exc}") from None
+        raise SessionRefused("session_corrupt", f"session {session_id}: cannot read {path}: {exc.strerror or exc}",
+                             "unreadable") from None
     if log.verified.header.get("issuer") != issuer:
         raise SessionRefused("session_forbidden", f"session {session_id} was started by another issuer; start a new session")
     return log
