@@ -9,6 +9,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from covenant.spawned_ids import is_spawned_id
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.runefile import RunePackage
 from covenant.manifest.workflow import Workflow
@@ -86,12 +87,13 @@ def card_v03(facts: AgentFacts, url: str) -> dict[str, Any]:
 
 def find_agent(name: str, agents: dict[str, AgentSpec], packages: dict[str, RunePackage],
                workflows: dict[str, Workflow]) -> AgentFacts | None:
-    """The agent an exposed NAME means (an id, or a bare name that one agent has), with its description."""
+    """The agent an exposed NAME means (an id, or a bare name that one agent has), with its description; never an
+    agent made by ``rune@agent-spawn`` (its spawner's and issuer's alone), which therefore never shadows one."""
     agent = agents.get(name)
     if agent is None:
-        named = [a for a in agents.values() if a.name == name]
+        named = [a for a in agents.values() if a.name == name and not is_spawned_id(a.id)]
         agent = named[0] if len(named) == 1 else None
-    if agent is None:
+    if agent is None or is_spawned_id(agent.id):
         return None
     package, workflow = packages.get(agent.id), workflows.get(agent.id)
     return describe(agent, instructions=package.runefile.instructions if package else None,

@@ -63,13 +63,11 @@ class LiveAgents:
         metrics.set_registry(len(loaded.agents), len(loaded.problems))
 
     def find(self, name: str) -> AgentSpec | None:
-        """The loaded agent ``name`` (an id or a bare name) stands for, or None; never a spawned one (it is its
-        spawner's alone: an A2A ``expose`` entry never reaches, nor is shadowed by, one)."""
+        """The loaded agent ``name`` (an id or a bare name) stands for, or None."""
         try:
-            agent = route("", self.loaded.agents, requested=name)[0]
+            return route("", self.loaded.agents, requested=name)[0]
         except CovenantError:
             return None
-        return None if is_spawned_id(agent.id) else agent
 
     def reachable(self, spawner: str | None, issuer: str) -> dict[str, AgentSpec]:
         """Every loaded agent; spawned ones only for a child intent of their ``spawner``, for its ``issuer``."""
