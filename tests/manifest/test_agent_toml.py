@@ -58,6 +58,8 @@ FAILING = [
     ('"0.1.0"', "1", "agent.version", "must be a string"),
     ('"demo@local"', '"de mo@local"', "agent.id", "not a valid id"),
     ('"demo@local"', '"demo@"', "agent.id", "not a valid id"),
+    ('"demo@local"', '"demo@spawned-3f2a9c01d4e5"', "agent.id", "reserved for agents made by rune@agent-spawn"),
+    ('"demo@local"', '"demo@spawned"', "agent.id", "reserved for agents made by rune@agent-spawn"),
     ('"python3"', '"python"', "agent.runtime", "must be one of"),
     ('"python3"', '"rune"', "agent.runtime", "must be one of"),
     ('"main.py"', '"missing.py"', "agent.entry", "does not exist"),
