@@ -26,7 +26,7 @@ from covenant.audit.events import fleet_event_data
 from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.server import ClientGone, Peer
 from covenant.daemon.service import Daemon
-from covenant.daemon.status_view import status_document
+from covenant.daemon.status_view import status_document, without_spawned
 from covenant.daemon.visibility import sees_every_record
 from covenant.errors import CovenantError, error_document
 from covenant.stream_sink import StreamSink
@@ -271,7 +271,8 @@ class ControlAPI:
         return agent.model_dump(mode="json")
 
     async def _status(self, *, scope: dict, receive: Receive) -> Any:
-        return status_document(self.daemon)
+        document = status_document(self.daemon)
+        return document if self._sees_spawned(scope) else without_spawned(document)
 
     async def _schedules(self, *, scope: dict, receive: Receive) -> Any:
         return {"schedules": self.schedules()}

@@ -8,11 +8,12 @@ from typing import TYPE_CHECKING, Any
 
 from covenant import __version__
 from covenant.clock import ms_from_iso, now_ms
+from covenant.spawned_ids import is_spawned_id
 
 if TYPE_CHECKING:
     from covenant.daemon.service import Daemon
 
-__all__ = ["status_document"]
+__all__ = ["status_document", "without_spawned"]
 
 
 def status_document(daemon: Daemon) -> dict[str, Any]:
@@ -58,3 +59,12 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
         "replicas": daemon.rune.replicas.views(),
         "mcp_servers": daemon.rune.tools.mcp.status(),
     }
+
+
+def without_spawned(document: dict[str, Any]) -> dict[str, Any]:
+    """``document`` without the agents made by ``rune@agent-spawn`` (their ids, runs, replicas and servers): what
+    a client who does not see every dispatch record is shown, since a spawned agent is its issuer's alone."""
+    document["agents"]["loaded"] = [a for a in document["agents"]["loaded"] if not is_spawned_id(a)]
+    for key in ("in_flight", "replicas", "mcp_servers"):
+        document[key] = [entry for entry in document[key] if not is_spawned_id(entry["agent"])]
+    return document

@@ -25,6 +25,7 @@ import pytest
 
 from tests.daemon.conftest import DaemonProcess, daemon_home
 from tests.daemon.test_daemon_e2e import wait_for
+from tests.daemon.test_visibility import OWNER_A, _get, _open_socket_to_everyone, _require_system_python
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.rune.conftest import configure, outcome_of
 from tests.workflow.conftest import rune_agent
@@ -177,6 +178,15 @@ def test_a_spawned_id_is_its_issuers_alone_and_never_shadows_a_loaded_agent(spaw
     assert spawned["agent_id"] == theirs != mine
     live = sorted(s["agent"] for s in d.api("GET", "/v1/agents")["spawned"])  # type: ignore[index]
     assert live == sorted([mine, theirs])
+    # A local user who does not see every dispatch record sees no spawned agent at all.
+    _require_system_python()
+    _open_socket_to_everyone(d)
+    status, listed = _get(d, OWNER_A, OWNER_A, "/v1/agents")
+    assert status == 200 and listed["spawned"] == [] and not [a for a in listed["agents"] if "@spawned" in a["id"]]
+    assert _get(d, OWNER_A, OWNER_A, f"/v1/agents/{mine}")[0] == 404
+    status, seen = _get(d, OWNER_A, OWNER_A, "/v1/status")
+    assert status == 200 and "@spawned" not in json.dumps(seen)
+    assert mine in json.dumps(d.api("GET", "/v1/status"))  # root does
     fake.script(Reply.tools(ToolCall("agent-kill", {"agent_id": "helper"})), Reply(text="gone"))
     assert spawning.boss("kill my helper", other=True)["outcome"] == "ok"
     assert [s["agent"] for s in d.api("GET", "/v1/agents")["spawned"]] == [mine]  # type: ignore[index]
