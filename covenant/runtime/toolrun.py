@@ -14,7 +14,6 @@ import time
 from dataclasses import dataclass
 from typing import Any
 
-from covenant import outside_json
 from covenant.runtime.contract import preview
 from covenant.runtime.outcome import Outcome
 from covenant.runtime.run_state import RunState
@@ -72,8 +71,8 @@ def _reject_constant(name: str) -> Any:
 
 
 def parse_document(stdout: bytes) -> tuple[Any, str | None, bool]:
-    """``(value, problem, empty)``: exactly one JSON document (surrounding whitespace allowed); a lone
-    surrogate in its strings becomes U+FFFD (:mod:`covenant.outside_json`)."""
+    """``(value, problem, empty)``: exactly one JSON document (surrounding whitespace allowed). A lone
+    surrogate in it is refused by the tool host (``tool_bad_output``, :mod:`covenant.tools.result`)."""
     if not stdout.strip():
         return None, None, True
     try:
@@ -91,8 +90,6 @@ def parse_document(stdout: bytes) -> tuple[Any, str | None, bool]:
     if text[end:].strip():
         rest = text[end:].lstrip().encode()
         return None, f"stdout holds more than one JSON document; after the first: {preview(rest)}", False
-    if outside_json.may_hold_surrogate(text):
-        value = outside_json.scrub(value)
     return value, None, False
 
 

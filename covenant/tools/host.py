@@ -106,7 +106,10 @@ def parse_arguments(arguments: str | dict[str, Any]) -> dict[str, Any]:
         return {}
     else:
         try:
-            value = outside_json.loads(arguments, parse_constant=_reject_constant, object_pairs_hook=_reject_duplicates)
+            value = outside_json.loads(arguments, surrogates="refuse", parse_constant=_reject_constant,
+                                       object_pairs_hook=_reject_duplicates)
+        except outside_json.LoneSurrogate:
+            raise _BadArguments("arguments hold text that is not valid Unicode (a lone surrogate such as \\ud800)") from None
         except outside_json.TooDeep:
             raise _BadArguments(f"arguments nest deeper than {MAX_DEPTH} levels") from None
         except ValueError as exc:

@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import json
 import os
-import time
 from collections.abc import Iterator
 from dataclasses import dataclass
 
@@ -127,4 +126,3 @@ def test_a_deep_tree_left_in_tmp_at_shutdown(hosted: Hosted) -> None:
     """Left for the fixture's shutdown: it must remove the tree and stop cleanly (exit 0, nothing left)."""
     made = hosted.shell(f"cd /tmp && mkdir -p $(printf 'e/%.0s' $(seq {LEVELS})) && echo made")
     assert made["stdout"].strip() == "made", made
-    time.sleep(0)  # nothing to wait for: the replica holds the uid, so /tmp keeps the tree until it stops
