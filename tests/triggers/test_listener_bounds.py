@@ -102,7 +102,7 @@ def bounded(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Bounded]:
             listen = "127.0.0.1:{bounded.a2a_port}"
             expose = ["echo", "leaky"]
             max_body_kb = 1
-            header_timeout_s = 3
+            header_timeout_s = 5
             body_timeout_s = 3
             max_connections = {A2A_MAX_CONNECTIONS}
 
