@@ -124,47 +124,76 @@ def tail(
 @audit.command()
 @click.option("--witness", type=click.Path(dir_okay=False, exists=True, path_type=Path), help="A head file kept elsewhere: the log must still contain that checkpoint.")
 @click.option("--pubkey", metavar="HEX", help="The daemon public key to verify against (default: audit.pubkey, else identity/daemon.key).")
+@click.option("--fleet", "against_fleet", is_flag=True, help="Also check the log against every head this host published to the fleet (COVENANT_AUDIT); exit 5 when NATS cannot be reached.")
 @click.option("--json", "as_json", is_flag=True, help="Print the report as JSON.")
 @pass_cli
 @reports_errors
-def verify(ctx: CliContext, witness: Path | None, pubkey: str | None, as_json: bool) -> None:
+def verify(ctx: CliContext, witness: Path | None, pubkey: str | None, against_fleet: bool, as_json: bool) -> None:
     """Check every record, link, checkpoint signature and recovery; exit 0 valid, 1 not."""
     from covenant.audit.verify import load_witness, pinned_public_key, verify_log
     from covenant.config import load_config
 
-    key = pinned_public_key(ctx.home, load_config(ctx.home), pubkey)
+    config = load_config(ctx.home)
+    key = pinned_public_key(ctx.home, config, pubkey)
     witness_doc = load_witness(witness) if witness is not None else None
     report = verify_log(ctx.home.audit_dir, key, witness=witness_doc)
+    fleet = _fleet_check(ctx, config, key, report.log_id) if against_fleet else None
+    ok = report.ok and (fleet is None or fleet.ok)
     if as_json:
-        print_json(report.to_json())
+        print_json({**report.to_json(), "ok": ok, **({"fleet": fleet.to_json()} if fleet is not None else {})})
+        sys.exit(0 if ok else 1)
+    for warning in report.warnings + (fleet.ignored if fleet is not None else []):
+        echo(f"warning: {warning}", err=True)
+    if report.ok:
+        last = report.last_checkpoint or {}
+        echo(
+            f"ok: {report.records} records in {report.segments} segment(s), log {report.log_id}, "
+            f"last checkpoint covers seq {last.get('seq')} ({last.get('ts')})"
+            + (", witness matched" if witness_doc is not None else "")
+        )
     else:
-        for warning in report.warnings:
-            echo(f"warning: {warning}", err=True)
-        if report.ok:
-            last = report.last_checkpoint or {}
-            echo(
-                f"ok: {report.records} records in {report.segments} segment(s), log {report.log_id}, "
-                f"last checkpoint covers seq {last.get('seq')} ({last.get('ts')})"
-                + (", witness matched" if witness_doc is not None else "")
-            )
+        p = report.first_problem
+        assert p is not None
+        echo(f"FAILED: {p.segment}, seq {p.seq}, byte offset {p.offset}: {p.message}")
+    if fleet is not None:
+        if fleet.ok:
+            echo(f"ok: the log agrees with the {fleet.heads} head(s) this host published to the fleet"
+                 + (f" (newest covers seq {fleet.newest_seq})" if fleet.newest_seq is not None else ""))
         else:
-            p = report.first_problem
-            assert p is not None
-            echo(f"FAILED: {p.segment}, seq {p.seq}, byte offset {p.offset}: {p.message}")
-            echo(
-                "covenant: the log does not prove itself from that point on. Keep a copy of the audit "
-                "folder as evidence before anything writes to it, compare it with a witness kept "
-                "elsewhere (`covenant audit verify --witness FILE`), and see docs/audit.md (verify)",
-                err=True,
-            )
-    sys.exit(0 if report.ok else 1)
+            echo(f"FAILED: fleet, seq {fleet.problem_seq}: {fleet.problem}")
+    if not ok:
+        echo(
+            "covenant: the log does not prove itself from that point on. Keep a copy of the audit "
+            "folder as evidence before anything writes to it, compare it with a witness kept "
+            "elsewhere (`covenant audit verify --witness FILE`), and see docs/audit.md (verify)",
+            err=True,
+        )
+    sys.exit(0 if ok else 1)
+
+
+def _fleet_check(ctx: CliContext, config: Any, key: Any, log_id: str | None) -> Any:
+    """The log against the heads this host published to COVENANT_AUDIT (docs/fleet.md)."""
+    import asyncio
+
+    from covenant.fleet.client import FleetClient
+    from covenant.fleet.heads import check_heads, fetch_heads
+
+    fleet = config.fleet.require(ctx.home.config_path)
+    host = fleet.host_name()
+
+    async def heads() -> list[dict[str, Any]]:
+        async with FleetClient(fleet) as client:
+            return await fetch_heads(client.js, host)
+
+    return check_heads(asyncio.run(heads()), host, key, log_id, ctx.home.audit_dir)
 
 
 @audit.command()
 @click.option("--pubkey", metavar="HEX", help="Check the head's signature against this key.")
+@click.option("--json", "as_json", is_flag=True, help="Print it as one line of JSON (what the fleet publishes, without host).")
 @pass_cli
 @reports_errors
-def head(ctx: CliContext, pubkey: str | None) -> None:
+def head(ctx: CliContext, pubkey: str | None, as_json: bool) -> None:
     """Print the latest checkpoint as a witness file; keep copies on another host."""
     from covenant.audit.format import checkpoint_signature_ok
     from covenant.audit.store import HEAD_NAME
@@ -189,4 +218,4 @@ def head(ctx: CliContext, pubkey: str | None) -> None:
         ):
             fail(f"{path}: the checkpoint signature does not verify under the pinned key; do not use it as a "
                  "witness, and run `covenant audit verify` to check the log itself", 1)
-    echo(json.dumps(doc, sort_keys=True, indent=2))
+    echo(json.dumps(doc, sort_keys=True, separators=(",", ":")) if as_json else json.dumps(doc, sort_keys=True, indent=2))

@@ -46,6 +46,10 @@ DISPATCH_OPTIONS: tuple[DispatchOption, ...] = (
                    "(1-128 of A-Za-z0-9._-). The outcome names the session either way.", metavar="ID"),
     DispatchOption("--stream", "stream", "Rune agents: print the answer as it arrives; tool events go to stderr "
                    "(with --json: one JSON event per line).", is_flag=True),
+    DispatchOption("--fleet", "fleet", "Send the intent over the fleet (NATS, [fleet] in covenant.toml) to a live host "
+                   "that runs the agent, instead of to this home's daemon (docs/fleet.md).", is_flag=True),
+    DispatchOption("--timeout", "timeout", "With --fleet: seconds to wait for the answer (default: [policy] skew_s "
+                   "- 30, after which the intent could no longer run).", metavar="S"),
 )
 
 _BY_FLAG = {option.flag: option for option in DISPATCH_OPTIONS}
@@ -63,6 +67,8 @@ class DispatchArgs(NamedTuple):
     dry_run: bool
     session_id: str | None
     stream: bool
+    fleet: bool
+    timeout: str | None
 
 
 def _plain_value(value: str) -> bool:

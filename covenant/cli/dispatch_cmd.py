@@ -38,7 +38,8 @@ def _with_dispatch_options(func: Callable[..., Any]) -> Callable[..., Any]:
 @_with_dispatch_options
 @pass_cli
 def dispatch(cli: CliContext, text: str, agent_id: str | None, priority: str, parent: str | None,
-             as_json: bool, dry_run: bool, session_id: str | None, stream: bool) -> None:
+             as_json: bool, dry_run: bool, session_id: str | None, stream: bool, fleet: bool,
+             timeout: str | None) -> None:
     """Sign TEXT with your identity and have the daemon run it.
 
     Exit codes: 0 ok, 1 the agent answered status error, 2 usage or
@@ -48,5 +49,10 @@ def dispatch(cli: CliContext, text: str, agent_id: str | None, priority: str, pa
     provider_unavailable, session_corrupt, unsafe_output), 5 the daemon is
     unreachable, overloaded or shutting down, 6 no agent matched or the match
     is ambiguous. A session of another issuer (session_forbidden) exits 3.
+
+    With --fleet the intent goes over NATS to a live host that runs the agent
+    (docs/fleet.md); the codes are the same, 5 also when NATS is unreachable or
+    no live host runs the agent, 4 for delivery_exhausted.
     """
-    dispatch_and_exit(str(cli.home.root), text, agent_id, priority, parent, as_json, dry_run, session_id, stream)
+    dispatch_and_exit(str(cli.home.root), text, agent_id, priority, parent, as_json, dry_run, session_id, stream,
+                      fleet, timeout)

@@ -129,12 +129,22 @@ def _echo_rune_plan(plan: dict[str, Any]) -> None:
 
 
 def dispatch_and_exit(home_root: str, text: str, agent_id: str | None, priority: str, parent: str | None,
-                      as_json: bool, dry_run: bool, session_id: str | None = None, stream: bool = False) -> NoReturn:
+                      as_json: bool, dry_run: bool, session_id: str | None = None, stream: bool = False,
+                      fleet: bool = False, timeout: str | None = None) -> NoReturn:
     """Sign ``text``, send it to the daemon of the home at ``home_root``, print the answer and exit
     with DESIGN.md §7's code.
 
     A CovenantError from the libraries becomes ``covenant: error: …`` and its exit code.
+    With ``fleet`` the intent goes over NATS instead (:mod:`covenant.cli.fleet_dispatch`, imported
+    only then: nats-py stays off the plain dispatch path).
     """
+    if fleet:
+        from covenant.cli.fleet_dispatch import fleet_dispatch_and_exit
+
+        fleet_dispatch_and_exit(home_root, text, agent_id, priority, parent, as_json, timeout,
+                                dry_run=dry_run, session_id=session_id, stream=stream)
+    if timeout is not None:
+        fail("--timeout is for --fleet (a local dispatch waits for its daemon's answer)", ExitCode.USAGE)
     if session_id is not None and not _valid_session(session_id):
         fail(f"--session {session_id!r}: use 1-128 of A-Za-z0-9._-", ExitCode.USAGE)
     streamed = False
@@ -187,4 +197,5 @@ def run_fast(args: DispatchArgs) -> NoReturn:
     """The click-free ``covenant dispatch``: what the click group and command would do, then exit."""
     home_root = home_dir(args.home)
     run_standalone(lambda: dispatch_and_exit(home_root, args.text, args.agent_id, args.priority, args.parent,
-                                             args.as_json, args.dry_run, args.session_id, args.stream))
+                                             args.as_json, args.dry_run, args.session_id, args.stream,
+                                             args.fleet, args.timeout))
