@@ -165,13 +165,15 @@ class LaunchPlans:
         cwd: str | None = None,
         *,
         spawn_on_this_cpu: bool,
+        landlock_ruleset: int = -1,
     ) -> LaunchPlan:
         """The plan of one process of ``agent``: ``argv`` in its package folder (or ``cwd``), ``scratch`` as
         its HOME and TMPDIR, ``cpu_ms`` of CPU time, as ``creds`` in ``mount_namespace``.
 
         ``intent_id`` is the run's marker (the intent's id for an agent, a
         unique run id for a tool); ``mount_namespace`` is the uid's private
-        /tmp (:meth:`private_tmp`).
+        /tmp (:meth:`private_tmp`); ``landlock_ruleset`` confines a tool's files
+        (:mod:`covenant.runtime.tool_confinement`).
         """
         env = agent_environment(
             self.config, agent_id=agent.id, intent_id=intent_id, scratch=scratch, parent_env=os.environ
@@ -187,6 +189,7 @@ class LaunchPlans:
             pdeathsig=self.config.pdeathsig,
             credentials=creds,
             mount_namespace=mount_namespace,
+            landlock_ruleset=landlock_ruleset,
             spawn_on_this_cpu=spawn_on_this_cpu,
         )
 

@@ -57,6 +57,8 @@ from covenant.runtime.run_state import RunState
 from covenant.runtime.sampler import Sampler
 from covenant.runtime.scratch import ScratchDirs
 from covenant.runtime.teardown import KILL_WAIT_S
+from covenant.runtime.tool_confinement import ToolConfinement
+from covenant.runtime.tool_files import ToolFiles
 from covenant.runtime.toolrun import ToolRun, tool_run_record
 from covenant.runtime.uid_leases import Released, UidLeases
 from covenant.runtime.workers import WorkerThreads
@@ -99,6 +101,7 @@ class Runner:
         mount_namespaces: MountNamespaces | None = None,
         *,
         launch_threads: WorkerThreads,
+        tool_confinement: ToolConfinement,
     ) -> None:
         self.config = config
         self.mount_namespaces = mount_namespaces
@@ -112,6 +115,8 @@ class Runner:
         self.sampler = sampler
         self.plans = LaunchPlans(config, self.isolation, mount_namespaces)
         """What each agent process is launched with."""
+        self.tool_confinement = tool_confinement
+        """Whether tool processes' files are confined here (Landlock), and their rulesets."""
         self._dispatches: set[RunState] = set()
         subreaper = host.is_child_subreaper()
         self.uids = UidLeases(
@@ -174,6 +179,7 @@ class Runner:
                 )
             if enforced:
                 await trio.to_thread.run_sync(partial(host.pdeathsig_wrapper, credentials=True))
+        tool_confinement = await trio.to_thread.run_sync(ToolConfinement.for_host, config, enforced)
         async with WorkerThreads.open(_LAUNCH_THREADS, "covenant-launch") as launch_threads:
             mount_namespaces = None
             if enforced:  # the probe namespace's holder is PDEATHSIG-armed: a launch thread, not trio's cache
@@ -188,7 +194,7 @@ class Runner:
             sampler = Sampler(config.sample_interval_ms, helper_pids)
             runner = cls(
                 config, scratch_root, launcher or ProcessGroupLauncher(), sampler, isolation, live_roots,
-                mount_namespaces, launch_threads=launch_threads,
+                mount_namespaces, launch_threads=launch_threads, tool_confinement=tool_confinement,
             )
             try:
                 async with trio.open_nursery() as nursery:
@@ -209,6 +215,7 @@ class Runner:
             finally:
                 with trio.CancelScope(shield=True):
                     await trio.to_thread.run_sync(runner.scratch.close)
+                    tool_confinement.close()
                     if mount_namespaces is not None:
                         await trio.to_thread.run_sync(mount_namespaces.close)
 
@@ -249,6 +256,7 @@ class Runner:
         creds: AgentCredentials | None,
         mount_namespace: str | None,
         cwd: str | None = None,
+        landlock_ruleset: int = -1,
     ) -> tuple[str | None, Launched | LaunchError | OSError]:
         """Make the scratch dir if none was ready, build the plan, spawn (blocking; any thread).
 
@@ -263,7 +271,8 @@ class Runner:
             if creds is not None:
                 os.chown(scratch, creds.uid, creds.gid)  # its HOME and TMPDIR: 0700, the agent's own
             plan = self.plans.plan(
-                agent, intent_id, argv, scratch, cpu_ms, creds, mount_namespace, cwd, spawn_on_this_cpu=self.in_flight > 0
+                agent, intent_id, argv, scratch, cpu_ms, creds, mount_namespace, cwd, spawn_on_this_cpu=self.in_flight > 0,
+                landlock_ruleset=landlock_ruleset,
             )
             return scratch, self.launcher.launch(plan)
         except (LaunchError, OSError) as exc:
@@ -350,6 +359,7 @@ class Runner:
         wall_ms: int,
         cwd: str | None = None,
         on_started: Callable[[RunState], None] | None = None,
+        files: ToolFiles | None = None,
     ) -> ToolRun:
         """Run a process tool of ``agent`` once: ``document`` on stdin, one JSON document expected on stdout.
 
@@ -360,13 +370,16 @@ class Runner:
         ladder; only the budgets differ: ``wall_ms`` of wall-clock time from
         release, and as much CPU time. ``run_id`` marks every process of the
         run (``COVENANT_INTENT_ID``) and must be unique among runs in flight.
+        With ``files`` the run is confined to them, the system's files and its
+        scratch dir (:attr:`tool_confinement`; ``spawn_failed`` where this host
+        cannot confine it).
         Never raises for a fault of the tool; on cancellation the tree is torn
         down (shielded) and Cancelled propagates.
         """
         t0 = time.monotonic()
         cpu_ms = wall_ms
         try:
-            scratch, launched, creds = await self._spawn(agent, run_id, list(argv), cpu_ms, cwd)
+            scratch, launched, creds = await self._spawn(agent, run_id, list(argv), cpu_ms, cwd, files=files)
         except (LaunchError, OSError) as exc:
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare the tool: {exc}"
             log.warning("tool spawn failed", extra={"agent": agent.id, "intent": run_id, "detail": message})
@@ -402,9 +415,10 @@ class Runner:
         return self.plans.private_tmp(agent, creds)
 
     async def _spawn(
-        self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int, cwd: str | None = None
+        self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int, cwd: str | None = None, *,
+        files: ToolFiles | None = None,
     ) -> tuple[str, Launched, AgentCredentials | None]:
-        """Claim the agent's uid, take (or make) a scratch dir and start the process.
+        """Claim the agent's uid, take (or make) a scratch dir and start the process (confined to ``files``).
 
         On failure the uid and the dir are given back and the error is raised.
         """
@@ -412,15 +426,24 @@ class Runner:
         scratch = self.scratch.take(creds.uid if creds is not None else os.getuid())
         made: str | None
         launched: Launched | LaunchError | OSError
+        ruleset = None
         try:
             private_tmp = await self._private_tmp_off_the_loop(agent, creds)
-        except OSError as exc:
+            if files is not None:
+                scratch = scratch or self.scratch.make()  # the ruleset names it: it must exist first
+                ruleset = await trio.to_thread.run_sync(self.tool_confinement.acquire, files, scratch)
+        except (LaunchError, OSError) as exc:
             made, launched = scratch, exc
         else:
             # On the loop even while others run: on a thread the spawn's Python shares the GIL with the
             # loop anyway, and the hand-offs cost more than the vfork wait they spare the loop (16
             # concurrent clients: 2-7 % more dispatches per s, 7-11 % less CPU; docs/performance.md).
-            made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds, private_tmp, cwd)
+            try:
+                made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds, private_tmp, cwd,
+                                              ruleset.fd if ruleset is not None else -1)
+            finally:
+                if ruleset is not None:
+                    self.tool_confinement.release(ruleset)
         if isinstance(launched, Exception):
             with trio.CancelScope(shield=True):
                 if creds is not None:
