@@ -39,6 +39,11 @@ def _render_status(doc: dict) -> None:
         echo(f"isolation  same-uid: agents run as the daemon's own uid (NOT isolated: {detail.get('reason', '?')})")
     for problem in detail.get("problems", []):
         echo(f"isolation  problem: {problem}")
+    files = doc.get("tool_files") or {}
+    if files.get("confined_by") == "landlock":
+        echo(f"tools      files confined by Landlock ABI {files['landlock_abi']}")
+    elif files:
+        echo(f"tools      files NOT confined ({files['problem']}): process tools are unavailable")
     for problem in doc["grants"]["problems"]:
         echo(f"grants     ignored: {problem}")
     for running in doc["in_flight"]:

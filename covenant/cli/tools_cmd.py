@@ -5,7 +5,10 @@ agents folder, covenant.toml (its ``[rune] unavailable_tools`` too). MCP
 entries (``server/tool``) are decided by the running daemon, which holds the
 connections: when one answers, its ``/v1/status`` ``mcp_servers`` say
 whether each server is up and advertises the tool; without one they are
-listed as unavailable with that reason.
+listed as unavailable with that reason. Process tools are available only where
+their files can be confined: the running daemon says whether it can
+(``tool_files``); without one, this host is judged as a daemon run by this
+user would be.
 """
 
 from __future__ import annotations
@@ -42,6 +45,11 @@ def _mcp_lookup(servers: list[dict[str, Any]], agent_id: str) -> "McpLookup":
     return lookup
 
 
+def _is_process_tool(package: Any, entry: str) -> bool:
+    tool = package.tools.get(entry)
+    return tool is not None and tool.runtime == "process"
+
+
 def tool_rows(home: Any, agent: str | None) -> tuple[list[dict[str, Any]], bool]:
     """One row per toolset entry of each valid Rune agent (or of ``agent``); and whether a daemon answered."""
     from covenant.config import load_config
@@ -61,14 +69,16 @@ def tool_rows(home: Any, agent: str | None) -> tuple[list[dict[str, Any]], bool]
                  ExitCode.NO_AGENT)
         packages = {spec.id: packages[spec.id]}
     status = ask_daemon(home, "/v1/status") if any(
-        MCP_SEPARATOR in e for p in packages.values() for e in p.runefile.toolset) else None
+        MCP_SEPARATOR in e or _is_process_tool(p, e) for p in packages.values() for e in p.runefile.toolset) else None
     servers = status.get("mcp_servers", []) if isinstance(status, dict) else None
+    files = status.get("tool_files") if isinstance(status, dict) else None
+    confinement = (lambda: files.get("problem")) if isinstance(files, dict) else None
 
     rows: list[dict[str, Any]] = []
     for agent_id in sorted(packages):
         package = packages[agent_id]
         lookup = _mcp_lookup(servers, agent_id) if servers is not None else (lambda s, t: _NO_DAEMON)
-        toolset = configured_toolset(package, config, lookup)
+        toolset = configured_toolset(package, config, lookup, confinement)
         offered = {t.entry: t for t in toolset.available.values()}
         reasons = dict(toolset.unavailable)
         for entry in dict.fromkeys(package.runefile.toolset):

@@ -31,6 +31,7 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
         "network_isolation": daemon.network_isolation,
         "isolation": daemon.isolation.mode,
         "isolation_detail": daemon.isolation.to_json(),
+        "tool_files": daemon.runner.tool_confinement.to_json(),
         "agents": {"loaded": sorted(daemon.agents.loaded.agents), "withdrawn": sorted(daemon.agents.loaded.withdrawn)},
         "rejected": [p.to_json() for p in daemon.agents.loaded.problems],
         "in_flight": [

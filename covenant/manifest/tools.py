@@ -30,6 +30,7 @@ __all__ = [
     "MCP_SEPARATOR",
     "McpServer",
     "UNSUPPORTED_RUNTIMES",
+    "TOOL_CAPABILITIES",
     "builtin_actions",
     "mcp_tool_problem",
 ]
@@ -59,6 +60,11 @@ ToolRuntime = Literal["wasm", "process", "container", "agent", "builtin"]
 
 UNSUPPORTED_RUNTIMES: frozenset[str] = frozenset({"wasm", "container"})
 """Spec runtimes this host has no backend for: refused at load, never accepted silently."""
+
+TOOL_CAPABILITIES: tuple[str, ...] = ("filesystem", "network")
+"""The ``capabilities`` a tool descriptor may declare here (docs/tools.md, "Capabilities"): ``filesystem``
+gives a process tool the agent's workspace, ``network`` the network. A tool declaring another one is
+unavailable: covenant cannot grant what it does not know."""
 
 MCP_SEPARATOR = "/"
 """A toolset entry ``server/tool`` names the tool ``tool`` of the MCP server ``server``."""

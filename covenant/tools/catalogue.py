@@ -21,7 +21,7 @@ from covenant.config import Config
 from covenant.manifest._yamlio import safe_loader
 from covenant.manifest.runefile import RunePackage
 from covenant.manifest.security import is_inside, ownership_problems
-from covenant.manifest.tools import BUILTIN_PREFIX, MCP_SEPARATOR, ToolDescriptor, tool_action
+from covenant.manifest.tools import BUILTIN_PREFIX, MCP_SEPARATOR, TOOL_CAPABILITIES, ToolDescriptor, tool_action
 from covenant.tools.agents import AGENT_TOOL_SCHEMA
 from covenant.tools.builtins import BUILTINS, Builtin
 from covenant.tools.mcp.hub import McpTool
@@ -37,6 +37,7 @@ __all__ = [
     "model_name",
     "PROCESS_SCHEMA",
     "Interpreters",
+    "Confinement",
     "McpLookup",
     "MCP_MODEL_SEPARATOR",
 ]
@@ -51,6 +52,10 @@ _SCHEMA_MAX_BYTES = 256 * 1024
 
 Interpreters = Callable[[str], str | None]
 """``"python3"``/``"node"`` -> the absolute interpreter path, or None when it is not installed."""
+
+Confinement = Callable[[], "str | None"]
+"""Why this host cannot confine a process tool's files (:attr:`ToolConfinement.problem
+<covenant.runtime.tool_confinement.ToolConfinement.problem>`), or None; asked only when a process tool is met."""
 
 McpLookup = Callable[[str, str], "McpTool | str"]
 """(server, tool) -> the tool as the connected server advertises it, or why it is unavailable now."""
@@ -84,6 +89,17 @@ class ToolEntry:
     output_validator: Any = field(default=None, compare=False, repr=False)
     mcp: McpTool | None = None
     """An MCP tool as its server advertises it (``kind == "mcp"``)."""
+
+    @property
+    def declares_network(self) -> bool:
+        """Its descriptor declares the ``network`` capability: without it a process tool gets no network."""
+        return "network" in self.descriptor.capabilities
+
+    @property
+    def declares_filesystem(self) -> bool:
+        """Its descriptor declares the ``filesystem`` capability: a process tool then also gets the agent's
+        workspace, read-write, as its working directory."""
+        return "filesystem" in self.descriptor.capabilities
 
     def openai(self) -> dict[str, Any]:
         """This tool in OpenAI's ``tools`` format."""
@@ -145,7 +161,9 @@ def _load_schema(root: Path, ref: str, what: str) -> dict[str, Any]:
     return schema
 
 
-def _process_entry(package: RunePackage, tool: ToolDescriptor, interpreters: Interpreters) -> ToolEntry:
+def _process_entry(
+    package: RunePackage, tool: ToolDescriptor, interpreters: Interpreters, confinement: Confinement
+) -> ToolEntry:
     module = Path(os.path.normpath(package.root / tool.module))
     if not module.is_file():
         raise _Unavailable(f"its module {module} does not exist")
@@ -169,6 +187,14 @@ def _process_entry(package: RunePackage, tool: ToolDescriptor, interpreters: Int
         if parameters.get("type") != "object":
             raise _Unavailable(f"input_schema_ref {tool.input_schema_ref!r} must describe an object (type: object)")
     output_schema = _load_schema(package.root, tool.output_schema_ref, "output_schema_ref") if tool.output_schema_ref else None
+    unknown = [name for name in tool.capabilities if name not in TOOL_CAPABILITIES]
+    if unknown:
+        raise _Unavailable(
+            f"it declares the capability {unknown[0]!r}, which covenant cannot grant (known: {', '.join(TOOL_CAPABILITIES)})"
+        )
+    problem = confinement()
+    if problem is not None:
+        raise _Unavailable(f"its files cannot be confined on this host ({problem}), and a process tool never runs unconfined")
     return ToolEntry(
         entry=tool.name,
         model_name=tool.name,
@@ -232,7 +258,8 @@ def _mcp_entry(name: str, mcp: McpLookup | None) -> ToolEntry:
 
 
 def _entry(
-    package: RunePackage, name: str, interpreters: Interpreters, mcp: McpLookup | None, config: Config
+    package: RunePackage, name: str, interpreters: Interpreters, mcp: McpLookup | None, config: Config,
+    confinement: Confinement,
 ) -> ToolEntry:
     tool = package.tools.get(name)
     if name.startswith(BUILTIN_PREFIX):
@@ -259,7 +286,7 @@ def _entry(
     if not MODEL_NAME.match(name):
         raise _Unavailable(f"its name cannot be sent to models (must match {MODEL_NAME.pattern})")
     if tool.runtime == "process":
-        return _process_entry(package, tool, interpreters)
+        return _process_entry(package, tool, interpreters, confinement)
     if tool.runtime == "agent":
         assert tool.agent_ref is not None  # the descriptor requires it
         # A remote URL is offered like a local agent that shares no network: the daemon decides when it is
@@ -286,20 +313,22 @@ def _with_validators(entry: ToolEntry) -> ToolEntry:
 
 
 def resolve_toolset(
-    package: RunePackage, interpreters: Interpreters, mcp: McpLookup | None = None, config: Config | None = None
+    package: RunePackage, interpreters: Interpreters, mcp: McpLookup | None = None, config: Config | None = None, *,
+    confinement: Confinement,
 ) -> Toolset:
     """Split the package's toolset into offered tools and unavailable entries (toolset order, no repeats).
 
     ``mcp`` answers for ``server/tool`` entries (the daemon's :class:`~covenant.tools.mcp.McpHub`);
     without it they are unavailable, the reason saying the daemon decides. ``config`` (default: every
     default) decides built-ins that need a configured backend (``rune@web-search``, ``rune@channel-send``).
+    ``confinement`` says whether process tools can be confined here: where not, they are unavailable.
     """
     config = config if config is not None else Config()
     available: dict[str, ToolEntry] = {}
     unavailable: list[tuple[str, str]] = []
     for name in dict.fromkeys(package.runefile.toolset):
         try:
-            entry = _entry(package, name, interpreters, mcp, config)
+            entry = _entry(package, name, interpreters, mcp, config, confinement)
         except _Unavailable as exc:
             unavailable.append((name, str(exc)))
             continue
@@ -311,13 +340,24 @@ def resolve_toolset(
     return Toolset(available=available, unavailable=tuple(unavailable))
 
 
-def configured_toolset(package: RunePackage, config: Config, mcp: McpLookup | None = None) -> Toolset:
-    """The toolset as a daemon with this config would serve it, without a runner (``agents show``/``check``)."""
+def configured_toolset(
+    package: RunePackage, config: Config, mcp: McpLookup | None = None, confinement: Confinement | None = None
+) -> Toolset:
+    """The toolset as a daemon with this config would serve it, without a runner (``agents show``/``check``).
+
+    ``confinement`` (default: judged here, as a daemon run by this user on this host would judge it)
+    says whether process tools can be confined; ``tools list`` passes the running daemon's answer.
+    """
+    from covenant.runtime.host import can_switch_uid
     from covenant.runtime.launch_plans import resolve_program
+    from covenant.runtime.tool_confinement import confinement_problem
 
     runtime = config.runtime
 
     def interpreters(name: str) -> str | None:
         return resolve_program(getattr(runtime, name), runtime.path)
 
-    return resolve_toolset(package, interpreters, mcp, config)
+    def judged_here() -> str | None:
+        return confinement_problem(runtime, can_switch_uid())
+
+    return resolve_toolset(package, interpreters, mcp, config, confinement=confinement or judged_here)

@@ -184,7 +184,9 @@ class ToolHost:
         if cached is not None and cached[0] is package and cached[1] == generation:
             return cached[2]
         lookup = partial(self.mcp.lookup, agent.id) if self.mcp.running else None
-        toolset = resolve_toolset(package, self.services.runner.plans.interpreter, lookup, self.services.config)
+        confinement = self.services.runner.tool_confinement
+        toolset = resolve_toolset(package, self.services.runner.plans.interpreter, lookup, self.services.config,
+                                  confinement=lambda: confinement.problem)
         self._toolsets[agent.id] = (package, generation, toolset)
         return toolset
 

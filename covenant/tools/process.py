@@ -3,7 +3,10 @@
 The module runs under ``[runtime] python3`` (``.py``), ``[runtime] node``
 (``.js``) or as its own executable, with the agent's limits and the same
 launch path, environment allowlist and kill ladder as agent processes
-(:meth:`covenant.runtime.runner.Runner.run_tool`).
+(:meth:`covenant.runtime.runner.Runner.run_tool`), its files confined to the
+system's, its package folder (read-only) and its scratch dir; with the
+``filesystem`` capability also the agent's workspace, read-write, as its
+working directory.
 """
 
 from __future__ import annotations
@@ -15,6 +18,7 @@ from typing import Any
 
 import trio
 
+from covenant.runtime.tool_files import ToolFiles
 from covenant.runtime.toolrun import ToolRun
 from covenant.tools.catalogue import ToolEntry
 from covenant.tools.context import ToolCallContext
@@ -67,8 +71,16 @@ async def run_process_tool(
     """One attempt of a process tool, given until ``ends`` (trio time); the caller holds one of the agent's
     run places for it (:func:`~covenant.tools.retry.run_with_retries`)."""
     document = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
+    package = str(ctx.agent.root)
+    files = ToolFiles(read_only=(package,))
+    cwd = None
+    if entry.declares_filesystem:
+        workspace = str((await trio.to_thread.run_sync(services.workspace, ctx.agent.id)).root)
+        files, cwd = ToolFiles(read_only=(package,), read_write=(workspace,)), workspace
     wall_ms = max(1, int((ends - trio.current_time()) * 1000))
-    run = await services.runner.run_tool(ctx.agent, entry.argv, document, run_id=ctx.run_marker(), wall_ms=wall_ms)
+    run = await services.runner.run_tool(
+        ctx.agent, entry.argv, document, run_id=ctx.run_marker(), wall_ms=wall_ms, cwd=cwd, files=files
+    )
     log.info(
         "tool run",
         extra={

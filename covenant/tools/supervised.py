@@ -1,7 +1,8 @@
 """Supervised processes of ``rune@process-*``: started for an intent, gone when it ends.
 
 Each process is a run of the runner's tool mode (the agent's uid, its
-limits, its workspace as cwd, the agents' environment) whose stdin stays
+limits, its workspace as cwd and, where the host confines tool files, the
+only place it writes besides its scratch dir; the agents' environment) whose stdin stays
 open, whose output is handed out by polls, and whose wall-clock budget is
 what the intent has left. The registry is the daemon's, per agent; a
 process is stopped through the runner's kill ladder when the model kills it,
@@ -22,6 +23,7 @@ from covenant.config import ProcessToolConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime.run_state import RunState
 from covenant.runtime.runner import Runner
+from covenant.runtime.tool_files import ToolFiles
 from covenant.runtime.toolrun import ToolRun
 from covenant.tools.result import ToolError
 
@@ -110,6 +112,7 @@ class ProcessRegistry:
                 process.record = await self.runner.run_tool(
                     agent, (shell, "-c", command), b"", run_id=f"{intent_id}:process:{process.id}",
                     wall_ms=wall_ms, cwd=cwd, on_started=on_started,
+                    files=self.runner.tool_confinement.where_possible(ToolFiles(read_write=(cwd,))),
                 )
             finally:
                 if process.record is None:

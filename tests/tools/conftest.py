@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import textwrap
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,14 +15,18 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant.clock import now_ms
-from covenant.config import Config
+from covenant.config import Config, IsolationConfig, RuntimeConfig
 from covenant.home import Home
-from covenant.keys import create_key_file, public_key_hex
+from covenant.homeinit import init_home
+from covenant.keys import create_key_file, load_private_key, public_key_hex
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.runefile import load_rune_package
 from covenant.policy.grants import GrantSet, GrantStore
+from covenant.runtime.isolation import Isolation, open_isolation
+from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolCallContext, ToolHost
+from tests.conftest import agent_uid_range
 
 RUNEFILE = """\
 name: {name}
@@ -103,14 +108,42 @@ class Tools:
     def new_host(self) -> ToolHost:
         return ToolHost(self.home, self.config, self.runner, self.audit)
 
+    def workspace(self, agent: AgentSpec) -> Path:
+        """The agent's workspace (made if missing), where a tool with the ``filesystem`` capability runs."""
+        return self.host.services.workspace(agent.id).root
 
-@pytest.fixture
-async def tools(home: Home, tmp_path: Path) -> AsyncIterator[Tools]:
-    config = Config()
-    daemon_key = create_key_file(home.daemon_key_path)
+
+@asynccontextmanager
+async def _tools(home: Home, packages: Path, config: Config, isolation: Isolation | None = None) -> AsyncIterator[Tools]:
+    path = home.daemon_key_path
+    daemon_key = load_private_key(path) if path.exists() else create_key_file(path)  # init_home may have made it
     issuer = Ed25519PrivateKey.generate()
     store = GrantStore(home.grants_path, daemon_key.public_key())
     audit = AuditCollector()
-    async with Runner.open(config.runtime, scratch_root=home.state_dir / "scratch") as runner:
+    async with Runner.open(config.runtime, scratch_root=home.state_dir / "scratch", isolation=isolation,
+                           live_roots=LiveRoots()) as runner:
         host = ToolHost(home, config, runner, audit)
-        yield Tools(home, config, runner, audit, host, daemon_key, public_key_hex(issuer), store, tmp_path)
+        yield Tools(home, config, runner, audit, host, daemon_key, public_key_hex(issuer), store, packages)
+
+
+@pytest.fixture
+async def tools(home: Home, tmp_path: Path) -> AsyncIterator[Tools]:
+    """A runner whose agents run as covenant's own uid: built-ins run, process tools are unavailable (their files
+    cannot be confined without agent uids)."""
+    async with _tools(home, tmp_path, Config()) as made:
+        yield made
+
+
+@pytest.fixture
+async def confined_tools(home: Home) -> AsyncIterator[Tools]:
+    """A runner whose agents (and their tools) run as uids of their own, as under a root daemon: process tools run,
+    their files confined (Landlock). Packages go under the home, which agent uids reach. Needs root."""
+    if os.geteuid() != 0:
+        pytest.skip("process tools run only where their files are confined: agent uids (root) and Landlock")
+    init_home(home)
+    isolation = open_isolation(IsolationConfig(uid_range=agent_uid_range()), home.state_dir)
+    config = Config(runtime=RuntimeConfig(python3="/usr/bin/python3", kill_grace_ms=500))
+    async with _tools(home, home.root, config, isolation) as made:
+        if made.runner.tool_confinement.problem is not None:
+            pytest.skip(f"this host cannot confine a tool's files: {made.runner.tool_confinement.problem}")
+        yield made

@@ -111,16 +111,17 @@ def memory_untouched(tools: Tools, agent) -> bool:
     return not (memory_dir(tools.home, agent.id) / "memory.jsonl").exists()
 
 
-async def test_capability_denied_is_audited_and_nothing_runs(tools: Tools, tmp_path) -> None:
-    ran = tmp_path / "ran"
+async def test_capability_denied_is_audited_and_nothing_runs(confined_tools: Tools) -> None:
+    tools = confined_tools
     agent = tools.package(
         "guarded",
         ["mark", "rune@memory-store"],
         {
-            "tools/mark.yaml": "name: mark\nruntime: process\nmodule: tools/mark.py\n",
-            "tools/mark.py": f"import json,sys\njson.load(sys.stdin)\nopen({str(ran)!r},'w').write('x')\nprint('{{}}')\n",
+            "tools/mark.yaml": "name: mark\nruntime: process\nmodule: tools/mark.py\ncapabilities: [filesystem]\n",
+            "tools/mark.py": "import json,sys\njson.load(sys.stdin)\nopen('ran','w').write('x')\nprint('{}')\n",
         },
     )
+    ran = tools.workspace(agent) / "ran"
     grants = tools.grant("tool.system_time")  # something, but not these
     for name, args in (("mark", {}), ("memory-store", {"key": "k", "value": "v"})):
         result = await tools.host.call(tools.ctx(agent, grants), name, args)
@@ -175,7 +176,8 @@ async def test_every_call_is_one_event_without_argument_text(tools: Tools) -> No
     assert all(isinstance(d["ms"], int) and d["ms"] >= 0 for _, d in events)
 
 
-async def test_a_model_name_clash_keeps_the_built_in(tools: Tools) -> None:
+async def test_a_model_name_clash_keeps_the_built_in(confined_tools: Tools) -> None:
+    tools = confined_tools
     agent = tools.package(
         "clash",
         ["rune@system-time", "system-time"],
@@ -250,7 +252,8 @@ async def test_an_mcp_tool_whose_advertised_schema_is_not_usable_is_unavailable(
             return f"MCP server {server!r} does not advertise a tool {tool!r}"
         return McpTool(server, tool, "", advertised[tool])
 
-    toolset = resolve_toolset(package, tools.runner.plans.interpreter, lookup)
+    toolset = resolve_toolset(package, tools.runner.plans.interpreter, lookup,
+                              confinement=lambda: tools.runner.tool_confinement.problem)
     assert list(toolset.available) == ["srv__good"]
     reasons = dict(toolset.unavailable)
     assert "outside itself" in reasons["srv/remote"] and "object" in reasons["srv/array"]

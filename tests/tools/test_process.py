@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-from pathlib import Path
 
 import psutil
 import pytest
@@ -35,6 +34,16 @@ process.stdin.on("end", () => {
   process.stdout.write(JSON.stringify({ got: args, runtime: "node" }));
 });
 """
+
+
+FILESYSTEM = "capabilities: [filesystem]\n"
+"""A tool that writes its marks in the agent's workspace, its working directory (the only place it may)."""
+
+
+@pytest.fixture
+def tools(confined_tools: Tools) -> Tools:
+    """Process tools run only where their files are confined: agent uids (root) and Landlock."""
+    return confined_tools
 
 
 def descriptor(name: str, module: str, extra: str = "") -> str:
@@ -119,20 +128,20 @@ async def test_corpus_sentiment_tool_runs_with_its_real_python(tools: Tools) -> 
     assert "love" not in json.dumps(tools.audit.events)
 
 
-async def test_a_sleeping_tool_is_killed_at_its_timeout_with_its_children(tools: Tools, tmp_path: Path) -> None:
-    pid_file = tmp_path / "child.pid"
-    sleeper = f"""\
+async def test_a_sleeping_tool_is_killed_at_its_timeout_with_its_children(tools: Tools) -> None:
+    sleeper = """\
     import json, subprocess, sys, time
     json.load(sys.stdin)
     child = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(120)"], start_new_session=True)
-    open({str(pid_file)!r}, "w").write(str(child.pid))
+    open("child.pid", "w").write(str(child.pid))
     time.sleep(120)
     """
     agent = tools.package(
         "sleepy",
         ["nap"],
-        {"tools/nap.yaml": descriptor("nap", "tools/nap.py", "timeout_ms: 3000\n"), "tools/nap.py": sleeper},
+        {"tools/nap.yaml": descriptor("nap", "tools/nap.py", "timeout_ms: 3000\n" + FILESYSTEM), "tools/nap.py": sleeper},
     )
+    pid_file = tools.workspace(agent) / "child.pid"
     result = await tools.host.call(tools.ctx(agent, tools.grant("tool.nap"), intent="nap-intent"), "nap", {})
     assert result.error_code == "tool_timeout", result
     child = int(pid_file.read_text())  # the escaped child existed before the timeout
@@ -171,40 +180,43 @@ json.dump({"attempt": count + 1}, sys.stdout)
 """
 
 
-async def test_retry_policy_retries_a_failed_tool(tools: Tools, tmp_path: Path) -> None:
+async def test_retry_policy_retries_a_failed_tool(tools: Tools) -> None:
     agent = tools.package(
         "flaky",
         ["flaky"],
         {
-            "tools/flaky.yaml": descriptor("flaky", "tools/flaky.py", "retry_policy:\n  max_attempts: 3\n  backoff: fixed\n"),
+            "tools/flaky.yaml": descriptor(
+                "flaky", "tools/flaky.py", "retry_policy:\n  max_attempts: 3\n  backoff: fixed\n" + FILESYSTEM
+            ),
             "tools/flaky.py": FLAKY,
         },
     )
-    counter = tmp_path / "count"
+    counter = tools.workspace(agent) / "count"
     ctx = tools.ctx(agent, tools.grant("tool.flaky"))
-    result = await tools.host.call(ctx, "flaky", {"counter": str(counter), "succeed_on": 3})
+    result = await tools.host.call(ctx, "flaky", {"counter": "count", "succeed_on": 3})
     assert result.ok and result.content == {"attempt": 3}
     assert tools.audit.of("tool.call")[-1]["attempts"] == 3
     counter.unlink()
-    failed = await tools.host.call(ctx, "flaky", {"counter": str(counter), "succeed_on": 9})
+    failed = await tools.host.call(ctx, "flaky", {"counter": "count", "succeed_on": 9})
     assert failed.error_code == "tool_failed" and "exited with code 3" in failed.error_message
     assert counter.read_text() == "3"
     assert [e["attempts"] for e in tools.audit.of("tool.call")] == [3, 3]
 
 
-async def test_retry_policy_on_limits_what_is_retried(tools: Tools, tmp_path: Path) -> None:
+async def test_retry_policy_on_limits_what_is_retried(tools: Tools) -> None:
     agent = tools.package(
         "picky",
         ["flaky"],
         {
             "tools/flaky.yaml": descriptor(
-                "flaky", "tools/flaky.py", "retry_policy:\n  max_attempts: 3\n  backoff: none\n  on: [tool_timeout]\n"
+                "flaky", "tools/flaky.py",
+                "retry_policy:\n  max_attempts: 3\n  backoff: none\n  on: [tool_timeout]\n" + FILESYSTEM,
             ),
             "tools/flaky.py": FLAKY,
         },
     )
-    counter = tmp_path / "count"
-    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.flaky")), "flaky", {"counter": str(counter), "succeed_on": 2})
+    counter = tools.workspace(agent) / "count"
+    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.flaky")), "flaky", {"counter": "count", "succeed_on": 2})
     assert result.error_code == "tool_failed"
     assert counter.read_text() == "1"
     assert tools.audit.of("tool.call")[-1]["attempts"] == 1
@@ -228,16 +240,16 @@ async def test_bad_output_is_an_error_result(tools: Tools, body: str, expected: 
     assert expected in result.error_message
 
 
-async def test_input_and_output_schemas(tools: Tools, tmp_path: Path) -> None:
-    counter = tmp_path / "ran"
+async def test_input_and_output_schemas(tools: Tools) -> None:
     agent = tools.package(
         "schemed",
         ["strict"],
         {
             "tools/strict.yaml": descriptor(
-                "strict", "tools/strict.py", "input_schema_ref: schemas/in.json\noutput_schema_ref: schemas/out.yaml\n"
+                "strict", "tools/strict.py",
+                "input_schema_ref: schemas/in.json\noutput_schema_ref: schemas/out.yaml\n" + FILESYSTEM,
             ),
-            "tools/strict.py": f"import json,sys\nargs=json.load(sys.stdin)\nopen({str(counter)!r},'w').write('x')\n"
+            "tools/strict.py": "import json,sys\nargs=json.load(sys.stdin)\nopen('ran','w').write('x')\n"
             "json.dump({'n': args['n']} if args['n'] > 0 else {'wrong': 1}, sys.stdout)\n",
             "schemas/in.json": json.dumps(
                 {"type": "object", "properties": {"n": {"type": "integer"}}, "required": ["n"], "additionalProperties": False}
@@ -245,6 +257,7 @@ async def test_input_and_output_schemas(tools: Tools, tmp_path: Path) -> None:
             "schemas/out.yaml": "type: object\nrequired: [n]\n",
         },
     )
+    counter = tools.workspace(agent) / "ran"
     [offered] = tools.host.offered(agent)
     assert offered["function"]["parameters"]["required"] == ["n"]
     ctx = tools.ctx(agent, tools.grant("tool.strict"))
@@ -303,16 +316,16 @@ async def test_a_memory_hog_is_killed_at_the_agents_memory_limit(tools: Tools) -
     assert marked_processes("hog-intent") == []
 
 
-async def test_a_cancelled_call_tears_the_tool_down_and_is_still_audited(tools: Tools, tmp_path: Path) -> None:
-    started = tmp_path / "started"
+async def test_a_cancelled_call_tears_the_tool_down_and_is_still_audited(tools: Tools) -> None:
     agent = tools.package(
         "doomed",
         ["nap"],
         {
-            "tools/nap.yaml": descriptor("nap", "tools/nap.py", "timeout_ms: 60000\n"),
-            "tools/nap.py": f"import time\nopen({str(started)!r}, 'w').write('x')\ntime.sleep(120)\n",
+            "tools/nap.yaml": descriptor("nap", "tools/nap.py", "timeout_ms: 60000\n" + FILESYSTEM),
+            "tools/nap.py": "import time\nopen('started', 'w').write('x')\ntime.sleep(120)\n",
         },
     )
+    started = tools.workspace(agent) / "started"
     ctx = tools.ctx(agent, tools.grant("tool.nap"), intent="doomed-intent")
     async with trio.open_nursery() as nursery:
         nursery.start_soon(tools.host.call, ctx, "nap", {})
@@ -325,13 +338,13 @@ async def test_a_cancelled_call_tears_the_tool_down_and_is_still_audited(tools: 
     assert event["outcome"] == "error" and event["error_code"] == "cancelled"
 
 
-async def test_no_time_left_means_nothing_runs(tools: Tools, tmp_path: Path) -> None:
-    ran = tmp_path / "ran"
+async def test_no_time_left_means_nothing_runs(tools: Tools) -> None:
     agent = tools.package(
         "expired",
         ["mark"],
-        {"tools/mark.yaml": descriptor("mark", "tools/mark.py"), "tools/mark.py": f"open({str(ran)!r}, 'w')\nprint('{{}}')\n"},
+        {"tools/mark.yaml": descriptor("mark", "tools/mark.py", FILESYSTEM), "tools/mark.py": "open('ran', 'w')\nprint('{}')\n"},
     )
+    ran = tools.workspace(agent) / "ran"
     result = await tools.host.call(tools.ctx(agent, tools.grant("tool.mark"), seconds=-1), "mark", {})
     assert result.error_code == "tool_timeout" and not ran.exists()
     assert tools.audit.of("tool.call")[-1]["attempts"] == 0
@@ -340,6 +353,7 @@ async def test_no_time_left_means_nothing_runs(tools: Tools, tmp_path: Path) -> 
 COUNTING_PY = """\
 import json, os, sys, time
 folder = json.load(sys.stdin)["folder"]
+os.makedirs(folder, exist_ok=True)
 mine = os.path.join(folder, str(os.getpid()))
 open(mine, "w").close()
 seen = len(os.listdir(folder))
@@ -350,19 +364,18 @@ json.dump({"seen": seen}, sys.stdout)
 """
 
 
-async def test_one_agent_runs_at_most_max_runs_per_agent_tools_at_once_and_the_rest_wait(tools: Tools, tmp_path: Path) -> None:
+async def test_one_agent_runs_at_most_max_runs_per_agent_tools_at_once_and_the_rest_wait(tools: Tools) -> None:
     """A model turn may ask for many calls at once: all are run, a few at a time (``[tools] max_runs_per_agent``)."""
     tools.host.services.config = Config.model_validate({"tools": {"max_runs_per_agent": 3}})
-    folder = tmp_path / "running"
-    folder.mkdir()
     agent = tools.package(
-        "counter", ["count"], {"tools/count.yaml": descriptor("count", "tools/count.py"), "tools/count.py": COUNTING_PY}
+        "counter", ["count"],
+        {"tools/count.yaml": descriptor("count", "tools/count.py", FILESYSTEM), "tools/count.py": COUNTING_PY},
     )
     ctx = tools.ctx(agent, tools.grant("tool.count"))
     results = []
 
     async def one() -> None:
-        results.append(await tools.host.call(ctx, "count", {"folder": str(folder)}))
+        results.append(await tools.host.call(ctx, "count", {"folder": "running"}))
 
     async with trio.open_nursery() as nursery:
         for _ in range(12):
@@ -381,21 +394,21 @@ print("{}")
 """
 
 
-async def test_a_call_queued_for_a_place_to_run_gets_its_whole_timeout_once_it_has_one(tools: Tools, tmp_path: Path) -> None:
+async def test_a_call_queued_for_a_place_to_run_gets_its_whole_timeout_once_it_has_one(tools: Tools) -> None:
     """``timeout_ms`` counts from when a call got one of the agent's ``[tools] max_runs_per_agent`` places: a call
     queued behind a long one is not timed out by its wait (only the intent's own deadline bounds that)."""
     tools.host.services.config = Config.model_validate({"tools": {"max_runs_per_agent": 1}})
-    started, release = tmp_path / "started", tmp_path / "release"
     agent = tools.package(
         "queued",
         ["hold", "quick"],
         {
-            "tools/hold.yaml": descriptor("hold", "tools/hold.py", "timeout_ms: 60000\n"),
+            "tools/hold.yaml": descriptor("hold", "tools/hold.py", "timeout_ms: 60000\n" + FILESYSTEM),
             "tools/hold.py": HOLDING_PY,
             "tools/quick.yaml": descriptor("quick", "tools/quick.py", "timeout_ms: 3000\n"),
             "tools/quick.py": "print('{}')\n",
         },
     )
+    started, release = tools.workspace(agent) / "started", tools.workspace(agent) / "release"
     grants = tools.grant("tool.hold", "tool.quick")
     results = {}
 
@@ -403,7 +416,7 @@ async def test_a_call_queued_for_a_place_to_run_gets_its_whole_timeout_once_it_h
         results[key] = await tools.host.call(tools.ctx(agent, grants, seconds=seconds), name, arguments)
 
     async with trio.open_nursery() as nursery:
-        nursery.start_soon(call, "hold", "hold", {"started": str(started), "release": str(release)})
+        nursery.start_soon(call, "hold", "hold", {"started": "started", "release": "release"})
         while not started.exists():
             await trio.sleep(0.02)
         nursery.start_soon(call, "quick", "quick", {})

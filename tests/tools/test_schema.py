@@ -6,7 +6,15 @@ import json
 import re
 import time
 
+import pytest
+
 from .conftest import Tools
+
+
+@pytest.fixture
+def tools(confined_tools: Tools) -> Tools:
+    """Process tools run only where their files are confined: agent uids (root) and Landlock."""
+    return confined_tools
 
 
 def _package(tools: Tools, name: str, schema: dict) -> object:

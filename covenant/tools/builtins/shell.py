@@ -4,7 +4,9 @@ Runs through the runner's tool mode (:meth:`~covenant.runtime.runner.Runner.run_
 the agent's uid, its memory and disk limits, RLIMIT_NPROC of its uid, its
 ``network`` setting, the agents' PATH and environment allowlist (never the
 daemon's environment), its process group killed at the end. The working
-directory is the agent's workspace. The timeout is the call's ``timeout_ms``,
+directory is the agent's workspace; where the host confines tool files
+(Landlock), the command sees the system's files read-only and writes only the
+workspace and its scratch dir. The timeout is the call's ``timeout_ms``,
 at most ``[tools.shell_exec] timeout_ms`` (its default) and never past the
 intent's remaining time.
 """
@@ -18,6 +20,7 @@ from typing import Any
 import trio
 
 from covenant.config import Config
+from covenant.runtime.tool_files import ToolFiles
 from covenant.runtime.toolrun import ToolRun
 from covenant.tools.builtins.base import Builtin, BuiltinCall
 from covenant.tools.result import ToolError, ToolResult, capped
@@ -78,9 +81,11 @@ async def _run(call: BuiltinCall) -> ToolResult:
     wall_ms = int(min(command_timeout_ms(config, call.arguments), left_ms))
     if wall_ms <= 0:
         raise ToolError("tool_timeout", "the intent has no time left to run the command")
+    root = str(workspace.root)
+    files = call.services.runner.tool_confinement.where_possible(ToolFiles(read_write=(root,)))
     run = await call.services.runner.run_tool(
-        call.ctx.agent, (SHELL, "-c", command), b"", run_id=call.ctx.run_marker(), wall_ms=wall_ms,
-        cwd=str(workspace.root),
+        call.ctx.agent, (SHELL, "-c", command), b"", run_id=call.ctx.run_marker(), wall_ms=wall_ms, cwd=root,
+        files=files,
     )
     return dataclasses.replace(capped(_result(run, config.tools.shell_exec.output_max_bytes)), left_behind=run.left_behind)
 
