@@ -197,7 +197,9 @@ class ControlAPI:
     async def _json_body(receive: Receive) -> dict[str, Any]:
         raw = await _read_body(receive)
         try:
-            body = outside_json.loads(raw)
+            body = outside_json.loads(raw, surrogates="refuse")  # a signed intent's text is taken as signed, or refused
+        except outside_json.LoneSurrogate as exc:
+            raise ApiError("bad_request", f"request body is not Unicode text: {exc}", 400) from None
         except (ValueError, UnicodeDecodeError) as exc:
             raise ApiError("bad_request", f"request body is not JSON: {exc}", 400) from None
         if not isinstance(body, dict):

@@ -13,6 +13,7 @@ import json
 import os
 import secrets
 import shutil
+import socket
 import stat
 import time
 from collections.abc import Iterator
@@ -208,6 +209,20 @@ def test_an_a2a_message_with_a_lone_surrogate_is_a_400_logged_and_audited(faulty
     assert faulty.log().count('msg="a2a request refused"') >= 2
     served = send(b'"still here"')
     assert served.json()["result"]["task"]["status"]["state"] == "TASK_STATE_COMPLETED", served.text
+
+
+def test_the_control_socket_refuses_a_body_with_a_lone_surrogate(faulty: Faulty) -> None:
+    body = b'{"intent": {"text": "half \\ud800"}, "signature": "00"}'
+    with socket.socket(socket.AF_UNIX) as s:
+        s.connect(str(faulty.daemon.socket))
+        s.sendall(b"POST /v1/dispatch HTTP/1.1\r\nHost: covenant\r\nContent-Type: application/json\r\n"
+                  b"Content-Length: %d\r\nConnection: close\r\n\r\n" % len(body) + body)
+        answer = b""
+        while chunk := s.recv(65536):
+            answer += chunk
+    assert answer.startswith(b"HTTP/1.1 400 ") and b'"bad_request"' in answer and b"lone surrogate" in answer, answer
+    _, report = faulty.report("look")
+    assert report["mode"] == "look"  # still serving
 
 
 def test_the_log_names_the_keys_identity_never_a_claimed_display_name(faulty: Faulty, monkeypatch: pytest.MonkeyPatch) -> None:
