@@ -24,6 +24,7 @@ __all__ = [
     "exit_code",
     "outcome_of",
     "encode",
+    "fit",
 ]
 
 DELIVERY_EXHAUSTED = "delivery_exhausted"
@@ -105,3 +106,22 @@ def outcome_of(document: dict[str, Any]) -> str:
 
 def encode(document: dict[str, Any]) -> bytes:
     return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+
+
+def fit(document: dict[str, Any], max_bytes: int) -> bytes:
+    """``document`` encoded, within ``max_bytes`` (NATS ``max_payload``, 1 MiB by default).
+
+    An agent may answer up to ``[runtime] stdout_cap_bytes`` (1 MiB too), and the dispatch
+    record rides along: an answer that does not fit loses its ``record`` first, then its text,
+    and says so in ``trimmed``; the whole answer stays in the host's dispatch record
+    (``covenant show ID`` there).
+    """
+    payload = encode(document)
+    if len(payload) <= max_bytes:
+        return payload
+    trimmed = {**document, "record": None, "trimmed": {"bytes": len(payload), "max_payload": max_bytes,
+                                                       "whole_on": document.get("host")}}
+    payload = encode(trimmed)
+    if len(payload) <= max_bytes:
+        return payload
+    return encode({**trimmed, "text": None, "sources": []})

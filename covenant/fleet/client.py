@@ -163,7 +163,7 @@ class FleetClient:
 
     async def _publish_intent(self, agent_id: str, intent_id: str, payload: bytes) -> int:
         """Store the intent in COVENANT_INTENTS (replicated before this returns); its stream sequence."""
-        from nats.errors import NoRespondersError
+        from nats.errors import MaxPayloadError, NoRespondersError
         from nats.errors import TimeoutError as NatsTimeout
 
         deadline = time.monotonic() + _PUBLISH_FOR_S
@@ -172,6 +172,10 @@ class FleetClient:
                 ack = await self.js.publish(intent_subject(agent_id), payload, timeout=5,
                                             headers={MSG_ID_HEADER: intent_id, REPLY_HEADER: result_subject(intent_id)})
                 return ack.seq
+            except MaxPayloadError:
+                raise CovenantError(f"the intent is {len(payload)} bytes, more than the NATS servers take in one "
+                                    f"message (max_payload {self.nc.max_payload}); shorten it, or raise max_payload "
+                                    "in the NATS server configuration") from None
             except (NoRespondersError, NatsTimeout) as exc:
                 if time.monotonic() > deadline:
                     raise NatsUnreachable(f"JetStream did not store the intent ({type(exc).__name__}); is the "

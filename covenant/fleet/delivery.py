@@ -78,7 +78,7 @@ async def answered(js: "JetStreamContext", intent_id: str) -> bool:
     return True
 
 
-async def publish_answer(js: "JetStreamContext", intent_id: str, document: dict[str, Any]) -> bool:
+async def publish_answer(js: "JetStreamContext", intent_id: str, document: dict[str, Any], max_bytes: int) -> bool:
     """Publish ``document`` as the answer of ``intent_id``; True once it (or an earlier answer) is stored.
 
     Retried about once a second while NATS is away (a node restart, a blip); False when it never
@@ -88,7 +88,7 @@ async def publish_answer(js: "JetStreamContext", intent_id: str, document: dict[
     from nats.errors import Error as NatsError
     from nats.js.errors import APIError
 
-    payload = answers.encode(document)
+    payload = answers.fit(document, max_bytes - 1024)  # room for the headers
     for attempt in range(_PUBLISH_TRIES):
         try:
             await js.publish(result_subject(intent_id), payload, headers={MSG_ID_HEADER: intent_id}, timeout=2)
@@ -122,6 +122,8 @@ class Deliveries:
     host: str
     js: "JetStreamContext"
     daemon: DaemonLink
+    max_payload: int
+    """The largest message the NATS servers accept (their ``max_payload``)."""
     running: dict[str, _Running] = field(default_factory=dict)
 
     async def handle(self, msg: "Msg", consumer: str, ack_wait_s: float, max_deliver: int) -> None:
@@ -231,7 +233,7 @@ class Deliveries:
 
     async def _finish(self, state: _Running, intent_id: str, document: dict[str, Any], *, ack: str) -> None:
         """Publish the answer, record fleet.ack, acknowledge; unacknowledged when the answer could not be stored."""
-        if not await publish_answer(self.js, intent_id, document):
+        if not await publish_answer(self.js, intent_id, document, self.max_payload):
             return
         await self._audit_ack(intent_id, answers.outcome_of(document), state.delivery, ack)
         if ack == "term":
@@ -271,7 +273,7 @@ class Deliveries:
         intent_id, agent = peek(raw.data or b"")
         if intent_id is not None and not await answered(self.js, intent_id):
             document = answers.delivery_exhausted(intent_id, agent, self.host, deliveries, deliveries)
-            if not await publish_answer(self.js, intent_id, document):
+            if not await publish_answer(self.js, intent_id, document, self.max_payload):
                 return
             log.warning("intent answered delivery_exhausted", extra={"intent": intent_id, "deliveries": deliveries})
         with contextlib.suppress(NotFoundError):

@@ -108,7 +108,7 @@ class FleetProcess:
             await self.nc.close()
             return 0
         assert self.js is not None
-        self.deliveries = Deliveries(self.host, self.js, self.daemon)
+        self.deliveries = Deliveries(self.host, self.js, self.daemon, self.nc.max_payload)
         await self.nc.subscribe(ADVISORY_MAX_DELIVERIES, queue=WORKER_QUEUE, cb=self._on_advisory)
         loops = [asyncio.create_task(coro) for coro in (self._watch_daemon(), self._publish_host(), self._publish_heads())]
         log.info("fleet process ready", extra={"host": self.host})

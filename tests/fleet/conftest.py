@@ -32,9 +32,10 @@ from covenant.fleet.config import FleetConfig
 from covenant.keys import public_key_hex
 from covenant.policy.signing import new_intent, sign_intent
 from tests.conftest import require_tool, traversable_tmpdir
-from tests.daemon.conftest import DaemonProcess
+from tests.daemon.conftest import TEST_AGENTS, DaemonProcess
 from tests.fleet.nats_cluster import NatsCluster
 
+FLEET_AGENTS = Path(__file__).parent / "agents"
 ACK_WAIT_S = 3
 MAX_DELIVER = 5
 MAX_IN_FLIGHT = 4
@@ -193,9 +194,13 @@ def make_host(name: str, servers: list[str], agents: dict[str, tuple[str, tuple[
 
 
 def add_agent(daemon: DaemonProcess, name: str, script: str, keywords: tuple[str, ...]) -> Path:
-    """A test agent of tests/daemon/agents with ``network = "off"``: the fleet tests need no egress."""
-    manifest = daemon.add_agent(name, script, keywords=keywords)
-    text = manifest.read_text()
+    """A test agent (tests/fleet/agents, else tests/daemon/agents) with ``network = "off"``: no egress needed."""
+    manifest = daemon.add_agent(name, "echo.py", keywords=keywords)
+    source = FLEET_AGENTS / script if (FLEET_AGENTS / script).exists() else TEST_AGENTS / script
+    (manifest.parent / "echo.py").unlink()
+    shutil.copy(source, manifest.parent / script)
+    os.chmod(manifest.parent / script, 0o644)
+    text = manifest.read_text().replace('entry = "echo.py"', f'entry = "{script}"', 1)
     manifest.write_text(text.replace("[resources]\n", '[resources]\nnetwork = "off"\n', 1))
     return manifest
 
@@ -244,10 +249,10 @@ def nats_cluster() -> Iterator[NatsCluster]:
         shutil.rmtree(directory, ignore_errors=True)
 
 
-# Three hosts: echo and slow everywhere, `onlyc` on host-c alone.
+# Three hosts: echo and slow everywhere, `big` on host-b alone, `onlyc` on host-c alone.
 HOST_AGENTS: dict[str, dict[str, tuple[str, tuple[str, ...]]]] = {
     "host-a": {"echo": ("echo.py", ("echo",)), "slow": ("slow.py", ("sleep",))},
-    "host-b": {"echo": ("echo.py", ("echo",)), "slow": ("slow.py", ("sleep",))},
+    "host-b": {"echo": ("echo.py", ("echo",)), "slow": ("slow.py", ("sleep",)), "big": ("big.py", ())},
     "host-c": {"echo": ("echo.py", ("echo",)), "slow": ("slow.py", ("sleep",)), "onlyc": ("echo.py", ("only",))},
 }
 

@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet.conftest import Fleet, wait_for
+from tests.fleet.conftest import Fleet, dispatch_batch, wait_for
 
 pytestmark = pytest.mark.xdist_group("fleet")
 
@@ -125,3 +125,11 @@ def test_plain_dispatch_never_loads_nats(healthy_fleet: Fleet) -> None:
     imported = {line.rsplit("|", 1)[1].strip().split(".")[0]
                 for line in done.stderr.splitlines() if line.startswith("import time:")}
     assert not imported & {"nats", "asyncio", "pydantic"}, imported & {"nats", "asyncio", "pydantic"}
+
+
+def test_an_answer_larger_than_nats_takes_comes_without_its_record(healthy_fleet: Fleet) -> None:
+    [answer] = dispatch_batch(healthy_fleet.servers, "big@local", ["answer 700000"])  # text + record: 1.4 MB
+    assert answer["outcome"] == "ok" and answer["text"] == "x" * 700_000 and answer["record"] is None
+    assert answer["trimmed"]["whole_on"] == "host-b" and answer["trimmed"]["bytes"] > 1_048_576
+    record = healthy_fleet.hosts["host-b"].daemon.api("GET", f"/v1/dispatches/{answer['intent_id']}")
+    assert isinstance(record, dict) and record["result"]["text"] == "x" * 700_000
