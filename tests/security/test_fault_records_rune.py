@@ -63,6 +63,21 @@ class Hosted:
         return tool_results(self.fake, len(self.fake.requests) - 1)[-1]
 
 
+def plant_deep_tree(pid: int, levels: int = LEVELS, name: str = "d") -> None:
+    """What an agent process may leave in its uid's private /tmp, put there from the host through the replica's
+    view of it (``/proc/<pid>/root/tmp``), owned by the agent's uid: whether a tool may write /tmp itself
+    depends on its capabilities, the daemon's cleanup must hold either way."""
+    uid = psutil.Process(pid).uids().real
+    fd = os.open(f"/proc/{pid}/root/tmp", os.O_RDONLY | os.O_DIRECTORY)
+    for _ in range(levels):
+        os.mkdir(name, dir_fd=fd)
+        child = os.open(name, os.O_RDONLY | os.O_DIRECTORY, dir_fd=fd)
+        os.fchown(child, uid, uid)
+        os.close(fd)
+        fd = child
+    os.close(fd)
+
+
 @pytest.fixture(scope="module")
 def hosted(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Hosted]:
     with daemon_home(tmp_path_factory.mktemp("rune-faults")) as d, FakeModelServer() as fake:
@@ -84,12 +99,15 @@ def test_a_deep_tree_from_shell_exec_keeps_its_result_and_survives_a_replica_res
     made = hosted.shell(DEEP)
     assert "home-made" in made["stdout"], made  # removed with the tool run's scratch dir, its result kept
     before = hosted.replica()
+    plant_deep_tree(before["pid"])
+    assert "d" in os.listdir(f"/proc/{before['pid']}/root/tmp")
     hosted.daemon.api("POST", "/v1/replicas/chat@local/restart")
     wait_for(lambda: hosted.replica()["state"] == "ready" and hosted.replica()["pid"] != before["pid"],
              what="the replica restarted")
     looked = hosted.shell('ls -A /tmp; echo "--"; ls -A "$HOME"')
     tmp, home = looked["stdout"].split("--\n")
     assert "d" not in tmp.split() and home.split() == [], looked  # the restart emptied its /tmp; HOME is fresh
+    assert "d" not in os.listdir(f"/proc/{hosted.replica()['pid']}/root/tmp")
     assert "Traceback" not in hosted.daemon.log() and "could not" not in hosted.daemon.log()
 
 
@@ -132,3 +150,4 @@ def test_a_deep_tree_left_in_tmp_at_shutdown(hosted: Hosted) -> None:
     """Left for the fixture's shutdown: it must remove the tree and stop cleanly (exit 0, nothing left)."""
     made = hosted.shell(DEEP.replace("d/", "e/"))
     assert "home-made" in made["stdout"], made
+    plant_deep_tree(hosted.replica()["pid"], name="e")
