@@ -6,6 +6,10 @@ an operator opened to everyone, world-writable /var/tmp, its private /tmp and /d
 only its Landlock ruleset refuses. Without the ``filesystem`` capability it reaches the system's files,
 its package and its scratch dir; with it, its agent's workspace too, and nothing more.
 
+``shell-exec`` (and ``process-start``) declare nothing but work in the workspace: their commands get it,
+and nothing else a tool would not get (not even the uid's private /tmp: what is bound back into it, a
+home under /tmp as here, would come with it).
+
 A daemon that cannot confine a tool's files (here: one run as ``nobody``, which cannot give agents uids
 of their own) offers no process tool at all, and says why.
 """
@@ -51,10 +55,10 @@ def test_a_tool_reaches_the_system_its_package_and_scratch_dir_and_its_workspace
     if reason is not None:
         pytest.skip(reason)
     configure(daemon, ("fake", fake_model))
-    package = add_rune_agent(daemon, toolset=("probe_fs", "probe"))
+    package = add_rune_agent(daemon, toolset=("probe_fs", "probe", "rune@shell-exec"))
     _probe_package(package)
     daemon.start()
-    daemon.cli("grant", "tester@test", "tool.probe", "tool.probe_fs", check=True)
+    daemon.cli("grant", "tester@test", "tool.probe", "tool.probe_fs", "tool.shell_exec", check=True)
     home = daemon.home
     workspaces = home / "state" / "workspaces"
     workspaces.mkdir(mode=0o711, exist_ok=True)
@@ -69,11 +73,15 @@ def test_a_tool_reaches_the_system_its_package_and_scratch_dir_and_its_workspace
     forbidden = [str(home / "identity" / "daemon.key"), str(home / "grants.toml"), str(other / "notes.txt"),
                  "/etc/shadow", "/etc/gshadow"]
     folders = [str(other), str(home / "state"), *(d for d in ("/root", "/home", "/srv") if os.path.isdir(d))]
+    shell_writes = ["shell.txt", f"/tmp/shell-{token}", f"/dev/shm/shell-{token}", *elsewhere[:1], *elsewhere[3:]]
+    command = (f"for p in {' '.join(shell_writes)}; do (echo x > $p) 2>/dev/null && echo \"ok $p\" || echo \"no $p\"; done; "
+               f"for p in {' '.join(forbidden)}; do (head -c1 $p > /dev/null) 2>/dev/null && echo \"ok $p\" || echo \"no $p\"; done")
     fake_model.script(
         Reply.tools(ToolCall("probe_fs", {"write": ["mine.txt", *elsewhere], "read": ["mine.txt", *forbidden],
                                           "list": [".", *folders]})),
         Reply.tools(ToolCall("probe", {"write": [str(own / "again.txt"), *elsewhere],
                                        "read": [str(own / "mine.txt"), *forbidden], "list": [str(own), *folders]})),
+        Reply.tools(ToolCall("shell-exec", {"command": command})),
         Reply(text="done"),
     )
     try:
@@ -95,6 +103,12 @@ def test_a_tool_reaches_the_system_its_package_and_scratch_dir_and_its_workspace
         tried = {**answer["write"], **answer["read"], **answer["list"]}
         assert tried and set(tried.values()) <= REFUSED, tried
     assert not (own / "again.txt").exists() and not Path(elsewhere[0]).exists() and not (package / "planted.txt").exists()
+
+    # shell-exec: its workspace (its working directory); nothing else.
+    shell = tool_results(fake_model, 3)[-1]
+    said = dict(reversed(line.split(" ", 1)) for line in shell["stdout"].splitlines())
+    assert said == {"shell.txt": "ok", **{p: "no" for p in shell_writes[1:] + forbidden}}, shell
+    assert (own / "shell.txt").read_text() == "x\n" and not Path(elsewhere[0]).exists()
 
     status = json.loads(daemon.cli("status", "--json", check=True).stdout)
     assert status["tool_files"] == {"confined_by": "landlock", "landlock_abi": landlock.abi_version(), "problem": None}
