@@ -105,6 +105,14 @@ def _left_behind_text(record: DispatchRecord) -> str:
     return "nothing running after the agent ended"
 
 
+def _cleanup_text(record: DispatchRecord) -> str:
+    if record.pid is None:
+        return "-"
+    if record.cleanup.complete:
+        return "everything it left was removed"
+    return f"incomplete: {record.cleanup.reason}"
+
+
 def _stderr_text(record: DispatchRecord) -> str:
     if record.pid is None:
         return "-"
@@ -148,6 +156,7 @@ def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
         ("pid", str(record.pid) if record.pid is not None else "-"),
         ("exit", _exit_text(record)),
         ("left", _left_behind_text(record)),
+        ("cleanup", _cleanup_text(record)),
         ("stderr", _stderr_text(record)),
         ("network", "enforced" if record.network_enforced else "not enforced"),
         ("limits", " ".join(f"{k}={v}" for k, v in sorted(record.limits.items()))),

@@ -141,6 +141,8 @@ def test_a_1000_level_tree_in_home_and_tmp_keeps_the_record_and_is_removed(fault
     assert "d" in report["home"] and "d" in report["tmp"]  # it was there when the agent answered
     assert outcome["record"]["cleanup"] == {"complete": True, "reason": None}
     faulty.assert_recorded(outcome)
+    shown = faulty.daemon.cli("show", outcome["intent_id"], check=True).stdout
+    assert "  cleanup  everything it left was removed" in shown, shown
     _, after = faulty.report("look")
     assert after["home"] == [] and after["tmp"] == before["tmp"]  # a fresh HOME; /tmp as it was made
     assert "could not be removed" not in faulty.log() and "could not all be removed" not in faulty.log()
