@@ -103,5 +103,8 @@ def test_the_demo_runs_for_a_user_who_is_not_root(built_examples: Path) -> None:
     assert done.returncode == 0, done.stdout + done.stderr
     assert "isolation  same-uid" in done.stdout and "crashed" not in done.stdout
     assert "words: 7, lines: 1" in done.stdout  # wordcount@local, a network = "off" python3 agent, answered
-    assert done.stdout.count("classify_ticket says") == 2  # the Rune agent's replica, in an empty network namespace
+    # The Rune agent's replica answered, from an empty network namespace; its process tool is not offered to a daemon
+    # that cannot confine a tool's files (no agent uids), and the dry run says why.
+    assert done.stdout.count("[stand-in model]") == 2 and "classify_ticket says" not in done.stdout
+    assert "unavailable tool classify_ticket: its files cannot be confined on this host" in done.stdout
     assert re.search(r"^ok: \d+ records", done.stdout, re.M)  # audit verify
