@@ -163,8 +163,10 @@ class ToolFiles:
     read_write: tuple[str, ...] = ()
 
     def rules(self, scratch: str) -> list[Rule]:
-        """These paths and ``scratch`` as rules; none follows a symlink, each must exist."""
+        """These paths and ``scratch`` as rules, each of which must exist. A writable one never follows a symlink
+        (its parent is the daemon's, but a rule must not land elsewhere); a read-only one (a package folder, which
+        only the daemon's uid may change) does."""
         return [
-            *(Rule(path, READ_ONLY, follow=False, required=True) for path in self.read_only),
+            *(Rule(path, READ_ONLY, required=True) for path in self.read_only),
             *(Rule(path, READ_WRITE, follow=False, required=True) for path in (*self.read_write, scratch)),
         ]
