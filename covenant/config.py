@@ -17,6 +17,7 @@ from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationErr
 
 from covenant.triggers.config import ScheduleConfig
 from covenant.a2a.config import A2AConfig
+from covenant.fleet.config import FleetConfig
 from covenant.triggers.webhook_config import WebhooksConfig
 from covenant.errors import ConfigError
 from covenant.home import Home
@@ -123,6 +124,14 @@ class DaemonConfig(_Section):
     drain_timeout_s: float = Field(30, ge=0, le=86_400)
 
 
+def _host_services(value: tuple[str, ...]) -> tuple[str, ...]:
+    from covenant.netpolicy import parse_host_service
+
+    for entry in value:
+        parse_host_service(entry)
+    return value
+
+
 class IsolationConfig(_Section):
     """Which uid agents run as when the daemon is root (docs/security.md)."""
 
@@ -146,6 +155,14 @@ class IsolationConfig(_Section):
         min_length=1,
         max_length=64,
         description="group whose members see every dispatch record (GET /v1/dispatches, history, show)",
+    )
+    network: Literal["namespaced", "host"] = Field(
+        "namespaced",
+        description='"host": agents with network that cannot get a namespace of their own here run in the '
+        "host's (shown in status); otherwise they are refused",
+    )
+    host_allow: Annotated[tuple[str, ...], AfterValidator(_host_services)] = Field(
+        (), description='host services agents with network may reach, each "ADDRESS:PORT" (e.g. "127.0.0.1:5432")'
     )
 
     @model_validator(mode="after")
@@ -225,6 +242,17 @@ class WebFetchToolConfig(_Section):
     )
 
 
+AgentNetwork = Literal["off", "full", "outbound-https-only"]
+
+
+class ShellToolConfig(_Section):
+    """``[tools.shell]``: what the commands of rune@shell-exec and rune@process-* may reach (docs/tools.md)."""
+
+    network: AgentNetwork = Field(
+        "off", description='their network: "off" (their own loopback only), "outbound-https-only" or "full"'
+    )
+
+
 class ProcessToolConfig(_Section):
     """``[tools.process]``: rune@process-start|poll|write|kill|list (docs/tools.md)."""
 
@@ -293,7 +321,12 @@ class ToolsConfig(_Section):
     max_runs_per_agent: int = Field(
         16, gt=0, le=1000, description="process tool and rune@shell-exec runs one agent may have at once; more wait"
     )
+    tool_network: Literal["full", "outbound-https-only"] = Field(
+        "outbound-https-only",
+        description="the network of a process tool that declares the network capability (one without it gets none)",
+    )
     files: FilesToolConfig = Field(default_factory=FilesToolConfig)
+    shell: ShellToolConfig = Field(default_factory=ShellToolConfig)
     shell_exec: ShellExecToolConfig = Field(default_factory=ShellExecToolConfig)
     web_fetch: WebFetchToolConfig = Field(default_factory=WebFetchToolConfig)
     process: ProcessToolConfig = Field(default_factory=ProcessToolConfig)
@@ -324,6 +357,9 @@ class McpServerConfig(_Section):
     command: tuple[str, ...] = Field(min_length=1, description="argv; the program is looked up on [runtime] path")
     env: dict[str, str] = Field(default_factory=dict, description="variables added to the server's environment")
     cwd: str | None = Field(None, min_length=1, description="working directory (default: the agent's package folder)")
+    network: AgentNetwork = Field(
+        "off", description='its network: "off" (its own loopback only), "outbound-https-only" or "full"'
+    )
 
     @model_validator(mode="after")
     def _check(self) -> "McpServerConfig":
@@ -378,6 +414,7 @@ class Config(_Section):
     channels: Annotated[dict[str, ChannelConfig], AfterValidator(_channel_names)] = Field(default_factory=dict)
     webhooks: WebhooksConfig = Field(default_factory=WebhooksConfig)
     a2a: A2AConfig = Field(default_factory=A2AConfig)
+    fleet: FleetConfig = Field(default_factory=FleetConfig)
     schedules: Annotated[tuple[ScheduleConfig, ...], AfterValidator(_unique_schedules)] = Field(
         default_factory=tuple, description="[[schedules]]: intents fired on a period or cron (docs/triggers.md)")
 

@@ -1,6 +1,7 @@
-"""Which addresses ``rune@web-fetch`` may reach: public unicast only, unless ``[tools.web_fetch] allow`` says so.
+"""Which addresses ``rune@web-fetch`` may reach: public unicast only, unless ``[tools.web_fetch] allow`` says so;
+and the host services of ``[isolation] host_allow`` (:func:`parse_host_service`).
 
-A foundation module (no covenant imports): covenant.toml's validation parses ``allow`` entries with it.
+A foundation module (no covenant imports): covenant.toml's validation parses these entries with it.
 
 Refused by default: loopback, link-local (169.254.0.0/16 with the cloud
 metadata address 169.254.169.254, fe80::/10), private (10/8, 172.16/12,
@@ -16,7 +17,7 @@ import ipaddress
 import re
 from dataclasses import dataclass
 
-__all__ = ["AddressPolicy", "parse_allow_entry", "HOST_NAME"]
+__all__ = ["AddressPolicy", "parse_allow_entry", "parse_host_service", "HOST_NAME"]
 
 IPAddress = ipaddress.IPv4Address | ipaddress.IPv6Address
 IPNetwork = ipaddress.IPv4Network | ipaddress.IPv6Network
@@ -34,6 +35,19 @@ def parse_allow_entry(entry: str) -> str | IPNetwork:
     if HOST_NAME.match(entry):
         return entry.lower().rstrip(".")
     raise ValueError(f"{entry!r} is neither a host name nor an IP address or CIDR (e.g. 10.0.0.0/8)")
+
+
+def parse_host_service(entry: str) -> tuple[IPAddress, int]:
+    """``ADDRESS:PORT`` (``[v6]:PORT`` for IPv6) of ``[isolation] host_allow``; ValueError naming the entry."""
+    address, sep, port = entry.rpartition(":")
+    if not sep or not port.isdigit() or not 0 < int(port) < 65536:
+        raise ValueError(f"{entry!r} must be ADDRESS:PORT, e.g. 127.0.0.1:5432 or [::1]:5432")
+    if address.startswith("[") and address.endswith("]"):
+        address = address[1:-1]
+    try:
+        return ipaddress.ip_address(address), int(port)
+    except ValueError:
+        raise ValueError(f"{entry!r}: {address!r} is not an IP address (a host service is named by its address)") from None
 
 
 def _embedded_v4(address: IPAddress) -> IPAddress:

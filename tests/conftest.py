@@ -7,6 +7,7 @@ cargo) is skipped only on a developer machine that lacks it; under CI
 
 from __future__ import annotations
 
+import fcntl
 import itertools
 import os
 import shutil
@@ -46,24 +47,46 @@ def require_tool(name: str) -> str:
     return path
 
 
-_UID_BLOCKS = itertools.count()
-_UIDS_PER_WORKER = 10_000_000
+_UID_RANGES = itertools.count()
+_UIDS_PER_BLOCK = 10_000_000
 _FIRST_TEST_UID = 100_000_000
+_BLOCKS = 200
+_block_lease: list[tuple[int, int]] = []  # (block, its lock fd), once per test process
+
+
+def _uid_block() -> int:
+    """A block of ten million uids above 100,000,000 that no other test process on this host uses: the
+    first one whose lease file this process can flock (held until it exits), so that two test runs at
+    once (a developer's and a helper's) never share uids either."""
+    if not _block_lease:
+        leases = Path(tempfile.gettempdir()) / "covenant-test-uid-blocks"
+        leases.mkdir(mode=0o700, exist_ok=True)
+        for block in range(_BLOCKS):
+            fd = os.open(leases / f"{block}.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC, 0o600)
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                os.close(fd)
+                continue
+            _block_lease.append((block, fd))
+            break
+        else:
+            raise RuntimeError(f"all {_BLOCKS} uid blocks of {leases} are leased by running test processes")
+    return _block_lease[0][0]
 
 
 def agent_uid_range(width: int = 1000) -> tuple[int, int]:
-    """A range of agent uids no other test of this run uses (``[isolation] uid_range``).
+    """A range of agent uids no other test on this host uses (``[isolation] uid_range``).
 
     A daemon, or ``covenant run``, sweeps every process of an agent uid when its last run ends and of
-    its whole range when it starts; two of them on one uid kill each other's agents. So every home a
-    test runs agents in takes a range of its own: each pytest-xdist worker owns a block of ten million
-    uids above 100,000,000 (well away from the default 61184-65519 and from real accounts), and each
-    call takes the next ``width`` of its worker's block.
+    its whole range when it starts, and agent uids are held host-wide (/run/covenant-uids): two homes on
+    one uid would kill each other's agents or find none free. So every home a test runs agents in takes
+    a range of its own: each test process (a pytest-xdist worker) leases a block of ten million uids
+    above 100,000,000 (well away from the default 61184-65519 and from real accounts), and each call
+    takes the next ``width`` of it.
     """
-    worker = os.environ.get("PYTEST_XDIST_WORKER", "gw0")
-    index = int(worker.removeprefix("gw")) if worker.removeprefix("gw").isdigit() else 0
-    low = _FIRST_TEST_UID + index * _UIDS_PER_WORKER + next(_UID_BLOCKS) * width
-    assert low + width <= _FIRST_TEST_UID + (index + 1) * _UIDS_PER_WORKER, "this worker's uid block is used up"
+    low = _FIRST_TEST_UID + _uid_block() * _UIDS_PER_BLOCK + next(_UID_RANGES) * width
+    assert low + width <= _FIRST_TEST_UID + (_uid_block() + 1) * _UIDS_PER_BLOCK, "this process's uid block is used up"
     return low, low + width - 1
 
 

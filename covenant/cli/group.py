@@ -34,6 +34,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "show": ("covenant.cli.history_cmd:show", "Show one dispatch record by intent id."),
     "schedules": ("covenant.cli.schedules_cmd:schedules", "List schedules with their next and last runs."),
     "a2a": ("covenant.cli.a2a_cmd:a2a", "Show the A2A card an exposed agent is served with."),
+    "network-setup": ("covenant.cli.network_cmd:network_setup", "Write the nftables table that keeps agents off the host."),
     "fleet": ("covenant.cli.fleet_cmd:fleet", "Run this host's fleet process (NATS JetStream); fleet status, fleet show."),
     "completion": ("covenant.cli.completion_cmd:completion", "Print the shell completion script (bash, zsh, fish)."),
 }

@@ -39,6 +39,14 @@ def _render_status(doc: dict) -> None:
         echo(f"isolation  same-uid: agents run as the daemon's own uid (NOT isolated: {detail.get('reason', '?')})")
     for problem in detail.get("problems", []):
         echo(f"isolation  problem: {problem}")
+    network = detail.get("network") or {}
+    if network.get("egress"):
+        allowed = ", ".join(network.get("host_allow") or []) or "nothing"
+        echo(f"network    each agent in namespaces of its own; egress never reaches the host (allowed: {allowed})")
+    elif network:
+        relaxed = ("agents with network run in the HOST's network ([isolation] network = \"host\")"
+                   if network.get("setting") == "host" else "agents with network are refused")
+        echo(f"network    no egress from agents' own namespaces ({network.get('problem') or 'same-uid'}): {relaxed}")
     files = doc.get("tool_files") or {}
     if files.get("confined_by") == "landlock":
         echo(f"tools      files confined by Landlock ABI {files['landlock_abi']}")

@@ -165,7 +165,8 @@ class ReplicaProcess:
             return f"cannot prepare {replica.folder}: {exc}"
         gateway = ReplicaGateway(replica.agent.id, self.calls, replica.intents, self.sessions)
         try:
-            launched = await self.runner.launch(self._plan(replica, creds), replica.agent)  # a thread that outlives it
+            # Its own network namespace with only a loopback: it reaches the daemon over unix sockets alone.
+            launched = await self.runner.launch(self._plan(replica, creds), replica.agent, "off")  # a lasting thread
         except (LaunchError, OSError) as exc:
             gateway_sock.close()
             replica.start_failed = True

@@ -20,6 +20,7 @@ __all__ = [
     "set_child_subreaper",
     "is_child_subreaper",
     "network_isolation_available",
+    "can_enter_namespaces",
     "netns_wrapper",
     "pdeathsig_wrapper",
     "can_switch_uid",
@@ -59,11 +60,11 @@ def is_child_subreaper() -> bool:
     return bool(value.value)
 
 
-_CAP_KILL, _CAP_SETGID, _CAP_SETUID = 5, 6, 7
+_CAP_KILL, _CAP_SETGID, _CAP_SETUID, _CAP_SYS_ADMIN = 5, 6, 7, 21
 
 
-def can_switch_uid() -> bool:
-    """Root, or holding CAP_SETUID, CAP_SETGID and CAP_KILL (a systemd unit with those capabilities)."""
+def _holds(*bits: int) -> bool:
+    """Does this process hold every capability ``bits`` names in its effective set (root: all)?"""
     if os.geteuid() == 0:
         return True
     try:
@@ -71,10 +72,21 @@ def can_switch_uid() -> bool:
             for line in f:
                 if line.startswith(b"CapEff:"):
                     caps = int(line.split()[1], 16)
-                    return all(caps >> bit & 1 for bit in (_CAP_KILL, _CAP_SETGID, _CAP_SETUID))
+                    return all(caps >> bit & 1 for bit in bits)
     except OSError:
         pass
     return False
+
+
+def can_switch_uid() -> bool:
+    """Root, or holding CAP_SETUID, CAP_SETGID and CAP_KILL (a systemd unit with those capabilities)."""
+    return _holds(_CAP_KILL, _CAP_SETGID, _CAP_SETUID)
+
+
+def can_enter_namespaces() -> bool:
+    """Root, or holding CAP_SYS_ADMIN: what entering an agent's network namespace at exec takes
+    (``setns`` checks it in the caller's own user namespace, whoever owns the namespace)."""
+    return _holds(_CAP_SYS_ADMIN)
 
 
 def _works(argv: list[str], stdin: bytes = b"") -> bool:

@@ -225,8 +225,19 @@ class Isolation:
         max_processes: int = 256,
         tmp_inodes: int = DEFAULT_TMP_INODES,
         reason: str = "",
+        network: Literal["namespaced", "host"] = "namespaced",
+        host_allow: tuple[str, ...] = (),
     ) -> None:
         self.mode: IsolationMode = mode
+        self.network = network
+        """``[isolation] network``: "host" lets agents with network run in the host's network namespace
+        where they cannot get one of their own; "namespaced" refuses them then."""
+        self.host_allow = host_allow
+        """``[isolation] host_allow``: host services agents with network may reach."""
+        self.network_problem: str | None = None
+        """Why agents get no network namespace of their own here (the runner says, at open)."""
+        self.egress_problem: str | None = None
+        """Why agents with network cannot get egress from their namespace here (the runner says, at open)."""
         self.state_dir = state_dir
         self._table = table
         self._fixed = fixed
@@ -239,9 +250,13 @@ class Isolation:
         """Start-up findings an operator must act on (unreachable interpreters, ...)."""
 
     @classmethod
-    def same_uid(cls, reason: str = "not requested", state_dir: Path | None = None) -> "Isolation":
-        """Agents run as covenant's own uid (``state_dir`` set: workspaces are available too)."""
-        return cls("same-uid", state_dir=state_dir, reason=reason)
+    def same_uid(
+        cls, reason: str = "not requested", state_dir: Path | None = None, *,
+        network: Literal["namespaced", "host"] = "namespaced",
+    ) -> "Isolation":
+        """Agents run as covenant's own uid (``state_dir`` set: workspaces are available too); with
+        ``network = "host"`` agents with network run in the host's network namespace."""
+        return cls("same-uid", state_dir=state_dir, reason=reason, network=network)
 
     @property
     def enforced(self) -> bool:
@@ -306,6 +321,14 @@ class Isolation:
             os.close(fd)
         return path
 
+    def agent_gids(self) -> tuple[int, int] | None:
+        """The inclusive range of gids agent processes run with (the host's nftables rule matches them)."""
+        if self._fixed is not None:
+            return self._fixed.gid, self._fixed.gid
+        if self._table is not None:
+            return self._table.low, self._table.high
+        return None
+
     def probe_credentials(self) -> AgentCredentials | None:
         """Credentials that stand for every agent in access checks: the fixed user, or a range uid
         that owns nothing; None in ``same-uid`` mode."""
@@ -341,6 +364,13 @@ class Isolation:
 
     def to_json(self) -> dict[str, object]:
         doc: dict[str, object] = {"mode": self.mode, "problems": list(self.problems)}
+        doc["network"] = {
+            "setting": self.network,
+            "namespaces": self.network_problem is None and self.enforced,
+            "egress": self.network_problem is None and self.egress_problem is None and self.enforced,
+            "problem": self.network_problem or self.egress_problem,
+            "host_allow": list(self.host_allow),
+        }
         if self._fixed is not None:
             doc["user"] = {"uid": self._fixed.uid, "gid": self._fixed.gid}
         elif self._table is not None:
@@ -396,7 +426,9 @@ def open_isolation(config: IsolationConfig, state_dir: Path) -> Isolation:
                 "or set isolation.require = false to accept isolation: same-uid",
                 field="isolation.require",
             )
-        return Isolation.same_uid(reason, state_dir)
+        isolation = Isolation.same_uid(reason, state_dir, network=config.network)
+        isolation.host_allow = config.host_allow
+        return isolation
     if config.user is not None:
         try:
             entry = pwd.getpwnam(config.user)
@@ -410,13 +442,14 @@ def open_isolation(config: IsolationConfig, state_dir: Path) -> Isolation:
             raise ConfigError(f"isolation.user = {config.user!r} is root (uid or gid 0): agents never run as root",
                               field="isolation.user")
         return Isolation("uid", state_dir=state_dir, fixed=AgentCredentials(entry.pw_uid, entry.pw_gid),
-                         max_processes=config.max_processes, tmp_inodes=config.tmp_inodes)
+                         max_processes=config.max_processes, tmp_inodes=config.tmp_inodes,
+                         network=config.network, host_allow=config.host_allow)
     low, high = config.uid_range
     locks = UidLocks(str(state_dir.resolve()))
     table = _UidTable(state_dir / "isolation" / _TABLE_NAME, low, high, locks, state_dir / "workspaces",
                       spawned=config.spawned_uids)
     return Isolation("uid", state_dir=state_dir, table=table, max_processes=config.max_processes,
-                     tmp_inodes=config.tmp_inodes)
+                     tmp_inodes=config.tmp_inodes, network=config.network, host_allow=config.host_allow)
 
 
 def _may(st: os.stat_result, uid: int, gid: int, bits: int) -> bool:

@@ -1,8 +1,8 @@
 """Turn an agent's manifest into the :class:`~covenant.runtime.launcher.LaunchPlan` its process starts with.
 
 Its command line by runtime, its CPU and wall-clock budgets, the limits its record shows, its
-rlimits, environment and nice value, and its uid's private /tmp (and whether this host gives agent
-uids one at all): what a run of an agent *is*.
+rlimits, environment and nice value, its uid's private /tmp and its network (and whether this host
+gives agent uids them at all): what a run of an agent *is*.
 Spawning, supervising and killing it is :mod:`covenant.runtime.runner`'s job.
 """
 
@@ -21,10 +21,14 @@ from covenant.config import RuntimeConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime.environment import agent_environment
 from covenant.runtime.isolation import Isolation
+from covenant.netpolicy import parse_host_service
+from covenant.runtime import _elf, host, hostnet
 from covenant.runtime.launcher import AgentCredentials, LaunchError, LaunchPlan
 from covenant.runtime.mountns import DEFAULT_TMP_INODES, MountNamespaces
+from covenant.runtime.netns import AgentNetworks, HeldNamespaces, NetworkMode
 
-__all__ = ["LaunchPlans", "PRIORITY_NICE", "WorkflowNotSupported", "private_tmp_namespaces", "resolve_program"]
+__all__ = ["LaunchPlans", "PRIORITY_NICE", "WorkflowNotSupported", "agent_networks", "private_tmp_namespaces",
+           "resolve_program"]
 
 log = logging.getLogger("covenant.runtime")
 
@@ -81,6 +85,53 @@ def private_tmp_namespaces(
     return None
 
 
+def agent_networks(config: RuntimeConfig, isolation: Isolation) -> tuple[AgentNetworks | None, str | None]:
+    """Network namespaces for agent uids when this host allows them, and egress from them when the host's
+    side can be confined: returns them with the nftables table this process installed (to remove at
+    close), and notes in ``isolation`` what is missing.
+
+    Called once by :meth:`covenant.runtime.runner.Runner.open`, on a launch thread (the probe namespace's
+    holder is PDEATHSIG-armed).
+    """
+    problem = None
+    if not config.pdeathsig:
+        problem = "runtime.pdeathsig = false: agents start without covenant's exec helper, which enters it"
+    elif not MountNamespaces.available():
+        problem = "covenant's credentialed exec helper is not available here (x86-64 only)"
+    elif not host.can_enter_namespaces():
+        problem = "covenant lacks CAP_SYS_ADMIN, which entering a network namespace at exec takes"
+    networks = AgentNetworks(host_loopback=any(
+        parse_host_service(entry)[0].is_loopback for entry in isolation.host_allow))
+    if problem is None:
+        try:
+            networks.namespaces_for(0, 0, "off", None)  # uid 0 is never an agent's: a probe, stopped at once
+        except OSError as exc:
+            problem = str(exc)
+    if problem is not None:
+        networks.close()
+        isolation.network_problem = f"no network namespace of their own for agents here: {problem}"
+        log.warning("agents get no network namespace of their own", extra={"detail": isolation.network_problem})
+        return None, None
+    networks.release(0)
+    gids, probe = isolation.agent_gids(), isolation.probe_credentials()
+    assert gids is not None and probe is not None and isolation.state_dir is not None
+    table = None
+    problem = networks.egress_problem()
+    if problem is None:
+        try:
+            networks.namespaces_for(0, probe.gid, "full", None)  # slirp4netns comes up here (a probe)
+            table = hostnet.confine(str(isolation.state_dir.resolve()), gids, isolation.host_allow)
+        except OSError as exc:
+            problem = str(exc)
+        else:
+            problem = hostnet.check(probe.uid, probe.gid)
+        networks.release(0)
+    if problem is not None:
+        isolation.egress_problem = problem
+        log.warning("agents with network get no egress here", extra={"detail": problem})
+    return networks, table
+
+
 class LaunchPlans:
     """The launch plans of one runner's agent processes (:attr:`covenant.runtime.runner.Runner.plans`).
 
@@ -88,11 +139,14 @@ class LaunchPlans:
     """
 
     def __init__(
-        self, config: RuntimeConfig, isolation: Isolation, mount_namespaces: MountNamespaces | None
+        self, config: RuntimeConfig, isolation: Isolation, mount_namespaces: MountNamespaces | None,
+        networks: AgentNetworks | None = None,
     ) -> None:
         self.config = config
         self.isolation = isolation
         self.mount_namespaces = mount_namespaces
+        self.networks = networks
+        """Each agent uid's network namespaces; None where agents get none (same-uid, or the host cannot)."""
         self._interpreters = {
             "python3": (config.python3, resolve_program(config.python3, config.path)),
             "node": (config.node, resolve_program(config.node, config.path)),
@@ -161,19 +215,22 @@ class LaunchPlans:
         scratch: str,
         cpu_ms: int,
         creds: AgentCredentials | None,
-        mount_namespace: str | None,
+        namespaces: HeldNamespaces | None,
         cwd: str | None = None,
         *,
+        network: NetworkMode,
         spawn_on_this_cpu: bool,
         landlock_ruleset: int = -1,
     ) -> LaunchPlan:
         """The plan of one process of ``agent``: ``argv`` in its package folder (or ``cwd``), ``scratch`` as
-        its HOME and TMPDIR, ``cpu_ms`` of CPU time, as ``creds`` in ``mount_namespace``.
+        its HOME and TMPDIR, ``cpu_ms`` of CPU time, as ``creds`` in ``namespaces``.
 
         ``intent_id`` is the run's marker (the intent's id for an agent, a
-        unique run id for a tool); ``mount_namespace`` is the uid's private
-        /tmp (:meth:`private_tmp`); ``landlock_ruleset`` confines a tool's files
-        (:mod:`covenant.runtime.tool_confinement`).
+        unique run id for a tool); ``namespaces`` are the uid's private /tmp
+        and its network ``network`` (:meth:`namespaces`). Without a network
+        namespace of its own, a process with ``network = "off"`` gets a fresh
+        one at exec (``unshare -n``). ``landlock_ruleset`` confines a tool's
+        files (:mod:`covenant.runtime.tool_confinement`).
         """
         env = agent_environment(
             self.config, agent_id=agent.id, intent_id=intent_id, scratch=scratch, parent_env=os.environ
@@ -184,28 +241,59 @@ class LaunchPlans:
             cwd=cwd or str(agent.root),
             nice=PRIORITY_NICE[agent.settlement.priority],
             rlimits=self._rlimits(agent, cpu_ms, creds),
-            isolate_network=agent.resources.network == "off",
+            isolate_network=network == "off" and (namespaces is None or not namespaces.flags & _elf.CLONE_NEWNET),
             network_required=self.config.network_enforcement == "strict",
             pdeathsig=self.config.pdeathsig,
             credentials=creds,
-            mount_namespace=mount_namespace,
+            namespaces=namespaces,
             landlock_ruleset=landlock_ruleset,
             spawn_on_this_cpu=spawn_on_this_cpu,
         )
 
-    def private_tmp(self, agent: AgentSpec, creds: AgentCredentials | None) -> str | None:
-        """The mount namespace every process of ``agent`` enters: its uid's private /tmp and /dev/shm.
+    def holders_ready(self, creds: AgentCredentials | None, network: NetworkMode) -> bool:
+        """Would :meth:`namespaces` start no holder (so it need not leave the loop)?"""
+        if creds is None:
+            return True
+        mount_ready = self.mount_namespaces is None or self.mount_namespaces.held(creds.uid)
+        return mount_ready and (self.networks is None or self.networks.held(creds.uid, network))
 
-        None when agents share the host's. Blocking on a uid's first use: it starts the namespace's
-        holder (~15 ms), which dies with the thread that started it (PDEATHSIG), so call this only
-        from the loop's thread or a launch thread, never a trio worker. Raises OSError when it cannot
-        be made. The agent's package folder and entry stay visible in it, with the paths given to
+    def namespaces(self, agent: AgentSpec, creds: AgentCredentials | None, network: NetworkMode) -> HeldNamespaces | None:
+        """The namespaces a process of ``agent`` with ``network`` enters: its uid's private /tmp and
+        /dev/shm and its network namespace for that mode.
+
+        None when it gets neither (same-uid; a host that allows neither). Raises LaunchError when
+        ``network`` asks for egress this host cannot confine (unless ``[isolation] network = "host"``),
+        OSError when a namespace cannot be made. Blocking on a uid's first use: it starts the
+        holders (~15-30 ms), which die with the thread that started them (PDEATHSIG), so call this
+        only from the loop's thread or a launch thread, never a trio worker. The agent's package
+        folder and entry stay visible in its /tmp, with the paths given to
         :meth:`covenant.runtime.runner.Runner.open` as ``visible``.
         """
-        if creds is None or self.mount_namespaces is None:
+        egress = network != "off"
+        if creds is None:
+            if egress and self.isolation.network != "host":
+                raise LaunchError(self._no_egress(agent, network, self.isolation.reason or "isolation: same-uid"))
             return None
-        needed = [str(agent.root), *([str(agent.entry)] if agent.entry else [])]
-        return self.mount_namespaces.namespace_for(creds.uid, agent.resources.disk_mb, needed)
+        mount_holder = None
+        if self.mount_namespaces is not None:
+            needed = [str(agent.root), *([str(agent.entry)] if agent.entry else [])]
+            mount_holder = self.mount_namespaces.namespace_for(creds.uid, agent.resources.disk_mb, needed)
+        problem = self.isolation.network_problem or (self.isolation.egress_problem if egress else None)
+        if self.networks is not None and problem is None:
+            mount_ns = f"/proc/{mount_holder}/ns/mnt" if mount_holder is not None else None
+            return self.networks.namespaces_for(creds.uid, creds.gid, network, mount_ns)
+        if egress and self.isolation.network != "host":
+            raise LaunchError(self._no_egress(agent, network, problem or "no network namespaces here"))
+        return HeldNamespaces(mount_holder, _elf.CLONE_NEWNS) if mount_holder is not None else None
+
+    @staticmethod
+    def _no_egress(agent: AgentSpec, network: NetworkMode, why: str) -> str:
+        return (
+            f"agent {agent.id}: network = {network!r} needs a network namespace of the agent with egress "
+            f"that cannot reach the host, and this host cannot give one ({why}); refusing to run it in the "
+            'host\'s network. Fix that, or set [isolation] network = "host" in covenant.toml to accept it '
+            "(docs/security.md)"
+        )
 
     def _rlimits(self, agent: AgentSpec, cpu_ms: int, creds: AgentCredentials | None) -> dict[int, tuple[int, int]]:
         # A per-process backstop a little above the tree budget the sampler enforces:

@@ -23,6 +23,7 @@ from typing import NamedTuple
 import trio
 
 from covenant.runtime import _elf, host, teardown
+from covenant.runtime.netns import HeldNamespaces
 from covenant.runtime.workers import on_a_lasting_thread
 
 __all__ = [
@@ -68,9 +69,10 @@ class LaunchPlan:
     credentials: AgentCredentials | None = None
     """Run as this uid/gid, with no supplementary groups and no new privileges; None = covenant's own
     uid (``isolation: same-uid``). Decided by :mod:`covenant.runtime.isolation`; never uid or gid 0."""
-    mount_namespace: str | None = None
-    """A mount namespace file (``/proc/<pid>/ns/mnt``) to run in: the agent uid's private /tmp and
-    /dev/shm (:mod:`covenant.runtime.mountns`). Needs ``credentials`` and covenant's exec helper."""
+    namespaces: HeldNamespaces | None = None
+    """Namespaces of a holder process to run in: the agent uid's private /tmp and /dev/shm
+    (:mod:`covenant.runtime.mountns`) and its network (:mod:`covenant.runtime.netns`). Needs
+    ``credentials`` and covenant's exec helper."""
     landlock_ruleset: int = -1
     """A Landlock ruleset fd (the caller's, open until :meth:`Launcher.launch` returns) the exec helper
     enforces on the process after its switch to ``credentials``: what a tool may read and write
@@ -304,6 +306,8 @@ class ProcessGroupLauncher(Launcher):
                 helper = wrapper.argv
                 gated = wrapper.gated
                 switch_in_helper = wrapper.switches_credentials
+        if plan.namespaces is not None and plan.namespaces.flags & _elf.CLONE_NEWNET:
+            network_enforced = True  # the agent's own network namespace, entered at exec
         in_user_namespace = host.NETNS_IN_USER_NAMESPACE in netns
         unshare_switches = creds is not None and not switch_in_helper and bool(netns) and not in_user_namespace
         if in_user_namespace:
@@ -327,13 +331,13 @@ class ProcessGroupLauncher(Launcher):
         switch_in_popen: dict[str, object] = {}
         ns_fd = -1
         try:
-            if plan.mount_namespace is not None:
+            if plan.namespaces is not None:
                 if not switch_in_helper:
                     raise LaunchError(
-                        "a private /tmp needs covenant's exec helper (x86-64, runtime.pdeathsig = true); "
-                        "refusing to run the agent without it"
+                        "an agent's private /tmp and network namespace need covenant's exec helper (x86-64, "
+                        "runtime.pdeathsig = true); refusing to run the agent without them"
                     )
-                ns_fd = os.open(plan.mount_namespace, os.O_RDONLY | os.O_CLOEXEC)
+                ns_fd = os.pidfd_open(plan.namespaces.holder)
             if plan.landlock_ruleset >= 0 and not (creds is not None and switch_in_helper):
                 raise LaunchError(
                     "confining a tool's files (Landlock) needs covenant's exec helper and an agent uid "
@@ -342,8 +346,9 @@ class ProcessGroupLauncher(Launcher):
             credentials_block = b""
             if creds is not None:
                 if switch_in_helper:
-                    credentials_block = _elf.credentials_block(creds.uid, creds.gid, ns_fd, plan.cwd,
-                                                               landlock_fd=plan.landlock_ruleset)
+                    credentials_block = _elf.credentials_block(
+                        creds.uid, creds.gid, ns_fd, plan.cwd, landlock_fd=plan.landlock_ruleset,
+                        setns_flags=plan.namespaces.flags if plan.namespaces is not None else _elf.CLONE_NEWNS)
                 elif unshare_switches:
                     # Still root in the child until unshare switches: the limits are lowered first.
                     switch_in_popen = {"preexec_fn": _rlimit_setter(plan.rlimits)}
@@ -363,7 +368,7 @@ class ProcessGroupLauncher(Launcher):
                     os.close(fd)
             if isinstance(exc, LaunchError):
                 raise
-            raise LaunchError(f"cannot enter the agent's mount namespace {plan.mount_namespace}: {exc}") from None
+            raise LaunchError(f"cannot enter the agent's namespaces (holder {plan.namespaces}): {exc}") from None
         # Only where the helper holds the agent at its gate until the CPUs are given back, and
         # CPython spawns with vfork (no preexec_fn).
         own_cpus = _pin_to_this_cpu() if plan.spawn_on_this_cpu and gated and not switch_in_popen else None

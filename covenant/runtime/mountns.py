@@ -101,10 +101,6 @@ class _Holder:
         """Inodes in use in each private dir when it was made (its root, the entries bound back): more
         than that later is what the uid left."""
 
-    @property
-    def namespace(self) -> str:
-        return f"/proc/{self.process.pid}/ns/mnt"
-
     def alive(self) -> bool:
         """Has the holder not exited? Never reaps it: an unreaped holder's pid cannot be reused while it
         is still listed in :attr:`MountNamespaces.holder_pids`."""
@@ -143,8 +139,9 @@ class MountNamespaces:
         mount(2) is allowed too is found by making a namespace."""
         return host.pdeathsig_wrapper(credentials=True) is not None
 
-    def namespace_for(self, uid: int, size_mb: int, needed: Iterable[str]) -> str:
-        """The mount namespace file of ``uid``'s private /tmp and /dev/shm, made on first use.
+    def namespace_for(self, uid: int, size_mb: int, needed: Iterable[str]) -> int:
+        """The pid of the process holding ``uid``'s private /tmp and /dev/shm (its mount namespace is
+        ``/proc/<pid>/ns/mnt``), made on first use.
 
         Raises OSError (with the reason) when it cannot be made.
         """
@@ -152,14 +149,14 @@ class MountNamespaces:
             holder = self._holders.get(uid)
             if holder is not None:
                 if holder.alive():
-                    return holder.namespace
+                    return holder.process.pid
                 del self._holders[uid]
                 self._list_pids()
                 holder.process.wait()  # reaped only once it is off the list
             holder = self._start(size_mb, [*self.always_needed, *needed])
             self._holders[uid] = holder
             self._list_pids()
-            return holder.namespace
+            return holder.process.pid
 
     def held(self, uid: int) -> bool:
         """Has ``uid`` a holder already (so :meth:`namespace_for` needs no new one unless it died)?"""

@@ -31,13 +31,14 @@ import trio
 from covenant.clock import iso_ms, iso_now, now_ms
 from covenant.config import Config, RuntimeConfig
 from covenant.manifest.model import AgentSpec
-from covenant.runtime import host
+from covenant.runtime import _elf, host, hostnet
 from covenant.runtime.contract import intent_line
 from covenant.runtime.isolation import Isolation
 from covenant.runtime.kill_ladder import KillLadder, collect_root
 from covenant.runtime.launch_plans import (
     LaunchPlans,
     WorkflowNotSupported,
+    agent_networks,
     private_tmp_namespaces,
     resolve_program,
 )
@@ -51,6 +52,7 @@ from covenant.runtime.launcher import (
 )
 from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.mountns import MountNamespaces
+from covenant.runtime.netns import AgentNetworks, HeldNamespaces, NetworkMode
 from covenant.runtime.outcome import DispatchRecord, Outcome
 from covenant.runtime.pdeathsig import GATE_BYTE
 from covenant.runtime.run_state import RunState
@@ -99,6 +101,7 @@ class Runner:
         isolation: Isolation | None = None,
         live_roots: LiveRoots | None = None,
         mount_namespaces: MountNamespaces | None = None,
+        networks: AgentNetworks | None = None,
         *,
         launch_threads: WorkerThreads,
         tool_confinement: ToolConfinement,
@@ -113,7 +116,7 @@ class Runner:
         self._launch_threads = launch_threads
         self.launcher = launcher
         self.sampler = sampler
-        self.plans = LaunchPlans(config, self.isolation, mount_namespaces)
+        self.plans = LaunchPlans(config, self.isolation, mount_namespaces, networks)
         """What each agent process is launched with."""
         self.tool_confinement = tool_confinement
         """Whether tool processes' files are confined here (Landlock), and their rulesets."""
@@ -182,19 +185,23 @@ class Runner:
         tool_confinement = await trio.to_thread.run_sync(ToolConfinement.for_host, config, enforced)
         async with WorkerThreads.open(_LAUNCH_THREADS, "covenant-launch") as launch_threads:
             mount_namespaces = None
-            if enforced:  # the probe namespace's holder is PDEATHSIG-armed: a launch thread, not trio's cache
+            networks, host_table = None, None
+            if enforced:  # the probe namespaces' holders are PDEATHSIG-armed: a launch thread, not trio's cache
+                assert isolation is not None
                 mount_namespaces = await launch_threads.run(
                     private_tmp_namespaces, config, scratch_root, isolation, list(visible)
                 )
+                networks, host_table = await launch_threads.run(agent_networks, config, isolation)
 
             def helper_pids() -> Collection[int]:
                 holders = mount_namespaces.holder_pids if mount_namespaces is not None else frozenset()
-                return holders.union(own_children())
+                network_helpers = networks.helper_pids if networks is not None else frozenset()
+                return holders.union(network_helpers, own_children())
 
             sampler = Sampler(config.sample_interval_ms, helper_pids)
             runner = cls(
                 config, scratch_root, launcher or ProcessGroupLauncher(), sampler, isolation, live_roots,
-                mount_namespaces, launch_threads=launch_threads, tool_confinement=tool_confinement,
+                mount_namespaces, networks, launch_threads=launch_threads, tool_confinement=tool_confinement,
             )
             try:
                 async with trio.open_nursery() as nursery:
@@ -218,6 +225,10 @@ class Runner:
                     tool_confinement.close()
                     if mount_namespaces is not None:
                         await trio.to_thread.run_sync(mount_namespaces.close)
+                    if networks is not None:
+                        await trio.to_thread.run_sync(networks.close)
+                    if host_table is not None:
+                        await trio.to_thread.run_sync(hostnet.remove, host_table)
 
     @property
     def in_flight(self) -> int:
@@ -254,15 +265,16 @@ class Runner:
         scratch: str | None,
         cpu_ms: int,
         creds: AgentCredentials | None,
-        mount_namespace: str | None,
+        namespaces: HeldNamespaces | None,
+        network: NetworkMode,
         cwd: str | None = None,
         landlock_ruleset: int = -1,
     ) -> tuple[str | None, Launched | LaunchError | OSError]:
         """Make the scratch dir if none was ready, build the plan, spawn (blocking; any thread).
 
         ``intent_id`` is the run's marker (the intent's id for an agent, a
-        unique run id for a tool); ``mount_namespace`` is the uid's private
-        /tmp (:meth:`_private_tmp_off_the_loop`). Returns the scratch dir with the process,
+        unique run id for a tool); ``namespaces`` are the uid's private
+        /tmp and network (:meth:`_namespaces_off_the_loop`). Returns the scratch dir with the process,
         or with the error, so the caller can give the dir back either way.
         """
         try:
@@ -271,8 +283,8 @@ class Runner:
             if creds is not None:
                 os.chown(scratch, creds.uid, creds.gid)  # its HOME and TMPDIR: 0700, the agent's own
             plan = self.plans.plan(
-                agent, intent_id, argv, scratch, cpu_ms, creds, mount_namespace, cwd, spawn_on_this_cpu=self.in_flight > 0,
-                landlock_ruleset=landlock_ruleset,
+                agent, intent_id, argv, scratch, cpu_ms, creds, namespaces, cwd, network=network,
+                spawn_on_this_cpu=self.in_flight > 0, landlock_ruleset=landlock_ruleset,
             )
             return scratch, self.launcher.launch(plan)
         except (LaunchError, OSError) as exc:
@@ -309,7 +321,7 @@ class Runner:
         self._starting[intent_id] = None
         try:
             argv = self.plans.argv(agent)
-            scratch, launched, creds = await self._spawn(agent, intent_id, argv, cpu_ms)
+            scratch, launched, creds = await self._spawn(agent, intent_id, argv, cpu_ms, agent.resources.network)
         except (LaunchError, OSError) as exc:
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare agent {agent.id}: {exc}"
             log.warning("spawn failed", extra={"agent": agent.id, "intent": intent_id, "detail": message})
@@ -357,6 +369,7 @@ class Runner:
         *,
         run_id: str,
         wall_ms: int,
+        network: NetworkMode,
         cwd: str | None = None,
         on_started: Callable[[RunState], None] | None = None,
         files: ToolFiles | None = None,
@@ -379,7 +392,7 @@ class Runner:
         t0 = time.monotonic()
         cpu_ms = wall_ms
         try:
-            scratch, launched, creds = await self._spawn(agent, run_id, list(argv), cpu_ms, cwd, files=files)
+            scratch, launched, creds = await self._spawn(agent, run_id, list(argv), cpu_ms, network, cwd, files=files)
         except (LaunchError, OSError) as exc:
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare the tool: {exc}"
             log.warning("tool spawn failed", extra={"agent": agent.id, "intent": run_id, "detail": message})
@@ -391,8 +404,9 @@ class Runner:
         left = await self._run_to_end(run, scratch, creds, document, None)
         return tool_run_record(run, t0, left.bytes, self.config.stderr_tail_bytes)
 
-    async def launch(self, plan: LaunchPlan, agent: AgentSpec) -> Launched:
-        """Launch ``plan``, a process of ``agent``, in its uid's private /tmp (raises LaunchError/OSError).
+    async def launch(self, plan: LaunchPlan, agent: AgentSpec, network: NetworkMode) -> Launched:
+        """Launch ``plan``, a process of ``agent``, in its uid's private /tmp and its network namespace for
+        ``network`` (raises LaunchError/OSError).
 
         For processes started outside :meth:`run` (Rune replicas, stdio MCP servers), from one of
         the runner's launch threads: PR_SET_PDEATHSIG fires when the *thread* that spawned a process
@@ -402,21 +416,26 @@ class Runner:
         """
 
         def start() -> Launched:
-            private_tmp = self.plans.private_tmp(agent, plan.credentials)
-            return self.launcher.launch(dataclasses.replace(plan, mount_namespace=private_tmp))
+            held = self.plans.namespaces(agent, plan.credentials, network)
+            own_netns = held is not None and bool(held.flags & _elf.CLONE_NEWNET)
+            return self.launcher.launch(dataclasses.replace(
+                plan, namespaces=held, isolate_network=network == "off" and not own_netns))
 
         return await self._launch_threads.run(start)
 
-    async def _private_tmp_off_the_loop(self, agent: AgentSpec, creds: AgentCredentials | None) -> str | None:
-        """:meth:`LaunchPlans.private_tmp <covenant.runtime.launch_plans.LaunchPlans.private_tmp>`, on a launch thread when the uid has no holder yet: starting one takes
-        ~15 ms, which the loop does not wait through. (A holder that died is replaced on the loop.)"""
-        if creds is not None and self.mount_namespaces is not None and not self.mount_namespaces.held(creds.uid):
-            return await self._launch_threads.run(self.plans.private_tmp, agent, creds)
-        return self.plans.private_tmp(agent, creds)
+    async def _namespaces_off_the_loop(
+        self, agent: AgentSpec, creds: AgentCredentials | None, network: NetworkMode
+    ) -> HeldNamespaces | None:
+        """:meth:`LaunchPlans.namespaces <covenant.runtime.launch_plans.LaunchPlans.namespaces>`, on a launch
+        thread when the uid has no holder yet: starting one takes ~15-30 ms, which the loop does not wait
+        through. (A holder that died is replaced on the loop.)"""
+        if not self.plans.holders_ready(creds, network):
+            return await self._launch_threads.run(self.plans.namespaces, agent, creds, network)
+        return self.plans.namespaces(agent, creds, network)
 
     async def _spawn(
-        self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int, cwd: str | None = None, *,
-        files: ToolFiles | None = None,
+        self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int, network: NetworkMode, cwd: str | None = None,
+        *, files: ToolFiles | None = None,
     ) -> tuple[str, Launched, AgentCredentials | None]:
         """Claim the agent's uid, take (or make) a scratch dir and start the process (confined to ``files``).
 
@@ -428,7 +447,7 @@ class Runner:
         launched: Launched | LaunchError | OSError
         ruleset = None
         try:
-            private_tmp = await self._private_tmp_off_the_loop(agent, creds)
+            namespaces = await self._namespaces_off_the_loop(agent, creds, network)
             if files is not None:
                 scratch = scratch or self.scratch.make()  # the ruleset names it: it must exist first
                 ruleset = await trio.to_thread.run_sync(self.tool_confinement.acquire, files, scratch)
@@ -439,7 +458,7 @@ class Runner:
             # loop anyway, and the hand-offs cost more than the vfork wait they spare the loop (16
             # concurrent clients: 2-7 % more dispatches per s, 7-11 % less CPU; docs/performance.md).
             try:
-                made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds, private_tmp, cwd,
+                made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds, namespaces, network, cwd,
                                               ruleset.fd if ruleset is not None else -1)
             finally:
                 if ruleset is not None:

@@ -161,7 +161,7 @@ class ToolHost:
     ) -> None:
         self.services = ToolServices(
             home=home, config=config, runner=runner, audit=audit, memory=MemoryStores(home),
-            processes=ProcessRegistry(runner, config.tools.process), stores=AgentStores(home),
+            processes=ProcessRegistry(runner, config.tools.process, config.tools.shell.network), stores=AgentStores(home),
         )
         self._packages: PackageSource = packages or PackageFiles()
         self._toolsets: dict[str, tuple[object, int, Toolset]] = {}

@@ -78,8 +78,10 @@ async def run_process_tool(
         workspace = str((await trio.to_thread.run_sync(services.workspace, ctx.agent.id)).root)
         files, cwd = ToolFiles(read_only=(package,), read_write=(workspace,)), workspace
     wall_ms = max(1, int((ends - trio.current_time()) * 1000))
+    # A tool that does not declare the network capability gets its own loopback and nothing else.
+    network = services.config.tools.tool_network if entry.declares_network else "off"
     run = await services.runner.run_tool(
-        ctx.agent, entry.argv, document, run_id=ctx.run_marker(), wall_ms=wall_ms, cwd=cwd, files=files
+        ctx.agent, entry.argv, document, run_id=ctx.run_marker(), wall_ms=wall_ms, network=network, cwd=cwd, files=files
     )
     log.info(
         "tool run",

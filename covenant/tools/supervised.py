@@ -19,7 +19,7 @@ from typing import Any
 
 import trio
 
-from covenant.config import ProcessToolConfig
+from covenant.config import AgentNetwork, ProcessToolConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime.run_state import RunState
 from covenant.runtime.runner import Runner
@@ -72,9 +72,11 @@ def _take(buffer: bytearray, limit: int) -> tuple[str, bool]:
 class ProcessRegistry:
     """Every supervised process of the daemon, by agent."""
 
-    def __init__(self, runner: Runner, config: ProcessToolConfig) -> None:
+    def __init__(self, runner: Runner, config: ProcessToolConfig, network: AgentNetwork) -> None:
         self.runner = runner
         self.config = config
+        self.network = network
+        """``[tools.shell] network``: what the processes may reach."""
         self._by_agent: dict[str, dict[str, Supervised]] = {}
         self._started = 0
 
@@ -111,7 +113,7 @@ class ProcessRegistry:
             try:
                 process.record = await self.runner.run_tool(
                     agent, (shell, "-c", command), b"", run_id=f"{intent_id}:process:{process.id}",
-                    wall_ms=wall_ms, cwd=cwd, on_started=on_started,
+                    wall_ms=wall_ms, network=self.network, cwd=cwd, on_started=on_started,
                     files=self.runner.tool_confinement.where_possible(ToolFiles(read_write=(cwd,))),
                 )
             finally:

@@ -36,10 +36,11 @@ def verifiable_copy(tmp_path: Path) -> tuple[Path, Path]:
     path); only that one line changes, so everything else is verified as is.
     """
     service_text = (UNITS / "covenant.service").read_text()
-    rewritten, count = re.subn(
-        r"^ExecStart=/usr/local/bin/covenant ", f"ExecStart={installed_covenant()} ", service_text, flags=re.M
-    )
-    assert count == 1, "covenant.service must have exactly one ExecStart=/usr/local/bin/covenant line"
+    assert len(re.findall(r"^ExecStart=/usr/local/bin/covenant ", service_text, flags=re.M)) == 1, \
+        "covenant.service must have exactly one ExecStart=/usr/local/bin/covenant line"
+    # ExecStartPre/ExecStopPost run `covenant network-setup` (as root, "+"): the same binary.
+    rewritten = re.sub(r"^(Exec\w+=\+?)/usr/local/bin/covenant ", rf"\g<1>{installed_covenant()} ", service_text,
+                       flags=re.M)
     service = tmp_path / "covenant.service"
     service.write_text(rewritten)
     socket_unit = tmp_path / "covenant.socket"
@@ -92,8 +93,10 @@ def test_service_has_the_directives_operations_rely_on() -> None:
     assert all(cap in why for cap in caps), "each capability is explained in a comment above it"
     # The daemon watches agent processes of other uids: /proc must show them.
     assert "ProtectProc" not in d
-    # network = "off" (network namespaces) and private /tmp (mount namespaces); no user namespaces.
-    assert set(d["RestrictNamespaces"][0].split()) == {"net", "mnt"}
+    # Agents' network and mount namespaces (private /tmp); user: agents' network namespaces are owned by a user namespace of the daemon's uid (netns.py).
+    assert set(d["RestrictNamespaces"][0].split()) == {"net", "mnt", "user"}
+    assert d["ExecStartPre"] == ["+/usr/local/bin/covenant network-setup"]
+    assert d["ExecStopPost"] == ["+/usr/local/bin/covenant network-setup --remove"]
     # The home is traversable by agent uids (0711), never listable.
     assert d["StateDirectoryMode"] == ["0711"]
     # setuid and friends must not be filtered out (the exec helper needs them).

@@ -28,7 +28,9 @@ def make_agent(entry: str | Path, runtime: str = "python3", priority: str = "nor
         manifest_path=path.parent / "agent.toml",
         root=path.parent,
         entry=path,
-        resources=Resources(**resources),
+        # No network unless a test asks: agents with egress need a namespace of their own (uid isolation),
+        # and most runners here run agents as the test's own uid.
+        resources=Resources(**{"network": "off", **resources}),
         settlement=Settlement(priority=priority),
     )
 

@@ -461,12 +461,13 @@ def test_isolated_agents_get_their_limits_and_own_their_home(agent_reachable_dir
     """prlimit(2) on another uid's process needs CAP_SYS_RESOURCE: the limits are set while it is root."""
     entry = agent_reachable_dir / "limits.py"
     entry.write_text(LIMITS_AGENT)
-    iso = open_isolation(IsolationConfig(max_processes=77), agent_reachable_dir / "state")
+    iso = open_isolation(IsolationConfig(max_processes=77, uid_range=agent_uid_range()), agent_reachable_dir / "state")
     config = RuntimeConfig(python3="/usr/bin/python3", pdeathsig=helper)
 
     async def main():  # type: ignore[no-untyped-def]
         async with Runner.open(config, scratch_root=agent_reachable_dir / "scratch", isolation=iso) as runner:
-            return await runner.run(make_agent(entry, disk_mb=3), make_payload("limits"))
+            # No network: without the exec helper no namespace of its own could give it egress.
+            return await runner.run(make_agent(entry, disk_mb=3, network="off"), make_payload("limits"))
 
     record = trio.run(main)
     assert record.outcome == "ok", record

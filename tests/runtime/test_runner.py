@@ -17,6 +17,7 @@ import trio
 
 from covenant.config import RuntimeConfig
 from covenant.runtime.host import network_isolation_available, set_child_subreaper
+from covenant.runtime.isolation import Isolation
 from covenant.runtime.launcher import Launched, LaunchPlan, ProcessGroupLauncher
 from covenant.runtime.runner import Runner
 from tests.runtime.conftest import leftovers, make_agent, make_payload
@@ -306,13 +307,19 @@ def listener():
     sock.close()
 
 
-async def test_network_off_cannot_reach_host_loopback(runner: Runner, listener: int) -> None:
+async def test_network_off_cannot_reach_host_loopback(runner: Runner, listener: int, tmp_path: Path) -> None:
     if not network_isolation_available():
         pytest.skip("this host cannot create network namespaces (covered by the refusal test)")
     record, _ = await run_fault(runner, f"connect {listener}", network="off")
     assert record.network_enforced
     assert record.outcome == "agent_error" and record.result and record.result["text"].startswith("refused")
-    control, _ = await run_fault(runner, f"connect {listener}", network="full")
+    # With network, an agent of covenant's own uid could only run in the host's network: refused
+    # unless [isolation] network = "host" accepts that, and then it reaches the host.
+    refused, _ = await run_fault(runner, f"connect {listener}", network="full")
+    assert refused.outcome == "spawn_failed" and '[isolation] network = "host"' in (refused.error or "")
+    async with Runner.open(RuntimeConfig(), scratch_root=tmp_path / "host-network",
+                           isolation=Isolation.same_uid(network="host")) as host_network:
+        control, _ = await run_fault(host_network, f"connect {listener}", network="full")
     assert control.outcome == "ok" and not control.network_enforced
 
 

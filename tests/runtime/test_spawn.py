@@ -18,6 +18,7 @@ import trio
 
 from covenant.config import RuntimeConfig
 from covenant.runtime import host
+from covenant.runtime.isolation import Isolation
 from covenant.runtime.pdeathsig import GATE_BYTE, helper_elf
 from covenant.runtime.runner import Runner
 from tests.processes import alive, wait_gone
@@ -199,8 +200,9 @@ async def test_agent_waits_at_its_gate_until_the_hook_returns(tmp_path: Path) ->
             await trio.sleep(0.4)
 
     # Wall-clock budget = 1,000 ms of CPU budget + no grace; the hook takes 1.2 s.
-    async with Runner.open(RuntimeConfig(wall_grace_ms=0), scratch_root=tmp_path) as runner:
-        record = await runner.run(make_agent("fault.py", cpu_ms_per_task=1000), make_payload("echo fast"),
+    # In the host's network: no `unshare -n` in front of the helper (its argv is what is counted).
+    async with Runner.open(RuntimeConfig(wall_grace_ms=0), scratch_root=tmp_path, isolation=Isolation.same_uid(network="host")) as runner:
+        record = await runner.run(make_agent("fault.py", cpu_ms_per_task=1000, network="full"), make_payload("echo fast"),
                                   on_spawned=slow)
     assert record.outcome == "ok" and record.result and record.result["text"] == "fast"
     # Still the helper (its argv is the whole wrapped command line) 0.8 s in, and the hook took
@@ -216,8 +218,8 @@ async def test_ungated_agent_gets_its_intent_only_after_the_hook(tmp_path: Path)
         await trio.sleep(0.3)
         stdout_during_hook.append(psutil.Process(info["pid"]).status())
 
-    async with Runner.open(RuntimeConfig(pdeathsig=False), scratch_root=tmp_path) as runner:
-        record = await runner.run(make_agent("fault.py"), make_payload("echo fast"), on_spawned=slow)
+    async with Runner.open(RuntimeConfig(pdeathsig=False), scratch_root=tmp_path, isolation=Isolation.same_uid(network="host")) as runner:
+        record = await runner.run(make_agent("fault.py", network="full"), make_payload("echo fast"), on_spawned=slow)
     assert record.outcome == "ok" and record.result and record.result["text"] == "fast"
     assert len(record.argv) == 2  # no wrapper
     assert stdout_during_hook == [psutil.STATUS_SLEEPING]  # blocked reading its stdin
@@ -295,11 +297,12 @@ async def test_run_cancelled_while_the_hook_runs_never_releases_the_agent(tmp_pa
     # SIGTERM and have the whole grace period to mark; a withdrawn helper kills itself at once.
     previous = signal.signal(signal.SIGTERM, signal.SIG_IGN)
     try:
-        async with Runner.open(RuntimeConfig(kill_grace_ms=1000), scratch_root=tmp_path / "scratch") as runner:
+        async with Runner.open(RuntimeConfig(kill_grace_ms=1000), scratch_root=tmp_path / "scratch",
+                               isolation=Isolation.same_uid(network="host")) as runner:
             async def spawned(info: dict[str, Any]) -> None:
                 runner.cancel_all()
 
-            record = await runner.run(make_agent(entry, runtime="rust-bin"), payload, on_spawned=spawned)
+            record = await runner.run(make_agent(entry, runtime="rust-bin", network="full"), payload, on_spawned=spawned)
     finally:
         signal.signal(signal.SIGTERM, previous)
     assert record.outcome == "cancelled"

@@ -96,9 +96,14 @@ def _dispatch(env: dict[str, str], agent: str, text: str) -> dict:
 
 
 def test_a_daemon_with_only_the_units_capabilities_isolates_agents(tmp_path: Path) -> None:
-    agents = {name: ((AGENTS / f"{name}.py").read_text(), "") for name in ("introspect", "attacker")}
+    # No network: egress needs /dev/net/tun for slirp4netns inside the daemon's user namespace, which a
+    # host may keep root's (0600); either way the network namespace of their own is the unit's to give.
+    off = '\n[resources]\nnetwork = "off"\n'
+    agents = {name: ((AGENTS / f"{name}.py").read_text(), off) for name in ("introspect", "attacker")}
     with daemon_with(unit_capabilities(), agents, tmp_path) as (home, env, doc):
         assert doc["isolation"] == "uid" and doc["isolation_detail"]["problems"] == [], doc["isolation_detail"]
+        network = doc["isolation_detail"]["network"]
+        assert network["namespaces"] is True and (network["egress"] or network["problem"]), network
         outcome = _dispatch(env, "introspect@local", "look")
         seen = json.loads(outcome["text"])
         assert seen["uid"] not in (0, DAEMON_UID) and seen["groups"] == []

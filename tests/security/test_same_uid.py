@@ -102,10 +102,15 @@ def test_same_uid_is_said_at_start_in_status_and_in_every_record(nobody_home: Pa
         assert "isolation: same-uid" in log_path.read_text()
         status = subprocess.run(as_nobody(nobody_home, "status"), env=env, capture_output=True, text=True, check=True)
         assert "isolation  same-uid: agents run as the daemon's own uid (NOT isolated" in status.stdout
+        # echo@local has the default network (outbound-https-only): as the daemon's own uid it could only
+        # run in the host's network, which is refused unless [isolation] network = "host" says so.
+        assert doc["isolation_detail"]["network"]["egress"] is False
         done = subprocess.run(as_nobody(nobody_home, "dispatch", "hello", "--agent", "echo@local", "--json"),
                               env=env, capture_output=True, text=True, timeout=120)
-        assert done.returncode == 0, done.stderr
-        record = json.loads(done.stdout)["record"]
+        assert done.returncode == 4, done.stderr
+        refused = json.loads(done.stdout)
+        assert refused["outcome"] == "spawn_failed" and '[isolation] network = "host"' in refused["error"]
+        record = refused["record"]
         assert record["isolation"] == "same-uid" and record["uid"] is None
         _network_off_runs_in_a_namespace_of_its_own(nobody_home, env, daemon.pid)
 

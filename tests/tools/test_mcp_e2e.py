@@ -83,12 +83,17 @@ def _with_mcp_servers(folder: Path, servers: str) -> None:
 
 
 def _namespace_holder(daemon: DaemonProcess, member: int) -> int:
-    """The pid of the daemon's child that holds the mount namespace ``member`` is in (``sleep infinity``)."""
+    """The pid of the daemon's child that holds the mount namespace ``member`` is in (``sleep infinity``).
+
+    The holders of the uid's network namespaces (one per network mode) joined that mount namespace too;
+    the mount namespace's own holder is the one still in the daemon's network namespace."""
     namespace = os.readlink(f"/proc/{member}/ns/mnt")
+    daemon_net = os.readlink(f"/proc/{daemon.process.pid}/ns/net")
     holders = []
     for child in psutil.Process(daemon.process.pid).children():
         try:
-            if "sleep" in child.cmdline()[0] and os.readlink(f"/proc/{child.pid}/ns/mnt") == namespace:
+            if ("sleep" in child.cmdline()[0] and os.readlink(f"/proc/{child.pid}/ns/mnt") == namespace
+                    and os.readlink(f"/proc/{child.pid}/ns/net") == daemon_net):
                 holders.append(child.pid)
         except (psutil.NoSuchProcess, psutil.ZombieProcess, FileNotFoundError, IndexError):
             continue

@@ -84,8 +84,8 @@ async def _run(call: BuiltinCall) -> ToolResult:
     root = str(workspace.root)
     files = call.services.runner.tool_confinement.where_possible(ToolFiles(read_write=(root,)))
     run = await call.services.runner.run_tool(
-        call.ctx.agent, (SHELL, "-c", command), b"", run_id=call.ctx.run_marker(), wall_ms=wall_ms, cwd=root,
-        files=files,
+        call.ctx.agent, (SHELL, "-c", command), b"", run_id=call.ctx.run_marker(), wall_ms=wall_ms,
+        network=config.tools.shell.network, cwd=root, files=files,
     )
     return dataclasses.replace(capped(_result(run, config.tools.shell_exec.output_max_bytes)), left_behind=run.left_behind)
 

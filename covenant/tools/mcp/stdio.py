@@ -96,7 +96,7 @@ async def launched_stdio_server(
         if creds is not None:
             os.chown(scratch, creds.uid, creds.gid)
         plan = _plan(config, runner, agent, server, memory_mb, scratch, creds)
-        launched = await runner.launch(plan, agent)  # a thread that outlives the server: PDEATHSIG follows it
+        launched = await runner.launch(plan, agent, server.network)  # a lasting thread: PDEATHSIG follows it
         exited = trio.Event()
         to_session, read_stream = anyio.create_memory_object_stream[SessionMessage | Exception](0)
         write_stream, from_session = anyio.create_memory_object_stream[SessionMessage](0)
