@@ -130,7 +130,10 @@ class DaemonProcess:
 
     def add_agent(self, name: str, script: str, *, keywords: tuple[str, ...] = (), required: tuple[str, ...] = (),
                   cpu_ms: int = 30_000, extra: str = "") -> Path:
-        """Install a python3 test agent from tests/daemon/agents as <home>/agents/<name>/."""
+        """Install a python3 test agent from tests/daemon/agents as <home>/agents/<name>/.
+
+        With no network: what it does needs none, and egress would need slirp4netns and nftables
+        (tests/security/test_agent_network.py proves those)."""
         folder = self.home / "agents" / name
         folder.mkdir(parents=True, exist_ok=True)
         shutil.copy(TEST_AGENTS / script, folder / script)
@@ -149,6 +152,7 @@ class DaemonProcess:
 
             [resources]
             cpu_ms_per_task = {cpu_ms}
+            network = "off"
 
             [routing]
             keywords = {json.dumps(list(keywords))}

@@ -17,7 +17,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import traversable_tmpdir
+from tests.conftest import require_tool, traversable_tmpdir
 from tests.daemon.conftest import DaemonProcess
 from tests.fakes import FakeModelServer
 from tests.rune.conftest import add_process_tool, add_rune_agent, configure
@@ -72,6 +72,9 @@ def attacked(tmp_path: Path) -> Iterator[AttackedDaemon]:
     """A root daemon on the default socket (<home>/run/covenant.sock) with attacker@local and attacker-offline@local."""
     if os.geteuid() != 0:
         pytest.skip("the attacker corpus needs root: only a root daemon runs agents as other uids")
+    # attacker@local has network = "full": egress from its own namespace (slirp4netns, nftables).
+    require_tool("slirp4netns")
+    require_tool("nft")
     base = traversable_tmpdir()
     home = base / "home"
     env = {
