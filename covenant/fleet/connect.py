@@ -9,6 +9,7 @@ from __future__ import annotations
 import logging
 import os
 import ssl
+import time
 from collections.abc import Mapping
 from typing import TYPE_CHECKING, Any
 
@@ -88,8 +89,24 @@ def connect_options(config: FleetConfig, name: str, environ: Mapping[str, str] |
     return options
 
 
-async def _quiet_error(exc: Exception) -> None:
-    log.warning("NATS connection problem", extra={"error": f"{type(exc).__name__}: {exc}"})
+class _ErrorLog:
+    """nats-py reports every failed attempt (about one a second per server while they are away): log the
+    first, then at most one every 30 s with how many were left out."""
+
+    EVERY_S = 30.0
+
+    def __init__(self) -> None:
+        self._last = -self.EVERY_S
+        self._quiet = 0
+
+    async def report(self, exc: Exception) -> None:
+        now = time.monotonic()
+        if now - self._last < self.EVERY_S:
+            self._quiet += 1
+            return
+        log.warning("NATS connection problem", extra={"error": f"{type(exc).__name__}: {exc}",
+                                                       "since_last_logged": self._quiet})
+        self._last, self._quiet = now, 0
 
 
 async def connect(config: FleetConfig, name: str, *, keep_trying: bool, **callbacks: Any) -> "Client":
@@ -98,7 +115,7 @@ async def connect(config: FleetConfig, name: str, *, keep_trying: bool, **callba
     from nats.errors import NoServersError
 
     options = connect_options(config, name, keep_trying=keep_trying)
-    callbacks.setdefault("error_cb", _quiet_error)
+    callbacks.setdefault("error_cb", _ErrorLog().report)  # nats-py wants a coroutine function
     try:
         return await nats.connect(**options, **callbacks)
     except (NoServersError, OSError, TimeoutError) as exc:

@@ -2,6 +2,8 @@
 
 The order is what makes the guarantees:
 
+0. a message whose ``Nats-Msg-Id`` is not its intent's id is dropped unrun (JetStream drops a
+   duplicate by that header: a copy under another id is a replay attempt);
 1. a redelivery (delivery 2 and up) whose answer is already in ``COVENANT_RESULTS`` is
    acknowledged and not run: the host that answered it died before its ack;
 2. ``fleet.delivery`` is recorded in the daemon's audit log;
@@ -132,6 +134,13 @@ class Deliveries:
         intent_id, agent = peek(msg.data)
         if intent_id is None:
             await self._unanswerable(msg, consumer)
+            return
+        if (msg.headers or {}).get(MSG_ID_HEADER) != intent_id:
+            # Not as `dispatch --fleet` publishes: JetStream's duplicate check keys on this header, so a copy of
+            # someone's intent under another Nats-Msg-Id would get past it. Neither run nor answered.
+            log.warning("an intent whose Nats-Msg-Id is not its id; dropped, not run", extra={
+                "intent": intent_id, "consumer": consumer, "stream_seq": msg.metadata.sequence.stream})
+            await msg.term()
             return
         here = self.running.get(intent_id)
         if here is not None:

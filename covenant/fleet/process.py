@@ -18,7 +18,8 @@ restart of this process. When the daemon does not answer, nothing is pulled unti
 
 SIGTERM (or SIGINT): stop pulling, let the intents in flight finish and acknowledge
 them, publish a last audit head, remove this host's entry, exit 0; what was not started stays in the stream for
-the other hosts. A second SIGTERM exits at once: what was in flight is redelivered.
+the other hosts. A second SIGTERM exits at once: what was in flight is redelivered. A loop of the process that
+fails (a bug) drains it the same way and exits 1, for systemd to restart it.
 """
 
 from __future__ import annotations
@@ -27,8 +28,10 @@ import asyncio
 import contextlib
 import json
 import logging
+import os
 import signal
 import time
+from collections.abc import Coroutine
 from typing import TYPE_CHECKING, Any
 
 from covenant.client import DaemonUnreachable
@@ -85,6 +88,7 @@ class FleetProcess:
         self._handlers: set[asyncio.Task[None]] = set()
         self._status: dict[str, Any] = {}
         self._stop = asyncio.Event()
+        self._failed = False
         self._daemon_up = False
         self._rune_limits: dict[tuple[str, float], int | None] = {}
         self._head_sent: tuple[Any, Any] | None = None
@@ -100,8 +104,18 @@ class FleetProcess:
         for sig in (signal.SIGTERM, signal.SIGINT):
             loop.add_signal_handler(sig, self._on_signal)
         log.info("fleet process starting", extra={"host": self.host, "servers": ",".join(self.fleet.servers)})
-        self.nc = await connect(self.fleet, f"covenant-fleet {self.host}", keep_trying=True,
-                                disconnected_cb=self._disconnected, reconnected_cb=self._reconnected)
+        connecting = asyncio.create_task(connect(self.fleet, f"covenant-fleet {self.host}", keep_trying=True,
+                                                 disconnected_cb=self._disconnected, reconnected_cb=self._reconnected))
+        stopping = asyncio.create_task(self._stop.wait())
+        await asyncio.wait({connecting, stopping}, return_when=asyncio.FIRST_COMPLETED)
+        if not connecting.done():  # stopped before any NATS server answered: nothing to drain
+            connecting.cancel()
+            with contextlib.suppress(asyncio.CancelledError):
+                await connecting
+            log.info("fleet process stopped before NATS answered", extra={"host": self.host})
+            return 0
+        stopping.cancel()
+        self.nc = connecting.result()
         self.js = self.nc.jetstream(timeout=5)
         await self._until_ready()
         if self._stop.is_set():
@@ -110,11 +124,24 @@ class FleetProcess:
         assert self.js is not None
         self.deliveries = Deliveries(self.host, self.js, self.daemon, self.nc.max_payload)
         await self.nc.subscribe(ADVISORY_MAX_DELIVERIES, queue=WORKER_QUEUE, cb=self._on_advisory)
-        loops = [asyncio.create_task(coro) for coro in (self._watch_daemon(), self._publish_host(), self._publish_heads())]
+        loops = [asyncio.create_task(self._guarded(coro))
+                 for coro in (self._watch_daemon(), self._publish_host(), self._publish_heads())]
         log.info("fleet process ready", extra={"host": self.host})
         await self._stop.wait()
         await self._drain(loops)
-        return 0
+        return 1 if self._failed else 0
+
+    async def _guarded(self, loop: Coroutine[Any, Any, None]) -> None:
+        """A loop of the process: if it fails (a bug), the process drains and exits 1, so systemd restarts it
+        rather than leaving a host that looks alive and pulls nothing."""
+        try:
+            await loop
+        except asyncio.CancelledError:
+            raise
+        except Exception:
+            log.exception("a loop of the fleet process failed; stopping (exit 1)")
+            self._failed = True
+            self._stop.set()
 
     def _on_signal(self) -> None:
         if self._stop.is_set():
@@ -156,7 +183,10 @@ class FleetProcess:
                 await self.kv.delete(self.host)  # the CLIs stop routing here at once, not after the TTL
         assert self.nc is not None
         with contextlib.suppress(Exception):
-            await self.nc.drain()
+            if self.nc.is_connected:
+                await self.nc.drain()  # flushes the last acks
+            else:
+                await self.nc.close()
         log.info("fleet process stopped", extra={"host": self.host})
 
     async def _disconnected(self) -> None:
@@ -195,8 +225,6 @@ class FleetProcess:
             return None
         path = str(spec.get("manifest_path"))
         try:
-            import os
-
             stamp = os.stat(path).st_mtime
         except OSError:
             return None
@@ -240,6 +268,8 @@ class FleetProcess:
         assert self.js is not None and self.deliveries is not None
         consumer = consumer_name(agent_id)
         subscription = None
+        ack_wait_s, max_deliver = float(self.fleet.ack_wait_s), self.fleet.max_deliver  # the consumer's, once bound
+        failing = False  # logged once per run of failures, not once a second while NATS is away
         try:
             while agent_id in self.agents and not self._stop.is_set():
                 try:
@@ -248,7 +278,9 @@ class FleetProcess:
                         ack_wait_s = float(info.config.ack_wait or self.fleet.ack_wait_s)
                         max_deliver = int(info.config.max_deliver or self.fleet.max_deliver)
                         subscription = await self.js.pull_subscribe_bind(consumer, INTENTS_STREAM)
-                        log.info("pulling intents", extra={"agent": agent_id, "consumer": consumer})
+                        log.info("pulling intents" if not failing else "pulling intents again",
+                                 extra={"agent": agent_id, "consumer": consumer})
+                        failing = False
                     if not await self.capacity.wait_room(agent_id, _FETCH_S):
                         continue
                     try:
@@ -260,7 +292,10 @@ class FleetProcess:
                 except asyncio.CancelledError:
                     raise
                 except Exception as exc:  # NATS away, the consumer deleted under us, JetStream electing: retry
-                    log.warning("pulling failed; retrying", extra={"agent": agent_id, "error": f"{type(exc).__name__}: {exc}"})
+                    if not failing:
+                        log.warning("pulling failed; retrying every second",
+                                    extra={"agent": agent_id, "error": f"{type(exc).__name__}: {exc}"})
+                    failing = True
                     if subscription is not None:
                         with contextlib.suppress(Exception):
                             await subscription.unsubscribe()

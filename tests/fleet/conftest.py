@@ -201,7 +201,9 @@ def add_agent(daemon: DaemonProcess, name: str, script: str, keywords: tuple[str
     shutil.copy(source, manifest.parent / script)
     os.chmod(manifest.parent / script, 0o644)
     text = manifest.read_text().replace('entry = "echo.py"', f'entry = "{script}"', 1)
-    manifest.write_text(text.replace("[resources]\n", '[resources]\nnetwork = "off"\n', 1))
+    if 'network = "off"' not in text:
+        text = text.replace("[resources]\n", '[resources]\nnetwork = "off"\n', 1)
+    manifest.write_text(text)
     return manifest
 
 
@@ -227,14 +229,19 @@ class Fleet:
 
     def healthy(self) -> None:
         """Every host and NATS node runs, and every host is up in the fleet: what each test leaves behind."""
+        for node in self.cluster.nodes:
+            if node.process is None or node.process.poll() is not None:
+                self.cluster.restart(node)
         for host in self.hosts.values():
             if not host.alive:
                 host.kill()
                 host.start()
-        for node in self.cluster.nodes:
-            if node.process is None or node.process.poll() is not None:
-                self.cluster.restart(node)
-        wait_fleet(self.servers, {name: set() for name in self.hosts})
+        try:
+            wait_fleet(self.servers, {name: set() for name in self.hosts}, timeout=120)
+        except AssertionError as exc:
+            logs = "\n".join(f"--- {n} (fleet {h.fleet.poll() if h.fleet else None})\n{h.fleet_log()[-2000:]}"
+                             for n, h in self.hosts.items())
+            raise AssertionError(f"{exc}\n{logs}") from None
 
 
 @pytest.fixture(scope="session")

@@ -133,3 +133,21 @@ def test_an_answer_larger_than_nats_takes_comes_without_its_record(healthy_fleet
     assert answer["trimmed"]["whole_on"] == "host-b" and answer["trimmed"]["bytes"] > 1_048_576
     record = healthy_fleet.hosts["host-b"].daemon.api("GET", f"/v1/dispatches/{answer['intent_id']}")
     assert isinstance(record, dict) and record["result"]["text"] == "x" * 700_000
+
+
+def test_the_fleet_process_waits_for_nats_and_stops_at_once_without_it(healthy_fleet: Fleet, tmp_path: Path) -> None:
+    import signal
+
+    from tests.fleet.nats_cluster import free_ports
+
+    host = healthy_fleet.hosts["host-a"]
+    env = {**host.daemon.env, "COVENANT_HOME": str(tmp_path / "home"), "COVENANT_SOCKET": str(tmp_path / "none.sock")}
+    assert host.daemon.cli("init", env=env).returncode == 0
+    (tmp_path / "home" / "covenant.toml").write_text(f'[fleet]\nservers = ["nats://127.0.0.1:{free_ports(1)[0]}"]\n')
+    process = subprocess.Popen([sys.executable, "-m", "covenant", "fleet"], env=env, stderr=subprocess.PIPE, text=True)
+    assert process.stderr is not None
+    lines = [process.stderr.readline() for _ in range(2)]  # "starting", then the first failed attempt
+    assert "fleet process starting" in lines[0] and "NATS connection problem" in lines[1], lines
+    process.send_signal(signal.SIGTERM)
+    assert process.wait(timeout=30) == 0
+    assert "stopped before NATS answered" in process.stderr.read()

@@ -84,3 +84,28 @@ def test_a_forged_intent_in_nats_is_refused_and_answered_as_a_denial(healthy_fle
     for host in healthy_fleet.hosts.values():
         assert intent_id not in {r["intent_id"] for r in host.records()}
         assert intent_id not in {e["intent"] for e in host.audit("agent.spawned")}
+
+
+def test_a_copy_of_an_intent_under_another_msg_id_is_dropped_unrun(healthy_fleet: Fleet) -> None:
+    """JetStream drops a duplicate by its Nats-Msg-Id: a copy of a signed intent under another one would get past
+    that check (and the daemons' replay caches are per host), so the fleet drops it without running it."""
+    body = signed("echo copied", "echo@local")
+    intent_id = body["intent"]["id"]
+
+    async def publish() -> None:
+        async with FleetClient(FleetConfig(servers=tuple(healthy_fleet.servers))) as client:
+            await client.js.publish(intent_subject("echo@local"), json.dumps(body).encode(),
+                                    headers={MSG_ID_HEADER: f"{intent_id}-again"})
+
+    asyncio.run(publish())
+    wait_for(lambda: any(intent_id in h.fleet_log() and "Nats-Msg-Id is not its id" in h.fleet_log()
+                         for h in healthy_fleet.hosts.values()), "a host to drop the copy")
+
+    async def answer() -> dict | None:
+        async with FleetClient(FleetConfig(servers=tuple(healthy_fleet.servers))) as client:
+            return await client.answer_of(intent_id)
+
+    assert asyncio.run(answer()) is None
+    for host in healthy_fleet.hosts.values():
+        assert intent_id not in {e["intent"] for e in host.audit("agent.spawned")}
+        assert intent_id not in {e["intent"] for e in host.audit("fleet.delivery")}
