@@ -33,7 +33,8 @@ from tests.a2a.conftest import free_port
 from tests.daemon.conftest import DaemonProcess, daemon_home
 from tests.security.conftest import processes_of_uid
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="agents run as uids of their own only under a root daemon")
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="agents run as uids of their own only under a root daemon"),
+              pytest.mark.xdist_group("fault-records")]  # one worker: the module's daemon is started once
 
 LEAVER = Path(__file__).parent / "agents" / "leaver.py"
 DISK_MB = 8

@@ -24,7 +24,8 @@ from tests.rune.conftest import add_rune_agent, configure, outcome_of
 from tests.rune.test_file_tools import tool_results
 from tests.security.conftest import processes_of_uid
 
-pytestmark = pytest.mark.skipif(os.geteuid() != 0, reason="agents run as uids of their own only under a root daemon")
+pytestmark = [pytest.mark.skipif(os.geteuid() != 0, reason="agents run as uids of their own only under a root daemon"),
+              pytest.mark.xdist_group("fault-records-rune")]  # one worker: the module's daemon is started once
 
 LEVELS = 1500
 TREE = f"$(printf 'd/%.0s' $(seq {LEVELS}))"
@@ -112,7 +113,6 @@ def test_a_deep_tree_from_shell_exec_keeps_its_result_and_survives_a_replica_res
 
 
 def test_a_provider_answer_with_a_lone_surrogate_keeps_the_replica_serving(hosted: Hosted) -> None:
-    pid = hosted.replica()["pid"]
     answer = {"id": "c1", "object": "chat.completion", "model": "fake-model",
               "choices": [{"index": 0, "finish_reason": "stop",
                            "message": {"role": "assistant", "content": "PLACEHOLDER"}}],
@@ -122,6 +122,7 @@ def test_a_provider_answer_with_a_lone_surrogate_keeps_the_replica_serving(hoste
     code, outcome = hosted.dispatch("say something broken")
     assert code == 0 and outcome["outcome"] == "ok" and outcome["text"] == "half \ufffd a pair", outcome
     assert hosted.events(outcome["intent_id"]).count("intent.completed") == 1
+    pid = hosted.replica()["pid"]
     code, again = hosted.dispatch("and again")
     assert code == 0 and again["text"] == "still serving", again
     assert hosted.replica()["pid"] == pid and hosted.replica()["state"] == "ready"
