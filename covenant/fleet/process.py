@@ -209,7 +209,10 @@ class FleetProcess:
                 self._daemon_up = True
                 limits = self._status.get("limits") or {}
                 busy = len(self._status.get("in_flight") or []) + int(self._status.get("queued") or 0)
-                await self.capacity.set_daemon(int(limits.get("max_concurrent") or self.max_concurrent_default), busy)
+                if self._status.get("shutting_down"):
+                    await self.capacity.daemon_gone()  # it refuses new dispatches while it drains
+                else:
+                    await self.capacity.set_daemon(int(limits.get("max_concurrent") or self.max_concurrent_default), busy)
                 if time.monotonic() >= next_agents:
                     next_agents = time.monotonic() + AGENTS_EVERY_S
                     await self._follow_agents(await self.daemon.get("/v1/agents"))
@@ -335,7 +338,8 @@ class FleetProcess:
     # -- what the fleet sees of this host ------------------------------------------------
 
     async def _put_host(self) -> None:
-        if self.kv is None or not self._daemon_up or self._stop.is_set():
+        """This host's entry; none while its daemon is away or draining (the entry then lapses within 15 s)."""
+        if self.kv is None or not self._daemon_up or self._stop.is_set() or self._status.get("shutting_down"):
             return
         head = (self._status.get("audit") or {}).get("head") or {}
         self.digests.refresh(head.get("pubkey"))
