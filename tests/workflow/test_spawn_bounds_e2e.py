@@ -213,8 +213,7 @@ def test_a_spawned_agents_uid_is_from_its_sub_range_and_given_back_with_its_file
 
     fake.script(Reply.tools(ToolCall("agent-kill", {"agent_id": mine})), Reply(text="gone"))
     assert spawning.boss("kill the helper")["outcome"] == "ok"
-    wait_for(lambda: "spawned agent's uid and files given back" in d.log(), timeout=60,
-             what="the spawned agent's uid given back")
+    wait_for(lambda: f'files given back" agent={mine}' in d.log(), timeout=60, what="the spawned agent's uid given back")
     assert mine not in _uids(d) and not workspace.exists()
     assert not [p for p in psutil.process_iter(["uids"]) if p.info["uids"].real == uid]
     with open(f"/run/covenant-uids/{uid}.lock", "rb") as lock:  # no longer held by the home
