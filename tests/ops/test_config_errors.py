@@ -61,7 +61,7 @@ def test_each_kind_of_bad_value_says_what_to_write(home: Home) -> None:
     path = home.config_path
     assert lines[:-1] == [
         f"{path}:1: agnets_dir: unknown key (did you mean 'agents_dir'? accepted keys here: agents_dir, socket, "
-        "default_agent, runtime, audit, policy, daemon, log, rune, providers, isolation, mcp, tools, channels, webhooks, a2a, schedules)",
+        "default_agent, runtime, audit, policy, daemon, log, rune, providers, isolation, mcp, tools, channels, webhooks, a2a, fleet, schedules)",
         f"{path}:3: [runtime] env_allow: must be an array, [ … ], got 'HOME'",
         f"{path}:4: [runtime] pdeathsig: must be true or false (without quotes), got 'yes'",
         f"{path}:6: [daemon] queue_max: must be at least 0, got -1",
