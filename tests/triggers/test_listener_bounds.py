@@ -226,6 +226,8 @@ def test_slow_heads_slow_bodies_and_connections_past_the_cap_are_closed_unanswer
     past_cap.sendall(b"GET /a2a/echo/.well-known/agent-card.json HTTP/1.1\r\nHost: covenant\r\n\r\n")
     assert _read_to_end(past_cap) == b""  # closed before any of it was read
     assert [_read_to_end(sock) for sock in held] == [b""] * A2A_MAX_CONNECTIONS  # closed at the head's deadline
+    wait_for(lambda: _metric(d, "covenant_listener_connections", listener="a2a") == 0,
+             what="the listener to count them gone")  # it does once each close is done, just after the client sees it
 
     slow_body = _connect(bounded.a2a_port, "127.0.0.21")
     slow_body.sendall(b"POST /a2a/echo HTTP/1.1\r\nHost: covenant\r\nContent-Type: application/json\r\n"
