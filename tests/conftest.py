@@ -75,6 +75,12 @@ def _uid_block() -> int:
     return _block_lease[0][0]
 
 
+def process_slot() -> int:
+    """A number (0-199) no other test process on this host holds now: the uid block this process
+    leased. For anything else host-wide a test names (a network namespace, an address block)."""
+    return _uid_block()
+
+
 def agent_uid_range(width: int = 1000) -> tuple[int, int]:
     """A range of agent uids no other test on this host uses (``[isolation] uid_range``).
 

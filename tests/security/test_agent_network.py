@@ -23,7 +23,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import require_tool
+from tests.conftest import process_slot, require_tool
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.rune.conftest import add_process_tool, add_rune_agent, configure, outcome_of
@@ -62,10 +62,11 @@ def internet() -> Iterator[Internet]:
     ip = require_tool("ip")
     require_tool("slirp4netns")
     require_tool("nft")
-    tag = f"{os.getpid() % 100000}"
-    name, host_end, far_end = f"covtest-net-{tag}", f"cvh{tag}", f"cvf{tag}"
-    subnet = f"10.213.{os.getpid() % 250}"
-    near, far = f"{subnet}.1", f"{subnet}.2"
+    slot = process_slot()  # unique among the test processes running now: names and addresses are host-wide
+    name, host_end, far_end = f"covtest-net-{slot}", f"cvh{slot}", f"cvf{slot}"
+    near, far = f"10.213.{slot}.1", f"10.213.{slot}.2"
+    subprocess.run([ip, "link", "del", host_end], capture_output=True)  # left by a test process that was killed
+    subprocess.run([ip, "netns", "del", name], capture_output=True)
     commands = [
         [ip, "netns", "add", name],
         [ip, "link", "add", host_end, "type", "veth", "peer", "name", far_end],
