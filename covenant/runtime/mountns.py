@@ -28,15 +28,14 @@ import logging
 import os
 import shutil
 import subprocess
-import sys
 import threading
 from collections.abc import Iterable
 from pathlib import Path
 
 from covenant.config import IsolationConfig
-from covenant.runtime import host, teardown
+from covenant.runtime import host
+from covenant.runtime.holders import holder_alive, start_holder
 from covenant.runtime.tree_removal import Removal, empty_dir
-from covenant.runtime.workers import on_a_lasting_thread
 
 __all__ = ["MountNamespaces", "PRIVATE_DIRS", "DEFAULT_TMP_INODES", "INODES_PER_MIB", "MIN_TMP_INODES"]
 
@@ -102,9 +101,8 @@ class _Holder:
         than that later is what the uid left."""
 
     def alive(self) -> bool:
-        """Has the holder not exited? Never reaps it: an unreaped holder's pid cannot be reused while it
-        is still listed in :attr:`MountNamespaces.holder_pids`."""
-        return self.process.returncode is None and not teardown.child_exited(self.process.pid)
+        """Has the holder not exited? (Never reaped while it is listed in :attr:`MountNamespaces.holder_pids`.)"""
+        return holder_alive(self.process)
 
 
 def _inodes_used(pid: int, target: str) -> int:
@@ -166,15 +164,9 @@ class MountNamespaces:
         self.holder_pids = frozenset(holder.process.pid for holder in self._holders.values())
 
     def _start(self, size_mb: int, needed: list[str]) -> _Holder:
-        import json
 
         if self._sleep is None:
             raise OSError("no sleep(1) on /usr/bin:/bin to hold the mount namespace")
-        if not on_a_lasting_thread():
-            raise RuntimeError(
-                "a private /tmp's holder dies with the thread that starts it (PDEATHSIG): "
-                "start it on the loop's thread or a launch thread"
-            )
         self.stage.mkdir(mode=0o700, parents=True, exist_ok=True)
         size_kib = max(size_mb, 1) * 1024
         spec = {
@@ -184,29 +176,7 @@ class MountNamespaces:
             "sleep": self._sleep,
             "dirs": [[target, _kept_entries(target, needed)] for target in PRIVATE_DIRS],
         }
-        wrapper = host.pdeathsig_wrapper()
-        prefix = list(wrapper.argv) if wrapper is not None else []
-        process = subprocess.Popen(
-            [*prefix, sys.executable, "-I", "-S", "-c", _SETUP, json.dumps(spec)],
-            stdin=subprocess.PIPE,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.DEVNULL,
-            env={},
-            close_fds=True,
-            start_new_session=True,
-        )
-        assert process.stdin is not None and process.stdout is not None
-        if wrapper is not None and wrapper.gated:
-            from covenant.runtime.pdeathsig import GATE_BYTE
-
-            process.stdin.write(GATE_BYTE)
-        process.stdin.close()
-        line = process.stdout.readline().decode(errors="replace").strip()
-        process.stdout.close()
-        if line != "ready":
-            process.kill()
-            process.wait()
-            raise OSError(f"cannot make a private /tmp and /dev/shm: {line or 'the setup process died'}")
+        process = start_holder(_SETUP, spec, "a private /tmp and /dev/shm")
         return _Holder(process, size_kib, {target: _inodes_used(process.pid, target) for target in PRIVATE_DIRS})
 
     def inodes_for(self, size_mb: int) -> int:

@@ -25,18 +25,16 @@ exec helper, :func:`covenant.runtime._elf.read_credentials`): ~10 µs per spawn.
 
 from __future__ import annotations
 
-import json
 import logging
 import os
 import shutil
 import subprocess
-import sys
 import threading
 from dataclasses import dataclass
 from typing import Literal
 
-from covenant.runtime import _elf, host, teardown
-from covenant.runtime.workers import on_a_lasting_thread
+from covenant.runtime import _elf
+from covenant.runtime.holders import holder_alive, start_holder
 
 __all__ = ["AgentNetworks", "HeldNamespaces", "NetworkMode", "SLIRP_DNS"]
 
@@ -121,9 +119,7 @@ class _Holder:
     def alive(self) -> bool:
         """Are the holder and its slirp4netns up? Never reaps them: an unreaped pid cannot be reused while
         it is listed in :attr:`AgentNetworks.helper_pids`."""
-        if self.process.returncode is not None or teardown.child_exited(self.process.pid):
-            return False
-        return self.slirp is None or (self.slirp.returncode is None and not teardown.child_exited(self.slirp.pid))
+        return holder_alive(self.process) and (self.slirp is None or holder_alive(self.slirp))
 
     def stop(self) -> None:
         if self.exit_fd >= 0:
@@ -213,34 +209,11 @@ class AgentNetworks:
     def _start(self, gid: int, mode: NetworkMode, mount_ns: str | None) -> _Holder:
         if self._sleep is None:
             raise OSError("no sleep(1) on /usr/bin:/bin to hold the network namespace")
-        if not on_a_lasting_thread():
-            raise RuntimeError(
-                "an agent's network namespace holder dies with the thread that starts it (PDEATHSIG): "
-                "start it on the loop's thread or a launch thread"
-            )
         if mode != "off" and (problem := self.egress_problem()) is not None:
             raise OSError(f"no network for agents with network = {mode!r}: {problem}")
         spec = {"mount_ns": mount_ns, "sleep": self._sleep, "nft": self._nft,
                 "filter": _HTTPS_ONLY if mode == "outbound-https-only" else ""}
-        wrapper = host.pdeathsig_wrapper()
-        prefix = list(wrapper.argv) if wrapper is not None else []
-        process = subprocess.Popen(
-            [*prefix, sys.executable, "-I", "-S", "-c", _SETUP, json.dumps(spec)],
-            stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=subprocess.DEVNULL,
-            env={}, close_fds=True, start_new_session=True,
-        )
-        assert process.stdin is not None and process.stdout is not None
-        if wrapper is not None and wrapper.gated:
-            from covenant.runtime.pdeathsig import GATE_BYTE
-
-            process.stdin.write(GATE_BYTE)
-        process.stdin.close()
-        line = process.stdout.readline().decode(errors="replace").strip()
-        process.stdout.close()
-        if line != "ready":
-            process.kill()
-            process.wait()
-            raise OSError(f"cannot make the agent's network namespace: {line or 'the setup process died'}")
+        process = start_holder(_SETUP, spec, "the agent's network namespace")
         if mode == "off":
             return _Holder(process, None, -1)
         try:
