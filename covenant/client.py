@@ -24,6 +24,7 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from covenant.errors import CovenantError, ExitCode
+from covenant.home import home_command
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -141,11 +142,16 @@ def _request_head(method: str, path: str, payload: bytes | None, accept: str | N
 
 
 class DaemonClient:
-    """Requests to the daemon at ``socket_path``; ``timeout`` (s) bounds each socket operation."""
+    """Requests to the daemon at ``socket_path``; ``timeout`` (s) bounds each socket operation.
 
-    def __init__(self, socket_path: str | Path, *, timeout: float | None = None) -> None:
+    ``home`` (its root) names the home the daemon serves in the hint given when none listens, so that
+    the command the hint shows starts the right daemon when pasted.
+    """
+
+    def __init__(self, socket_path: str | Path, *, timeout: float | None = None, home: str | Path | None = None) -> None:
         self.socket_path = socket_path
         self._timeout = timeout
+        self._home = home
         self._sock: socket.socket | None = None
 
     def close(self) -> None:
@@ -175,9 +181,10 @@ class DaemonClient:
             return _Response(self._connect())._start(head, payload)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             self.close()
+            start = "covenant daemon" if self._home is None else home_command(self._home, "daemon")
             raise DaemonUnreachable(
                 f"the daemon is not running (no one listens on {self.socket_path}: {exc.strerror}); "
-                "start it with `covenant daemon` or `systemctl start covenant`"
+                f"start it with `{start}` or `systemctl start covenant`"
             ) from None
         except PermissionError:
             self.close()
@@ -256,7 +263,7 @@ class DaemonClient:
         response = self._send("GET", path)
         try:
             if response.status != 200:
-                raise RemoteError("http_error", f"HTTP {response.status}", response.status, {})
+                self._document(response)  # an error answer: raises RemoteError with the daemon's code and message
             pending = b""
             try:
                 for chunk in response.chunks():

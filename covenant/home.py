@@ -18,7 +18,8 @@ from covenant.errors import ConfigError
 if TYPE_CHECKING:
     from pathlib import Path
 
-__all__ = ["Home", "home_dir", "socket_file", "user_identity_file", "user_identity_path", "read_raw_config"]
+__all__ = ["Home", "home_dir", "home_command", "socket_file", "user_identity_file", "user_identity_path",
+           "read_raw_config"]
 
 CONFIG_NAME = "covenant.toml"
 DEFAULT_SOCKET = "run/covenant.sock"
@@ -56,6 +57,20 @@ def home_dir(explicit: str | os.PathLike[str] | None = None) -> str:
     chosen = os.fspath(explicit) if explicit else (
         os.environ.get("COVENANT_HOME") or os.path.join(os.path.expanduser("~"), ".covenant"))
     return chosen if os.path.isabs(chosen) else os.path.join(os.getcwd(), chosen)
+
+
+def home_command(root: str | os.PathLike[str], command: str) -> str:
+    """``covenant COMMAND`` as a hint must print it to act on the home at ``root`` when pasted anywhere: with
+    ``--home`` when the home was given that way, ``COVENANT_HOME=`` when it came from that variable, bare
+    for the default home."""
+    import shlex  # here, not at the top: only a hint is ever worded with it
+
+    root = os.fspath(root)
+    if root != home_dir():
+        return f"covenant --home {shlex.quote(root)} {command}"
+    if os.environ.get("COVENANT_HOME"):
+        return f"COVENANT_HOME={shlex.quote(root)} covenant {command}"
+    return f"covenant {command}"
 
 
 def _setting_file(root: str, raw: dict[str, Any], key: str, default: str) -> str:

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass
-from typing import Any, Callable, TypeVar
+from typing import TYPE_CHECKING, Any, Callable, TypeVar
 
 import click
 
@@ -16,7 +16,11 @@ from covenant.cli._output import echo, fail, print_json, table_lines
 from covenant.errors import CovenantError
 from covenant.home import Home
 
-__all__ = ["CliContext", "pass_cli", "reports_errors", "echo", "fail", "print_json", "table_lines", "ask_daemon"]
+if TYPE_CHECKING:
+    from covenant.client import DaemonClient
+
+__all__ = ["CliContext", "pass_cli", "reports_errors", "echo", "fail", "print_json", "table_lines", "ask_daemon",
+           "daemon_client"]
 
 F = TypeVar("F", bound=Callable[..., Any])
 
@@ -46,16 +50,23 @@ def reports_errors(func: F) -> F:
     return wrapper  # type: ignore[return-value]
 
 
+def daemon_client(home: Home, timeout: float | None = None) -> DaemonClient:
+    """A client of ``home``'s daemon, whose "not running" hint names that home."""
+    from covenant.client import DaemonClient
+
+    return DaemonClient(home.socket_path, timeout=timeout, home=home.root)
+
+
 def ask_daemon(home: Home, path: str) -> Any | None:
     """GET ``path`` from the running daemon, or None when none answers.
 
     Read-only commands prefer what the daemon has loaded and fall back to
     reading the home's files when no daemon runs.
     """
-    from covenant.client import DaemonClient, DaemonUnreachable
+    from covenant.client import DaemonUnreachable
 
     try:
-        with DaemonClient(home.socket_path, timeout=30) as client:
+        with daemon_client(home, timeout=30) as client:
             return client.request("GET", path)
     except DaemonUnreachable:
         return None

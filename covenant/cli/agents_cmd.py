@@ -1,6 +1,6 @@
 """``covenant agents list | show | check``: inspect the registry.
 
-Thin: ``list`` and ``show`` take the data from :func:`_load_registry` (what the
+Thin: ``list`` and ``show`` take the data from :func:`covenant.cli._agents.known_agents` (what the
 running daemon has loaded, else a local scan of the home's agents folder);
 ``check`` always scans the files. The rest is printing.
 """
@@ -14,32 +14,21 @@ from typing import TYPE_CHECKING, Any
 
 import click
 
-from covenant.cli._common import CliContext, echo, ask_daemon, fail, pass_cli, print_json, reports_errors, table_lines
+from covenant.agent_names import resolve_agent_id
+from covenant.cli._agents import known_agents
+from covenant.cli._common import CliContext, echo, pass_cli, print_json, reports_errors, table_lines
 from covenant.cli._output import neutralize
-from covenant.errors import ExitCode
 from covenant.home import Home
 from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.model import AgentSpec
-from covenant.manifest.problems import ManifestError, Problem
+from covenant.manifest.problems import ManifestError
 from covenant.manifest.registry import Registry, check_paths, scan_agents
 
 if TYPE_CHECKING:
-    from covenant.config import Config, RuntimeConfig
+    from covenant.config import Config
     from covenant.manifest.runefile import RunePackage
 
 __all__ = ["agents"]
-
-
-def _runtime(home: Home) -> RuntimeConfig:
-    """``[runtime]`` of the home's covenant.toml (a bad covenant.toml is a usage error, exit 2)."""
-    from covenant.config import load_config
-
-    return load_config(home).runtime
-
-
-def _limits(home: Home) -> ManifestLimits:
-    """The manifest limits of the home's covenant.toml."""
-    return ManifestLimits.from_config(_runtime(home))
 
 
 def _tools(package: RunePackage, config: Config) -> dict[str, Any]:
@@ -68,24 +57,6 @@ def _rune_tools(spec: AgentSpec, home: Home) -> dict[str, Any] | None:
     from covenant.config import load_config
 
     return _tools(package, load_config(home))
-
-
-def _load_registry(home: Home) -> tuple[Registry, list[dict[str, Any]]]:
-    """What the running daemon has loaded (and its spawned agents); without a daemon, a scan of the agents folder."""
-    loaded = ask_daemon(home, "/v1/agents")
-    if loaded is None:
-        from covenant.config import load_config
-        from covenant.tools.refuse import enforce_unavailable_policy
-
-        return enforce_unavailable_policy(scan_agents(home.agents_dir, _limits(home)), load_config(home)), []
-    agents = [AgentSpec.model_validate(doc, strict=False) for doc in loaded["agents"]]
-    problems = [_problem(p) for p in loaded["problems"]]
-    notes = [_problem(n) for n in loaded.get("notes", [])]
-    return Registry(agents={a.id: a for a in agents}, problems=problems, notes=notes), loaded.get("spawned", [])
-
-
-def _problem(doc: dict[str, Any]) -> Problem:
-    return Problem(Path(doc["path"]), doc.get("line"), doc.get("field"), doc["message"])
 
 
 def _agent_json(spec: AgentSpec) -> dict[str, Any]:
@@ -123,7 +94,8 @@ def list_agents(cli: CliContext, as_json: bool) -> None:
     With a running daemon, what it has loaded, and the agents made by rune@agent-spawn: a line
     "NAME@spawned-KEYID: spawned by AGENT for ISSUER, expires TIME" each (--json: "spawned").
     """
-    registry, spawned = _load_registry(cli.home)
+    known = known_agents(cli.home)
+    registry, spawned = known.registry, known.spawned
     specs = [registry.agents[k] for k in sorted(registry.agents)]
     if as_json:
         print_json({"agents": [_agent_json(s) for s in specs], "problems": [p.to_json() for p in registry.problems],
@@ -169,14 +141,9 @@ def list_agents(cli: CliContext, as_json: bool) -> None:
 @pass_cli
 @reports_errors
 def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
-    """Show one agent by id (a bare name means name@local). Exit 6 when there is no such agent."""
-    registry, _ = _load_registry(cli.home)
-    spec = registry.get(agent_id)
-    if spec is None:
-        hint = "; `covenant agents list` shows the ids"
-        if registry.problems:
-            hint += f", `covenant agents check` the {len(registry.problems)} problem(s) of rejected manifests"
-        fail(f"no valid agent {agent_id!r} in {cli.home.agents_dir}{hint}", ExitCode.NO_AGENT)
+    """Show one agent: AGENT_ID is its id or a bare name, as with `dispatch --agent`. Exit 6 when there is no such agent."""
+    known = known_agents(cli.home)
+    spec = known.registry.agents[resolve_agent_id(agent_id, known.registry.agents)]
     tools = _rune_tools(spec, cli.home)
     if as_json:
         print_json({**_agent_json(spec), **({"tools": tools} if tools is not None else {})})

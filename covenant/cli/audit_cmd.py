@@ -12,10 +12,15 @@ from typing import Any
 
 import click
 
+from covenant.cli._agents import resolve_recorded_agent
 from covenant.cli._common import CliContext, echo, fail, pass_cli, print_json, reports_errors
 from covenant.cli._output import echo_json
+from covenant.home import home_command
 
 __all__ = ["audit"]
+
+TAIL_LINES = 10
+"""Records `audit tail` starts with unless -n says otherwise (the log may hold millions)."""
 
 
 @click.group()
@@ -57,31 +62,42 @@ def _human(number: int, record: dict[str, Any]) -> str:
 
 @audit.command()
 @click.option("-f", "--follow", "follow_", is_flag=True, help="Keep printing records as they are written.")
-@click.option("--agent", metavar="ID", help="Only records whose data.agent is ID.")
+@click.option("--agent", metavar="ID", help="Only records whose data.agent is this agent: an id, or a bare name as "
+              "`dispatch --agent` takes (exit 6 when it names no agent; a full id of an agent no longer loaded "
+              "shows its records).")
 @click.option("--type", "type_", metavar="T", help="Only records of type T (glob, e.g. 'intent.*'); shows checkpoints only when asked.")
-@click.option("--json", "as_json", is_flag=True, help="Print each record as its JSON line, exactly as stored.")
-@click.option("-n", "--lines", type=click.IntRange(min=0), default=None, help="Start with the last N matching records (default: all).")
+@click.option("--json", "as_json", is_flag=True, help="Print each record as its JSON line, exactly as stored (JSON Lines: "
+              "nothing when no record matches).")
+@click.option("-n", "--lines", type=click.IntRange(min=0), default=TAIL_LINES, show_default=True,
+              help="Start with the last N matching records.")
 @click.option("--interval", type=click.FloatRange(min=0.01), default=0.2, hidden=True, help="Poll interval for -f, seconds.")
 @pass_cli
 @reports_errors
 def tail(
-    ctx: CliContext, follow_: bool, agent: str | None, type_: str | None, as_json: bool, lines: int | None, interval: float
+    ctx: CliContext, follow_: bool, agent: str | None, type_: str | None, as_json: bool, lines: int, interval: float
 ) -> None:
-    """Print audit records, numbered 1, 2, 3… (time, seq, type, agent, intent, outcome); -f follows.
+    """Print the last audit records (10 unless -n), numbered 1, 2, 3… (time, seq, type, agent, intent,
+    outcome); -f follows from there.
 
-    Works whether or not the daemon runs. Warnings about a broken chain, a file
-    that shrank or was replaced, go to stderr.
+    Works whether or not the daemon runs. When no record matches it says
+    `no records` on stderr. Warnings about a broken chain, a file that shrank
+    or was replaced, go to stderr.
     """
     from covenant.audit.reader import CaughtUp, Entry, follow
 
     directory = ctx.home.audit_dir
     if not directory.is_dir() and not follow_:
-        fail(f"no audit log at {directory} (the daemon creates it on start: run `covenant daemon`, "
-             "or point --home at the daemon's home)", 1)
+        fail(f"no audit log at {directory} (the daemon creates it on start: run "
+             f"`{home_command(ctx.home.root, 'daemon')}`, or point --home at the daemon's home)", 1)
+    unknown = None
+    if agent is not None:
+        agent, unknown = resolve_recorded_agent(ctx.home, agent)
     # SIGTERM ends a `tail -f` as quietly as Ctrl-C does.
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
 
-    shown = 0
+    shown = matched = 0
+    backlog: collections.deque[Entry] = collections.deque(maxlen=lines)
+    caught_up = False
 
     def show(entry: Entry) -> None:
         nonlocal shown
@@ -91,34 +107,42 @@ def tail(
         else:
             echo(_human(shown, entry.record))
 
-    backlog: collections.deque[Entry] | None = collections.deque(maxlen=lines) if lines is not None else None
-    caught_up = False
+    def catch_up() -> None:
+        """The end of the log reached: the last records, or why there are none."""
+        nonlocal caught_up
+        caught_up = True
+        for entry in backlog:
+            show(entry)
+        backlog.clear()
+        if matched:
+            return
+        if unknown is not None:
+            raise unknown  # a full id no agent has, and no record names
+        if not as_json:
+            echo(_no_records(agent, type_, follow_), err=True)
+
     try:
         for item in follow(directory, keep_following=follow_, poll_s=interval, should_stop=None):
             if isinstance(item, CaughtUp):
-                if backlog is not None:
-                    for entry in backlog:
-                        show(entry)
-                    sys.stdout.flush()
-                caught_up = True
-                continue
-            if not isinstance(item, Entry):
-                prefix = "WARNING" if item.loud else "note"
-                echo(f"covenant: audit {prefix}: {item.message}", err=True)
-                continue
-            if not _matches(item.record, agent, type_):
-                continue
-            if backlog is not None and not caught_up:
-                backlog.append(item)
-                continue
-            show(item)
-            sys.stdout.flush()
+                catch_up()
+            elif not isinstance(item, Entry):
+                echo(f"covenant: audit {'WARNING' if item.loud else 'note'}: {item.message}", err=True)
+            elif _matches(item.record, agent, type_):
+                matched += 1
+                if caught_up:
+                    show(item)
+                else:
+                    backlog.append(item)
     except KeyboardInterrupt:
-        pass
-    finally:
-        if backlog is not None and not caught_up:
-            for entry in backlog:
-                show(entry)
+        return
+    if not caught_up:
+        catch_up()
+
+
+def _no_records(agent: str | None, type_: str | None, following: bool) -> str:
+    """What `audit tail` says when no record matches (on stderr: stdout holds records only)."""
+    words = ["no records", *([f"of agent {agent}"] if agent else []), *([f"of type {type_}"] if type_ else [])]
+    return " ".join(words) + ("; following (Ctrl-C to stop)" if following else "")
 
 
 @audit.command()

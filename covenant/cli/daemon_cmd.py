@@ -34,6 +34,8 @@ def daemon(cli: CliContext, log_level: str | None, log_target: str | None, socke
     SIGHUP reloads manifests and grants. SIGTERM stops accepting dispatches and
     drains the in-flight ones; exit status 0 after a clean drain, 5 when the
     drain timed out and dispatches were cancelled. A second SIGTERM cancels at once.
+    Exit 2 for a configuration error, and when a daemon already serves this home
+    (its pid is named; this one binds nothing).
     """
     from covenant.config import load_config
     from covenant.daemon.logstream import LogBroadcaster

@@ -157,7 +157,7 @@ def dispatch_and_exit(home_root: str, text: str, agent_id: str | None, priority:
         body: dict[str, Any] = {"intent": intent, "signature": sign_intent(identity.key, intent), "dry_run": dry_run}
         if session_id is not None:
             body["session_id"] = session_id
-        with DaemonClient(socket_file(home_root)) as client:
+        with DaemonClient(socket_file(home_root), home=home_root) as client:
             if stream and not dry_run:
                 outcome, streamed = _stream(client, body, as_json)
             else:

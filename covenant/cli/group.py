@@ -57,7 +57,7 @@ class LazyGroup(click.Group):
             formatter.write_dl([(name, short) for name, (_, short) in _COMMANDS.items()])
 
 
-@click.group(cls=LazyGroup)
+@click.group(cls=LazyGroup, context_settings={"help_option_names": ["-h", "--help"]})  # every subcommand inherits -h
 @click.option(
     "--home",
     # not readable=True: a shared home is 0711 (traversable, not listable) for users other than its owner

@@ -12,6 +12,7 @@ from urllib.parse import quote, urlencode
 import click
 
 from covenant.audit.denials import Denial, recent_denials
+from covenant.cli._agents import resolve_recorded_agent
 from covenant.cli._common import CliContext, echo, ask_daemon, fail, pass_cli, print_json, reports_errors
 from covenant.client import RemoteError
 from covenant.home import Home
@@ -64,7 +65,9 @@ def _warn(problems: list[str]) -> None:
 
 
 @click.command()
-@click.option("--agent", "agent_id", metavar="ID", help="Only records of this agent.")
+@click.option("--agent", "agent_id", metavar="ID",
+              help="Only records of this agent: an id, or a bare name as `dispatch --agent` takes (exit 6 when it "
+                   "names no agent; a full id of an agent no longer loaded shows its records).")
 @click.option("--limit", default=20, show_default=True, type=click.IntRange(1, 100_000), help="How many records.")
 @click.option("--json", "as_json", is_flag=True, help="Print the records as a JSON list.")
 @pass_cli
@@ -77,10 +80,15 @@ def history(cli: CliContext, agent_id: str | None, limit: int, as_json: bool) ->
     A denied intent (outcome `denied`, with the reason and the issuer) spawned
     nothing; it comes from the audit log, shown when this user can read it.
     """
+    unknown = None
+    if agent_id is not None:
+        agent_id, unknown = resolve_recorded_agent(cli.home, agent_id)
     records, problems = fetch_recent(cli.home, limit, agent_id)
     denials, notes = fetch_denials(cli.home, limit, agent_id)
     _warn(problems + notes)
     entries: list[DispatchRecord | Denial] = [*records, *denials]
+    if unknown is not None and not entries:
+        raise unknown
     entries.sort(key=lambda e: e.started_at if isinstance(e, DispatchRecord) else e.at, reverse=True)
     del entries[limit:]
     if as_json:

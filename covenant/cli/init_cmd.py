@@ -5,6 +5,7 @@ from __future__ import annotations
 import click
 
 from covenant.cli._common import CliContext, echo, pass_cli, print_json, reports_errors
+from covenant.home import home_command
 from covenant.homeinit import init_home
 from covenant.keys import load_private_key, public_key_hex
 from covenant.policy.identities import KnownIdentities, ensure_user_identity
@@ -43,4 +44,4 @@ def init(cli: CliContext, display: str | None, as_json: bool) -> None:
     echo(f"home          {home.root}")
     echo(f"daemon key    {daemon_pubkey}")
     echo(f"you           {identity.display} {identity.pubkey}")
-    echo(f"next          put agents in {home.agents_dir}, then `covenant daemon`")
+    echo(f"next          put agents in {home.agents_dir}, then `{home_command(home.root, 'daemon')}`")

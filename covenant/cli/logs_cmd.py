@@ -7,9 +7,8 @@ from urllib.parse import urlencode
 
 import click
 
-from covenant.cli._common import CliContext, echo, pass_cli, reports_errors
+from covenant.cli._common import CliContext, daemon_client, echo, pass_cli, reports_errors
 from covenant.cli._output import echo_json
-from covenant.client import DaemonClient
 from covenant.logs import format_logfmt
 
 __all__ = ["logs"]
@@ -17,7 +16,8 @@ __all__ = ["logs"]
 
 @click.command()
 @click.option("-f", "--follow", is_flag=True, help="Keep streaming new lines (survives reloads).")
-@click.option("--agent", metavar="ID", help="Only lines about this agent.")
+@click.option("--agent", metavar="ID", help="Only lines about this agent: an id, or a bare name as `dispatch --agent` "
+              "takes (exit 6 when it names no loaded or withdrawn agent).")
 @click.option("--level", type=click.Choice(["debug", "info", "warning", "error"]), help="Minimum level.")
 @click.option("--json", "as_json", is_flag=True, help="One JSON object per line (JSON Lines) instead of logfmt.")
 @pass_cli
@@ -29,7 +29,7 @@ def logs(cli: CliContext, follow: bool, agent: str | None, level: str | None, as
     agent, issuer, outcome, ms), or `dispatch refused` with the reason.
     """
     query = {k: v for k, v in {"agent": agent, "level": level, "follow": "1" if follow else None}.items() if v}
-    with DaemonClient(cli.home.socket_path) as client:
+    with daemon_client(cli.home) as client:
         try:
             for entry in client.events("/v1/logs?" + urlencode(query)):
                 entry.pop("seq", None)

@@ -6,8 +6,7 @@ from datetime import UTC, datetime
 
 import click
 
-from covenant.cli._common import CliContext, echo, pass_cli, print_json, reports_errors
-from covenant.client import DaemonClient
+from covenant.cli._common import CliContext, daemon_client, echo, pass_cli, print_json, reports_errors
 
 __all__ = ["schedules"]
 
@@ -25,7 +24,7 @@ def schedules(cli: CliContext, as_json: bool) -> None:
 
     Exit 0 when the daemon answers, 5 when it does not.
     """
-    with DaemonClient(cli.home.socket_path, timeout=10) as client:
+    with daemon_client(cli.home, timeout=10) as client:
         doc = client.request("GET", "/v1/schedules")
     if as_json:
         print_json(doc)

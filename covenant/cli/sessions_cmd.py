@@ -16,7 +16,9 @@ from typing import Any
 import click
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
 
+from covenant.agent_names import resolve_agent_id
 from covenant.audit.verify import pinned_public_key
+from covenant.cli._agents import known_agents
 from covenant.cli._common import CliContext, echo, fail, pass_cli, print_json
 from covenant.config import load_config
 from covenant.errors import CovenantError, ExitCode
@@ -66,35 +68,44 @@ def _check(path: Path, agent: str, session: str, key: Ed25519PublicKey | None) -
         return None, f"{path}: {exc.strerror or exc}"
 
 
-def _agent_id(agent: str) -> str:
-    return agent if "@" in agent else f"{agent}@local"
+def _agent_id(cli: CliContext, agent: str) -> str:
+    """The agent AGENT means (an id, or a bare name as `dispatch --agent` takes) among the loaded agents and
+    those with sessions; exit 6 when it means none (covenant.agent_names)."""
+    root = _root(cli)
+    with_sessions = [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+    try:
+        return resolve_agent_id(agent, [*known_agents(cli.home).ids(), *with_sessions])
+    except CovenantError as exc:
+        fail(exc.message, exc.exit_code)
 
 
-def _path(cli: CliContext, agent: str, session: str) -> Path:
+def _path(cli: CliContext, agent_id: str, session: str) -> Path:
+    """The transcript of ``session`` of the agent ``agent_id`` (resolved by :func:`_agent_id`)."""
     if not valid_session_id(session):
         fail(f"session id {session!r}: use 1-128 of A-Za-z0-9._-", ExitCode.USAGE)
-    if "/" in agent or agent in (".", ".."):
-        fail(f"agent id {agent!r} is not valid", ExitCode.USAGE)
-    path = session_path(_root(cli), _agent_id(agent), session)
+    path = session_path(_root(cli), agent_id, session)
     if not path.is_file() and not head_path(path).is_file():
-        fail(f"no session {session} for agent {_agent_id(agent)} (looked for {path})", ExitCode.USAGE)
+        fail(f"no session {session} for agent {agent_id} (looked for {path})", ExitCode.USAGE)
     return path
 
 
 @click.group()
 def sessions() -> None:
-    """Rune session transcripts under <home>/state/sessions/ (hash-linked JSON lines)."""
+    """Rune session transcripts under <home>/state/sessions/ (hash-linked JSON lines).
+
+    AGENT is an id or a bare name, as `dispatch --agent` takes; exit 6 when it names no agent.
+    """
 
 
 @sessions.command("list")
-@click.option("--agent", metavar="ID", help="Only this agent's sessions.")
+@click.option("--agent", metavar="ID", help="Only this agent's sessions (an id, or a bare name as `dispatch --agent` takes).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
 @pass_cli
 def list_sessions(cli: CliContext, agent: str | None, as_json: bool) -> None:
     """List sessions: agent, session id, turns, bytes, and whether each verifies."""
     rows: list[dict[str, Any]] = []
     key = _public_key(cli)
-    for agent_id, session, path in _files(cli, _agent_id(agent) if agent else None):
+    for agent_id, session, path in _files(cli, _agent_id(cli, agent) if agent else None):
         verified, problem = _check(path, agent_id, session, key)
         rows.append({
             "agent": agent_id,
@@ -123,7 +134,8 @@ def list_sessions(cli: CliContext, agent: str | None, as_json: bool) -> None:
 @pass_cli
 def show(cli: CliContext, agent: str, session: str, as_json: bool) -> None:
     """Show a session's turns (only after it verifies; exit 1 when it does not)."""
-    verified, problem = _check(_path(cli, agent, session), _agent_id(agent), session, _public_key(cli))
+    agent_id = _agent_id(cli, agent)
+    verified, problem = _check(_path(cli, agent_id, session), agent_id, session, _public_key(cli))
     if verified is None:
         fail(f"refused: {problem}", 1)
     if as_json:
@@ -151,8 +163,8 @@ def verify(cli: CliContext, agent: str | None, session: str | None) -> None:
     A torn tail (a last line cut by a crash mid-write) is reported, not counted
     as corruption: the replica cuts it at the next load.
     """
-    targets = [(_agent_id(agent), session, _path(cli, agent, session))] if agent and session else \
-        _files(cli, _agent_id(agent) if agent else None)
+    agent_id = _agent_id(cli, agent) if agent else None
+    targets = [(agent_id, session, _path(cli, agent_id, session))] if agent_id and session else _files(cli, agent_id)
     bad = 0
     key = _public_key(cli)
     for agent_id, session_id, path in targets:
@@ -174,7 +186,7 @@ def verify(cli: CliContext, agent: str | None, session: str | None) -> None:
 @pass_cli
 def rm(cli: CliContext, agent: str, session: str) -> None:
     """Remove one session transcript, and its head."""
-    path = _path(cli, agent, session)
+    path = _path(cli, _agent_id(cli, agent), session)
     for file in (path, head_path(path)):
         if file.exists():
             file.unlink()

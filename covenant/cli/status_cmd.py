@@ -6,8 +6,7 @@ import sys
 
 import click
 
-from covenant.cli._common import CliContext, echo, pass_cli, print_json, reports_errors
-from covenant.client import DaemonClient
+from covenant.cli._common import CliContext, daemon_client, echo, pass_cli, print_json, reports_errors
 
 __all__ = ["status", "reload", "restart"]
 
@@ -78,7 +77,7 @@ def _render_status(doc: dict) -> None:
 @reports_errors
 def status(cli: CliContext, as_json: bool) -> None:
     """Show the daemon's status. Exit 0 when it answers, 5 when it does not."""
-    with DaemonClient(cli.home.socket_path, timeout=10) as client:
+    with daemon_client(cli.home, timeout=10) as client:
         doc = client.request("GET", "/v1/status")
     if as_json:
         print_json(doc)
@@ -97,7 +96,7 @@ def reload(cli: CliContext, as_json: bool) -> None:
     rejected now is withdrawn until the file is fixed. Exit 0 when every
     manifest is valid, 1 when any was rejected, 5 when no daemon answers.
     """
-    with DaemonClient(cli.home.socket_path, timeout=60) as client:
+    with daemon_client(cli.home, timeout=60) as client:
         doc = client.request("POST", "/v1/reload")
     if as_json:
         print_json(doc)
@@ -126,8 +125,10 @@ def reload(cli: CliContext, as_json: bool) -> None:
 def restart(cli: CliContext, agent: str) -> None:
     """Restart AGENT's replica (root or the daemon's uid only).
 
-    In-flight invokes finish first; new ones wait for the fresh replica.
+    AGENT is an id or a bare name, as `dispatch --agent` takes. In-flight
+    invokes finish first; new ones wait for the fresh replica. Exit 6 when
+    AGENT names no loaded agent or one that is not a Rune agent.
     """
-    with DaemonClient(cli.home.socket_path, timeout=600) as client:
+    with daemon_client(cli.home, timeout=600) as client:
         doc = client.request("POST", f"/v1/replicas/{agent}/restart")
     echo(f"restarted the replica of {doc['agent']} (state {doc['state']}, {doc['restarts']} restarts so far)")

@@ -52,6 +52,7 @@ def _is_process_tool(package: Any, entry: str) -> bool:
 
 def tool_rows(home: Any, agent: str | None) -> tuple[list[dict[str, Any]], bool]:
     """One row per toolset entry of each valid Rune agent (or of ``agent``); and whether a daemon answered."""
+    from covenant.agent_names import resolve_agent_id
     from covenant.config import load_config
     from covenant.manifest.limits import ManifestLimits
     from covenant.manifest.registry import scan_agents
@@ -63,11 +64,11 @@ def tool_rows(home: Any, agent: str | None) -> tuple[list[dict[str, Any]], bool]
     registry = enforce_unavailable_policy(scan_agents(home.agents_dir, ManifestLimits.from_config(config.runtime)), config)
     packages = registry.rune_packages
     if agent is not None:
-        spec = registry.get(agent)
-        if spec is None or spec.id not in packages:
-            fail(f"no valid Rune agent {agent!r} in {home.agents_dir} (`covenant agents check` lists problems)",
+        agent_id = resolve_agent_id(agent, registry.agents)
+        if agent_id not in packages:
+            fail(f"{agent_id} is not a Rune agent: it has no tools (runtime {registry.agents[agent_id].runtime})",
                  ExitCode.NO_AGENT)
-        packages = {spec.id: packages[spec.id]}
+        packages = {agent_id: packages[agent_id]}
     status = ask_daemon(home, "/v1/status") if any(
         MCP_SEPARATOR in e or _is_process_tool(p, e) for p in packages.values() for e in p.runefile.toolset) else None
     servers = status.get("mcp_servers", []) if isinstance(status, dict) else None

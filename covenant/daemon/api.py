@@ -20,6 +20,7 @@ from urllib.parse import parse_qs
 import trio
 
 from covenant import outside_json
+from covenant.agent_names import resolve_agent_id, resolve_recorded_agent_id
 from covenant.spawned_ids import is_spawned_id
 from covenant.audit.errors import AuditDataError
 from covenant.audit.events import fleet_event_data
@@ -244,13 +245,27 @@ class ControlAPI:
 
     async def _restart_replica(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
         self._require_admin(scope)
-        return await self.daemon.agents.restart_replica(agent_id)
+        return await self.daemon.agents.restart_replica(self._named_agent(scope, agent_id, reading=False))
 
     def _sees_spawned(self, scope: dict) -> bool:
         """Agents made by rune@agent-spawn are their spawner's and issuer's alone: listed for those who see every
         dispatch record (root, the daemon's uid, ``[isolation] operators_group``) only."""
         peer = _peer(scope)
         return peer is not None and sees_every_record(peer, self.daemon.config.isolation.operators_group)
+
+    def _visible_ids(self, scope: dict, *, reading: bool) -> list[str]:
+        """The ids of the agents this caller may see; ``reading`` (log lines, records) adds the withdrawn ones,
+        whose lines and records exist."""
+        loaded = self.daemon.agents.loaded
+        everyone = self._sees_spawned(scope)
+        ids = [agent_id for agent_id in loaded.agents if everyone or not is_spawned_id(agent_id)]
+        return [*ids, *loaded.withdrawn] if reading else ids
+
+    def _named_agent(self, scope: dict, name: str, *, reading: bool) -> str:
+        """The id NAME (an id or a bare name: covenant.agent_names) means among :meth:`_visible_ids`; NoAgent or
+        AmbiguousRoute otherwise. Not ``reading``, naming a withdrawn agent says which manifest to fix."""
+        ids = self._visible_ids(scope, reading=reading)
+        return resolve_agent_id(name, ids, withdrawn=None if reading else self.daemon.agents.loaded.withdrawn)
 
     async def _agents(self, *, scope: dict, receive: Receive) -> Any:
         loaded = self.daemon.agents.loaded
@@ -265,12 +280,7 @@ class ControlAPI:
         }
 
     async def _agent(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
-        agent = self.daemon.agents.loaded.agents.get(agent_id)
-        if agent is not None and is_spawned_id(agent_id) and not self._sees_spawned(scope):
-            agent = None
-        if agent is None:
-            raise ApiError("no_agent", f"no agent with id {agent_id!r} is loaded", 404)
-        return agent.model_dump(mode="json")
+        return self.daemon.agents.loaded.agents[self._named_agent(scope, agent_id, reading=False)].model_dump(mode="json")
 
     async def _status(self, *, scope: dict, receive: Receive) -> Any:
         document = status_document(self.daemon)
@@ -291,7 +301,10 @@ class ControlAPI:
             raise ApiError("bad_request", "limit must be an integer", 400) from None
         if not 0 < limit <= 10_000:
             raise ApiError("bad_request", "limit must be between 1 and 10000", 400)
-        records = await self.daemon.records.recent(limit, query.get("agent"), _peer(scope))
+        agent = query.get("agent")
+        if agent is not None:
+            agent, _ = resolve_recorded_agent_id(agent, self._visible_ids(scope, reading=True))
+        records = await self.daemon.records.recent(limit, agent, _peer(scope))
         return {"dispatches": [r.model_dump(mode="json") for r in records]}
 
     async def _dispatch_record(self, *, scope: dict, receive: Receive, intent_id: str) -> Any:
@@ -325,6 +338,8 @@ class ControlAPI:
                                         "`covenant history` shows your own dispatches", 403)
         query = self._query(scope)
         agent, level = query.get("agent"), query.get("level")
+        if agent is not None:
+            agent = self._named_agent(scope, agent, reading=True)
         follow = query.get("follow", "0") in ("1", "true", "yes")
         await send(
             {

@@ -64,7 +64,7 @@ def _record(
     agent_id = entry["agent"]
     if agent_id is None:
         return None
-    agent = registry.get(agent_id)
+    agent = registry.agents.get(agent_id)
     creds = isolation.known_credentials(agent_id) if isolation.enforced else None
     spawned = spawned or {}
     try:

@@ -200,10 +200,8 @@ class LiveAgents:
         )
 
     async def restart_replica(self, agent_id: str) -> dict[str, Any]:
-        """``covenant restart AGENT``: drain the agent's replica and start a fresh one."""
-        agent = self.loaded.agents.get(agent_id) or self.loaded.agents.get(f"{agent_id}@local")
-        if agent is None:
-            raise NoAgent(f"no agent with id {agent_id!r} is loaded")
+        """``covenant restart AGENT``: drain the loaded agent ``agent_id``'s replica and start a fresh one."""
+        agent = self.loaded.agents[agent_id]
         if agent.runtime != "rune":
             raise NoAgent(f"agent {agent.id} is not a Rune agent: it has no replica to restart (runtime {agent.runtime})")
         log.info("replica restart requested", extra={"agent": agent.id})

@@ -31,6 +31,7 @@ from covenant.daemon import systemd
 from covenant.daemon.agents_state import LoadedAgents
 from covenant.daemon.api import ControlAPI
 from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
+from covenant.daemon.home_lock import serving_home
 from covenant.daemon.interrupted import record_interrupted_intents
 from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.metrics import Metrics
@@ -416,5 +417,6 @@ async def serve_daemon(
 
 
 def run_daemon(home: Home, config: Config, options: DaemonOptions, logs: LogBroadcaster) -> int:
-    """Blocking entry point for ``covenant daemon``."""
-    return trio.run(serve_daemon, home, config, options, logs)
+    """Blocking entry point for ``covenant daemon``: the home's lock first, so a second daemon touches nothing."""
+    with serving_home(home):
+        return trio.run(serve_daemon, home, config, options, logs)

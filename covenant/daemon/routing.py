@@ -11,25 +11,13 @@ import re
 from collections.abc import Mapping
 from pathlib import Path
 
-from covenant.errors import CovenantError, ExitCode
+from covenant.agent_names import AmbiguousRoute, NoAgent, resolve_agent_id
 from covenant.manifest.model import AgentSpec
 from covenant.spawned_ids import is_spawned_id
 
 __all__ = ["NoAgent", "AmbiguousRoute", "route", "keyword_scores"]
 
 _WORD = re.compile(r"\w+(?:[-']\w+)*", re.UNICODE)
-
-
-class NoAgent(CovenantError):
-    code = "no_agent"
-    exit_code = ExitCode.NO_AGENT
-    http_status = 404
-
-
-class AmbiguousRoute(CovenantError):
-    code = "ambiguous"
-    exit_code = ExitCode.NO_AGENT
-    http_status = 409
 
 
 def _words(text: str) -> list[str]:
@@ -56,17 +44,6 @@ def keyword_scores(text: str, agents: Mapping[str, AgentSpec]) -> dict[str, int]
     return scores
 
 
-def _by_bare_name(name: str, agents: Mapping[str, AgentSpec]) -> AgentSpec | None:
-    """The one agent whose id is ``name@…``; ``ambiguous`` when several namespaces have it."""
-    candidates = sorted(agent_id for agent_id in agents if agent_id.partition("@")[0] == name)
-    if len(candidates) > 1:
-        raise AmbiguousRoute(
-            f"{name!r} names {len(candidates)} agents ({', '.join(candidates)}); give the full id with --agent",
-            candidates=candidates,
-        )
-    return agents[candidates[0]] if candidates else None
-
-
 def _routable(agents: Mapping[str, AgentSpec]) -> Mapping[str, AgentSpec]:
     """The agents a bare name or keywords may choose: every one but the spawned."""
     if not any(is_spawned_id(agent_id) for agent_id in agents):
@@ -84,30 +61,16 @@ def route(
 ) -> tuple[AgentSpec, str]:
     """The agent for ``text`` and how it was chosen (``explicit``, ``keywords``, ``default``).
 
-    ``requested`` is a full id (``name@namespace``) or a bare name, which
-    selects the one loaded agent of that name in any namespace. An agent made by ``rune@agent-spawn`` is
-    reached by its full id only: a bare name, keywords or the default never choose one, so it can neither
-    take a loaded agent's place nor make a request for it ambiguous.
+    ``requested`` is a full id (``name@namespace``) or a bare name, resolved by
+    :func:`covenant.agent_names.resolve_agent_id` (the rule every command that takes an agent uses). An agent
+    made by ``rune@agent-spawn`` is reached by its full id only: a bare name, keywords or the default never
+    choose one, so it can neither take a loaded agent's place nor make a request for it ambiguous.
 
     ``withdrawn`` (id -> manifest path) names agents a rejected edit took away,
     so that asking for one says why it cannot run.
     """
     if requested is not None:
-        agent = agents.get(requested)
-        if agent is None and withdrawn and requested in withdrawn:
-            raise NoAgent(
-                f"agent {requested!r} is withdrawn: its manifest {withdrawn[requested]} was rejected at the "
-                "last reload; fix it (`covenant agents check` names the problem), then run `covenant reload`",
-                agent=requested,
-            )
-        if agent is None and "@" not in requested:
-            agent = _by_bare_name(requested, _routable(agents))
-        if agent is None:
-            raise NoAgent(
-                f"no agent with id {requested!r} is loaded (see `covenant agents list`)",
-                agent=requested,
-            )
-        return agent, "explicit"
+        return agents[resolve_agent_id(requested, agents, withdrawn=withdrawn)], "explicit"
     scores = keyword_scores(text, _routable(agents))
     if scores:
         best = max(scores.values())

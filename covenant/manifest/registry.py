@@ -26,7 +26,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from covenant.manifest.agent_toml import load_agent_toml, normalize_agent_id
+from covenant.manifest.agent_toml import load_agent_toml
 from covenant.toml_lines import key_line
 from covenant.manifest.limits import DEFAULT_LIMITS, ManifestLimits
 from covenant.manifest.model import AgentSpec
@@ -60,10 +60,6 @@ class Registry:
     """Agent id -> the workflow folder behind a ``runtime = "workflow"`` agent."""
     notes: list[Problem] = field(default_factory=list)
     """Info notes (files ignored because they are not manifests); never problems."""
-
-    def get(self, agent_id: str) -> AgentSpec | None:
-        """The agent with this id; a bare ``name`` is looked up as ``name@local``."""
-        return self.agents.get(normalize_agent_id(agent_id)[0])
 
 
 @dataclass

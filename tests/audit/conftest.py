@@ -25,21 +25,23 @@ async def write_events(
     key: Ed25519PrivateKey,
     sequential: int = 0,
     concurrent: int = 0,
+    agent: str = "echo",
     **config: Any,
 ) -> None:
-    """Write ``sequential`` events one by one (one checkpoint each), then ``concurrent`` at once (one batch
-    of up to ``batch_max``)."""
+    """Write ``sequential`` events of ``agent`` one by one (one checkpoint each), then ``concurrent`` at once (one
+    batch of up to ``batch_max``)."""
     async with AuditLog.open(directory, key, AuditConfig(**config)) as log:
         for n in range(sequential):
-            await log.record("agent.exited", {"agent": "echo", "intent": f"i{n}", "outcome": "ok", "n": n})
+            await log.record("agent.exited", {"agent": agent, "intent": f"i{n}", "outcome": "ok", "n": n})
         if concurrent:
             await log.record_many(
                 [("intent.received", {"agent": "batch", "intent": f"b{n}", "n": n}) for n in range(concurrent)]
             )
 
 
-def write_events_sync(directory: Path, key: Ed25519PrivateKey, sequential: int = 0, concurrent: int = 0, **config: Any) -> None:
-    trio.run(lambda: write_events(directory, key, sequential, concurrent, **config))
+def write_events_sync(directory: Path, key: Ed25519PrivateKey, sequential: int = 0, concurrent: int = 0,
+                      agent: str = "echo", **config: Any) -> None:
+    trio.run(lambda: write_events(directory, key, sequential, concurrent, agent, **config))
 
 
 def segment(directory: Path, index: int = 0) -> Path:

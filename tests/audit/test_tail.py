@@ -50,13 +50,19 @@ class _Lines:
 
 
 def test_tail_prints_and_filters(home: Home, key: Ed25519PrivateKey) -> None:
-    write_events_sync(home.audit_dir, key, sequential=3, concurrent=2)
+    write_events_sync(home.audit_dir, key, sequential=3, concurrent=2, agent="echo@local")
+    # No agent is loaded: a full id is taken as written (the records of an agent no longer loaded)...
     out = subprocess.run(
-        [COVENANT, "audit", "tail", "--agent", "echo"],
+        [COVENANT, "audit", "tail", "--agent", "echo@local"],
         capture_output=True, text=True, check=True,
     ).stdout.splitlines()
     assert len(out) == 3
-    assert "agent.exited" in out[0] and "agent=echo" in out[0] and "intent=i0" in out[0] and "outcome=ok" in out[0]
+    assert "agent.exited" in out[0] and "agent=echo@local" in out[0] and "intent=i0" in out[0] and "outcome=ok" in out[0]
+    # ...a bare name must name a loaded agent, and one no record names either is an error, not an empty answer.
+    for unknown in ("echo", "ghost@local"):
+        refused = subprocess.run([COVENANT, "audit", "tail", "--agent", unknown], capture_output=True, text=True)
+        assert refused.returncode == 6 and refused.stdout == ""
+        assert f"no agent with id {unknown!r} is loaded (loaded: none;" in refused.stderr
     out = subprocess.run(
         [COVENANT, "audit", "tail", "--json", "--type", "intent.*"],
         capture_output=True, text=True, check=True,
@@ -67,6 +73,40 @@ def test_tail_prints_and_filters(home: Home, key: Ed25519PrivateKey) -> None:
         capture_output=True, text=True, check=True,
     ).stdout.splitlines()
     assert len(out) == 1 and json.loads(out[0])["type"] == "audit.checkpoint"
+
+
+def test_tail_starts_with_the_last_ten_and_says_when_nothing_matches(home: Home, key: Ed25519PrivateKey) -> None:
+    write_events_sync(home.audit_dir, key, sequential=14)
+
+    def tail(*args: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([COVENANT, "audit", "tail", *args], capture_output=True, text=True, check=True)
+
+    whole = [json.loads(x) for x in tail("--json", "-n", "1000").stdout.splitlines()]
+    assert len(whole) > 14
+    last = [json.loads(x) for x in tail("--json").stdout.splitlines()]
+    assert last == whole[-10:]
+    shown = tail().stdout.splitlines()
+    assert [int(line.split()[0]) for line in shown] == list(range(1, 11))  # numbered within this listing
+    assert "intent=i13" in shown[-1] and f"seq={whole[-1]['seq']} " in shown[-1]
+    assert len(tail("-n", "3").stdout.splitlines()) == 3
+    assert tail("-n", "0").stdout == "" and tail("-n", "0").stderr == ""  # records matched: nothing to say
+
+    empty = tail("--type", "nothing.*")
+    assert empty.stdout == "" and empty.stderr == "no records of type nothing.*\n"
+    assert tail("--type", "nothing.*", "--json").stdout == "" == tail("--type", "nothing.*", "--json").stderr
+
+    # -f starts from the same last ten, then follows.
+    proc = _covenant(home, "audit", "tail", "-f", "--json", "--type", "agent.exited", "--interval", "0.05")
+    try:
+        out = _Lines(proc.stdout)
+        out.wait_for(lambda lines: len(lines) == 10)
+        assert [json.loads(x)["data"]["intent"] for x in out.lines] == [f"i{n}" for n in range(4, 14)]
+        write_events_sync(home.audit_dir, key, sequential=2)
+        out.wait_for(lambda lines: len(lines) == 12)
+        assert [json.loads(x)["data"]["intent"] for x in out.lines[10:]] == ["i0", "i1"]
+    finally:
+        proc.terminate()
+        proc.wait(timeout=10)
 
 
 def test_tail_follow_appends_and_segment_changes(home: Home, key: Ed25519PrivateKey) -> None:

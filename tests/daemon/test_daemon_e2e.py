@@ -19,7 +19,7 @@ from tests.processes import wait_gone
 
 
 def audit_records(d: DaemonProcess) -> list[dict]:
-    result = d.cli("audit", "tail", "--json", check=True)
+    result = d.cli("audit", "tail", "--json", "-n", "1000000", check=True)
     return [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
 
 

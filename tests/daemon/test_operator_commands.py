@@ -4,8 +4,13 @@ from __future__ import annotations
 
 import http.client
 import json
+import shlex
+import shutil
 import signal
 import socket
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 
@@ -93,10 +98,54 @@ def test_bare_agent_name_logs_history_with_denials_and_numbered_audit_tail(daemo
     only = json.loads(daemon.cli("history", "--json", "--agent", "wordcount@local", check=True).stdout)
     assert [e["outcome"] for e in only] == ["ok"]
 
-    tail = daemon.cli("audit", "tail", check=True).stdout.splitlines()
-    assert [int(line.split()[0]) for line in tail] == list(range(1, len(tail) + 1))
-    seqs = [int(line.split()[2].removeprefix("seq=")) for line in tail]
+    whole = daemon.cli("audit", "tail", "-n", "1000", check=True).stdout.splitlines()
+    assert [int(line.split()[0]) for line in whole] == list(range(1, len(whole) + 1))
+    seqs = [int(line.split()[2].removeprefix("seq=")) for line in whole]
     assert seqs != list(range(seqs[0], seqs[0] + len(seqs)))  # hidden checkpoints leave gaps in seq
+    # Without -n, the last 10 records (issue 39 item 6), numbered 1..10 in this listing.
+    last = daemon.cli("audit", "tail", check=True).stdout.splitlines()
+    assert len(whole) > 10 and [line.split(None, 1)[1] for line in last] == [line.split(None, 1)[1] for line in whole[-10:]]
+
+
+def test_every_command_that_takes_an_agent_takes_a_bare_name(daemon: DaemonProcess) -> None:
+    """`echo` means `echo@local` to logs, history, audit tail, restart, agents show and sessions as it does to
+    dispatch; a name that means no agent is an error naming it, the closest and the loaded ones (issue 39 item 4)."""
+    daemon.add_agent("wordcount", "echo.py", keywords=("count",))
+    daemon.add_agent("guarded", "echo.py", keywords=("guarded",), required=("tool.echo",))
+    daemon.start()
+    assert daemon.cli("dispatch", "count this", check=True).stdout.strip() == "count this"
+    assert daemon.cli("dispatch", "guarded work").returncode == 3
+
+    lines = [json.loads(line) for line in daemon.cli("logs", "--json", "--agent", "wordcount", check=True).stdout.splitlines()]
+    assert {e["agent"] for e in lines} == {"wordcount@local"}
+    assert [e["msg"] for e in lines if e["msg"].startswith("dispatch ")] == ["dispatch started", "dispatch finished"]
+    history = json.loads(daemon.cli("history", "--json", "--agent", "wordcount", check=True).stdout)
+    assert [(e["agent_id"], e["outcome"]) for e in history] == [("wordcount@local", "ok")]
+    denied = json.loads(daemon.cli("history", "--json", "--agent", "guarded", check=True).stdout)
+    assert [(e["agent_id"], e["outcome"]) for e in denied] == [("guarded@local", "denied")]
+    records = daemon.cli("audit", "tail", "--agent", "wordcount", "-n", "100", check=True).stdout.splitlines()
+    assert "agent.exited" in "".join(records) and all("agent=wordcount@local " in line for line in records)
+    assert json.loads(daemon.cli("agents", "show", "wordcount", "--json", check=True).stdout)["id"] == "wordcount@local"
+    restart = daemon.cli("restart", "wordcount")
+    assert restart.returncode == 6 and "agent wordcount@local is not a Rune agent" in restart.stderr
+
+    named = "no agent with id 'wordcont' is loaded (did you mean wordcount@local? loaded: guarded@local, wordcount@local;"
+    for command in (("logs", "--agent"), ("history", "--agent"), ("audit", "tail", "--agent"), ("sessions", "list", "--agent"),
+                    ("restart",), ("agents", "show"), ("tools", "list")):
+        refused = daemon.cli(*command, "wordcont")
+        assert (refused.returncode, refused.stdout) == (6, ""), (command, refused.stdout, refused.stderr)
+        assert named in refused.stderr, (command, refused.stderr)
+
+    # A full id outlives its agent in the records; a bare name, or a full id nothing names, is still an error.
+    shutil.rmtree(daemon.home / "agents" / "wordcount")
+    assert "removed: wordcount@local" in daemon.cli("reload", check=True).stdout
+    past = json.loads(daemon.cli("history", "--json", "--agent", "wordcount@local", check=True).stdout)
+    assert [(e["agent_id"], e["outcome"]) for e in past] == [("wordcount@local", "ok")]
+    assert daemon.cli("audit", "tail", "--agent", "wordcount@local", check=True).stdout
+    for args in (("history", "--agent", "wordcount"), ("history", "--agent", "ghost@local"),
+                 ("audit", "tail", "--agent", "ghost@local"), ("logs", "--agent", "wordcount")):
+        refused = daemon.cli(*args)
+        assert refused.returncode == 6 and f"no agent with id {args[-1]!r} is loaded" in refused.stderr, (args, refused.stderr)
 
 
 def test_json_on_every_command(daemon: DaemonProcess) -> None:
@@ -181,3 +230,50 @@ def test_full_queue_answers_503_with_retry_after(daemon: DaemonProcess, monkeypa
     for proc in background:  # the running one is cancelled, the queued one refused: both exit 5
         out, err = proc.communicate(timeout=60)
         assert proc.returncode == 5, out + err + "\nDAEMONLOG\n" + daemon.log_path.read_text()
+
+
+def test_hints_repeat_the_home_they_were_given(daemon: DaemonProcess, tmp_path: Path) -> None:
+    """init's next step and the daemon-not-running hint name the home as it was given, so that a pasted
+    hint acts on it (issue 39 item 12)."""
+    env = {k: v for k, v in daemon.env.items() if k not in ("COVENANT_HOME", "COVENANT_SOCKET")}
+    home = tmp_path / "a home"  # a space: the hint must quote it
+
+    def covenant(*args: str, **extra: str) -> subprocess.CompletedProcess[str]:
+        return subprocess.run([sys.executable, "-m", "covenant", *args], env={**env, **extra}, capture_output=True,
+                              text=True, timeout=60)
+
+    init = covenant("--home", str(home), "init")
+    assert init.returncode == 0, init.stderr
+    nxt = init.stdout.splitlines()[-1]
+    assert shlex.split(nxt.split("`")[1]) == ["covenant", "--home", str(home), "daemon"], nxt
+    status = covenant("--home", str(home), "status")
+    assert status.returncode == 5
+    assert shlex.split(status.stderr.split("start it with `")[1].split("`")[0]) == ["covenant", "--home", str(home), "daemon"]
+
+    by_env = covenant("init", COVENANT_HOME=str(home)).stdout.splitlines()[-1]
+    assert shlex.split(by_env.split("`")[1]) == [f"COVENANT_HOME={home}", "covenant", "daemon"], by_env
+    status = covenant("status", COVENANT_HOME=str(home))
+    assert f"start it with `COVENANT_HOME={shlex.quote(str(home))} covenant daemon`" in status.stderr
+
+
+def test_a_second_daemon_on_a_served_home_exits_2_and_leaves_the_first_serving(daemon: DaemonProcess) -> None:
+    """Whatever listeners it would bind, a second daemon names the first one's pid, exits 2 and leaves no
+    socket behind (issue 39 item 13)."""
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    daemon.write_config(f'[webhooks]\nlisten = "127.0.0.1:{port}"\n')
+    daemon.add_agent("echo", "echo.py")
+    daemon.start()
+    assert daemon.process is not None
+    own_socket = daemon.home.parent / "second.sock"
+    for extra in ((), ("--socket", str(own_socket))):
+        second = daemon.cli("daemon", *extra, timeout=60)
+        assert second.returncode == 2, second.stderr
+        assert f"covenant: error: a daemon already serves this home, pid {daemon.process.pid} " in second.stderr
+        assert "Traceback" not in second.stderr and "listen" not in second.stderr
+    assert not own_socket.exists()
+    assert json.loads(daemon.cli("status", "--json", check=True).stdout)["pid"] == daemon.process.pid
+    assert daemon.cli("dispatch", "still here", "--agent", "echo", check=True).stdout == "still here\n"
+    assert daemon.stop() == 0
+    daemon.start()  # the lock went with the first daemon: a stale lock file never blocks a start

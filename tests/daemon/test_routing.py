@@ -93,3 +93,37 @@ def test_bare_name_in_two_namespaces_is_ambiguous_naming_both() -> None:
 def test_bare_name_matches_whole_names_only() -> None:
     with pytest.raises(NoAgent, match="'cal'"):
         route("anything", AGENTS, requested="cal")
+
+
+def test_an_unknown_name_is_named_with_the_closest_and_the_loaded_ids() -> None:
+    from covenant.agent_names import resolve_agent_id
+
+    ids = ["count@local", "calc@local", "calc@team", "helper@spawned-0123456789ab"]
+    with pytest.raises(NoAgent) as raised:
+        resolve_agent_id("cout", ids)
+    assert raised.value.message == ("no agent with id 'cout' is loaded (did you mean count@local? loaded: calc@local, "
+                                    "calc@team, count@local; `covenant agents list` shows them)")
+    assert raised.value.details == {"agent": "cout"} and raised.value.exit_code == 6
+    # The namespace says nothing (every id ends in @local): "ghost@local" is close to no one.
+    with pytest.raises(NoAgent, match=r"'ghost@local' is loaded \(loaded: calc@local"):
+        resolve_agent_id("ghost@local", ids)
+    assert resolve_agent_id("helper@spawned-0123456789ab", ids) == "helper@spawned-0123456789ab"
+    with pytest.raises(NoAgent, match="'helper' is loaded"):  # a spawned agent: by its full id only
+        resolve_agent_id("helper", ids)
+
+
+def test_a_withdrawn_agent_is_named_by_its_bare_name_too() -> None:
+    from covenant.agent_names import resolve_agent_id
+
+    with pytest.raises(NoAgent, match=r"agent 'first@local' is withdrawn: its manifest /a/agent.toml was rejected"):
+        resolve_agent_id("first", ["count@local"], withdrawn={"first@local": Path("/a/agent.toml")})
+
+
+def test_records_outlive_their_agent_by_full_id_only() -> None:
+    from covenant.agent_names import resolve_recorded_agent_id
+
+    assert resolve_recorded_agent_id("count", ["count@local"]) == ("count@local", None)
+    agent_id, unknown = resolve_recorded_agent_id("gone@local", ["count@local"])
+    assert agent_id == "gone@local" and isinstance(unknown, NoAgent)
+    with pytest.raises(NoAgent):
+        resolve_recorded_agent_id("gone", ["count@local"])

@@ -60,7 +60,8 @@ def test_show_by_id_and_bare_name(home: Home) -> None:
 def test_show_unknown_agent_exits_6(home: Home) -> None:
     _populate(home)
     result = _run("agents", "show", "ghost@local")
-    assert result.exit_code == 6 and "no valid agent 'ghost@local'" in result.stderr
+    assert result.exit_code == 6 and "no agent with id 'ghost@local' is loaded" in result.stderr
+    assert "loaded: demo@local, helper@local" in result.stderr
 
 
 def test_check_home_all_valid_exits_0(home: Home) -> None:

@@ -38,7 +38,6 @@ def test_scan_finds_every_layout(tmp_path: Path) -> None:
     assert registry.agents["flat@local"].root == agents
     assert list(registry.rune_packages) == ["helper@local"]
     assert registry.rune_packages["helper@local"].runefile.name == "helper"
-    assert registry.get("pkg") is registry.agents["pkg@local"]
 
 
 def test_hidden_entries_and_other_files_are_ignored(tmp_path: Path) -> None:

@@ -9,6 +9,8 @@ command synopsis; ``|`` separates alternatives on one line.
 from __future__ import annotations
 
 import re
+import subprocess
+import sys
 from pathlib import Path
 
 import click
@@ -25,7 +27,7 @@ _CODE = re.compile(r"`([^`\n]+)`")
 
 
 def _flags(command: click.Command) -> set[str]:
-    names = {"--help"}
+    names = {"--help", "-h"}
     for param in command.params:
         if isinstance(param, click.Option):
             names.update(param.opts + param.secondary_opts)
@@ -102,6 +104,33 @@ def test_the_checker_sees_a_wrong_flag(tmp_path: Path) -> None:
         "`grants` has no option --everything (covenant grants --everything)",
         "`check` has no option --fix (covenant agents check --fix)",
     ]
+
+
+def _command_paths(group: click.Group, ctx: click.Context, words: tuple[str, ...] = ()) -> list[tuple[str, ...]]:
+    """The words of every command and subcommand under ``group`` (the group itself included)."""
+    paths = [words]
+    for name in group.list_commands(ctx):
+        command = group.get_command(ctx, name)
+        assert command is not None, name
+        paths += _command_paths(command, ctx, (*words, name)) if isinstance(command, click.Group) else [(*words, name)]
+    return paths
+
+
+def test_dash_h_is_help_on_every_command() -> None:
+    """`-h` is `--help` on every command and subcommand (issue 39 item 5), in process and as the real program."""
+    from click.testing import CliRunner
+
+    paths = _command_paths(cli, click.Context(cli))
+    assert ("audit", "tail") in paths and ("fleet", "status") in paths and ("sessions", "show") in paths
+    runner = CliRunner()
+    for words in paths:
+        short = runner.invoke(cli, [*words, "-h"], prog_name="covenant")
+        assert short.exit_code == 0 and short.output.startswith(f"Usage: {' '.join(('covenant', *words))} "), words
+        assert short.output == runner.invoke(cli, [*words, "--help"], prog_name="covenant").output, words
+        assert "-h, --help" in short.output, words
+    for words in (("audit", "tail"), ("agents", "show"), ("--home", "/nonexistent", "sessions", "verify")):
+        real = subprocess.run([sys.executable, "-m", "covenant", *words, "-h"], capture_output=True, text=True, timeout=60)
+        assert real.returncode == 0 and real.stdout.startswith("Usage: covenant "), (words, real.stderr)
 
 
 def _config_tables() -> dict[str, set[str]]:

@@ -26,7 +26,7 @@ def tool_results(fake: FakeModelServer, request: int) -> list[dict]:
 
 
 def tool_events(d: DaemonProcess, intent: str) -> list[dict]:
-    lines = d.cli("audit", "tail", "--json", "--type", "tool.call", check=True).stdout.splitlines()
+    lines = d.cli("audit", "tail", "--json", "-n", "1000000", "--type", "tool.call", check=True).stdout.splitlines()
     return [r["data"] for r in map(json.loads, lines) if r["data"]["intent"] == intent]
 
 

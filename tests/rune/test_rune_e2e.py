@@ -36,7 +36,7 @@ def test_a_dispatch_with_a_tool_round_trip(daemon: DaemonProcess, fake_model: Fa
     assert first.messages[0]["role"] == "system" and "covenant test agent" in first.messages[0]["content"]
     tool_message = next(m for m in second.messages if m["role"] == "tool")
     assert "utc" in tool_message["content"] or "iso" in tool_message["content"] or tool_message["content"]
-    records = [json.loads(line) for line in daemon.cli("audit", "tail", "--json", check=True).stdout.splitlines()]
+    records = [json.loads(line) for line in daemon.cli("audit", "tail", "--json", "-n", "1000000", check=True).stdout.splitlines()]
     types = [r["type"] for r in records if r.get("data", {}).get("intent") == outcome["intent_id"]]
     assert types.count("model.call") == 2 and types.count("tool.call") == 1
     assert types[-1] == "intent.completed"
@@ -67,7 +67,7 @@ def test_a_turn_with_hundreds_of_tool_calls_runs_them_all(daemon: DaemonProcess,
     assert outcome["outcome"] == "ok" and outcome["usage"]["tool_calls"] == 300, outcome
     answered = [m for m in fake_model.requests[1].messages if m["role"] == "tool"]
     assert len(answered) == 300 and not [m for m in answered if '"error"' in m["content"]]
-    records = [json.loads(line) for line in daemon.cli("audit", "tail", "--json", "-n", "1000", check=True).stdout.splitlines()]
+    records = [json.loads(line) for line in daemon.cli("audit", "tail", "--json", "-n", "1000000", check=True).stdout.splitlines()]
     assert sum(1 for r in records if r["type"] == "tool.call" and r["data"]["intent"] == outcome["intent_id"]) == 300
     assert "exiting" not in daemon.log(), "the replica left"
 
@@ -100,7 +100,7 @@ def test_fallback_to_the_next_provider(daemon: DaemonProcess, fake_model_factory
     outcome = outcome_of(result)
     assert result.returncode == 0 and outcome["text"] == "from the second", outcome
     assert len(failing.requests) == 1 and len(working.requests) == 1
-    calls = [json.loads(line) for line in daemon.cli("audit", "tail", "--json", "--type", "model.call", check=True).stdout.splitlines()]
+    calls = [json.loads(line) for line in daemon.cli("audit", "tail", "--json", "-n", "1000000", "--type", "model.call", check=True).stdout.splitlines()]
     assert [(c["data"]["provider"], c["data"]["outcome"]) for c in calls] == [("first", "error"), ("second", "ok")]
 
 

@@ -60,11 +60,11 @@ class Faulty:
         return outcome, json.loads(outcome["text"])
 
     def events(self, intent: str) -> list[str]:
-        lines = self.daemon.cli("audit", "tail", "--json", check=True).stdout.splitlines()
+        lines = self.daemon.cli("audit", "tail", "--json", "-n", "1000000", check=True).stdout.splitlines()
         return [r["type"] for r in map(json.loads, lines) if r["data"].get("intent") == intent]
 
     def audit(self, type_: str) -> list[dict]:
-        lines = self.daemon.cli("audit", "tail", "--json", "--type", type_, check=True).stdout.splitlines()
+        lines = self.daemon.cli("audit", "tail", "--json", "-n", "1000000", "--type", type_, check=True).stdout.splitlines()
         return [json.loads(line)["data"] for line in lines]
 
     def log(self) -> str:

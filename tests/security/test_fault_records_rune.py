@@ -49,7 +49,7 @@ class Hosted:
         return replica
 
     def events(self, intent: str) -> list[str]:
-        lines = self.daemon.cli("audit", "tail", "--json", check=True).stdout.splitlines()
+        lines = self.daemon.cli("audit", "tail", "--json", "-n", "1000000", check=True).stdout.splitlines()
         return [r["type"] for r in map(json.loads, lines) if r["data"].get("intent") == intent]
 
     def shell(self, command: str) -> dict:

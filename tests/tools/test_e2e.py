@@ -29,7 +29,7 @@ def _audit_bytes(daemon: DaemonProcess) -> bytes:
 
 
 def _tool_events(daemon: DaemonProcess, intent: str) -> list[dict]:
-    records = [json.loads(line) for line in daemon.cli("audit", "tail", "--json", check=True).stdout.splitlines()]
+    records = [json.loads(line) for line in daemon.cli("audit", "tail", "--json", "-n", "1000000", check=True).stdout.splitlines()]
     return [r["data"] for r in records if r["type"] == "tool.call" and r["data"]["intent"] == intent]
 
 

@@ -65,7 +65,7 @@ def http_server(tmp_path: Path) -> Iterator[HttpServer]:
 
 
 def _tool_events(daemon: DaemonProcess, intent: str) -> list[dict]:
-    records = [json.loads(line) for line in daemon.cli("audit", "tail", "--json", check=True).stdout.splitlines()]
+    records = [json.loads(line) for line in daemon.cli("audit", "tail", "--json", "-n", "1000000", check=True).stdout.splitlines()]
     return [r["data"] for r in records if r["type"] == "tool.call" and r["data"]["intent"] == intent]
 
 

@@ -57,7 +57,7 @@ def copy_multi_agent(d: DaemonProcess) -> Path:
 
 
 def audit(d: DaemonProcess, *types: str) -> list[dict[str, Any]]:
-    result = d.cli("audit", "tail", "--json", check=True)
+    result = d.cli("audit", "tail", "--json", "-n", "1000000", check=True)
     records = [json.loads(line) for line in result.stdout.splitlines() if line.strip()]
     return [r for r in records if not types or r["type"] in types]
 
