@@ -133,6 +133,46 @@ def test_dash_h_is_help_on_every_command() -> None:
         assert real.returncode == 0 and real.stdout.startswith("Usage: covenant "), (words, real.stderr)
 
 
+def _synopsis() -> dict[tuple[str, ...], set[str]]:
+    """README's command synopsis: each command's words (a group's subcommand under both) -> the flags shown."""
+    text = (REPO_ROOT / "README.md").read_text()
+    block = text.split("## What you get\n\n```\n", 1)[1].split("```", 1)[0]
+    ctx = click.Context(cli)
+    shown: dict[tuple[str, ...], set[str]] = {}
+    for line in block.splitlines()[1:]:  # the first is `covenant [--home PATH] COMMAND`
+        segments = [segment.split() for segment in line.strip().split(" | ")]
+        head = segments[0][0]
+        is_group = isinstance(cli.get_command(ctx, head), click.Group)
+        for words in segments:
+            if is_group:
+                words = words[1:] if words[0] == head else words
+                path = (head, words[0]) if words and not words[0].startswith("[") else (head,)
+            else:
+                path = (words[0],)
+            shown.setdefault(path, set()).update(m.group(1) for w in words if (m := _FLAG.match(w.strip("[]"))))
+    return shown
+
+
+def test_the_readme_shows_every_command_and_option() -> None:
+    """Every command and subcommand, with every option it has, is in README's synopsis (issue 39 item 17)."""
+    ctx = click.Context(cli)
+    shown = _synopsis()
+    problems = []
+    for words in _command_paths(cli, ctx)[1:]:
+        command = cli
+        for word in words:
+            command = command.get_command(ctx, word)
+        if isinstance(command, click.Group) and not command.invoke_without_command:
+            continue
+        if words not in shown:
+            problems.append(f"`covenant {' '.join(words)}` is not in README's command list")
+            continue
+        for option in (p for p in command.params if isinstance(p, click.Option) and not p.hidden):
+            if not set(option.opts) & shown[words]:  # `-f` shows `-f, --follow`
+                problems.append(f"`covenant {' '.join(words)}`: {max(option.opts, key=len)} is not shown")
+    assert not problems, "\n".join(problems)
+
+
 def _config_tables() -> dict[str, set[str]]:
     tables: dict[str, set[str]] = {"": set()}
     for name, field in Config.model_fields.items():
