@@ -154,6 +154,10 @@ class DaemonClient:
         self._home = home
         self._sock: socket.socket | None = None
 
+    def _command(self, command: str) -> str:
+        """``covenant COMMAND`` for this client's home, as a hint prints it (:func:`covenant.home.home_command`)."""
+        return f"covenant {command}" if self._home is None else home_command(self._home, command)
+
     def close(self) -> None:
         if self._sock is not None:
             self._sock.close()
@@ -181,10 +185,9 @@ class DaemonClient:
             return _Response(self._connect())._start(head, payload)
         except (FileNotFoundError, ConnectionRefusedError) as exc:
             self.close()
-            start = "covenant daemon" if self._home is None else home_command(self._home, "daemon")
             raise DaemonUnreachable(
                 f"the daemon is not running (no one listens on {self.socket_path}: {exc.strerror}); "
-                f"start it with `{start}` or `systemctl start covenant`"
+                f"start it with `{self._command('daemon')}` or `systemctl start covenant`"
             ) from None
         except PermissionError:
             self.close()
@@ -195,14 +198,15 @@ class DaemonClient:
             self.close()
             raise DaemonUnreachable(
                 f"lost the connection to the daemon at {self.socket_path}: {exc} "
-                "(it may be restarting or stopping; `covenant status` says whether it answers)"
+                f"(it may be restarting or stopping; `{self._command('status')}` says whether it answers)"
             ) from None
 
     def _lost_while_reading(self, exc: Exception) -> DaemonUnreachable:
         self.close()
         return DaemonUnreachable(
             f"lost the connection to the daemon while reading its answer: {exc} "
-            "(it may have stopped; `covenant status` says whether it answers, `covenant history` what ran)"
+            f"(it may have stopped; `{self._command('status')}` says whether it answers, `{self._command('history')}` "
+            "what ran)"
         )
 
     def request(self, method: str, path: str, body: Any = None) -> Any:
