@@ -65,14 +65,16 @@ def test_queued_dispatch_is_audited_before_it_waits(daemon: DaemonProcess) -> No
 
     wait_for(queued_intent_audited, what="the queued intent's received event")
     records = audit_records(daemon)
-    queued_id = [r["data"]["intent"] for r in records if r["type"] == "intent.received"][1]
+    running = status(daemon)["in_flight"][0]["intent"]
+    # Not the second received event: the running one's first three events are one commit made at its
+    # spawn, which may come after the queued one wrote its own (its uid's namespaces made first).
+    (queued_id,) = [r["data"]["intent"] for r in records if r["type"] == "intent.received" and r["data"]["intent"] != running]
     assert [t for t, _ in events_of(records, queued_id)] == ["intent.received", "policy.decision"]
     assert status(daemon)["queued"] == 1  # still waiting: nothing of it has run
 
     refused = daemon.cli("dispatch", "sleep 0", "--json")
     assert refused.returncode == 5 and "saturated" in refused.stderr
 
-    running = status(daemon)["in_flight"][0]["intent"]
     assert daemon.stop() == 5  # the sleeper outlives the drain and is cancelled; the queued one refused
     for proc in (first, second):
         proc.communicate(timeout=120)

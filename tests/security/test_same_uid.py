@@ -246,7 +246,8 @@ def test_covenant_run_as_an_ordinary_user_runs_a_rune_package_with_a_stdio_mcp_s
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["result"]["text"] == "it is noon somewhere"
     _the_tool_answered(fake_model)
-    assert processes_marked("mcp:clock@local") == []  # none outlived the command
+    # None of nobody's outlived the command (a root daemon's clock@local server of another test may run).
+    assert [p for p in processes_marked("mcp:clock@local") if p.uids().real == NOBODY] == []
 
 
 ESCAPE_RUNEFILE = CLOCK_RUNEFILE.replace('toolset: ["time/get_current_time"]', 'toolset: ["hostile/escape"]')
