@@ -180,7 +180,18 @@ def failover(hosts: list[FleetHost], servers: list[str], ack_wait_s: int) -> flo
 
 
 def dead_host_seen(host: FleetHost, servers: list[str], agent: str) -> float:
-    """kill -9 of the only host running ``agent`` -> `dispatch --fleet` answers no live host, in seconds."""
+    """kill -9 of the only host running ``agent`` -> `dispatch --fleet` answers no live host, in seconds.
+
+    Killed just after its fleet process wrote its entry (the worst case: the entry lives its whole TTL).
+    """
+    from tests.fleet.conftest import fleet_status
+
+    def written_since(ms: int) -> int | None:
+        entry = next((h for h in fleet_status(servers)["hosts"] if h["host"] == host.name and h["up"]), None)
+        return entry["ts"] if entry is not None and entry["ts"] > ms else None
+
+    now_ms = int(time.time() * 1000)
+    wait_for(lambda: written_since(now_ms), "the host's next entry", every=0.05)
     host.kill()
     killed_at = time.monotonic()
 

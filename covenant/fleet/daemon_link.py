@@ -3,7 +3,7 @@
 The blocking :class:`covenant.client.DaemonClient` would need a thread per
 running dispatch; this one is the same fixed-shape HTTP/1.1 request over a unix
 socket, one connection per request (``Connection: close``), its answer parsed by
-``httptools`` once the daemon has closed. A dispatch body is sent byte for byte
+``httptools`` as it arrives. A dispatch body is sent byte for byte
 as it came out of NATS: the signed intent unchanged.
 """
 
@@ -71,28 +71,27 @@ class DaemonLink:
             reader, writer = await asyncio.open_unix_connection(self.socket_path, limit=1 << 20)
         except OSError as exc:
             raise DaemonUnreachable(f"the daemon does not answer on {self.socket_path}: {exc.strerror or exc}") from None
+        parsed = _Parsed()
         try:
             writer.write(request)
             await writer.drain()
-            chunks: list[bytes] = []
             size = 0
-            while chunk := await reader.read(1 << 16):
+            # Done at the end of the message, not at EOF: the daemon may close its side a little later.
+            while not parsed.complete:
+                chunk = await reader.read(1 << 16)
+                if not chunk:
+                    raise DaemonUnreachable(f"the daemon at {self.socket_path} hung up before its answer to "
+                                            f"{method} {path} was complete (it may have stopped)")
                 size += len(chunk)
                 if size > _MAX_ANSWER_BYTES:
                     raise DaemonUnreachable(f"the daemon's answer to {method} {path} is over {_MAX_ANSWER_BYTES} bytes")
-                chunks.append(chunk)
+                parsed.parser.feed_data(chunk)
+        except httptools.HttpParserError as exc:
+            raise DaemonUnreachable(f"the daemon's answer to {method} {path} is not HTTP: {exc}") from None
         except OSError as exc:
             raise DaemonUnreachable(f"lost the connection to the daemon at {self.socket_path}: {exc}") from None
         finally:
             writer.close()
-        parsed = _Parsed()
-        try:
-            parsed.parser.feed_data(b"".join(chunks))
-        except httptools.HttpParserError as exc:
-            raise DaemonUnreachable(f"the daemon's answer to {method} {path} is not HTTP: {exc}") from None
-        if not parsed.complete:
-            raise DaemonUnreachable(f"the daemon at {self.socket_path} hung up before its answer to {method} {path} "
-                                    "was complete (it may have stopped)")
         status = parsed.parser.get_status_code()
         body = b"".join(parsed.body)
         try:

@@ -26,6 +26,7 @@ import asyncio
 import contextlib
 import json
 import logging
+import time
 from collections.abc import AsyncIterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
@@ -115,6 +116,9 @@ class _Running:
 
     msg: "Msg"
     delivery: int
+    started: float = field(default_factory=time.monotonic)
+    dispatch_ms: int | None = None
+    """How long the daemon took to answer; the rest of the intent's time here is the fleet's."""
 
 
 @dataclass
@@ -183,7 +187,9 @@ class Deliveries:
         try:
             await self.daemon.audit_event(FLEET_DELIVERY, {"intent": intent_id, "delivery": state.delivery,
                                                            "consumer": consumer, "host": self.host})
+            started = time.monotonic()
             reply = await self.daemon.dispatch(state.msg.data)
+            state.dispatch_ms = int((time.monotonic() - started) * 1000)
         except DaemonUnreachable as exc:
             log.warning("the daemon did not answer; the intent is left for a host that can run it",
                         extra={"intent": intent_id, "error": exc.message})
@@ -250,7 +256,8 @@ class Deliveries:
         else:
             await state.msg.ack()
         log.info("intent answered", extra={"intent": intent_id, "outcome": answers.outcome_of(document),
-                                           "delivery": state.delivery})
+                                           "delivery": state.delivery, "dispatch_ms": state.dispatch_ms,
+                                           "ms": int((time.monotonic() - state.started) * 1000)})
 
     async def _audit_ack(self, intent_id: str, outcome: str, delivery: int, ack: str) -> None:
         try:

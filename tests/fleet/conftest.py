@@ -207,7 +207,7 @@ def add_agent(daemon: DaemonProcess, name: str, script: str, keywords: tuple[str
     return manifest
 
 
-def wait_fleet(servers: list[str], hosts: dict[str, set[str]], timeout: float = 60) -> dict[str, Any]:
+def wait_fleet(servers: list[str], hosts: dict[str, set[str]], timeout: float = 120) -> dict[str, Any]:
     """Until each host in ``hosts`` is up in COVENANT_HOSTS with (at least) those agents."""
 
     def ready() -> dict[str, Any] | None:

@@ -153,7 +153,7 @@ def test_an_intent_that_waited_past_skew_s_is_answered_stale(fleet: Fleet) -> No
     try:
         host.start()
         wait_fleet(fleet.servers, {"host-s": {"stale@local"}})
-        answers = dispatch_batch(fleet.servers, "stale@local", ["first: sleep 4", "second: sleep 4"], timeout=120)
+        answers = dispatch_batch(fleet.servers, "stale@local", ["first: sleep 3", "second: sleep 3"], timeout=120)
     finally:
         host.stop()
     outcomes = sorted((a.get("outcome") or a["error"]["code"]) for a in answers)
