@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.fleet.conftest import Fleet, dispatch_batch, wait_for
+from tests.fleet.conftest import Fleet, dispatch_batch, fleet_status, wait_for
 
 pytestmark = pytest.mark.xdist_group("fleet")
 
@@ -151,3 +151,21 @@ def test_the_fleet_process_waits_for_nats_and_stops_at_once_without_it(healthy_f
     process.send_signal(signal.SIGTERM)
     assert process.wait(timeout=30) == 0
     assert "stopped before NATS answered" in process.stderr.read()
+
+
+def test_fleet_status_shows_grants_drifting_between_hosts(healthy_fleet: Fleet) -> None:
+    a = healthy_fleet.hosts["host-a"]
+    issuer = "ab" * 32
+
+    def drift() -> bool:
+        return fleet_status(healthy_fleet.servers)["drift"]["grants_digest"]
+
+    assert not drift()
+    assert a.cli("grant", issuer, "tool.web_fetch").returncode == 0
+    try:
+        wait_for(drift, "host-a's grants digest to differ from the others'")
+        text = a.cli("fleet", "status")
+        assert "drift: the hosts' grants differ" in text.stdout, text.stdout
+    finally:
+        assert a.cli("revoke", issuer, "tool.web_fetch").returncode == 0
+    wait_for(lambda: not drift(), "the digests to agree again once the grant is revoked")

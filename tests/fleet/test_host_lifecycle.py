@@ -123,7 +123,8 @@ def test_sigterm_finishes_what_runs_and_leaves_the_fleet(d: FleetHost, fleet: Fl
     assert d.stop_fleet(signal.SIGTERM) == 0
     got = answer.result(timeout=60)
     assert (got["host"], got["deliveries"], got["outcome"]) == ("host-d", 1, "ok"), got
-    assert "host-d" not in {h["host"] for h in fleet_status(fleet.servers)["hosts"] if h["up"]}
+    hosts = {h["host"]: h for h in fleet_status(fleet.servers)["hosts"]}
+    assert hosts["host-d"]["up"] is False and type(hosts["host-d"]["last_seen_ms"]) is int  # its last audit head
     assert "fleet process stopped" in d.fleet_log()
     d.start_fleet()
 
