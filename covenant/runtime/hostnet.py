@@ -80,7 +80,9 @@ def ruleset(name: str, gids: tuple[int, int], host_allow: tuple[str, ...], resol
         f"table inet {name} {{",
         "  chain agents {",
         *allowed,
-        # Refused at once (an agent's connect fails instead of hanging until its timeout).
+        # Refused at once: a TCP connect gets a reset (an ICMP error would only be retried past), the rest
+        # an ICMP error, so nothing waits for its timeout.
+        "    fib daddr type local meta l4proto tcp reject with tcp reset",
         "    fib daddr type local reject with icmpx type admin-prohibited",
         "  }",
         "  chain output {",

@@ -59,6 +59,7 @@ table inet covenant {
     tcp dport 443 accept
     udp dport 53 accept
     tcp dport 53 accept
+    meta l4proto tcp reject with tcp reset
     reject with icmpx type admin-prohibited
   }
 }
