@@ -24,7 +24,7 @@ from covenant.triggers.onbehalf import OnBehalfSigner, issuer_pubkey
 from covenant.triggers.state import ScheduleState
 from covenant.triggers.timing import next_after
 
-__all__ = ["ScheduleRunner", "resolve_issuers"]
+__all__ = ["ScheduleRunner", "resolve_issuers", "missed_slots"]
 
 log = logging.getLogger("covenant.daemon")
 
@@ -116,14 +116,16 @@ class ScheduleRunner:
         plan.next_ms = next_after(schedule, start if last is None else last)
         if last is not None and plan.next_ms <= start:
             missed = plan.next_ms
+            through, slots = missed_slots(schedule, missed, start)
             plan.next_ms = next_after(schedule, start)
             if due_now is None:  # created while running, under the name of an older one: it counts from now
                 pass
             elif schedule.catch_up:
                 due_now.append(_Plan(schedule, plan.pubkey, missed))
             else:
-                await trio.to_thread.run_sync(lambda: self.state.save(schedule.name, last_slot_ms=missed, skipped=True))
+                await trio.to_thread.run_sync(lambda: self.state.save(schedule.name, last_slot_ms=through, skipped=True))
                 await self.audit.record("schedule.skipped", {"schedule": schedule.name, "slot_ms": missed,
+                                                             "through_ms": through, "slots": slots,
                                                              "reason": "daemon_down", "catch_up": False})
         self.plans[schedule.name] = plan
 
@@ -167,3 +169,19 @@ class ScheduleRunner:
             return
         log.info("schedule fired", extra={"schedule": name, "intent": document["intent_id"],
                                           "outcome": document.get("outcome")})
+
+
+_MAX_COUNTED_SLOTS = 1_000_000
+
+
+def missed_slots(schedule: ScheduleConfig, first: int, now: int) -> tuple[int, int]:
+    """(the last slot at or before ``now``, how many slots from ``first`` to it): what one
+    ``schedule.skipped`` event stands for. Counting stops at a million slots (a 1 s period down for
+    eleven days); the last slot is then the millionth."""
+    last, count = first, 1
+    while count < _MAX_COUNTED_SLOTS:
+        following = next_after(schedule, last)
+        if following > now:
+            break
+        last, count = following, count + 1
+    return last, count

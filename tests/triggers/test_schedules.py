@@ -84,10 +84,13 @@ def test_every_3s_survives_a_restart_without_a_double_fire_and_grants_decide(dae
     slots = [t["slot_ms"] for t in ticks]
     assert len(slots) == len(set(slots)), f"a slot fired twice: {slots}"
     assert slots == sorted(slots)
-    skipped = {r["data"]["slot_ms"] for r in records if r["type"] == "schedule.skipped" and r["data"]["schedule"] == "tick"}
+    period_ms = PERIOD_S * 1000
+    skipped = {slot for r in records if r["type"] == "schedule.skipped" and r["data"]["schedule"] == "tick"
+               for slot in range(r["data"]["slot_ms"], r["data"]["through_ms"] + 1, period_ms)}
+    assert all(r["data"]["slots"] == (r["data"]["through_ms"] - r["data"]["slot_ms"]) // period_ms + 1
+               for r in records if r["type"] == "schedule.skipped" and r["data"]["schedule"] == "tick")
     # Each slot follows the one before by one period, unless the slots between were audited as skipped.
     for earlier, later in zip(slots, slots[1:]):
-        period_ms = PERIOD_S * 1000
         between = set(range(earlier + period_ms, later, period_ms))
         assert later - earlier >= period_ms and (later - earlier) % period_ms == 0 or skipped, (earlier, later)
         assert between <= skipped, f"slots {sorted(between - skipped)} neither fired nor recorded as skipped"

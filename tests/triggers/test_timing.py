@@ -73,3 +73,11 @@ def test_bad_trigger_keys_in_covenant_toml_name_the_key(home) -> None:  # type: 
     assert ":8: [webhooks] listen: 'nope' must be HOST:PORT" in message
     assert "secret_env" in message and "not the secret" in message
     assert '"N/minute"' in message
+
+
+def test_one_skipped_event_stands_for_every_slot_missed_while_down() -> None:
+    from covenant.triggers.schedules import missed_slots
+
+    every_3s = ScheduleConfig(name="t", agent="a@local", every="3s", issuer="a@b")
+    assert missed_slots(every_3s, 3000, 3000) == (3000, 1)
+    assert missed_slots(every_3s, 3000, 11_999) == (9000, 3)  # 3000, 6000, 9000; 12000 is not due yet
