@@ -67,8 +67,8 @@ class DispatchArgs(NamedTuple):
     dry_run: bool
     session_id: str | None
     stream: bool
-    fleet: bool
-    timeout: str | None
+    fleet: bool = False
+    timeout: str | None = None
 
 
 def _plain_value(value: str) -> bool:

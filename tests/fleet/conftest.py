@@ -29,6 +29,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant.fleet.client import FleetClient
 from covenant.fleet.config import FleetConfig
+from covenant.fleet.subjects import AUDIT_STREAM, HOSTS_BUCKET, INTENTS_STREAM, RESULTS_STREAM
 from covenant.keys import public_key_hex
 from covenant.policy.signing import new_intent, sign_intent
 from tests.conftest import require_tool, traversable_tmpdir
@@ -86,6 +87,24 @@ def in_background(function: Callable[[], Any]) -> "Future[Any]":
     future = pool.submit(function)
     pool.shutdown(wait=False)
     return future
+
+
+def streams_ready(servers: list[str]) -> bool:
+    """Every stream of the fleet has a leader and every replica is current (after a NATS node came back)."""
+    from nats.errors import Error as NatsError
+
+    async def check() -> bool:
+        async with FleetClient(FleetConfig(servers=tuple(servers))) as client:
+            for stream in (INTENTS_STREAM, RESULTS_STREAM, AUDIT_STREAM, f"KV_{HOSTS_BUCKET}"):
+                try:
+                    cluster = (await client.js.stream_info(stream)).cluster
+                except (NatsError, TimeoutError):
+                    return False
+                if cluster is None or not cluster.leader or not all(r.current for r in cluster.replicas or []):
+                    return False
+            return True
+
+    return asyncio.run(check())
 
 
 def fleet_table(servers: list[str], host: str, **extra: Any) -> str:
@@ -232,6 +251,7 @@ class Fleet:
         for node in self.cluster.nodes:
             if node.process is None or node.process.poll() is not None:
                 self.cluster.restart(node)
+        wait_for(lambda: streams_ready(self.servers), "every stream to have a leader and current replicas")
         for host in self.hosts.values():
             if not host.alive:
                 host.kill()
