@@ -25,6 +25,7 @@ import argparse
 import asyncio
 import json
 import os
+import shutil
 import statistics
 import subprocess
 import sys
@@ -116,8 +117,6 @@ int main(void) {
 
 def install_sleeper(host: FleetHost, name: str, binary: Path) -> None:
     """The compiled 200 ms sleeper as agent ``name@local`` (runtime rust-bin: any executable)."""
-    import shutil
-
     folder = host.home / "agents" / name
     folder.mkdir(parents=True)
     shutil.copy(binary, folder / "sleeper")
@@ -129,8 +128,6 @@ def install_sleeper(host: FleetHost, name: str, binary: Path) -> None:
 
 def build_sleeper(directory: Path) -> Path | None:
     """The sleeper built with cc; None without a C compiler."""
-    import shutil
-
     cc = shutil.which("cc")
     if cc is None:
         return None
@@ -271,6 +268,7 @@ def main() -> None:
     finally:
         stop_all(hosts)
         cluster.stop()
+        shutil.rmtree(base, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -148,23 +148,29 @@ def test_a_reload_adds_and_drops_the_agents_the_host_pulls_for(d: FleetHost, fle
     assert gone.returncode == 5 and "late" in gone.stderr
 
 
-def test_an_intent_that_waited_past_skew_s_is_answered_stale(fleet: Fleet) -> None:
+@pytest.fixture
+def host_s(fleet: Fleet) -> Iterator[FleetHost]:
+    """A host whose daemon accepts 2 s of clock skew, one intent at a time."""
     host = make_host("host-s", fleet.servers, {"stale": ("slow.py", ())}, fleet_extra={"max_in_flight": 1},
                      config="[policy]\nskew_s = 2\n")
-    try:
-        host.start()
-        wait_fleet(fleet.servers, {"host-s": {"stale@local"}})
-        answers = dispatch_batch(fleet.servers, "stale@local", ["first: sleep 3", "second: sleep 3"], timeout=120)
-    finally:
-        host.stop()
+    yield host
+    host.stop()
+    shutil.rmtree(host.base, ignore_errors=True)
+
+
+def test_an_intent_that_waited_past_skew_s_is_answered_stale(fleet: Fleet, host_s: FleetHost) -> None:
+    host = host_s
+    host.start()
+    wait_fleet(fleet.servers, {"host-s": {"stale@local"}})
+    answers = dispatch_batch(fleet.servers, "stale@local", ["first: sleep 3", "second: sleep 3"], timeout=120)
+    host.stop()  # everything it did is in its log now
     outcomes = sorted((a.get("outcome") or a["error"]["code"]) for a in answers)
     assert outcomes == ["ok", "stale_intent"], answers
     stale = next(a for a in answers if isinstance(a.get("error"), dict))
     assert stale["host"] == "host-s" and stale["deliveries"] == 1 and "skew" in stale["error"]["message"], stale
     acks = [(e["outcome"], e["ack"]) for e in host.audit("fleet.ack") if e["intent"] == stale["intent_id"]]
-    assert acks == [("stale_intent", "term")]  # host-s has stopped: everything it did is in its log
+    assert acks == [("stale_intent", "term")]
     assert stale["intent_id"] not in {e["intent"] for e in host.audit("agent.spawned")}
-    shutil.rmtree(host.base, ignore_errors=True)
 
 
 def test_a_log_cut_back_after_its_head_left_the_host_fails_verify_fleet(d: FleetHost, fleet: Fleet) -> None:
