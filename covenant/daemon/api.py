@@ -23,7 +23,7 @@ from covenant import outside_json
 from covenant.agent_names import resolve_agent_id, resolve_recorded_agent_id
 from covenant.spawned_ids import is_spawned_id
 from covenant.audit.errors import AuditDataError
-from covenant.audit.events import fleet_event_data
+from covenant.audit.events import FLEET_DELIVERY, fleet_event_data
 from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.server import ClientGone, Peer
 from covenant.daemon.service import Daemon
@@ -208,7 +208,28 @@ class ControlAPI:
         return body
 
     async def _dispatch(self, *, scope: dict, receive: Receive) -> Any:
-        return await self.daemon.dispatch(await self._json_body(receive), peer_uid=_peer_uid(scope))
+        body = await self._json_body(receive)
+        delivery = None
+        if isinstance(body, dict) and "fleet" in body:
+            # ``covenant fleet`` forwarding a delivery: its fleet.delivery event goes into the intent's own
+            # first commit (docs/fleet.md). Administrative, like the events route.
+            self._require_admin(scope)
+            delivery = self._fleet_delivery(body)
+        return await self.daemon.dispatch(body, peer_uid=_peer_uid(scope), fleet_delivery=delivery)
+
+    @staticmethod
+    def _fleet_delivery(body: dict[str, Any]) -> dict[str, Any]:
+        """The ``fleet.delivery`` data of a forwarded intent: ``fleet`` {delivery, consumer, host} and the
+        intent id it claims (the daemon verifies the intent itself next)."""
+        fleet = body["fleet"]
+        claimed = body.get("intent")
+        intent_id = claimed.get("id") if isinstance(claimed, dict) else None
+        if not isinstance(fleet, dict):
+            raise ApiError("bad_request", "fleet must be an object {delivery, consumer, host}", 400)
+        try:
+            return fleet_event_data(FLEET_DELIVERY, {"intent": intent_id, **fleet})
+        except AuditDataError as exc:
+            raise ApiError("bad_request", exc.message, 400) from None
 
     async def _dispatch_events(self, scope: dict, receive: Receive, send: Send) -> None:
         """A dispatch whose client accepts ``text/event-stream``.

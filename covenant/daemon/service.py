@@ -35,6 +35,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant.a2a.client import RemoteAgents
 from covenant.audit.errors import AuditEventReplaced
+from covenant.audit.events import FLEET_DELIVERY
 from covenant.audit.recent import records_since
 from covenant.audit.writer import AuditLog
 from covenant.clock import iso_now, now_ms
@@ -44,6 +45,7 @@ from covenant.daemon.cancels import CancelRequests
 from covenant.daemon.child_intents import ChildIntents, child_refusal
 from covenant.daemon.dispatch_events import (
     ChildOrigin,
+    Event,
     completion_events,
     decision_event,
     outcome_document,
@@ -195,7 +197,7 @@ class Daemon:
 
     async def dispatch(
         self, body: dict[str, Any], *, sink: StreamSink | None = None, peer_uid: int | None = None,
-        daemon_signer: str | None = None,
+        daemon_signer: str | None = None, fleet_delivery: dict[str, Any] | None = None,
     ) -> dict[str, Any]:
         """Run one signed intent; returns the outcome document or raises CovenantError.
 
@@ -205,22 +207,28 @@ class Daemon:
         that uid may read the record back. ``daemon_signer`` (the daemon's hex public key, never
         taken from a request) marks an intent the daemon signed on its issuer's behalf: a schedule or
         webhook firing (covenant.triggers); it is then decided by that issuer's grants like any other.
+        ``fleet_delivery`` (the data of a ``fleet.delivery`` event, from ``covenant fleet``) is written
+        in the same commit as the intent's first events, whatever becomes of it.
         """
+        leading = [(FLEET_DELIVERY, fleet_delivery)] if fleet_delivery is not None else []
         if self.shutting_down:
+            if leading:
+                await self.audit.record_many(leading)
             raise ShuttingDown("the daemon is shutting down and accepts no new dispatches")
         with self._admission():
             self.audit.check_writable()  # fail closed before anything is verified, decided or spawned
             try:
                 intent = self.verifier.verify(body, now_ms(), signer=daemon_signer)
             except CovenantError as exc:
-                await self._audit_rejection(body, exc)
+                await self._audit_rejection(body, exc, leading)
                 raise
             dry_run = bool(body.get("dry_run", False))
             session_id = body.get("session_id")
             if session_id is not None and (not isinstance(session_id, str) or not valid_session_id(session_id)):
                 raise BadIntent(f"session_id {session_id!r}: use 1-128 of A-Za-z0-9._-", field="session_id")
             return await self._dispatch(
-                intent, dry_run=dry_run, session_id=session_id, sink=sink, child=None, peer_uid=peer_uid
+                intent, dry_run=dry_run, session_id=session_id, sink=sink, child=None, peer_uid=peer_uid,
+                leading=leading,
             )
 
     @contextmanager
@@ -238,20 +246,22 @@ class Daemon:
 
     async def _dispatch(
         self, intent: Intent, *, dry_run: bool, session_id: str | None, sink: StreamSink | None, child: ChildOrigin | None,
-        peer_uid: int | None,
+        peer_uid: int | None, leading: list[Event] | None = None,
     ) -> dict[str, Any]:
         """A verified intent (signed by its issuer, or a child the daemon signed): route, decide, run.
 
-        It is cancellable (:meth:`cancel`) from here to its answer.
+        It is cancellable (:meth:`cancel`) from here to its answer. ``leading`` events (a fleet delivery)
+        go first in the commit of its ``intent.received``.
         """
         with self.cancels.tracking(intent.id):
             return await self._route_decide_run(
-                intent, dry_run=dry_run, session_id=session_id, sink=sink, child=child, peer_uid=peer_uid
+                intent, dry_run=dry_run, session_id=session_id, sink=sink, child=child, peer_uid=peer_uid,
+                leading=leading or [],
             )
 
     async def _route_decide_run(
         self, intent: Intent, *, dry_run: bool, session_id: str | None, sink: StreamSink | None, child: ChildOrigin | None,
-        peer_uid: int | None,
+        peer_uid: int | None, leading: list[Event],
     ) -> dict[str, Any]:
         received = received_event(intent, dry_run=dry_run, store_text=self.config.audit.store_text, child=child,
                                   peer_uid=peer_uid)
@@ -266,7 +276,7 @@ class Daemon:
         except CovenantError as exc:
             self.metrics.policy_denied(exc.code)
             unrouted = {"allowed": False, "decision": "deny", "reason": exc.code, "message": exc.message}
-            await self.audit.record_many([received, decision_event(intent, None, unrouted)])
+            await self.audit.record_many([*leading, received, decision_event(intent, None, unrouted)])
             self._log_dispatch("dispatch refused", intent, intent.agent, outcome=exc.code)
             raise
         if child is not None:
@@ -282,7 +292,7 @@ class Daemon:
         decision, denial = self._decide(intent, agent, routed_by)
         if child is not None:
             decision["depth"] = child.parent.depth + 1
-        pending = [received, decision_event(intent, agent, decision)]
+        pending = [*leading, received, decision_event(intent, agent, decision)]
         if denial is not None or dry_run:
             await self.audit.record_many(pending)
             if denial is not None:
@@ -581,10 +591,10 @@ class Daemon:
                 await self.audit.record(*refused_completion(intent, agent, exc.code))
             raise
 
-    async def _audit_rejection(self, body: dict[str, Any], exc: CovenantError) -> None:
+    async def _audit_rejection(self, body: dict[str, Any], exc: CovenantError, leading: list[Event]) -> None:
         """A rejected intent is audited too, with what it claimed (nothing is trusted)."""
         self.metrics.policy_denied(exc.code)
-        await self.audit.record(*rejection_event(body, exc))
+        await self.audit.record_many([*leading, rejection_event(body, exc)])
 
     def _update_queue_metrics(self) -> None:
         self.metrics.set_queue(self.scheduler.queued, self.scheduler.in_flight)

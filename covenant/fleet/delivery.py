@@ -6,12 +6,14 @@ The order is what makes the guarantees:
    duplicate by that header: a copy under another id is a replay attempt);
 1. a redelivery (delivery 2 and up) whose answer is already in ``COVENANT_RESULTS`` is
    acknowledged and not run: the host that answered it died before its ack;
-2. ``fleet.delivery`` is recorded in the daemon's audit log;
-3. the message body goes to ``POST /v1/dispatch`` unchanged, while in-progress acks
-   (``+WPI``) go to NATS every ``ack_wait / 3``, so only a dead host's intents are redelivered;
-4. the daemon's answer (it answers only once the dispatch record is durable) is published
+2. the message body goes to ``POST /v1/dispatch`` with its signed intent unchanged and
+   ``fleet`` {delivery, consumer, host} beside it: the daemon records ``fleet.delivery`` in
+   the intent's own first commit (a body that is no intent document gets the event on its
+   own, first); in-progress acks (``+WPI``) go to NATS every ``ack_wait / 3`` meanwhile, so
+   only a dead host's intents are redelivered;
+3. the daemon's answer (it answers only once the dispatch record is durable) is published
    on ``covenant.result.<id>``: the first answer of an intent is the one kept;
-5. ``fleet.ack`` is recorded, then the message is acknowledged (``ack`` for a run, ``term``
+4. ``fleet.ack`` is recorded, then the message is acknowledged (``ack`` for a run, ``term``
    for a refusal) — or, for a 503 (overloaded, shutting down, audit unavailable), NAKed
    with a 1 s delay so a host with room takes it.
 
@@ -185,10 +187,13 @@ class Deliveries:
 
     async def _run(self, state: _Running, intent_id: str, agent: str | None, consumer: str, max_deliver: int) -> None:
         try:
-            await self.daemon.audit_event(FLEET_DELIVERY, {"intent": intent_id, "delivery": state.delivery,
-                                                           "consumer": consumer, "host": self.host})
+            delivery = {"delivery": state.delivery, "consumer": consumer, "host": self.host}
+            body = _with_delivery(state.msg.data, intent_id, delivery)
+            if body is None:  # not an intent document: recorded on its own, and the daemon refuses the rest
+                await self.daemon.audit_event(FLEET_DELIVERY, {"intent": intent_id, **delivery})
+                body = state.msg.data
             started = time.monotonic()
-            reply = await self.daemon.dispatch(state.msg.data)
+            reply = await self.daemon.dispatch(body)
             state.dispatch_ms = int((time.monotonic() - started) * 1000)
         except DaemonUnreachable as exc:
             log.warning("the daemon did not answer; the intent is left for a host that can run it",
@@ -294,3 +299,18 @@ class Deliveries:
             log.warning("intent answered delivery_exhausted", extra={"intent": intent_id, "deliveries": deliveries})
         with contextlib.suppress(NotFoundError):
             await self.js.delete_msg(INTENTS_STREAM, seq)
+
+
+def _with_delivery(data: bytes, intent_id: str, delivery: dict[str, Any]) -> bytes | None:
+    """The message's document with ``fleet`` {delivery, consumer, host} beside the signed intent (which is
+    unchanged): the daemon writes ``fleet.delivery`` in the intent's own first commit, saving a commit of
+    its own per delivery. None when the message is not an intent document naming ``intent_id``."""
+    try:
+        document = json.loads(data)
+    except ValueError:
+        return None
+    intent = document.get("intent") if isinstance(document, dict) else None
+    if not isinstance(intent, dict) or intent.get("id") != intent_id or "fleet" in document:
+        return None
+    document["fleet"] = delivery
+    return json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()

@@ -33,7 +33,9 @@ pytestmark = pytest.mark.xdist_group("fleet")
 
 
 class _FullDaemon(BaseHTTPRequestHandler):
-    """Answers every dispatch ``503 overloaded``; keeps the fleet events it is asked to record."""
+    """Answers every dispatch ``503 overloaded``; keeps the fleet events it is asked to record: on their
+    own (``fleet.ack``), or beside a dispatch (``fleet.delivery``, as the daemon writes it with the intent's
+    first events)."""
 
     events: list[dict[str, Any]] = []
 
@@ -43,6 +45,8 @@ class _FullDaemon(BaseHTTPRequestHandler):
             self.events.append(body)
             self._answer(200, {"seq": len(self.events)})
         else:
+            assert set(body["fleet"]) == {"delivery", "consumer", "host"}, body
+            self.events.append({"type": "fleet.delivery", "data": {"intent": body["intent"]["id"], **body["fleet"]}})
             self._answer(503, {"error": {"code": "overloaded", "message": "the wait queue is full"}})
 
     def _answer(self, status: int, document: dict[str, Any]) -> None:

@@ -71,9 +71,12 @@ def test_the_host_that_ran_it_audits_the_delivery_and_the_ack(healthy_fleet: Fle
     assert acks == [{"intent": answer["intent_id"], "outcome": "ok", "delivery": 1, "ack": "ack"}]
     from covenant.audit.reader import Entry, iter_records
 
-    order = [e.record["type"] for e in iter_records(host.home / "audit")
-             if isinstance(e, Entry) and e.record["data"].get("intent") == answer["intent_id"]]
+    mine = [e.record for e in iter_records(host.home / "audit")
+            if isinstance(e, Entry) and e.record["data"].get("intent") == answer["intent_id"]]
+    order = [record["type"] for record in mine]
     assert order[0] == "fleet.delivery" and order[-1] == "fleet.ack" and "intent.completed" in order, order
+    # The delivery is written in the intent's own first commit: right before its intent.received.
+    assert order[:3] == ["fleet.delivery", "intent.received", "policy.decision"] and mine[1]["seq"] == mine[0]["seq"] + 1
     for other in healthy_fleet.hosts.values():
         if other is not host:
             assert answer["intent_id"] not in {e["intent"] for e in other.audit("fleet.delivery")}
