@@ -229,8 +229,13 @@ def add_agent(daemon: DaemonProcess, name: str, script: str, keywords: tuple[str
 def wait_fleet(servers: list[str], hosts: dict[str, set[str]], timeout: float = 120) -> dict[str, Any]:
     """Until each host in ``hosts`` is up in COVENANT_HOSTS with (at least) those agents."""
 
+    from nats.errors import Error as NatsError
+
     def ready() -> dict[str, Any] | None:
-        status = fleet_status(servers)
+        try:
+            status = fleet_status(servers)
+        except (NatsError, TimeoutError, OSError):
+            return None  # the cluster is still electing, or busy: ask again
         up = {h["host"]: {a["id"] for a in h.get("agents") or []} for h in status["hosts"] if h["up"]}
         return status if all(name in up and agents <= up[name] for name, agents in hosts.items()) else None
 
