@@ -53,3 +53,27 @@ def processes_marked(marker: str, among: Iterable[psutil.Process] | None = None)
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             continue
     return found
+
+
+def marked_processes_of(uid: int) -> list[psutil.Process]:
+    """Live processes of real uid ``uid`` that covenant started (they carry a ``COVENANT_INTENT_ID``)."""
+    found = []
+    for proc in psutil.process_iter():
+        try:
+            if proc.uids().real == uid and "COVENANT_INTENT_ID" in proc.environ() and alive(proc.pid):
+                found.append(proc)
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            continue
+    return found
+
+
+def described(procs: Iterable[psutil.Process]) -> list[str]:
+    """Each process as "pid ppid marker started-at argv", for a failure message that names the culprit."""
+    lines = []
+    for proc in procs:
+        try:
+            lines.append(f"{proc.pid} ppid={proc.ppid()} {proc.environ().get('COVENANT_INTENT_ID')} "
+                         f"started={proc.create_time():.2f} {proc.cmdline()}")
+        except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
+            lines.append(f"{proc.pid} (gone)")
+    return lines

@@ -6,6 +6,7 @@ situation as a daemon on a laptop.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import shutil
@@ -23,7 +24,7 @@ import pytest
 from covenant.client import DaemonClient, DaemonUnreachable
 from tests.conftest import traversable_tmpdir
 from tests.fakes import FakeModelServer, Reply, ToolCall
-from tests.processes import alive, processes_marked, wait_gone
+from tests.processes import alive, described, marked_processes_of, processes_marked, wait_gone
 
 # Their daemons and commands all run as nobody, and some look for what nobody's processes left on the
 # whole host: on one pytest-xdist worker, one test at a time.
@@ -54,7 +55,24 @@ def nobody_home() -> Iterator[Path]:
     for path in [base, *base.rglob("*")]:
         os.chown(path, NOBODY, NOBODY)
     yield home
-    shutil.rmtree(base, ignore_errors=True)
+    try:
+        _nothing_of_nobodys_left()
+    finally:
+        shutil.rmtree(base, ignore_errors=True)
+
+
+def _nothing_of_nobodys_left() -> None:
+    """After every test as nobody, no process covenant started for nobody remains: one test's leak fails that
+    test (naming the processes), not the next one that looks for nobody's processes."""
+    deadline = time.monotonic() + 30
+    while left := marked_processes_of(NOBODY):
+        if time.monotonic() > deadline:
+            named = described(left)
+            for proc in left:
+                with contextlib.suppress(psutil.NoSuchProcess):
+                    proc.kill()
+            raise AssertionError(f"processes covenant started for nobody outlived the test: {named}")
+        time.sleep(0.1)
 
 
 def as_nobody(home: Path, *args: str) -> list[str]:
@@ -241,13 +259,15 @@ def test_covenant_run_as_an_ordinary_user_runs_a_rune_package_with_a_stdio_mcp_s
     package = _nobodys_package(nobody_home.parent / "clock", CLOCK_RUNEFILE)
     _rune_config(nobody_home, fake_model)
     _script_one_tool_call(fake_model, "it is noon somewhere")
+    before = {p.pid for p in marked_processes_of(NOBODY)}
     done = subprocess.run(as_nobody(nobody_home, "run", str(package), "what time is it", "--json"),
                           env=env, capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stdout + done.stderr
     assert json.loads(done.stdout)["result"]["text"] == "it is noon somewhere"
     _the_tool_answered(fake_model)
-    # None of nobody's outlived the command (a root daemon's clock@local server of another test may run).
-    assert [p for p in processes_marked("mcp:clock@local") if p.uids().real == NOBODY] == []
+    # Nothing the command started for nobody outlived it: covenant run stops its servers before it exits.
+    outlived = [p for p in marked_processes_of(NOBODY) if p.pid not in before]
+    assert outlived == [], (described(outlived), done.stderr)
 
 
 ESCAPE_RUNEFILE = CLOCK_RUNEFILE.replace('toolset: ["time/get_current_time"]', 'toolset: ["hostile/escape"]')
