@@ -72,8 +72,10 @@ def described(procs: Iterable[psutil.Process]) -> list[str]:
     lines = []
     for proc in procs:
         try:
-            lines.append(f"{proc.pid} ppid={proc.ppid()} {proc.environ().get('COVENANT_INTENT_ID')} "
-                         f"started={proc.create_time():.2f} {proc.cmdline()}")
+            parent = proc.parent()
+            lines.append(f"{proc.pid} {proc.environ().get('COVENANT_INTENT_ID')} started={proc.create_time():.2f} "
+                         f"{proc.cmdline()} parent={parent.pid if parent else None} "
+                         f"{parent.cmdline() if parent else ''}")
         except (psutil.NoSuchProcess, psutil.AccessDenied, psutil.ZombieProcess):
             lines.append(f"{proc.pid} (gone)")
     return lines
