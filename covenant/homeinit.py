@@ -13,6 +13,7 @@ identity/daemon.key           0600   checked at every start (a wider key is refu
 covenant.toml, grants.toml,   0600   kept by every writer (tomlkit rewrites)
 identities.toml
 state/, state/workspaces/     0711   agents traverse to their own dir only
+state/snapshots/              0711   agents read their package's snapshot, as agents/
 state/* (dispatches, ...)     0700
 run/                          0750   the control socket: daemon and its group only
 ============================  =====  ==============================================

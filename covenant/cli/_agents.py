@@ -28,10 +28,16 @@ class KnownAgents(NamedTuple):
     """``GET /v1/agents``'s ``spawned`` entries; empty without a daemon."""
     withdrawn: list[str]
     """Ids whose manifest a reload rejected (the daemon's; empty without one)."""
+    states: dict[str, dict[str, Any]] = {}
+    """Agent id -> its ``state`` in the daemon (``loaded``, ``snapshot`` with ``waiting_on``); empty without one."""
 
     def ids(self) -> list[str]:
         """Every id a name may mean: the loaded agents and the withdrawn ones (their lines and records exist)."""
         return [*self.registry.agents, *self.withdrawn]
+
+
+_STATE_KEYS = ("state", "waiting_on")
+"""What ``GET /v1/agents`` says of an agent beyond its manifest."""
 
 
 def _problem(doc: dict[str, Any]) -> Problem:
@@ -53,7 +59,8 @@ def known_agents(home: Home) -> KnownAgents:
     agents = [AgentSpec.model_validate(doc, strict=False) for doc in loaded["agents"]]
     registry = Registry(agents={a.id: a for a in agents}, problems=[_problem(p) for p in loaded["problems"]],
                         notes=[_problem(n) for n in loaded.get("notes", [])])
-    return KnownAgents(registry, loaded.get("spawned", []), list(loaded.get("withdrawn", [])))
+    states = {doc["id"]: {key: doc[key] for key in _STATE_KEYS if key in doc} for doc in loaded["agents"]}
+    return KnownAgents(registry, loaded.get("spawned", []), list(loaded.get("withdrawn", [])), states)
 
 
 def resolve_agent(home: Home, name: str) -> str:

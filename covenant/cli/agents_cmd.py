@@ -59,8 +59,16 @@ def _rune_tools(spec: AgentSpec, home: Home) -> dict[str, Any] | None:
     return _tools(package, load_config(home))
 
 
-def _agent_json(spec: AgentSpec) -> dict[str, Any]:
-    return spec.model_dump(mode="json")
+def _agent_json(spec: AgentSpec, states: dict[str, dict[str, Any]]) -> dict[str, Any]:
+    """The manifest's fields, and the daemon's ``state`` of the agent when a daemon answered."""
+    return {**spec.model_dump(mode="json"), **states.get(spec.id, {})}
+
+
+def _snapshot_lines(specs: list[AgentSpec], states: dict[str, dict[str, Any]]) -> None:
+    for spec in specs:
+        state = states.get(spec.id, {})
+        if state.get("state") == "snapshot":
+            echo(f"{spec.id}: runs its last valid version (snapshot) until {state['waiting_on']} loads again")
 
 
 def _relative(path: Path, folder: Path) -> str:
@@ -98,7 +106,7 @@ def list_agents(cli: CliContext, as_json: bool) -> None:
     registry, spawned = known.registry, known.spawned
     specs = [registry.agents[k] for k in sorted(registry.agents)]
     if as_json:
-        print_json({"agents": [_agent_json(s) for s in specs], "problems": [p.to_json() for p in registry.problems],
+        print_json({"agents": [_agent_json(s, known.states) for s in specs], "problems": [p.to_json() for p in registry.problems],
                     "spawned": spawned})
         return
     rows = [
@@ -132,6 +140,7 @@ def list_agents(cli: CliContext, as_json: bool) -> None:
     for entry in spawned:
         expires = datetime.fromtimestamp(entry["expires_ms"] / 1000, UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
         echo(f"{entry['agent']}: spawned by {entry['spawner']} for {entry['issuer']}, expires {expires}")
+    _snapshot_lines(specs, known.states)
     _problems_note(registry)
 
 
@@ -146,9 +155,9 @@ def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
     spec = known.registry.agents[resolve_agent_id(agent_id, known.registry.agents)]
     tools = _rune_tools(spec, cli.home)
     if as_json:
-        print_json({**_agent_json(spec), **({"tools": tools} if tools is not None else {})})
+        print_json({**_agent_json(spec, known.states), **({"tools": tools} if tools is not None else {})})
         return
-    data = _agent_json(spec)
+    data = _agent_json(spec, known.states)
     for key in ("id", "name", "version", "runtime", "kind", "manifest_path", "root", "entry"):
         echo(f"{key + ':':<36}{data[key] if data[key] is not None else '-'}")
     for section in ("capabilities", "resources", "settlement"):
@@ -156,6 +165,10 @@ def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
             shown = ", ".join(value) if isinstance(value, list) else value
             echo(f"{section + '.' + key + ':':<36}{shown if shown != '' else '-'}")
     echo(f"{'keywords:':<36}{', '.join(spec.keywords) or '-'}")
+    if "state" in data:
+        waiting = f" (its manifest is rejected: runs its last valid version until {data['waiting_on']} loads again)" \
+            if data["state"] == "snapshot" else ""
+        echo(f"{'state:':<36}{data['state']}{waiting}")
     if tools is not None:
         for tool in tools["offered"]:
             echo(f"{'tool:':<36}{tool['name']} ({tool['kind']} {tool['entry']}, needs {tool['action']})")

@@ -21,6 +21,8 @@ def _render_status(doc: dict) -> None:
     echo(f"agents     {len(doc['agents']['loaded'])} loaded: {', '.join(doc['agents']['loaded']) or '-'}")
     if doc["agents"]["withdrawn"]:
         echo(f"           withdrawn until their manifest is fixed: {', '.join(doc['agents']['withdrawn'])}")
+    for agent_id, path in doc["agents"].get("snapshot", {}).items():
+        echo(f"           {agent_id} runs its last valid version (snapshot) until {path} loads again")
     for problem in doc["rejected"]:
         where = problem["path"] + (f":{problem['line']}" if problem.get("line") else "")
         echo(f"rejected   {where}: {problem['message']}")
@@ -92,9 +94,13 @@ def status(cli: CliContext, as_json: bool) -> None:
 def reload(cli: CliContext, as_json: bool) -> None:
     """Reload manifests and grants (root or the daemon's uid only).
 
-    Names every rejected manifest. An agent whose manifest was valid and is
-    rejected now is withdrawn until the file is fixed. Exit 0 when every
-    manifest is valid, 1 when any was rejected, 5 when no daemon answers.
+    Names every rejected manifest; the others reload. An agent whose manifest
+    was valid and is rejected now keeps running its last valid version, from
+    the snapshot taken when it loaded (listed under "snapshot"), until the file
+    loads again; one with no snapshot is withdrawn. "changed" lists agents
+    whose manifest, package files (tools/, workflow.yaml, code) or skills
+    differ. Exit 0 when every manifest is valid, 1 when any was rejected, 5
+    when no daemon answers.
     """
     with daemon_client(cli.home, timeout=60) as client:
         doc = client.request("POST", "/v1/reload")
@@ -102,8 +108,8 @@ def reload(cli: CliContext, as_json: bool) -> None:
         print_json(doc)
     else:
         echo(f"reloaded: {len(doc['agents'])} agents")
-        for key in ("added", "removed", "changed", "withdrawn"):
-            if doc[key]:
+        for key in ("added", "removed", "changed", "withdrawn", "snapshot"):
+            if doc.get(key):
                 echo(f"  {key}: {', '.join(doc[key])}")
         for path in doc["rejected"]:
             echo(f"  rejected: {path}")
@@ -111,7 +117,8 @@ def reload(cli: CliContext, as_json: bool) -> None:
             echo(f"  problem: {problem}")
         if doc["rejected"]:
             echo(
-                f"covenant: {len(doc['rejected'])} manifest(s) rejected; fix them "
+                f"covenant: {len(doc['rejected'])} manifest(s) rejected, every other manifest reloaded; an agent "
+                "whose file is rejected keeps running its last valid version (snapshot) where it has one. Fix them "
                 "(`covenant agents check` lists the problems), then reload again",
                 err=True,
             )

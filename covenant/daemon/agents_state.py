@@ -1,18 +1,20 @@
 """The daemon's view of the registry across reloads.
 
-A manifest that was valid and became invalid **withdraws** its agent until the
-file is fixed: the daemon never keeps the old manifest while the package's code
-files run as edited (a mix nobody wrote or reviewed), and a restart gives the
-same answer as the reload did, because nothing depends on what was loaded
-before. The withdrawn ids are reported (status, reload, audit) and a dispatch
-naming one is told why it cannot run.
+A manifest that was valid and became invalid keeps its agent running from the
+**snapshot** of its last valid package (:mod:`covenant.daemon.registry_scan`):
+the old manifest with the old code, never the old manifest over edited code
+(a mix nobody wrote or reviewed). Snapshots are kept under ``state/``, so a
+restart gives the same answer as the reload did. An agent whose file is
+rejected and that has no snapshot (it never loaded, or its package was too
+large to copy) is **withdrawn** until the file is fixed. Both are reported
+(status, reload, audit); a dispatch naming a withdrawn one is told why it
+cannot run.
 """
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-
 from typing import TYPE_CHECKING
 
 from covenant.manifest.model import AgentSpec
@@ -20,6 +22,7 @@ from covenant.manifest.problems import Problem
 from covenant.manifest.registry import Registry
 
 if TYPE_CHECKING:
+    from covenant.daemon.registry_scan import Scan
     from covenant.manifest.runefile import RunePackage
     from covenant.manifest.workflow import Workflow
 
@@ -31,7 +34,10 @@ class ReloadChanges:
     added: list[str] = field(default_factory=list)
     removed: list[str] = field(default_factory=list)
     changed: list[str] = field(default_factory=list)
+    """Agents whose manifest, package files or skills differ from what ran before."""
     withdrawn: list[str] = field(default_factory=list)
+    snapshot: list[str] = field(default_factory=list)
+    """Agents now running from the snapshot of their last valid package (their file was rejected)."""
 
     def to_json(self) -> dict[str, list[str]]:
         return {
@@ -39,6 +45,7 @@ class ReloadChanges:
             "removed": self.removed,
             "changed": self.changed,
             "withdrawn": self.withdrawn,
+            "snapshot": self.snapshot,
         }
 
 
@@ -60,25 +67,45 @@ class LoadedAgents:
     """The Rune package behind each ``runtime = "rune"`` agent."""
     workflows: dict[str, Workflow] = field(default_factory=dict)
     """The DAG behind each ``runtime = "workflow"`` agent."""
+    snapshots: dict[str, Path] = field(default_factory=dict)
+    """Agent id -> the rejected manifest it waits on, for each agent running from its last valid snapshot."""
+    digests: dict[str, str] = field(default_factory=dict)
+    """Agent id -> the digest of what it runs (package files and skills): a reload's ``changed``."""
 
     @classmethod
-    def first(cls, registry: Registry) -> "LoadedAgents":
+    def first(cls, scan: Scan) -> "LoadedAgents":
+        registry = scan.registry
         return cls(dict(registry.agents), list(registry.problems), dict(registry.sources),
                    notes=tuple(registry.notes), packages=dict(registry.rune_packages),
-                   workflows=_workflows(registry))
+                   workflows=_workflows(registry), snapshots=dict(scan.snapshots), digests=dict(scan.digests))
+
+    def state_of(self, agent_id: str) -> dict[str, str]:
+        """``{"state": "loaded"}``, or ``snapshot`` with the file it waits on, for a loaded agent."""
+        waiting = self.snapshots.get(agent_id)
+        return {"state": "loaded"} if waiting is None else {"state": "snapshot", "waiting_on": str(waiting)}
 
 
 def _workflows(registry: Registry) -> dict[str, Workflow]:
     return {agent_id: folder.workflow for agent_id, folder in registry.workflows.items()}
 
 
-def merge_reload(previous: LoadedAgents, fresh: Registry) -> tuple[LoadedAgents, ReloadChanges]:
+def _changed(agent_id: str, previous: LoadedAgents, agents: dict[str, AgentSpec], digests: dict[str, str]) -> bool:
+    """Does the agent run something else now? By content when both versions have a digest (an agent that moved
+    to its snapshot runs the same files from another folder: unchanged), else by the manifest's meaning."""
+    before, now = previous.digests.get(agent_id), digests.get(agent_id)
+    if before is not None and now is not None:
+        return before != now
+    return agents[agent_id] != previous.agents[agent_id]
+
+
+def merge_reload(previous: LoadedAgents, scan: Scan) -> tuple[LoadedAgents, ReloadChanges]:
     """What a fresh scan loads, and how it differs from what was loaded before.
 
-    Only the fresh scan is loaded (see the module docstring); the previous state
-    names the agents a rejected edit withdrew. A withdrawn agent stays withdrawn
-    across further reloads while its file stays rejected.
+    Only the fresh scan (with its snapshots) is loaded (see the module docstring); the previous
+    state names the agents a rejected edit withdrew. A withdrawn agent stays withdrawn across
+    further reloads while its file stays rejected.
     """
+    fresh = scan.registry
     agents = dict(fresh.agents)
     withdrawn = {
         agent_id: path for agent_id, path in previous.withdrawn.items()
@@ -91,11 +118,12 @@ def merge_reload(previous: LoadedAgents, fresh: Registry) -> tuple[LoadedAgents,
     changes = ReloadChanges(
         added=sorted(new_ids - old_ids),
         removed=sorted(old_ids - new_ids - set(withdrawn)),
-        changed=sorted(i for i in old_ids & new_ids if agents[i] != previous.agents[i]),
+        changed=sorted(i for i in old_ids & new_ids if _changed(i, previous, agents, scan.digests)),
         withdrawn=sorted(i for i in withdrawn if i in old_ids),
+        snapshot=sorted(i for i in scan.snapshots if i not in previous.snapshots),
     )
     return (
         LoadedAgents(agents, list(fresh.problems), dict(fresh.sources), withdrawn, tuple(fresh.notes),
-                     dict(fresh.rune_packages), _workflows(fresh)),
+                     dict(fresh.rune_packages), _workflows(fresh), dict(scan.snapshots), dict(scan.digests)),
         changes,
     )

@@ -292,8 +292,8 @@ class ControlAPI:
         loaded = self.daemon.agents.loaded
         everyone = self._sees_spawned(scope)
         return {
-            "agents": [a.model_dump(mode="json") for agent_id, a in sorted(loaded.agents.items())
-                       if everyone or not is_spawned_id(agent_id)],
+            "agents": [{**a.model_dump(mode="json"), **loaded.state_of(agent_id)}
+                       for agent_id, a in sorted(loaded.agents.items()) if everyone or not is_spawned_id(agent_id)],
             "problems": [p.to_json() for p in loaded.problems],
             "notes": [n.to_json() for n in loaded.notes],
             "withdrawn": sorted(loaded.withdrawn),
@@ -301,7 +301,9 @@ class ControlAPI:
         }
 
     async def _agent(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
-        return self.daemon.agents.loaded.agents[self._named_agent(scope, agent_id, reading=False)].model_dump(mode="json")
+        loaded = self.daemon.agents.loaded
+        found = self._named_agent(scope, agent_id, reading=False)
+        return {**loaded.agents[found].model_dump(mode="json"), **loaded.state_of(found)}
 
     async def _status(self, *, scope: dict, receive: Receive) -> Any:
         document = status_document(self.daemon)

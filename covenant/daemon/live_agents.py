@@ -21,6 +21,7 @@ from covenant.clock import now_ms
 from covenant.config import Config
 from covenant.daemon.agents_state import LoadedAgents, ReloadChanges, merge_reload
 from covenant.daemon.metrics import Metrics
+from covenant.daemon.registry_scan import scan_with_snapshots, snapshot_store
 from covenant.daemon.routing import NoAgent, route
 from covenant.daemon.rune_host import RuneHost
 from covenant.daemon.spawned import Spawned, SpawnedAgents, SpawnRefused
@@ -28,12 +29,10 @@ from covenant.errors import CovenantError
 from covenant.home import Home
 from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.model import AgentSpec
-from covenant.manifest.registry import scan_agents
 from covenant.runtime.isolation import Isolation
 from covenant.runtime.launcher import LaunchError
 from covenant.runtime.liveroots import LiveRoots
 from covenant.spawned_ids import is_spawned_id, spawned_namespace
-from covenant.tools.refuse import enforce_unavailable_policy
 from covenant.workflow import ChainLink
 
 __all__ = ["LiveAgents"]
@@ -56,6 +55,7 @@ class LiveAgents:
         self._isolation = isolation
         self._live_roots = live_roots
         self.loaded = loaded
+        self._snapshots = snapshot_store(home)
         self.spawned = SpawnedAgents(home.state_dir / "spawned", ManifestLimits.from_config(config.runtime),
                                      ttl_s=config.rune.spawned_ttl_s, per_spawner=config.rune.spawned_max,
                                      memory_mb=config.rune.memory_mb)
@@ -160,18 +160,20 @@ class LiveAgents:
     # -- the registry ---------------------------------------------------------------------
 
     async def rescan(self) -> ReloadChanges:
-        """Scan the agents folder again and load what it holds now; a manifest that became invalid
-        withdraws its agent (logged). The spawned agents stay."""
-        fresh = await trio.to_thread.run_sync(
-            lambda: enforce_unavailable_policy(
-                scan_agents(self._home.agents_dir, ManifestLimits.from_config(self._config.runtime)), self._config
-            )
-        )
+        """Scan the agents folder again and load what it holds now; a manifest that became invalid runs its
+        agent from the snapshot of its last valid package, or withdraws it when there is none (logged).
+        The spawned agents stay."""
+        fresh = await trio.to_thread.run_sync(scan_with_snapshots, self._home, self._config, self._snapshots)
         without_spawned = replace(
             self.loaded, agents={k: v for k, v in self.loaded.agents.items() if not is_spawned_id(k)},
             packages={k: v for k, v in self.loaded.packages.items() if not is_spawned_id(k)})
         self.loaded, changes = merge_reload(without_spawned, fresh)
         self._publish()
+        for agent_id in changes.snapshot:
+            log.warning(
+                "agent runs its last valid version: its manifest was rejected",
+                extra={"agent": agent_id, "path": str(self.loaded.snapshots[agent_id])},
+            )
         for agent_id in changes.withdrawn:
             log.warning(
                 "agent withdrawn: its manifest was rejected",
@@ -196,6 +198,7 @@ class LiveAgents:
                 "rejected": len(rejected_by_file),
                 **(changes or {}),
                 "withdrawn": sorted(self.loaded.withdrawn),
+                "snapshot": {agent_id: str(path) for agent_id, path in sorted(self.loaded.snapshots.items())},
             },
         )
 

@@ -38,6 +38,7 @@ from covenant.daemon.metrics import Metrics
 from covenant.daemon.network_server import serve_network
 from covenant.daemon.scheduler import ShuttingDown
 from covenant.daemon.server import bind_unix_socket, serve
+from covenant.daemon.registry_scan import scan_with_snapshots, snapshot_store
 from covenant.daemon.rune_host import RuneHost
 from covenant.daemon.service import Daemon
 from covenant.errors import ConfigError, ExitCode
@@ -45,8 +46,7 @@ from covenant.home import Home
 from covenant.homeinit import check_home_modes, init_home
 from covenant.daemon.agent_calls import DaemonAgentCalls
 from covenant.keys import load_private_key, public_key_hex
-from covenant.manifest.limits import ManifestLimits
-from covenant.manifest.registry import Registry, scan_agents
+from covenant.manifest.registry import Registry
 from covenant.models import ModelGateway
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.grants import GrantStore
@@ -58,7 +58,6 @@ from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner, paths_agent_processes_run
 from covenant.tools import ToolHost
-from covenant.tools.refuse import enforce_unavailable_policy
 from covenant.triggers.agent_schedules import AgentScheduleStore, agent_schedules_path
 from covenant.triggers.onbehalf import OnBehalfSigner
 from covenant.triggers.schedules import ScheduleRunner, resolve_issuers
@@ -295,9 +294,8 @@ async def serve_daemon(
         set_child_subreaper()
         _raise_open_files_limit()
         metrics = Metrics()
-        registry = await trio.to_thread.run_sync(
-            lambda: enforce_unavailable_policy(scan_agents(home.agents_dir, ManifestLimits.from_config(config.runtime)), config)
-        )
+        scan = await trio.to_thread.run_sync(scan_with_snapshots, home, config, snapshot_store(home))
+        registry = scan.registry
         store = DispatchStore(home.dispatches_dir)
         budget = await trio.to_thread.run_sync(_budget_from_history, store, registry, now_ms())
         grants = await trio.to_thread.run_sync(GrantsWatch, GrantStore(home.grants_path, key.public_key()))
@@ -341,7 +339,7 @@ async def serve_daemon(
                     store=store,
                     grants=grants,
                     names=names,
-                    agents=LoadedAgents.first(registry),
+                    agents=LoadedAgents.first(scan),
                     budget=budget,
                     metrics=metrics,
                     socket_paths=socket_names,

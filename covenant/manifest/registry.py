@@ -38,7 +38,8 @@ if TYPE_CHECKING:
     from covenant.manifest.runefile import RunePackage
     from covenant.manifest.workflow_agent import WorkflowAgent
 
-__all__ = ["Registry", "scan_agents", "load_path", "check_paths", "AGENT_TOML", "RUNEFILE", "WORKFLOW_FILE"]
+__all__ = ["Registry", "Loaded", "scan_agents", "load_path", "load_manifest", "check_paths", "AGENT_TOML", "RUNEFILE",
+           "WORKFLOW_FILE"]
 
 AGENT_TOML = "agent.toml"
 RUNEFILE = "Runefile"
@@ -63,7 +64,9 @@ class Registry:
 
 
 @dataclass
-class _Loaded:
+class Loaded:
+    """One valid manifest: its agent and, for a Rune package or a workflow folder, what stands behind it."""
+
     path: Path
     spec: AgentSpec
     package: RunePackage | None
@@ -80,7 +83,7 @@ def _package_folders(real_parent: str, real_root: str) -> list[Path]:
     return folders
 
 
-def _load_one(manifest: Path, real_root: str | None, limits: ManifestLimits) -> _Loaded:
+def _load_one(manifest: Path, real_root: str | None, limits: ManifestLimits) -> Loaded:
     """Load one manifest with its security checks; raises ManifestError with every problem."""
     problems: list[Problem] = []
     if real_root is not None:
@@ -115,7 +118,7 @@ def _load_one(manifest: Path, real_root: str | None, limits: ManifestLimits) -> 
         problems.extend(exc.problems)
     if problems:
         raise ManifestError(problems)
-    return _Loaded(manifest, spec, package, workflow)
+    return Loaded(manifest, spec, package, workflow)
 
 
 def _id_line(path: Path) -> int | None:
@@ -159,14 +162,14 @@ def _assemble(
 ) -> Registry:
     """Load every manifest, then reject every id declared by more than one file."""
     sources: dict[Path, str | None] = {}
-    loaded: list[_Loaded] = []
+    loaded: list[Loaded] = []
     for manifest, real_root in manifests:
         sources[manifest] = None
         try:
             loaded.append(_load_one(manifest, real_root, limits))
         except ManifestError as exc:
             problems.extend(exc.problems)
-    by_id: dict[str, list[_Loaded]] = {}
+    by_id: dict[str, list[Loaded]] = {}
     for item in loaded:
         by_id.setdefault(item.spec.id, []).append(item)
     agents: dict[str, AgentSpec] = {}
@@ -348,3 +351,9 @@ def load_path(path: Path, limits: ManifestLimits = DEFAULT_LIMITS) -> AgentSpec:
     elif not os.path.lexists(path):
         raise ManifestError([Problem(path, None, None, "io error: does not exist")])
     return _load_one(path, None, limits).spec
+
+
+def load_manifest(manifest: Path, package_root: Path, limits: ManifestLimits = DEFAULT_LIMITS) -> Loaded:
+    """One manifest held to the agents folder's rules with ``package_root`` as that folder (a snapshot's
+    ``files/``, :mod:`covenant.manifest.snapshots`). Raises ManifestError with every problem."""
+    return _load_one(manifest, os.path.realpath(package_root), limits)

@@ -1,10 +1,12 @@
-"""merge_reload is pure: what a reload loads is the fresh scan; a rejected edit withdraws its agent (issue 16)."""
+"""merge_reload is pure: what a reload loads is the fresh scan (with its snapshots); a rejected edit with no snapshot
+withdraws its agent (issue 16); `changed` goes by content when both versions have a digest (issue 39)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
 from covenant.daemon.agents_state import LoadedAgents, merge_reload
+from covenant.daemon.registry_scan import Scan
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.problems import Problem
 from covenant.manifest.registry import Registry
@@ -18,12 +20,13 @@ def _agent(agent_id: str, version: str = "0.1.0") -> AgentSpec:
                      entry=Path("/agents/x.py"))
 
 
-def _scan(valid: dict[Path, AgentSpec], rejected: tuple[Path, ...] = ()) -> Registry:
-    return Registry(
+def _scan(valid: dict[Path, AgentSpec], rejected: tuple[Path, ...] = (), *, snapshots: dict[str, Path] | None = None,
+          digests: dict[str, str] | None = None) -> Scan:
+    return Scan(Registry(
         agents={spec.id: spec for spec in valid.values()},
         problems=[Problem(path, 1, None, "parse error") for path in rejected],
         sources={**{path: spec.id for path, spec in valid.items()}, **{path: None for path in rejected}},
-    )
+    ), snapshots or {}, digests or {})
 
 
 def test_a_rejected_edit_withdraws_the_agent_and_keeps_nothing_of_it() -> None:
@@ -55,3 +58,24 @@ def test_a_file_that_was_never_valid_withdraws_nothing() -> None:
     loaded = LoadedAgents.first(_scan({}, rejected=(A,)))
     after, changes = merge_reload(loaded, _scan({}, rejected=(A,)))
     assert after.withdrawn == {} and changes.withdrawn == []
+
+
+def test_an_agent_on_its_snapshot_is_neither_withdrawn_nor_changed_and_is_reported_once() -> None:
+    loaded = LoadedAgents.first(_scan({A: _agent("a@local")}, digests={"a@local": "d1"}))
+    from_snapshot = _agent("a@local").model_copy(update={"root": Path("/state/snapshots/d1/files")})
+    scan = _scan({}, rejected=(A,), snapshots={"a@local": A}, digests={"a@local": "d1"})
+    scan.registry.agents["a@local"] = from_snapshot  # as registry_scan adds it: its file (A) stays rejected
+    after, changes = merge_reload(loaded, scan)
+    assert after.agents == {"a@local": from_snapshot} and after.withdrawn == {}
+    assert changes.withdrawn == [] and changes.changed == [] and changes.removed == []
+    assert changes.snapshot == ["a@local"] and after.state_of("a@local") == {"state": "snapshot", "waiting_on": str(A)}
+    again, changes = merge_reload(after, scan)
+    assert changes.snapshot == [] and again.snapshots == {"a@local": A}
+
+
+def test_changed_goes_by_content_when_both_versions_have_a_digest() -> None:
+    loaded = LoadedAgents.first(_scan({A: _agent("a@local")}, digests={"a@local": "d1"}))
+    _, changes = merge_reload(loaded, _scan({A: _agent("a@local")}, digests={"a@local": "d2"}))
+    assert changes.changed == ["a@local"]  # the same manifest, an edited tool file or skill
+    _, changes = merge_reload(loaded, _scan({A: _agent("a@local")}, digests={"a@local": "d1"}))
+    assert changes.changed == []

@@ -156,7 +156,7 @@ def test_full_queue_answers_overloaded(daemon: DaemonProcess) -> None:
         assert proc.returncode == 0
 
 
-def test_sighup_adds_new_manifest_and_withdraws_a_broken_one(daemon: DaemonProcess) -> None:
+def test_sighup_adds_new_manifest_and_keeps_a_broken_ones_last_valid_version(daemon: DaemonProcess) -> None:
     first = daemon.add_agent("first", "echo.py", keywords=("first",))
     daemon.start()
     daemon.add_agent("second", "echo.py", keywords=("second",))
@@ -167,15 +167,16 @@ def test_sighup_adds_new_manifest_and_withdraws_a_broken_one(daemon: DaemonProce
 
     first.write_text(first.read_text().replace('version = "0.1.0"', 'version = '))  # broken TOML
     daemon.process.send_signal(signal.SIGHUP)
-    wait_for(lambda: "first@local" in status(daemon)["agents"]["withdrawn"], what="first withdrawn")
+    wait_for(lambda: "first@local" in status(daemon)["agents"]["snapshot"], what="first on its snapshot")
+    assert status(daemon)["agents"]["snapshot"] == {"first@local": str(first)}
     assert any("first" in p["path"] for p in status(daemon)["rejected"])
-    refused = daemon.cli("dispatch", "first go", "--agent", "first@local")
-    assert refused.returncode == 6 and "withdrawn" in refused.stderr and str(first) in refused.stderr
+    ran = daemon.cli("dispatch", "first go", "--agent", "first@local")
+    assert ran.returncode == 0 and ran.stdout.strip() == "first go", ran.stdout + ran.stderr
     listed = json.loads(daemon.cli("agents", "list", "--json", check=True).stdout)
-    assert {a["id"] for a in listed["agents"]} == {"second@local"}
+    assert {a["id"]: a["state"] for a in listed["agents"]} == {"first@local": "snapshot", "second@local": "loaded"}
     reloads = [r["data"] for r in audit_records(daemon) if r["type"] == "registry.loaded"]
-    assert reloads[-1]["withdrawn"] == ["first@local"] and reloads[-1]["rejected"] == 1
-
+    assert reloads[-1]["withdrawn"] == [] and reloads[-1]["rejected"] == 1
+    assert reloads[-1]["snapshot"] == {"first@local": str(first)}
 
 def test_reload_through_socket(daemon: DaemonProcess) -> None:
     daemon.start()

@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.daemon.conftest import DaemonProcess
+from tests.daemon.test_daemon_e2e import audit_records
 
 
 def test_agents_check_reads_the_files_not_the_daemon(daemon: DaemonProcess) -> None:
@@ -31,7 +32,9 @@ def test_agents_check_reads_the_files_not_the_daemon(daemon: DaemonProcess) -> N
     assert as_json["valid"] is False and as_json["agents"] == ["good@local"]
 
 
-def test_rejected_edit_withdraws_the_agent_never_old_manifest_with_new_code(daemon: DaemonProcess) -> None:
+def test_a_rejected_edit_keeps_the_whole_previous_package_running_from_its_snapshot(daemon: DaemonProcess) -> None:
+    """Issue 39 item 1: a typo never takes a working agent offline, and never runs the old manifest over the
+    edited code: the agent runs its last valid package, copied when it loaded, until the file loads again."""
     manifest = daemon.add_agent("first", "echo.py", keywords=("first",))
     daemon.start()
     assert daemon.cli("dispatch", "first go").stdout.strip() == "first go"
@@ -45,26 +48,72 @@ def test_rejected_edit_withdraws_the_agent_never_old_manifest_with_new_code(daem
 
     reloaded = daemon.cli("reload")
     assert reloaded.returncode == 1, reloaded.stdout + reloaded.stderr
-    assert f"rejected: {manifest}" in reloaded.stdout and "withdrawn: first@local" in reloaded.stdout
-    assert "1 manifest(s) rejected" in reloaded.stderr
+    assert f"rejected: {manifest}" in reloaded.stdout and "snapshot: first@local" in reloaded.stdout
+    assert "withdrawn" not in reloaded.stdout
+    assert "1 manifest(s) rejected, every other manifest reloaded" in reloaded.stderr
     doc = json.loads(daemon.cli("reload", "--json").stdout)
-    assert doc["rejected"] == [str(manifest)] and doc["withdrawn"] == [] and "first@local" not in doc["agents"]
+    assert doc["rejected"] == [str(manifest)] and doc["withdrawn"] == [] and "first@local" in doc["agents"]
+    assert doc["snapshot"] == []  # reported once, when the agent moved to its snapshot
 
-    by_keyword = daemon.cli("dispatch", "first go")
-    assert by_keyword.returncode == 6
-    named = daemon.cli("dispatch", "first go", "--agent", "first@local")
-    assert named.returncode == 6 and "withdrawn" in named.stderr and "covenant agents check" in named.stderr
+    def runs_the_old_version() -> None:
+        ran = daemon.cli("dispatch", "first go")  # routed by keyword, as before the edit
+        assert ran.returncode == 0 and ran.stdout.strip() == "first go", ran.stdout + ran.stderr
+        agents = json.loads(daemon.cli("agents", "list", "--json", check=True).stdout)["agents"]
+        [first] = [a for a in agents if a["id"] == "first@local"]
+        assert first["state"] == "snapshot" and first["waiting_on"] == str(manifest), first
+        assert first["root"].startswith(str(daemon.home / "state" / "snapshots")), first
+        status = json.loads(daemon.cli("status", "--json", check=True).stdout)
+        assert status["agents"]["snapshot"] == {"first@local": str(manifest)}
+        assert f"first@local runs its last valid version (snapshot) until {manifest} loads again" in \
+            daemon.cli("status", check=True).stdout
 
-    # A restart gives the same answer: nothing of the old version comes back.
+    runs_the_old_version()
+    registry = [r["data"] for r in audit_records(daemon) if r["type"] == "registry.loaded"]
+    assert registry[-1]["snapshot"] == {"first@local": str(manifest)} and registry[-1]["withdrawn"] == []
+
+    # A restart gives the same answer: the snapshot is kept under state/.
     assert daemon.stop() == 0
     daemon.start()
-    assert daemon.cli("dispatch", "first go", "--agent", "first@local").returncode == 6
+    runs_the_old_version()
 
     manifest.write_text(manifest.read_text().replace('cpu_ms_per_task = "lots"', "cpu_ms_per_task = 30000"))
     fixed = daemon.cli("reload")
-    assert fixed.returncode == 0 and "added: first@local" in fixed.stdout
+    assert fixed.returncode == 0 and "changed: first@local" in fixed.stdout, fixed.stdout
     ran = daemon.cli("dispatch", "first go")
     assert ran.stdout.strip() == "edited", ran.stderr
+    agents = json.loads(daemon.cli("agents", "list", "--json", check=True).stdout)["agents"]
+    assert [a["state"] for a in agents if a["id"] == "first@local"] == ["loaded"]
+    # Only the snapshot of what is loaded now is kept.
+    kept = [p for p in (daemon.home / "state" / "snapshots").iterdir() if p.is_dir()]
+    assert len(kept) == 1 and (kept[0] / "files" / "echo.py").read_text().count("edited") == 1
+
+
+def test_a_rejected_edit_without_a_snapshot_withdraws_the_agent(daemon: DaemonProcess) -> None:
+    """With no snapshot (the folder removed, or a package over the snapshot limits) a rejected edit withdraws
+    the agent: never the old manifest over new code."""
+    manifest = daemon.add_agent("first", "echo.py", keywords=("first",))
+    daemon.start()
+    assert daemon.cli("dispatch", "first go").returncode == 0
+    shutil.rmtree(daemon.home / "state" / "snapshots")
+    manifest.write_text(manifest.read_text().replace("cpu_ms_per_task = 30000", 'cpu_ms_per_task = "lots"'))
+    reloaded = daemon.cli("reload")
+    assert reloaded.returncode == 1 and "withdrawn: first@local" in reloaded.stdout, reloaded.stdout
+    named = daemon.cli("dispatch", "first go", "--agent", "first@local")
+    assert named.returncode == 6 and "withdrawn" in named.stderr and "covenant agents check" in named.stderr
+    assert daemon.cli("dispatch", "first go").returncode == 6
+
+
+def test_reload_lists_an_edited_tool_file_or_entry_under_changed(daemon: DaemonProcess) -> None:
+    """Issue 39 item 3: `changed` goes by the package's content, not the manifest alone."""
+    manifest = daemon.add_agent("first", "echo.py", keywords=("first",))
+    daemon.add_agent("second", "echo.py", keywords=("second",))
+    daemon.start()
+    untouched = daemon.cli("reload", "--json")
+    assert json.loads(untouched.stdout)["changed"] == []
+    code = manifest.parent / "echo.py"
+    code.write_text(code.read_text() + "\n# a comment is an edit too\n")
+    doc = json.loads(daemon.cli("reload", "--json").stdout)
+    assert doc["changed"] == ["first@local"] and doc["rejected"] == [], doc
 
 
 def test_bare_agent_name_logs_history_with_denials_and_numbered_audit_tail(daemon: DaemonProcess) -> None:

@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from pathlib import Path
+
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture
 from tests.fakes import FakeModelServer
 from tests.rune.conftest import add_rune_agent, configure
@@ -22,7 +24,10 @@ def test_the_daemon_rejects_an_agent_with_an_unavailable_tool_in_refuse_mode(
     assert result.returncode == 6, result.stdout + result.stderr  # no such agent
     add_rune_agent(daemon, "ok", toolset=("rune@system-time", "rune@location-get"))
     reload = daemon.cli("reload")
-    assert reload.returncode == 1 and "withdrawn: ok@local" in reload.stdout, reload.stdout + reload.stderr
+    # The edit is refused; the agent keeps running its last valid version (only rune@system-time).
+    assert reload.returncode == 1 and "snapshot: ok@local" in reload.stdout, reload.stdout + reload.stderr
     assert "toolset[1]: tool rune@location-get is unavailable here" in reload.stdout
-    assert daemon.api("GET", "/v1/agents")["agents"] == []  # type: ignore[index]
+    [agent] = daemon.api("GET", "/v1/agents")["agents"]  # type: ignore[index]
+    assert agent["id"] == "ok@local" and agent["state"] == "snapshot", agent
+    assert "location-get" not in (Path(agent["root"]) / "Runefile").read_text()
     assert daemon.stop() == 0
