@@ -457,3 +457,35 @@ def test_a_session_in_flight_on_a_draining_replica_is_not_answered_beside_it_by_
     assert daemon.cli("sessions", "verify", "chat@local", "shared").returncode == 0
     third = outcome_of(daemon.cli("dispatch", "c", "--agent", "chat@local", "--json", "--session", "shared"))
     assert third["outcome"] == "ok" and third["text"] == "third answer"
+
+
+def test_a_broken_runefile_runs_the_old_package_with_its_old_tool_and_an_edited_tool_is_changed(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """Issue 39 items 1 and 3 for a Rune package: a broken Runefile beside an edited tool file keeps the old
+    Runefile *and* the old tool (from the snapshot); an edited tool file alone is listed under `changed`."""
+    configure(daemon, ("fake", fake_model))
+    package = add_rune_agent(daemon, "chat", toolset=("say",))
+    add_process_tool(package, "say", "import json, sys\njson.load(sys.stdin)\nprint(json.dumps({'said': 'old'}))\n")
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.say", check=True)
+
+    def said() -> str:
+        fake_model.script(Reply.tools(ToolCall("say", {})), Reply(text="done"))
+        outcome = outcome_of(daemon.cli("dispatch", "say it", "--agent", "chat", "--json"))
+        assert outcome["outcome"] == "ok", outcome
+        answer = json.loads([m for m in fake_model.requests[-1].messages if m["role"] == "tool"][-1]["content"])
+        return answer["said"]
+
+    assert said() == "old"
+    (package / "tools" / "say.py").write_text("import json, sys\njson.load(sys.stdin)\nprint(json.dumps({'said': 'new'}))\n")
+    doc = json.loads(daemon.cli("reload", "--json").stdout)
+    assert doc["changed"] == ["chat@local"] and doc["rejected"] == [], doc
+    assert said() == "new"
+
+    (package / "tools" / "say.py").write_text("import json, sys\njson.load(sys.stdin)\nprint(json.dumps({'said': 'newer'}))\n")
+    (package / "Runefile").write_text((package / "Runefile").read_text().replace("max_steps: 4", "max_steps: many"))
+    reloaded = daemon.cli("reload", "--json")
+    doc = json.loads(reloaded.stdout)
+    assert reloaded.returncode == 1 and doc["snapshot"] == ["chat@local"] and doc["changed"] == [], doc
+    assert said() == "new"  # the last valid package's tool, not the edited one
