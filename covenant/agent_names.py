@@ -36,7 +36,7 @@ class AmbiguousRoute(CovenantError):
 
 def _by_bare_name(name: str, ids: Collection[str]) -> str | None:
     """The one id ``name@…`` of ``ids`` (spawned agents left out); ``ambiguous`` when several namespaces have it."""
-    candidates = sorted(i for i in ids if i.partition("@")[0] == name and not is_spawned_id(i))
+    candidates = sorted({i for i in ids if i.partition("@")[0] == name and not is_spawned_id(i)})
     if len(candidates) > 1:
         raise AmbiguousRoute(
             f"{name!r} names {len(candidates)} agents ({', '.join(candidates)}); give the full id",

@@ -200,6 +200,10 @@ class RuneConfig(_Section):
     unavailable_tools: Literal["warn", "refuse"] = Field(
         "warn", description="an unavailable toolset entry: a warning (the agent loads), or a load error"
     )
+    suspicious: Literal["warn", "refuse"] = Field(
+        "warn", description="loading a session whose turns look like prompt injection: a warning, or refused "
+        "(outcome session_suspicious)"
+    )
     mcp_header_env: tuple[Annotated[str, AfterValidator(lambda v: _env_name(v))], ...] = Field(
         (), description="daemon env vars a Runefile's MCP header values may name as ${VAR}"
     )

@@ -10,6 +10,7 @@ the daemon's public key is at hand (``audit.pubkey``, or ``identity/daemon.key``
 from __future__ import annotations
 
 import json
+import time
 from pathlib import Path
 from typing import Any
 
@@ -22,6 +23,7 @@ from covenant.cli._agents import known_agents
 from covenant.cli._common import CliContext, echo, fail, pass_cli, print_json
 from covenant.config import load_config
 from covenant.errors import CovenantError, ExitCode
+from covenant.terminal import neutralize
 from covenant.rune.session_heads import HEAD_SUFFIX, HeadProblem, check_head, head_path, read_head
 from covenant.rune.sessions import SessionCorrupt, Verified, session_path, valid_session_id, verify_file
 
@@ -97,6 +99,15 @@ def sessions() -> None:
     """
 
 
+def _age(at_ms: int) -> str:
+    """How long ago ``at_ms`` was, in the largest whole unit."""
+    seconds = max(0, int(time.time() - at_ms / 1000))
+    for unit, size in (("d", 86_400), ("h", 3_600), ("min", 60)):
+        if seconds >= size:
+            return f"{seconds // size} {unit}"
+    return f"{seconds} s"
+
+
 @sessions.command("list")
 @click.option("--agent", metavar="ID", help="Only this agent's sessions (an id, or a bare name as `dispatch --agent` takes).")
 @click.option("--json", "as_json", is_flag=True, help="Print a JSON list.")
@@ -144,7 +155,9 @@ def show(cli: CliContext, agent: str, session: str, as_json: bool) -> None:
     header = verified.header
     echo(f"session {header.get('session')} of {header.get('agent')}, issuer {header.get('issuer')}")
     for turn in verified.turns:
-        echo(f"--- intent {turn.get('intent')}")
+        written = turn.get("at_ms")
+        when = f" ({_age(written)} ago)" if isinstance(written, int) else ""
+        echo(f"--- intent {turn.get('intent')}{when}")
         for message in turn["messages"]:
             content = message.get("content")
             text = content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
@@ -156,26 +169,47 @@ def show(cli: CliContext, agent: str, session: str, as_json: bool) -> None:
 @sessions.command()
 @click.argument("agent", required=False)
 @click.argument("session", required=False)
+@click.option("--json", "as_json", is_flag=True,
+              help="A JSON list: {agent, session, records, torn_bytes, tier, tier_reasons}.")
 @pass_cli
-def verify(cli: CliContext, agent: str | None, session: str | None) -> None:
-    """Verify sessions (all, one agent's, or one). Exit 0 when all verify, 1 otherwise.
+def verify(cli: CliContext, agent: str | None, session: str | None, as_json: bool) -> None:
+    """Verify sessions (all, one agent's, or one) and give each its tier. Exit 0 when all verify, 1 otherwise.
 
-    A torn tail (a last line cut by a crash mid-write) is reported, not counted
-    as corruption: the replica cuts it at the next load.
+    Tiers: clean; suspicious (earlier turns hold what looks like prompt
+    injection: instruction-override phrases, encoded payloads, tool output
+    addressing the model — each reason named; loaded with a warning, or
+    refused under [rune] suspicious = "refuse"); tainted (it does not verify:
+    every load is refused as session_corrupt). A torn tail (a last line cut
+    by a crash mid-write) is reported, not counted as corruption: the
+    replica cuts it at the next load.
     """
+    from covenant.rune.session_tiers import assess, tainted
+
     agent_id = _agent_id(cli, agent) if agent else None
     targets = [(agent_id, session, _path(cli, agent_id, session))] if agent_id and session else _files(cli, agent_id)
     bad = 0
     key = _public_key(cli)
+    rows: list[dict[str, Any]] = []
     for agent_id, session_id, path in targets:
         verified, problem = _check(path, agent_id, session_id, key)
-        if verified is None:
-            bad += 1
-            echo(f"CORRUPT {agent_id} {session_id}: {problem}")
-        elif verified.torn_bytes:
-            echo(f"ok      {agent_id} {session_id}: {len(verified.records)} records, torn tail of {verified.torn_bytes} bytes")
-        else:
-            echo(f"ok      {agent_id} {session_id}: {len(verified.records)} records")
+        assessment = assess(verified.turns) if verified is not None else tainted(str(problem))
+        bad += verified is None
+        rows.append({"agent": agent_id, "session": session_id,
+                     "records": len(verified.records) if verified else None,
+                     "torn_bytes": verified.torn_bytes if verified else None,
+                     "tier": assessment.tier, "tier_reasons": assessment.reasons})
+    if as_json:
+        print_json(rows)
+        raise SystemExit(1 if bad else 0)
+    for row in rows:
+        where = f"{row['agent']} {row['session']}"
+        if row["tier"] == "tainted":
+            echo(f"TAINTED    {where}: {row['tier_reasons'][0]}")
+            continue
+        torn = f", torn tail of {row['torn_bytes']} bytes" if row["torn_bytes"] else ""
+        echo(f"{row['tier']:<10} {where}: {row['records']} records{torn}")
+        for reason in row["tier_reasons"]:
+            echo(f"           {neutralize(reason)}")
     echo(f"{len(targets) - bad} of {len(targets)} sessions verify")
     raise SystemExit(1 if bad else 0)
 

@@ -58,11 +58,13 @@ class ReplicaSupervisor:
         calls: GatewayCalls,
         offered_tools: Offered,
         session_key: Ed25519PrivateKey,
+        audit: Callable[[str, dict[str, Any]], Awaitable[Any]] | None = None,
         on_stopped: Callable[[str], Awaitable[None]] | None = None,
     ) -> None:
         self.root = state_dir / REPLICAS_DIR
         self.config = config
-        self.sessions = SessionKeeper(state_dir / "sessions", session_key)
+        self.sessions = SessionKeeper(state_dir / "sessions", session_key, audit=audit,
+                                      suspicious=config.rune.suspicious)
         self.process = ReplicaProcess(state_dir=state_dir, config=config, skills_dir=skills_dir, runner=runner,
                                       calls=calls, offered_tools=offered_tools, sessions=self.sessions)
         self.on_stopped = on_stopped

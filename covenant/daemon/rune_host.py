@@ -131,7 +131,8 @@ class RuneHost:
         self.calls = ModelAndToolCalls(models, tools, grants, self.secret_values)
         self.replicas = ReplicaSupervisor(
             state_dir=state_dir, config=config, skills_dir=skills_dir, runner=runner, calls=self.calls,
-            offered_tools=self._offered_tools, session_key=key, on_stopped=self.tools.mcp.stop,
+            offered_tools=self._offered_tools, session_key=key, audit=tools.services.audit,
+            on_stopped=self.tools.mcp.stop,
         )
 
     def _offered_tools(self, agent: AgentSpec, package: RunePackage) -> list[dict[str, Any]]:

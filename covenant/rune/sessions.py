@@ -25,6 +25,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from covenant.clock import now_ms as _now_ms
 from covenant.chainlog import GENESIS_PREV, Chain, ChainCorrupt, append_records, read_chain, record_hash
 
 __all__ = [
@@ -168,8 +169,10 @@ class SessionLog:
         log._write([])
         return log
 
-    def append_turn(self, intent: str, messages: list[dict[str, Any]]) -> None:
-        self._write([{"kind": "turn", "intent": intent, "messages": messages}])
+    def append_turn(self, intent: str, messages: list[dict[str, Any]], at_ms: int | None = None) -> None:
+        """One turn, stamped with when it was written (``at_ms``: a later load gives each turn its age)."""
+        self._write([{"kind": "turn", "intent": intent, "messages": messages,
+                      "at_ms": at_ms if at_ms is not None else _now_ms()}])
 
     def _write(self, payloads: list[dict[str, Any]]) -> None:
         if self._chain is None:

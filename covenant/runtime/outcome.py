@@ -40,6 +40,7 @@ Outcome = Literal[
     "provider_unavailable",
     "session_corrupt",
     "session_forbidden",
+    "session_suspicious",
     "unsafe_output",
     # the daemon died while the intent was in flight (recorded at its next start: docs/audit.md)
     "interrupted",
@@ -55,7 +56,8 @@ def outcome_exit_code(outcome: Outcome) -> int:
     ``cancelled`` 5 (the daemon is shutting down), ``session_forbidden`` 3 (the
     session belongs to another issuer), every failure of the agent 4 (for Rune
     agents also ``token_budget_exceeded``, ``max_steps_exceeded``,
-    ``provider_error``, ``provider_unavailable``, ``session_corrupt``, ``unsafe_output``; and
+    ``provider_error``, ``provider_unavailable``, ``session_corrupt``, ``session_suspicious``,
+    ``unsafe_output``; and
     ``interrupted``, which only a record written at the next start carries).
     """
     if outcome == "ok":

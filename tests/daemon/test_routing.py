@@ -127,3 +127,10 @@ def test_records_outlive_their_agent_by_full_id_only() -> None:
     assert agent_id == "gone@local" and isinstance(unknown, NoAgent)
     with pytest.raises(NoAgent):
         resolve_recorded_agent_id("gone", ["count@local"])
+
+
+def test_an_id_listed_twice_is_one_agent_not_an_ambiguous_name() -> None:
+    """`sessions verify NAME` lists the loaded agents and those with session folders: the same id twice."""
+    from covenant.agent_names import resolve_agent_id
+
+    assert resolve_agent_id("chat", ["chat@local", "chat@local"]) == "chat@local"
