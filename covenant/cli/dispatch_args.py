@@ -44,7 +44,8 @@ DISPATCH_OPTIONS: tuple[DispatchOption, ...] = (
                    is_flag=True),
     DispatchOption("--session", "session_id", "Rune agents: continue this session, or start it under this id "
                    "(1-128 of A-Za-z0-9._-). The outcome names the session either way.", metavar="ID"),
-    DispatchOption("--stream", "stream", "Rune agents: print the answer as it arrives; tool events go to stderr "
+    DispatchOption("--stream", "stream", "Rune agents: print the answer as it arrives (a line at a time when the agent's "
+                   "safety_policy redacts secret shapes, each model delta under none); tool events go to stderr "
                    "(with --json: one JSON event per line).", is_flag=True),
     DispatchOption("--fleet", "fleet", "Send the intent over the fleet (NATS, [fleet] in covenant.toml) to a live host "
                    "that runs the agent, instead of to this home's daemon (docs/fleet.md).", is_flag=True),

@@ -25,7 +25,7 @@ from covenant.daemon.replica_gateway import GatewayRefused
 from covenant.daemon.replicas import ReplicaSupervisor
 from covenant.manifest.model import AgentSpec
 from covenant.models import AgentModels, ModelCall, ModelError, ModelGateway, TokenBudget
-from covenant.rune.safety import LineRedactor, redact
+from covenant.rune.safety import LineRedactor, ValueRedactor, redact
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolCallContext, ToolHost
 
@@ -62,7 +62,9 @@ class ModelAndToolCalls:
         # Whatever the model says, a key's value never reaches the replica (and so no session file).
         secrets = self._secrets()
         patterns = intent.package.runefile.models.safety_policy != "none"
-        redactor = LineRedactor(secrets, patterns=patterns)
+        # A secret shape split across deltas shows only once its line is whole; a key value is an exact
+        # string, so under `none` a delta goes on at once, less a tail that may begin a key value.
+        redactor = LineRedactor(secrets) if patterns else ValueRedactor(secrets)
 
         async def redacted_token(text: str) -> None:
             assert on_token is not None

@@ -13,7 +13,11 @@ model gateway, on every answer before the replica sees it (so no replica,
 session file or log can hold a key, whatever the model says: key values are
 replaced even under ``none``), on tool results, and on the final output. A
 streamed answer is redacted line by line (:class:`LineRedactor`): at most
-the current line is held back, never the whole answer.
+the current line is held back, never the whole answer, because a token shape
+or a PEM block split across deltas is only recognisable once its line is
+whole. Under ``none`` only the exact key values are replaced, and those can be
+caught without waiting for a line (:class:`ValueRedactor`): each delta goes
+on as it arrives, less a tail that could be the start of a key value.
 """
 
 from __future__ import annotations
@@ -21,7 +25,7 @@ from __future__ import annotations
 import re
 from collections.abc import Iterable
 
-__all__ = ["redact", "still_secret", "LineRedactor", "REDACTED"]
+__all__ = ["redact", "still_secret", "LineRedactor", "ValueRedactor", "REDACTED"]
 
 REDACTED = "[REDACTED]"
 
@@ -70,9 +74,8 @@ class LineRedactor:
     Inside a PEM private key block every line is withheld until its END line.
     """
 
-    def __init__(self, secrets: Iterable[str], *, patterns: bool = True) -> None:
+    def __init__(self, secrets: Iterable[str]) -> None:
         self._secrets = _values(secrets)
-        self._patterns = patterns
         self._line = ""
         self._in_pem = False
 
@@ -92,8 +95,6 @@ class LineRedactor:
         return self._one(rest)
 
     def _keep(self, line: str) -> bool:
-        if not self._patterns:
-            return True
         if self._in_pem:
             if _PEM_END.search(line):
                 self._in_pem = False
@@ -104,6 +105,54 @@ class LineRedactor:
         return True
 
     def _one(self, line: str) -> str:
-        if self._patterns and _PEM_BEGIN.search(line):
+        if _PEM_BEGIN.search(line):
             return REDACTED
-        return redact(line, self._secrets, patterns=self._patterns)
+        return redact(line, self._secrets)
+
+
+class ValueRedactor:
+    """Replaces key values in a stream of text pieces, holding back only what could begin one.
+
+    For ``safety_policy: none``, where no secret shape is looked for: a key value is an exact string,
+    so a piece can go on at once except for a tail that is the beginning of a key value (the rest of
+    the key may come in the next piece). With no key values configured nothing is ever held.
+    """
+
+    def __init__(self, secrets: Iterable[str]) -> None:
+        self._secrets = _values(secrets)
+        self._pattern = re.compile("|".join(map(re.escape, self._secrets))) if self._secrets else None
+        self._held = ""
+
+    def feed(self, piece: str) -> str:
+        """``piece`` (after what was held) with key values replaced, less a tail that may begin one."""
+        text = self._held + piece
+        cut = self._cut(text)
+        self._held = text[cut:]
+        return redact(text[:cut], self._secrets, patterns=False)
+
+    def flush(self) -> str:
+        """The held-back tail (call once at the end): no key value followed it."""
+        rest, self._held = self._held, ""
+        return redact(rest, self._secrets, patterns=False)
+
+    def _cut(self, text: str) -> int:
+        """Where the part that may be sent ends: the start of the earliest tail that a key value begins with.
+
+        A tail never starts inside a whole key value found in ``text`` (that one is replaced whole), but a
+        whole key value at the very end is held when a longer key value may continue it.
+        """
+        if self._pattern is None:
+            return len(text)
+        found = list(self._pattern.finditer(text))
+        floor = 0
+        if found:
+            last = found[-1]
+            floor = last.start() if self._begins_longer(text[last.start():]) else last.end()
+        longest = len(self._secrets[0])
+        for start in range(max(floor, len(text) - longest + 1), len(text)):
+            if self._begins_longer(text[start:]):
+                return start
+        return len(text)
+
+    def _begins_longer(self, tail: str) -> bool:
+        return any(len(value) > len(tail) and value.startswith(tail) for value in self._secrets)

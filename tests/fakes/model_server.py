@@ -77,7 +77,9 @@ class Reply:
     ``delay_s`` waits before the response head; ``chunk_delay_s`` between streamed chunks.
     ``hangup`` closes the connection without answering; ``cut_after_events`` ends a streamed
     answer (closes the connection) after that many events; ``end_marker=False`` ends a stream
-    cleanly but without ``data: [DONE]`` / ``message_stop``. ``raw_body`` is sent as the whole 200
+    cleanly but without ``data: [DONE]`` / ``message_stop``. ``pause_after_events`` with ``resume``
+    (a ``threading.Event`` the test sets) sends that many events of a stream, then waits for the
+    test: what a client shows before ``resume`` is set was streamed, whatever the timing. ``raw_body`` is sent as the whole 200
     answer, as is (a provider answering something malformed).
     """
 
@@ -92,6 +94,8 @@ class Reply:
     hangup: bool = False
     cut_after_events: int | None = None
     end_marker: bool = True
+    pause_after_events: int | None = None
+    resume: threading.Event | None = None
     error_message: str = "scripted error"
     raw_body: bytes | None = None
 
@@ -292,12 +296,23 @@ class _Handler(BaseHTTPRequestHandler):
                 if index == reply.cut_after_events or (index and reply.chunk_delay_s and stopping.wait(reply.chunk_delay_s)):
                     self.close_connection = True  # no terminating chunk: the client sees a cut stream
                     return
+                if index == reply.pause_after_events and reply.resume is not None and not _paused(reply.resume, stopping):
+                    self.close_connection = True  # the server closed while paused
+                    return
                 data = event.encode()
                 self.wfile.write(b"%x\r\n%s\r\n" % (len(data), data))
                 self.wfile.flush()
             self.wfile.write(b"0\r\n\r\n")
         except (BrokenPipeError, ConnectionResetError):
             self.close_connection = True
+
+
+def _paused(resume: threading.Event, stopping: threading.Event) -> bool:
+    """Wait until the test sets ``resume`` (True) or the server closes (False)."""
+    while not resume.wait(0.05):
+        if stopping.is_set():
+            return False
+    return True
 
 
 # --- the two wire formats ------------------------------------------------------------------------
