@@ -34,7 +34,7 @@ __all__ = [
 WORKFLOW_FILE = "workflow.yaml"
 
 _STEP_REF = re.compile(r"\{\{\s*steps\.([^.\s{}]+)\.output\s*\}\}")
-_CONDITION = re.compile(r"^\s*\{\{\s*steps\.([^.\s{}]+)\.output\s*\}\}\s*(==|!=)\s*(.*?)\s*$")
+_CONDITION = re.compile(r"^\s*\{\{\s*steps\.([^.\s{}]+)\.output\s*\}\}\s*(==|!=|contains(?=\s))\s*(.*?)\s*$")
 
 
 class _Model(BaseModel):
@@ -86,22 +86,35 @@ class Workflow(_Model):
 
 
 class Condition(_Model):
-    """A parsed skip expression: ``{{ steps.<step>.output }} <op> value``."""
+    """A parsed skip expression: ``{{ steps.<step>.output }} <op> value``.
+
+    ``==`` and ``!=`` compare the whole output (surrounding whitespace removed); ``contains`` holds when the
+    value appears in it as a whole word or phrase, in any case: a model's step answers in a sentence
+    ("… says: billing. Next step …"), which no ``==`` could match.
+    """
 
     step: str
-    op: str
+    op: Literal["==", "!=", "contains"]
     value: str
+
+    def holds(self, output: str) -> bool:
+        if self.op == "contains":
+            return re.search(rf"(?<!\w){re.escape(self.value)}(?!\w)", output, re.IGNORECASE) is not None
+        equal = output.strip() == self.value
+        return equal if self.op == "==" else not equal
 
 
 def parse_condition(text: str) -> Condition | None:
-    """Parse ``{{ steps.router.output }} == technical`` (value may be quoted); None when malformed."""
+    """Parse ``{{ steps.router.output }} == technical`` (``!=``, ``contains``; value may be quoted); None when malformed."""
     match = _CONDITION.match(text)
     if match is None or not match.group(3):
         return None
     value = match.group(3)
     if len(value) >= 2 and value[0] == value[-1] and value[0] in "\"'":
         value = value[1:-1]
-    return Condition(step=match.group(1), op=match.group(2), value=value)
+    if match.group(2) == "contains" and not value.strip():
+        return None  # every output contains nothing
+    return Condition(step=match.group(1), op=match.group(2), value=value)  # type: ignore[arg-type]
 
 
 def step_references(template: str) -> list[str]:
@@ -174,7 +187,7 @@ def workflow_problems(workflow: Workflow) -> list[tuple[tuple[str | int, ...], s
             problems.append(
                 (
                     ("steps", index, "condition"),
-                    "validation error: expected `{{ steps.<id>.output }} == value` (or !=), got " + repr(step.condition),
+                    "validation error: expected `{{ steps.<id>.output }} == value` (or != value, contains value), got " + repr(step.condition),
                 )
             )
     _, cycle = topological_order(workflow.steps)

@@ -89,8 +89,7 @@ def _condition_holds(step: WorkflowStep, outputs: dict[str, str]) -> bool:
     condition = parse_condition(step.condition)
     if condition is None:  # rejected at load; never reached for a loaded workflow
         return False
-    equal = outputs.get(condition.step, "").strip() == condition.value
-    return equal if condition.op == "==" else not equal
+    return condition.holds(outputs.get(condition.step, ""))
 
 
 class _Run:

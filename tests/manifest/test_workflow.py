@@ -91,7 +91,7 @@ output_step: "{{ steps.technical.output }}"
         (
             "name: w\nversion: '1'\nsteps:\n  - id: a\n    agent_ref: local://x\n    condition: maybe\n",
             "steps[0].condition",
-            "expected `{{ steps.<id>.output }} == value`",
+            "expected `{{ steps.<id>.output }} == value` (or != value, contains value)",
         ),
         (
             "name: w\nversion: '1'\nsteps:\n  - id: a\n    agent_ref: local://x\n  - id: b\n    agent_ref: local://x\n"
@@ -145,3 +145,25 @@ def test_parse_condition_forms() -> None:
     assert cond is not None and (cond.step, cond.op, cond.value) == ("router", "!=", "billing")
     assert parse_condition("{{ steps.router.output }} ==") is None
     assert parse_condition("router == x") is None
+
+
+def test_conditions_hold_by_their_operator() -> None:
+    """`==`/`!=` compare the whole output; `contains` finds a word or phrase in a sentence, in any case."""
+    sentence = "[stand-in model] classify_ticket says: Billing. Next step: hand it to the billing team."
+
+    def holds(text: str, output: str) -> bool:
+        cond = parse_condition(text)
+        assert cond is not None, text
+        return cond.holds(output)
+
+    assert holds("{{ steps.c.output }} == billing", "  billing\n") and not holds("{{ steps.c.output }} == billing", sentence)
+    assert holds("{{ steps.c.output }} != billing", sentence) and not holds("{{ steps.c.output }} != billing", "billing")
+    assert holds("{{ steps.c.output }} contains billing", sentence)
+    assert not holds("{{ steps.c.output }} contains technical", sentence)
+    assert not holds("{{ steps.c.output }} contains bill", sentence)  # a whole word, not a part of one
+    assert holds("{{ steps.c.output }} contains 'billing team'", sentence)
+    assert not holds("{{ steps.c.output }} contains billing", "")  # a skipped step's empty output
+    assert holds("{{ steps.c.output }} contains a.b", "see a.b here") and not holds("{{ steps.c.output }} contains a.b", "axb")
+    for malformed in ("{{ steps.c.output }} contains", "{{ steps.c.output }} contains ''",
+                      "{{ steps.c.output }} containsbilling", "{{ steps.c.output }} includes billing"):
+        assert parse_condition(malformed) is None, malformed
