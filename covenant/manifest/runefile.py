@@ -270,7 +270,7 @@ class _Tools:
                 problem_at(path, text, (*loc, "name"), f"validation error: tool {tool.name!r} is also defined in {self.origin[tool.name]}")
             )
             return
-        if tool.module:
+        if tool.module and tool.runtime != "container":  # a container tool's module is an image reference
             module = Path(os.path.normpath(self.root / tool.module))
             real = os.path.realpath(module)
             if os.path.commonpath([self.real_root, real]) != self.real_root:

@@ -59,7 +59,8 @@ AGENT_REF = re.compile(r"^(local://[a-z0-9]+(?:-[a-z0-9]+)*|https?://[^\s/]+\S*)
 ToolRuntime = Literal["wasm", "process", "container", "agent", "builtin"]
 
 UNSUPPORTED_RUNTIMES: frozenset[str] = frozenset({"wasm", "container"})
-"""Spec runtimes this host has no backend for: refused at load, never accepted silently."""
+"""Spec runtimes this host has no backend for. Their descriptors load (the package's other tools are
+offered); each such tool is unavailable with the reason (:mod:`covenant.tools.catalogue`), never run."""
 
 TOOL_CAPABILITIES: tuple[str, ...] = ("filesystem", "network")
 """The ``capabilities`` a tool descriptor may declare here (docs/tools.md, "Capabilities"): ``filesystem``
@@ -205,15 +206,14 @@ class ToolDescriptor(_Model):
     def _runtime_rules(self) -> "ToolDescriptor":
         if self.runtime == "builtin":
             raise ValueError(f"runtime 'builtin' is reserved for the {BUILTIN_PREFIX}* tools the runtime provides")
-        if self.runtime in UNSUPPORTED_RUNTIMES:
-            raise ValueError(
-                f"runtime {self.runtime!r} is not supported by this host (no {self.runtime} backend): "
-                "use runtime 'process' (a program run under the agent's limits) or 'agent'"
-            )
         if self.runtime == "agent" and not self.agent_ref:
             raise ValueError("runtime 'agent' requires agent_ref (local://agent-name or a URL)")
         if self.agent_ref is not None and not AGENT_REF.match(self.agent_ref):
             raise ValueError(f"agent_ref {self.agent_ref!r} must be local://agent-name or an http(s) URL")
+        # Only a descriptor nothing could ever run is refused: a runtime without a backend here is judged
+        # when the toolset is served (that one tool unavailable, with the reason). A container tool's
+        # module (an image, or nothing: the reference runtime reads `runtime: container` alone) is the
+        # container backend's to judge, not the loader's.
         if self.runtime in ("process", "wasm") and not self.module:
             raise ValueError(f"runtime {self.runtime!r} requires module (a path relative to the package folder)")
         return self

@@ -35,11 +35,13 @@ def tool_call_event(
     attempts: int,
     left_behind: int,
     ms: int,
+    aliases: tuple[str, ...] = (),
 ) -> dict[str, Any]:
     """The event's data. A name that is not a valid tool name is recorded as its SHA-256 only.
 
     ``name`` comes from the model and may hold anything; a well-formed one is
-    at most 64 characters of ``[A-Za-z0-9_-]`` and is kept as is.
+    at most 64 characters of ``[A-Za-z0-9_-]`` and is kept as is. ``aliases``: the argument names of the
+    reference runtime mapped onto covenant's (``args_aliases``, present only when some were).
     """
     data: dict[str, Any] = {
         "intent": intent,
@@ -53,6 +55,8 @@ def tool_call_event(
         "left_behind": left_behind,
         "ms": ms,
     }
+    if aliases:
+        data["args_aliases"] = list(aliases)
     if data["name"] is None:
         data["name_sha256"] = hashlib.sha256(name.encode("utf-8", "surrogatepass")).hexdigest()
     return data

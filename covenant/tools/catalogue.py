@@ -131,6 +131,14 @@ class _Unavailable(Exception):
     pass
 
 
+_NO_BACKEND = {
+    "wasm": "runtime 'wasm': this host runs no WebAssembly modules (no wasm backend); the package's other tools are offered",
+    "container": "runtime 'container': this host runs no container images (no container backend); the package's other "
+                 "tools are offered",
+}
+"""Why a tool of a runtime with no backend here is unavailable (the package still loads)."""
+
+
 def _load_schema(root: Path, ref: str, what: str) -> dict[str, Any]:
     """A JSON schema file inside the package (JSON or YAML), checked as a draft 2020-12 schema."""
     path = Path(os.path.normpath(root / ref))
@@ -301,7 +309,7 @@ def _entry(
             parameters=AGENT_TOOL_SCHEMA,
             descriptor=tool,
         )
-    raise _Unavailable(f"runtime {tool.runtime!r} has no backend on this host")
+    raise _Unavailable(_NO_BACKEND.get(tool.runtime, f"runtime {tool.runtime!r} has no backend on this host"))
 
 
 def _with_validators(entry: ToolEntry) -> ToolEntry:

@@ -5,13 +5,14 @@ the daemon hands the call to :meth:`ToolHost.call`, which, in order:
 
 1. resolves the model-facing name to an available entry of the agent's
    toolset (else ``unknown_tool``; nothing runs);
-2. parses the arguments (a JSON object; else ``invalid_arguments``);
+2. parses the arguments (a JSON object; else ``invalid_arguments``) and, for a built-in, maps the
+   reference runtime's argument names onto covenant's (:mod:`covenant.tools.reference_args`);
 3. validates them against the tool's JSON schema (``invalid_arguments``);
 4. checks the tool's capability action against the issuer's active grants
    (``capability_denied``);
 5. runs the tool with its ``retry_policy`` and ``timeout_ms``, never past
    the intent's deadline, and caps the result's size;
-6. records exactly one ``tool.call`` audit event (arguments as SHA-256 only).
+6. records exactly one ``tool.call`` audit event (arguments as SHA-256 only, in covenant's names).
 
 Every failure is an error result for the model, never an exception; only
 the caller's cancellation (after the tool's processes are gone) and a
@@ -46,6 +47,7 @@ from covenant.tools.mcp.call import mcp_result
 from covenant.tools.memory_store import MemoryStores
 from covenant.tools.packages import PackageFiles, PackageSource
 from covenant.tools.process import run_process_tool
+from covenant.tools.reference_args import Caller, ShapeError, canonical_arguments
 from covenant import outside_json
 from covenant.outside_json import MAX_DEPTH, nests_deeper
 from covenant.tools.result import ToolError, ToolResult, capped
@@ -75,6 +77,8 @@ class _CallState:
     attempts: int = 0
     left_behind: int = 0
     """Over all attempts."""
+    aliases: tuple[str, ...] = ()
+    """Argument names of the reference runtime that were mapped onto covenant's."""
 
 
 class _BadArguments(Exception):
@@ -250,6 +254,7 @@ class ToolHost:
                 attempts=state.attempts,
                 left_behind=state.left_behind,
                 ms=int((time.monotonic() - started) * 1000),
+                aliases=state.aliases,
             ),
         )
 
@@ -267,6 +272,13 @@ class ToolHost:
             parsed = parse_arguments(arguments)
         except _BadArguments as exc:
             return ToolResult.failure("invalid_arguments", str(exc))
+        if entry.builtin is not None:
+            try:
+                mapped = canonical_arguments(entry.entry, parsed, Caller(ctx.agent.id))
+            except ShapeError as exc:
+                state.digest = args_sha256(parsed)
+                return ToolResult.failure("invalid_arguments", str(exc))
+            parsed, state.aliases = mapped.arguments, mapped.aliases
         state.digest = args_sha256(parsed)
         problem = _schema_problem(entry, parsed)
         if problem is not None:

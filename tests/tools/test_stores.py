@@ -98,3 +98,50 @@ async def test_task_board_lifecycle_and_events(tools: Tools) -> None:
     assert (await call(ctx, "event-publish", {"topic": "bad topic!"})).error_code == "invalid_arguments"
     events = (tools.home.state_dir / "events" / agent.id / "events.jsonl").read_text().splitlines()
     assert [json.loads(line).get("topic") for line in events] == [None, "reports/weekly"]
+
+
+async def test_calls_in_the_reference_runtimes_shape_work_and_are_audited_in_covenants_names(tools: Tools) -> None:
+    """The argument names raftio/rune documents for these built-ins reach the same stores (issue 37 item 5)."""
+    import hashlib
+
+    from covenant.canonical import canonical_bytes
+
+    agent = tools.package("reference", KNOWLEDGE + TASKS)
+    ctx = tools.ctx(agent, tools.grant(*ACTIONS))
+    call = tools.host.call
+    ada = await call(ctx, "knowledge-add-entity", {"name": "Ada", "entity_type": "person", "properties": {"born": 1815}})
+    assert ada.content["created"] is True
+    await call(ctx, "knowledge-add-entity", {"name": "Charles", "entity_type": "person"})
+    linked = await call(ctx, "knowledge-add-relation", {"source": "Ada", "relation": "knows", "target": "Charles",
+                                                        "confidence": 0.8})
+    assert linked.content == {"stored": True, "already_known": False}
+    found = (await call(ctx, "knowledge-query", {"source": "Ada"})).content
+    assert found == {"relations": [{"from": "Ada", "relation": "knows", "to": "Charles"}], "relations_matched": 1}
+    entity = (await call(ctx, "knowledge-query", {"name": "Ada"})).content["entities"][0]
+    assert entity["type"] == "person" and entity["observations"] == ["born: 1815"]
+
+    posted = await call(ctx, "task-post", {"title": "report", "description": "weekly", "assigned_to": "reference"})
+    assert posted.content == {"posted": True, "id": "task-1", "status": "open"}
+    claimed = await call(ctx, "task-claim", {"agent_id": "reference@local"})  # the next open task
+    assert claimed.content["id"] == "task-1" and claimed.content["detail"] == "weekly"
+    assert (await call(ctx, "task-claim", {})).error_code == "unknown_task"  # none open is left
+    assert [t["id"] for t in (await call(ctx, "task-list", {"status": "in_progress"})).content["tasks"]] == ["task-1"]
+    assert (await call(ctx, "task-complete", {"task_id": "task-1", "result": "sent"})).content["completed"] is True
+    assert [t["id"] for t in (await call(ctx, "task-list", {"status": "completed"})).content["tasks"]] == ["task-1"]
+    published = await call(ctx, "event-publish", {"event_type": "report.sent", "payload": {"to": "@ada"}})
+    assert published.content["topic"] == "report.sent"
+    events = (tools.home.state_dir / "events" / agent.id / "events.jsonl").read_text().splitlines()
+    assert json.loads(events[-1])["data"] == '{"to":"@ada"}'
+
+    # What covenant cannot do is refused, never half done: another agent's board, both names at once.
+    other = await call(ctx, "task-post", {"title": "x", "assigned_to": "someone-else"})
+    assert other.error_code == "invalid_arguments" and "agent-send" in other.error_message
+    both = await call(ctx, "task-complete", {"id": "task-1", "task_id": "task-1"})
+    assert both.error_code == "invalid_arguments" and "not both" in both.error_message
+
+    events = tools.audit.of("tool.call")
+    complete = next(e for e in events if e["name"] == "task-complete" and e["outcome"] == "ok")
+    assert complete["args_aliases"] == ["task_id"]
+    assert complete["args_sha256"] == hashlib.sha256(canonical_bytes({"id": "task-1", "result": "sent"})).hexdigest()
+    assert "args_aliases" not in next(e for e in events if e["name"] == "task-claim" and e["error_code"] == "unknown_task")
+    assert [e["error_code"] for e in events[-2:]] == ["invalid_arguments", "invalid_arguments"]

@@ -3,7 +3,8 @@
 Available when covenant.toml has at least one ``[channels.NAME]``. The URL
 and the key are read from the daemon's environment (``url_env``,
 ``secret_env``) at each send, never written anywhere. The body is the
-canonical JSON ``{"agent", "channel", "intent", "sent_at", "text"}``; the
+canonical JSON ``{"agent", "channel", "intent", "sent_at", "text"}``, with ``recipient`` when the
+call names one (who on that channel the receiver should deliver to: a chat id, a handle); the
 header ``X-Covenant-Signature: sha256=<hex HMAC-SHA256 of the body with the
 key>`` lets the receiver check it. No redirects are followed; a 2xx answer
 is a success.
@@ -54,8 +55,11 @@ async def _send(call: BuiltinCall) -> dict[str, Any]:
     if not _URL.match(url) or not secret:
         raise ToolError("tool_unavailable", f"channel {name!r} is not usable: the daemon's {channel.url_env} must hold an "
                         f"http(s) URL and {channel.secret_env} a key")
-    body = canonical_bytes({"agent": call.ctx.agent.id, "channel": name, "intent": call.ctx.intent_id,
-                            "sent_at": iso_ms(now_ms()), "text": text})
+    message = {"agent": call.ctx.agent.id, "channel": name, "intent": call.ctx.intent_id,
+               "sent_at": iso_ms(now_ms()), "text": text}
+    if "recipient" in call.arguments:
+        message["recipient"] = call.arguments["recipient"]
+    body = canonical_bytes(message)
     import httpx  # loaded by the first message, not with the daemon
 
     headers = {"Content-Type": "application/json", SIGNATURE_HEADER: signature(secret.encode(), body)}
@@ -66,16 +70,21 @@ async def _send(call: BuiltinCall) -> dict[str, Any]:
         raise ToolError("tool_failed", f"channel {name!r} could not be reached: {type(exc).__name__}") from None
     if not 200 <= response.status_code < 300:
         raise ToolError("tool_failed", f"channel {name!r} answered HTTP {response.status_code}")
-    return {"sent": True, "channel": name, "status": response.status_code}
+    answer: dict[str, Any] = {"sent": True, "channel": name, "status": response.status_code}
+    if "recipient" in message:
+        answer["recipient"] = message["recipient"]
+    return answer
 
 
 TOOL = Builtin(
     name="rune@channel-send",
-    description="Send a text message to one of the operator's configured channels (a signed webhook).",
+    description=("Send a text message to one of the operator's configured channels (a signed webhook), "
+                 "optionally for a recipient on it."),
     parameters={
         "type": "object",
         "properties": {"channel": {"type": "string", "minLength": 1, "maxLength": 63},
-                       "text": {"type": "string", "minLength": 1, "maxLength": TEXT_MAX_BYTES}},
+                       "text": {"type": "string", "minLength": 1, "maxLength": TEXT_MAX_BYTES},
+                       "recipient": {"type": "string", "minLength": 1, "maxLength": 256}},
         "required": ["channel", "text"],
         "additionalProperties": False,
     },

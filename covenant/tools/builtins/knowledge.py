@@ -103,6 +103,14 @@ async def _add_relation(call: BuiltinCall) -> dict[str, Any]:
     return {"stored": True, "already_known": False}
 
 
+def _matching_relations(arguments: dict[str, Any], relations: list[tuple[str, str, str]], limit: int) -> dict[str, Any]:
+    """The relations matching every given filter of ``from``, ``relation``, ``to`` (exact)."""
+    wanted = [arguments.get(key) for key in ("from", "relation", "to")]
+    matches = [r for r in relations if all(w is None or w == got for w, got in zip(wanted, r))]
+    shown = [{"from": f, "relation": r, "to": t} for f, r, t in matches[:limit]]
+    return {"relations": shown, "relations_matched": len(matches)}
+
+
 async def _query(call: BuiltinCall) -> dict[str, Any]:
     text = call.arguments.get("text", "").casefold()
     name = call.arguments.get("name")
@@ -110,6 +118,9 @@ async def _query(call: BuiltinCall) -> dict[str, Any]:
     async with call.services.stores.lock(KIND, call.ctx.agent.id):
         store = await _open(call)
         entities, relations = _graph(store)
+    by_relation = {"from", "relation", "to"} & set(call.arguments)
+    if by_relation and not text and name is None:
+        return _matching_relations(call.arguments, relations, limit)
     found: list[dict[str, Any]] = []
     used = 0
     matches = [n for n, e in entities.items() if (name is None or n == name) and (
@@ -125,7 +136,8 @@ async def _query(call: BuiltinCall) -> dict[str, Any]:
         if used > _BUDGET:
             break
         found.append(item)
-    return {"entities": found, "matched": len(matches), "truncated": len(found) < len(matches)}
+    answer = {"entities": found, "matched": len(matches), "truncated": len(found) < len(matches)}
+    return {**answer, **_matching_relations(call.arguments, relations, limit)} if by_relation else answer
 
 
 _NAME = {"type": "string", "minLength": 1, "maxLength": NAME_MAX}
@@ -163,10 +175,12 @@ ADD_RELATION = Builtin(
 QUERY = Builtin(
     name="rune@knowledge-query",
     description=("Find entities of this agent's knowledge graph by exact name and/or text found in their name, type "
-                 "or observations (case-insensitive), with their relations."),
+                 "or observations (case-insensitive), with their relations; or find relations by `from`, "
+                 "`relation` and/or `to` (exact)."),
     parameters={
         "type": "object",
         "properties": {"text": {"type": "string", "maxLength": 256}, "name": _NAME,
+                       "from": _NAME, "relation": _LABEL, "to": _NAME,
                        "limit": {"type": "integer", "minimum": 1, "maximum": 50}},
         "additionalProperties": False,
     },

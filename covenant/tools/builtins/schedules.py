@@ -30,7 +30,8 @@ def _store(call: BuiltinCall) -> AgentScheduleStore:
 
 
 def _view(schedule: ScheduleConfig) -> dict[str, Any]:
-    return {"name": schedule.name, "agent": schedule.agent, "input": schedule.input,
+    """A schedule as the tools answer it; ``id`` is its name (what schedule-delete takes)."""
+    return {"id": schedule.name, "name": schedule.name, "agent": schedule.agent, "input": schedule.input,
             "every": schedule.every, "cron": schedule.cron}
 
 
@@ -40,8 +41,11 @@ async def _create(call: BuiltinCall) -> dict[str, Any]:
         raise ToolError("tool_failed", f"{args['name']!r} is the name of a schedule in covenant.toml")
     home = call.services.home
     display = await trio.to_thread.run_sync(KnownIdentities(home).display_for, call.ctx.issuer_pubkey)
+    agent = args.get("agent") or call.ctx.agent.id
+    if agent == call.ctx.agent.name:  # this agent by its bare name (the reference's agent_name): its full id
+        agent = call.ctx.agent.id
     try:
-        schedule = ScheduleConfig(name=args["name"], agent=args.get("agent") or call.ctx.agent.id,
+        schedule = ScheduleConfig(name=args["name"], agent=agent,
                                   input=args.get("input", ""), every=args.get("every"), cron=args.get("cron"),
                                   issuer=display or f"issuer-{call.ctx.issuer_pubkey[:16]}")
     except ValidationError as exc:
@@ -51,7 +55,7 @@ async def _create(call: BuiltinCall) -> dict[str, Any]:
         _store(call).add, schedule, call.ctx.issuer_pubkey, call.ctx.agent.id, now_ms())
     if refused is not None:
         raise ToolError("tool_failed", refused)
-    return {"created": True, **_view(schedule)}
+    return {"created": True, "schedule_id": schedule.name, **_view(schedule)}
 
 
 async def _list(call: BuiltinCall) -> dict[str, Any]:

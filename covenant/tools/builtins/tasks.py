@@ -104,7 +104,13 @@ async def _post(call: BuiltinCall) -> dict[str, Any]:
 async def _claim(call: BuiltinCall) -> dict[str, Any]:
     async with call.services.stores.lock(TASKS, call.ctx.agent.id):
         store = await _open(call, TASKS)
-        task = _task(_board(store), call.arguments["id"])
+        tasks = _board(store)
+        if "id" in call.arguments:
+            task = _task(tasks, call.arguments["id"])
+        else:
+            task = next((t for t in tasks.values() if t["status"] == "open"), None)
+            if task is None:
+                raise ToolError("unknown_task", "no open task on this agent's board")
         if task["status"] != "open":
             raise ToolError("task_not_open", f"task {task['id']} is {task['status']}, not open")
         if len(store.records) >= RECORDS_MAX:
@@ -171,8 +177,8 @@ POST = Builtin(
 )
 CLAIM = Builtin(
     name="rune@task-claim",
-    description="Claim an open task of this agent's board for the current request.",
-    parameters={"type": "object", "properties": {"id": _TASK_ID}, "required": ["id"], "additionalProperties": False},
+    description="Claim an open task of this agent's board for the current request (without id: the oldest open one).",
+    parameters={"type": "object", "properties": {"id": _TASK_ID}, "additionalProperties": False},
     run=_claim,
 )
 COMPLETE = Builtin(

@@ -62,7 +62,7 @@ async def _search(call: BuiltinCall) -> dict[str, Any]:
     found = [
         {"title": _text(r.get("title"), 300), "url": _text(r.get("url"), 2000), "snippet": _text(r.get("content"), _SNIPPET_MAX)}
         for r in results if isinstance(r, dict) and isinstance(r.get("url"), str)
-    ][: settings.max_results]
+    ][: min(settings.max_results, call.arguments.get("max_results", settings.max_results))]
     return {"query": query, "results": found}
 
 
@@ -71,7 +71,9 @@ TOOL = Builtin(
     description="Search the web; answers titles, URLs and snippets of the top results.",
     parameters={
         "type": "object",
-        "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 500}},
+        "properties": {"query": {"type": "string", "minLength": 1, "maxLength": 500},
+                       "max_results": {"type": "integer", "minimum": 1, "maximum": 50,
+                                       "description": "fewer results than the host's [tools.web_search] max_results"}},
         "required": ["query"],
         "additionalProperties": False,
     },
