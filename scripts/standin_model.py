@@ -8,8 +8,12 @@ the ``model.call`` audit events and the token budget are all real; only the "thi
 
 1. If tools are offered and no tool has answered since the last user message, call the one tool
    whose name best matches the words of the system prompt and the user's message (none matches:
-   answer directly). Its arguments are built from its JSON schema: string fields get the user's
-   text (a ``url`` field the first URL in it), others a neutral value.
+   answer directly). Its arguments are built from its JSON schema: a tool without parameters gets
+   ``{}``; a string field gets the subject of the message (the text after a short opening
+   instruction that ends in a colon, ``Classify this ticket: …``; else the whole message), cut to
+   its ``maxLength``; an ``enum`` field the option the message names (else the first); a ``url``
+   field the first URL in the message, and a tool whose required URL the message lacks is not
+   called; numbers their ``minimum`` (else 1), booleans false, lists and objects empty.
 2. Once the tool has answered, reply in one sentence built from its result (or its error).
 3. Without tools, reply by describing the user's message.
 
@@ -44,6 +48,9 @@ LABEL = "[stand-in model]"
 _MAX_BODY = 8 * 1024 * 1024
 _URL = re.compile(r"https?://[^\s\"'<>]+")
 _WORD = re.compile(r"[a-z0-9]+")
+# "Classify this support ticket: <the ticket>": an opening instruction of a few words, a colon, the subject.
+_INSTRUCTION = re.compile(r"([^\n:]+):\s+(\S.*)", re.S)
+_INSTRUCTION_WORDS = 8
 
 
 # --- the rules (pure) -------------------------------------------------------------------------------
@@ -73,32 +80,62 @@ def _last_user_index(messages: list[dict[str, Any]]) -> int:
     return -1
 
 
-def _choose_tool(tools: list[dict[str, Any]], context: set[str]) -> dict[str, Any] | None:
+def _choose_tool(tools: list[dict[str, Any]], context: set[str], user_text: str) -> tuple[dict[str, Any], dict[str, Any]] | None:
+    """The best-matching tool whose arguments the message can fill, with those arguments."""
     best, best_score = None, 0
     for tool in tools:
         function = tool.get("function") or {}
         score = sum(1 for word in _name_words(str(function.get("name", ""))) if word in context)
-        if score > best_score:
-            best, best_score = function, score
+        if score > best_score and (arguments := _arguments(function, user_text)) is not None:
+            best, best_score = (function, arguments), score
     return best
 
 
-def _arguments(function: dict[str, Any], user_text: str) -> dict[str, Any]:
+def _subject(text: str) -> str:
+    """What a message is about: the text after an opening instruction such as ``Classify this ticket:``."""
+    match = _INSTRUCTION.match(text)
+    if match and len(match.group(1).split()) <= _INSTRUCTION_WORDS:
+        return match.group(2).strip()
+    return text
+
+
+def _string(name: str, prop: dict[str, Any], user_text: str) -> str | None:
+    """A string argument for ``name``; None when the message has none to give (a URL it does not hold)."""
+    options = [o for o in prop.get("enum") or [] if isinstance(o, str)]
+    if options:
+        lowered = user_text.lower()
+        return next((o for o in options if re.search(rf"(?<!\w){re.escape(o.lower())}(?!\w)", lowered)), options[0])
+    if name.lower() in ("url", "uri", "link") or prop.get("format") in ("uri", "url"):
+        url = _URL.search(user_text)
+        return url.group(0).rstrip(".,;:!?)]}") if url else None  # "see https://x/y." means https://x/y
+    value = _subject(user_text)
+    limit = prop.get("maxLength")
+    return value[:limit] if isinstance(limit, int) and limit > 0 else value
+
+
+def _arguments(function: dict[str, Any], user_text: str) -> dict[str, Any] | None:
+    """Arguments for ``function`` from its JSON schema; None when a required one cannot be filled."""
     schema = function.get("parameters") or {}
-    properties = schema.get("properties") or {}
+    properties = {k: v for k, v in (schema.get("properties") or {}).items() if isinstance(v, dict)}
     if not properties:
-        return {"text": user_text}
+        return {}  # a tool that takes no arguments
     required = [name for name in schema.get("required") or [] if name in properties]
-    strings = [name for name, prop in properties.items() if isinstance(prop, dict) and prop.get("type") == "string"]
-    wanted = required or strings[:1] or list(properties)[:1]
+    strings = [name for name, prop in properties.items() if prop.get("type") == "string"]
     out: dict[str, Any] = {}
-    for name in wanted:
-        kind = (properties.get(name) or {}).get("type")
+    for name in required or strings[:1]:
+        prop = properties[name]
+        kind = prop.get("type")
         if kind == "string":
-            url = _URL.search(user_text)
-            out[name] = url.group(0) if name.lower() in ("url", "uri", "link") and url else user_text
+            value = _string(name, prop, user_text)
+            if value is None:
+                if name in required:
+                    return None
+                continue
+            out[name] = value
+        elif kind in ("integer", "number"):
+            out[name] = prop.get("minimum", 1)
         else:
-            out[name] = {"integer": 1, "number": 1, "boolean": False, "array": [], "object": {}}.get(kind, user_text)
+            out[name] = {"boolean": False, "array": [], "object": {}}.get(kind, _subject(user_text))
     return out
 
 
@@ -149,13 +186,14 @@ def reply(body: dict[str, Any]) -> dict[str, Any]:
         return {"role": "assistant", "content": _answer_from_results(messages, last_user + 1)}
     if tools:
         system = " ".join(_text(m.get("content")) for m in messages if m.get("role") == "system")
-        function = _choose_tool(tools, _words(system + " " + user_text))
-        if function is not None:
+        chosen = _choose_tool(tools, _words(system + " " + user_text), user_text)
+        if chosen is not None:
+            function, arguments = chosen
             turn = sum(1 for m in messages if m.get("role") == "assistant")
             call = {
                 "id": f"call_standin_{turn}",
                 "type": "function",
-                "function": {"name": function["name"], "arguments": json.dumps(_arguments(function, user_text))},
+                "function": {"name": function["name"], "arguments": json.dumps(arguments)},
             }
             return {"role": "assistant", "content": "", "tool_calls": [call]}
     words = len(user_text.split())

@@ -27,7 +27,8 @@ TOOLS = [
                                       "parameters": {"type": "object", "properties": {"url": {"type": "string"}},
                                                      "required": ["url"]}}},
     {"type": "function", "function": {"name": "classify_ticket", "description": "Label a ticket.",
-                                      "parameters": {"type": "object"}}},
+                                      "parameters": {"type": "object", "properties": {"ticket": {"type": "string"}},
+                                                     "required": ["ticket"]}}},
 ]
 
 
@@ -67,7 +68,7 @@ async def test_one_tool_call_then_an_answer_from_its_result(standin: str, stream
         first = await gw.chat(call, [SYSTEM, TICKET], TOOLS, **kw)
         [tool_call] = first.tool_calls
         assert tool_call["function"]["name"] == "classify_ticket", "the tool the prompt names, not web-fetch"
-        assert json.loads(tool_call["function"]["arguments"]) == {"text": TICKET["content"]}
+        assert json.loads(tool_call["function"]["arguments"]) == {"ticket": TICKET["content"]}
         result = {"role": "tool", "tool_call_id": tool_call["id"], "content": "billing"}
         second = await gw.chat(call, [SYSTEM, TICKET, first.message, result], TOOLS, **kw)
     finally:
@@ -88,11 +89,16 @@ async def test_it_is_deterministic_and_labelled(standin: str) -> None:
         plain = client.post(f"{standin}/chat/completions", json={"messages": [TICKET]}).json()
         models = client.get(f"{standin}/models").json()
         bad = client.post(f"{standin}/chat/completions", content=b"not json", headers={"content-type": "application/json"})
+        # A workflow step's templated request: the tool gets the ticket, not the instruction around it.
+        step = {"role": "user", "content": "Classify this support ticket: The dashboard shows a 502 error"}
+        stepped = client.post(f"{standin}/chat/completions", json={"messages": [SYSTEM, step], "tools": TOOLS}).json()
     assert answers[0] == answers[1]
     assert answers[0]["model"] == "covenant-stand-in-model"
     assert plain["choices"][0]["message"]["content"].startswith("[stand-in model] (rule-based, not a language model)")
     assert models["data"][0]["id"] == "covenant-stand-in-model"
     assert bad.status_code == 400
+    [call] = stepped["choices"][0]["message"]["tool_calls"]
+    assert json.loads(call["function"]["arguments"]) == {"ticket": "The dashboard shows a 502 error"}
 
 
 async def test_a_tool_error_is_answered_not_retried(standin: str) -> None:
@@ -110,3 +116,46 @@ async def test_a_tool_error_is_answered_not_retried(standin: str) -> None:
     finally:
         await gw.aclose()
     assert second.text == "[stand-in model] classify_ticket failed (tool took too long), so I cannot finish this one."
+
+
+def _call(tools: list[dict], text: str) -> tuple[str, dict] | None:
+    """The stand-in's tool call (name, arguments) for one user message, or None when it answers directly."""
+    sys.path.insert(0, str(SCRIPT.parent))
+    try:
+        import standin_model
+    finally:
+        sys.path.remove(str(SCRIPT.parent))
+    message = standin_model.reply({"messages": [{"role": "user", "content": text}], "tools": tools})
+    calls = message.get("tool_calls")
+    if not calls:
+        assert message["content"].startswith("[stand-in model]")
+        return None
+    return calls[0]["function"]["name"], json.loads(calls[0]["function"]["arguments"])
+
+
+def _tool(name: str, properties: dict | None = None, required: tuple[str, ...] = ()) -> dict:
+    parameters = {"type": "object", "additionalProperties": False}
+    if properties is not None:
+        parameters |= {"properties": properties, "required": list(required)}
+    return {"type": "function", "function": {"name": name, "parameters": parameters}}
+
+
+def test_arguments_follow_each_schema() -> None:
+    """No-argument tools get {}; enums, URLs, lengths and numbers are filled sensibly."""
+    assert _call([_tool("system-time")], "what system time is it?") == ("system-time", {})
+    assert _call([_tool("system-time", {})], "what system time is it?") == ("system-time", {})
+    priority = _tool("set_priority", {"level": {"type": "string", "enum": ["low", "normal", "high"]},
+                                      "count": {"type": "integer", "minimum": 3}}, ("level", "count"))
+    assert _call([priority], "set priority: make it HIGH please") == ("set_priority", {"level": "high", "count": 3})
+    assert _call([priority], "set the priority") == ("set_priority", {"level": "low", "count": 3})
+    fetch = _tool("web-fetch", {"url": {"type": "string"}}, ("url",))
+    assert _call([fetch], "fetch https://status.example.com/now, then say") == ("web-fetch", {"url": "https://status.example.com/now"})
+    short = _tool("summarise", {"text": {"type": "string", "maxLength": 5}}, ("text",))
+    assert _call([short], "summarise this: abcdefgh") == ("summarise", {"text": "abcde"})
+
+
+def test_a_tool_whose_required_url_the_message_lacks_is_not_called() -> None:
+    fetch = _tool("web-fetch", {"url": {"type": "string", "format": "uri"}}, ("url",))
+    classify = _tool("classify_ticket", {"ticket": {"type": "string"}}, ("ticket",))
+    assert _call([fetch], "fetch the status page") is None  # no URL: answers instead of fetching nonsense
+    assert _call([fetch, classify], "fetch and classify this ticket: it is broken") == ("classify_ticket", {"ticket": "it is broken"})
