@@ -190,6 +190,10 @@ class RuneConfig(_Section):
     idle_stop_s: int = Field(600, ge=0, le=7 * 86_400, description="stop a replica idle this long; 0 = never")
     standard_turns: int = Field(20, ge=0, le=10_000, description="turns kept by memory_profile = standard")
     skills_dir: str = Field("skills", min_length=1, description="where skills resolve (relative to the home)")
+    skill_prompt_kb: int = Field(
+        32, ge=0, le=1024, description="KiB of SKILL.md bodies appended to an agent's instructions; skills past it are "
+        "listed and read with skill-read"
+    )
     python: str | None = Field(None, description="interpreter for replicas (default: the daemon's own)")
     memory_small_mb: int = Field(256, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile small")
     memory_medium_mb: int = Field(1024, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile medium")

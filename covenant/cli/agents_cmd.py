@@ -7,6 +7,7 @@ running daemon has loaded, else a local scan of the home's agents folder);
 
 from __future__ import annotations
 
+import json
 import sys
 from datetime import UTC, datetime
 from pathlib import Path
@@ -165,6 +166,9 @@ def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
             shown = ", ".join(value) if isinstance(value, list) else value
             echo(f"{section + '.' + key + ':':<36}{shown if shown != '' else '-'}")
     echo(f"{'keywords:':<36}{', '.join(spec.keywords) or '-'}")
+    for key, value in spec.routing_hints.items():  # a Runefile's routing_hints, every key as written
+        shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)
+        echo(f"{'routing_hints.' + key + ':':<36}{shown}")
     if "state" in data:
         waiting = f" (its manifest is rejected: runs its last valid version until {data['waiting_on']} loads again)" \
             if data["state"] == "snapshot" else ""

@@ -273,6 +273,7 @@ class ReplicaProcess:
             skills_dir=self.skills_dir,
             offered_tools=self.offered_tools(replica.agent, replica.package),
             standard_turns=self.config.rune.standard_turns,
+            skill_prompt_kb=self.config.rune.skill_prompt_kb,
         )
         return {**settings, "health_path": replica.package.runefile.runtime.health_probe.path}
 

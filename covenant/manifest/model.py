@@ -75,6 +75,8 @@ class AgentSpec(BaseModel):
     settlement: Settlement = Settlement()
     keywords: tuple[str, ...] = ()
     """Routing keywords ([routing] keywords, or Runefile routing_hints.keywords)."""
+    routing_hints: dict[str, Any] = {}
+    """A Runefile's ``routing_hints`` as written, every key (the router reads ``keywords``; the rest is shown)."""
     warnings: tuple[str, ...] = ()
     """Non-fatal remarks (unknown top-level sections, a bare id read as name@local)."""
     extra_sections: dict[str, Any] = {}

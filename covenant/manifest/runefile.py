@@ -194,6 +194,7 @@ class RunePackage:
             capabilities=Capabilities(required=self.actions()),
             resources=Resources(cpu_ms_per_task=self.runefile.timeout_ms),
             keywords=self.keywords(),
+            routing_hints=dict(self.runefile.routing_hints),
             warnings=self.warnings,
         )
 

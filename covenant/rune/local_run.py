@@ -83,7 +83,8 @@ async def _answer(
     try:
         settings = await trio.to_thread.run_sync(
             lambda: loop_settings(package, skills_dir=skills_path, offered_tools=backend.tools.offered(agent),
-                                  standard_turns=config.rune.standard_turns))
+                                  standard_turns=config.rune.standard_turns,
+                                  skill_prompt_kb=config.rune.skill_prompt_kb))
     except Exception as exc:  # SkillError, unreadable schema files
         return "spawn_failed", str(exc), None, None
     spec = LoopSpec(settings["system_prompt"], settings["tools"], rf.max_steps, rf.models.safety_policy)

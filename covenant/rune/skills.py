@@ -1,10 +1,12 @@
-"""Skills of a Rune package: resolved under ``[rune] skills_dir``, disclosed progressively.
+"""Skills of a Rune package: resolved under ``[rune] skills_dir``, their bodies appended to the instructions.
 
 ``skills: [owner/repo/skill]`` resolves to ``<skills_dir>/<owner>/<repo>/skills/<skill>/SKILL.md``
-or ``<skills_dir>/<owner>/<repo>/<skill>/SKILL.md``. Its front matter (``name``,
-``description``) goes into the system prompt; the body is read on demand by
-the model through the ``skill-read`` tool, confined to the skill's folder
-(as Agent Skills do it). A missing skill is a load error naming every path tried.
+or ``<skills_dir>/<owner>/<repo>/<skill>/SKILL.md``. As the Rune spec says, each SKILL.md body is
+appended to the instructions at load — here up to ``[rune] skill_prompt_kb`` in all, each skill whole
+or not at all (a body cut mid-way would be an instruction half given). A skill past the cap is listed
+by its front matter (``name``, ``description``) and read on demand by the model through the
+``skill-read`` tool, offered only then and confined to that skill's folder (as Agent Skills do it).
+A missing skill is a load error naming every path tried.
 """
 
 from __future__ import annotations
@@ -16,10 +18,13 @@ from typing import Any
 
 from covenant import outside_json
 
-__all__ = ["Skill", "SkillError", "resolve_skills", "skills_prompt", "SKILL_TOOL", "skill_tool", "read_skill_file", "with_skills"]
+__all__ = ["Skill", "SkillError", "SkillPrompt", "resolve_skills", "skills_prompt", "SKILL_TOOL", "skill_tool",
+           "read_skill_file", "with_skills"]
 
 SKILL_TOOL = "skill-read"
 _MAX_READ_BYTES = 256 * 1024
+_MAX_SKILL_BYTES = 1024 * 1024
+"""The largest SKILL.md read at load (the prompt cap is at most 1 MiB too)."""
 
 
 class SkillError(Exception):
@@ -32,19 +37,23 @@ class Skill:
     folder: Path
     name: str
     description: str
+    body: str = ""
+    """SKILL.md after its front matter, stripped."""
 
 
-def _front_matter(text: str) -> dict[str, Any]:
+def _front_matter(text: str) -> tuple[dict[str, Any], str]:
+    """(the front matter's mapping, the body after it); no front matter: ({}, the whole text)."""
     if not text.startswith("---"):
-        return {}
+        return {}, text.strip()
     end = text.find("\n---", 3)
     if end < 0:
-        return {}
+        return {}, text.strip()
     import yaml
 
     loader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
     data = yaml.load(text[3:end], Loader=loader)  # noqa: S506 - a safe loader
-    return data if isinstance(data, dict) else {}
+    body = text[end + 4:].partition("\n")[2]  # past the closing --- line
+    return (data if isinstance(data, dict) else {}), body.strip()
 
 
 def resolve_skills(refs: tuple[str, ...], skills_dir: Path) -> list[Skill]:
@@ -57,20 +66,42 @@ def resolve_skills(refs: tuple[str, ...], skills_dir: Path) -> list[Skill]:
         if found is None:
             raise SkillError(f"skill {ref!r} not found; tried {', '.join(str(p) for p in tried)}")
         try:
-            meta = _front_matter(found.read_text(encoding="utf-8"))
+            with open(found, "rb") as f:
+                data = f.read(_MAX_SKILL_BYTES + 1)
+            if len(data) > _MAX_SKILL_BYTES:
+                raise ValueError(f"it is over {_MAX_SKILL_BYTES} bytes")
+            meta, body = _front_matter(data.decode("utf-8"))
         except (OSError, UnicodeDecodeError, ValueError) as exc:
             raise SkillError(f"skill {ref!r}: cannot read {found}: {exc}") from None
-        out.append(Skill(ref, found.parent, str(meta.get("name") or name), str(meta.get("description") or "")))
+        out.append(Skill(ref, found.parent, str(meta.get("name") or name), str(meta.get("description") or ""), body))
     return out
 
 
-def skills_prompt(skills: list[Skill]) -> str:
-    """The system prompt's part about skills: name and description of each, and how to read one."""
-    if not skills:
-        return ""
-    lines = ["", "", "Skills available (read one with the skill-read tool before using it):"]
-    lines += [f"- {s.ref}: {s.name} — {s.description}".rstrip(" —") for s in skills]
-    return "\n".join(lines)
+@dataclass(frozen=True)
+class SkillPrompt:
+    text: str
+    """What follows the instructions in the system prompt."""
+    listed: tuple[Skill, ...]
+    """The skills past the cap: named in ``text``, read with ``skill-read``."""
+
+
+def skills_prompt(skills: list[Skill], cap_bytes: int) -> SkillPrompt:
+    """The system prompt's part about skills: each body in order while the total stays within ``cap_bytes``
+    (UTF-8), then name and description of each skill left, with how to read one."""
+    text = ""
+    listed: list[Skill] = []
+    for skill in skills:
+        section = f"\n\n## Skill: {skill.name} ({skill.ref})\n\n{skill.body}"
+        # In order: once one is listed the later ones are too, so the bodies keep the author's order.
+        if not listed and len((text + section).encode("utf-8")) <= cap_bytes:
+            text += section
+        else:
+            listed.append(skill)
+    if listed:
+        lines = ["", "", "More skills (read one with the skill-read tool before using it):"]
+        lines += [f"- {s.ref}: {s.name} — {s.description}".rstrip(" —") for s in listed]
+        text += "\n".join(lines)
+    return SkillPrompt(text, tuple(listed))
 
 
 def skill_tool() -> dict[str, Any]:

@@ -18,16 +18,21 @@ __all__ = ["loop_settings"]
 
 
 def loop_settings(
-    package: RunePackage, *, skills_dir: Path, offered_tools: list[dict[str, Any]], standard_turns: int
+    package: RunePackage, *, skills_dir: Path, offered_tools: list[dict[str, Any]], standard_turns: int,
+    skill_prompt_kb: int,
 ) -> dict[str, Any]:
-    """The agent's part of a replica spec (raises SkillError for a missing skill)."""
+    """The agent's part of a replica spec (raises SkillError for a missing skill).
+
+    Skill bodies join the instructions up to ``skill_prompt_kb`` KiB (``[rune] skill_prompt_kb``); the
+    ``skill-read`` tool is offered, and reads, only the skills past it.
+    """
     rf = package.runefile
-    skills = resolve_skills(rf.skills, skills_dir)
-    tools = list(offered_tools) + ([skill_tool()] if skills else [])
+    prompt = skills_prompt(resolve_skills(rf.skills, skills_dir), skill_prompt_kb * 1024)
+    tools = list(offered_tools) + ([skill_tool()] if prompt.listed else [])
     return {
         "agent": package.id,
-        "system_prompt": rf.instructions.rstrip() + skills_prompt(skills),
-        "skills": {s.ref: str(s.folder) for s in skills},
+        "system_prompt": rf.instructions.rstrip() + prompt.text,
+        "skills": {s.ref: str(s.folder) for s in prompt.listed},
         "tools": tools,
         "max_steps": rf.max_steps,
         "memory_profile": rf.memory_profile,

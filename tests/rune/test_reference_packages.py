@@ -151,3 +151,60 @@ def test_the_corpus_scheduled_reporter_follows_its_own_instructions_end_to_end(
         ("web-search", "ok", None), ("channel-send", "ok", ["message"]), ("task-post", "ok", ["description"])]
     assert not [e for e in fake_model.unscripted]
     assert daemon.stop() == 0
+
+
+def test_skills_join_the_instructions_up_to_the_cap_and_routing_hints_are_kept_whole(
+    daemon: DaemonProcess, fake_model: FakeModelServer
+) -> None:
+    """SKILL.md bodies reach the model's system prompt up to [rune] skill_prompt_kb; past it a skill is listed and
+    read with skill-read (issue 37 item 6). routing_hints are shown whole; their keywords route."""
+    install(daemon, CORPUS / "skilled-reporter")
+    skills = daemon.home / "skills"
+    shutil.copytree(CORPUS / "skills", skills)
+    manual = skills / "covenant-tests" / "manuals" / "house-style"  # the <owner>/<repo>/<skill> layout
+    manual.mkdir(parents=True)
+    (manual / "SKILL.md").write_text("---\nname: house-style\ndescription: The house style of every report.\n---\n"
+                                     "HOUSE-STYLE-BODY\n" + "Write plainly. " * 200 + "\n")
+    (manual / "examples.md").write_text("an example report\n")
+    for folder, _dirs, files in os.walk(skills):
+        os.chmod(folder, 0o755)
+        for name in files:
+            os.chmod(os.path.join(folder, name), 0o644)
+    configure(daemon, ("openai", fake_model), extra="[rune]\nskill_prompt_kb = 2\n")
+    daemon.start()
+    daemon.cli("grant", "tester@test", "tool.*", check=True)
+
+    shown = json.loads(daemon.cli("agents", "show", "skilled-reporter", "--json", check=True).stdout)
+    assert shown["routing_hints"] == {"keywords": ["status report"], "region": "eu-west", "tier": 2, "owners": ["web", "ops"]}
+    assert shown["keywords"] == ["status report"]
+    plain = daemon.cli("agents", "show", "skilled-reporter", check=True).stdout
+    assert "routing_hints.region:" in plain and "eu-west" in plain and '["web", "ops"]' in plain, plain
+
+    house = "covenant-tests/manuals/house-style"
+    fake_model.script(
+        Reply.tools(ToolCall("skill-read", {"skill": house})),
+        Reply.tools(ToolCall("skill-read", {"skill": house, "path": "examples.md"})),
+        Reply.tools(ToolCall("skill-read", {"skill": house, "path": "../../../../identity/daemon.key"})),
+        Reply.tools(ToolCall("skill-read", {"skill": "anthropics/claude-code/frontend-design"})),  # in the prompt already
+        Reply(text="Report written."),
+    )
+    # No --agent: the routing_hints keywords choose the agent.
+    outcome = outcome_of(daemon.cli("dispatch", "write the weekly status report", "--json"))
+    assert outcome["outcome"] == "ok" and outcome["agent"] == "skilled-reporter@local", outcome
+    first = fake_model.requests[0]
+    system = next(m["content"] for m in first.messages if m["role"] == "system")
+    assert system.startswith("You write short status reports for a web team.")
+    assert "## Skill: frontend-design (anthropics/claude-code/frontend-design)" in system
+    assert "FRONTEND-SKILL-BODY-7f3a" in system  # the body itself, front matter left out
+    assert "description: How this team" not in system
+    assert "HOUSE-STYLE-BODY" not in system and f"- {house}: house-style — The house style of every report." in system
+    assert len(system.encode()) < 2048 + 1024  # the bodies within the cap, the instructions and the list beside
+    assert first.tool_names == ["system-time", "skill-read"]
+    read, example, escaped, inlined = (
+        [m for m in fake_model.requests[i].messages if m["role"] == "tool"][-1]["content"] for i in range(1, 5))
+    assert "HOUSE-STYLE-BODY" in read and "an example report" in example
+    assert "leaves the skill folder" in escaped and "BEGIN" not in escaped
+    assert "no skill" in inlined
+    unmatched = daemon.cli("dispatch", "hello there", "--json")
+    assert unmatched.returncode == 6, unmatched.stdout + unmatched.stderr
+    assert daemon.stop() == 0
