@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # covenant's main job on a throwaway home: start the daemon with the example agents,
 # show a denied dispatch and its grant hint, grant, dispatch to each runtime and to a Rune
-# agent (its model: the project's stand-in, started here), verify the signed audit log, and
-# stop cleanly. Run by `make demo` (`make demo-real`: a real small model instead).
+# agent whose workflow branches on each ticket's category (its model: the project's stand-in, started
+# here), verify the signed audit log, stop cleanly, and end with one line saying what ran, counted
+# from the audit log. Run by `make demo` (`make demo-real`: a real small model instead).
 #
 # Every command is printed before it runs, after `$ `, quoted for the shell: a line can be pasted
 # into a terminal (after the printed `export` line) to run it again.
@@ -24,7 +25,9 @@ cleanup() {
   rm -rf "$work"
 }
 trap cleanup EXIT
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+# Headings in bold on a terminal only: piped or captured, the output holds no escape codes.
+if [ -t 1 ]; then bold=$'\033[1m' plain=$'\033[0m'; else bold= plain=; fi
+step() { printf '\n%s== %s%s\n' "$bold" "$*" "$plain"; }
 # One word as the shell reads it back: bare when it holds no special character, else in single quotes.
 quote() {
   if [[ $1 =~ ^[A-Za-z0-9_@%+=:,./-]+$ ]]; then printf '%s' "$1"
@@ -82,10 +85,12 @@ if [ -x agents.d/search-rs/target/release/search-rs ]; then run "$covenant" disp
 run "$covenant" history --limit 5
 
 step "a Rune agent: the daemon asks the model (the stand-in, or SmolLM2 with make demo-real), runs the tool it calls, audits both"
+echo "triage@local's workflow.yaml: classify the ticket (the model calls classify_ticket), then only the"
+echo "branch its answer names (technical: search@local, billing: triage@local again), and size: wordcount@local."
 run "$covenant" grant demo@local tool.classify_ticket tool.web_fetch
 run "$covenant" dispatch --dry-run --agent triage@local "I was charged twice this month"
 for ticket in "I was charged twice for my subscription this month, please refund one" \
-              "The dashboard shows a 502 error since this morning"; do
+              "The memory limit keeps killing my job"; do
   if [ "${COVENANT_DEMO_MODEL:-standin}" = real ]; then
     # A 135M-parameter model often fumbles tool calls; show the outcome and go on.
     run "$covenant" dispatch --agent triage@local "$ticket" || echo "(exit code $?: the small model did not finish)"
@@ -93,6 +98,7 @@ for ticket in "I was charged twice for my subscription this month, please refund
     run "$covenant" dispatch --agent triage@local "$ticket"
   fi
 done
+run "$covenant" history --limit 8
 run "$covenant" audit tail --type model.call
 run "$covenant" audit tail --type tool.call
 echo "(each model call's tokens count against the intent's models.token_budget, 50000 for triage; no prompt text is logged)"
@@ -107,6 +113,11 @@ run "$covenant" audit tail
 run "$covenant" audit verify
 
 step "next: your own home"
-echo "The CLI is $(quote "$PWD/${covenant#./}"); this demo's home is removed now. For a home of your own:"
-echo "  $(quote "$PWD/${covenant#./}") init                 # ~/.covenant (or --home DIR, or env COVENANT_HOME)"
-echo "  $(quote "$PWD/${covenant#./}") daemon               # foreground; put manifests in ~/.covenant/agents"
+case "$covenant" in /*) cli=$covenant ;; *) cli=$PWD/${covenant#./} ;; esac
+echo "The CLI is $(quote "$cli"); this demo's home is removed when it ends. For a home of your own:"
+echo "  $(quote "$cli") init                 # ~/.covenant (or --home DIR, or env COVENANT_HOME)"
+echo "  $(quote "$cli") daemon               # foreground; put manifests in ~/.covenant/agents"
+
+step "what ran, counted from the audit log"
+printf '$ %s | %s\n' "$(show "$covenant" audit tail --json --type '*' -n 1000000 | cut -c3-)" "$(show "$python" scripts/demo_summary.py | cut -c3-)"
+"$covenant" audit tail --json --type '*' -n 1000000 | "$python" scripts/demo_summary.py
