@@ -6,11 +6,14 @@ codes. Each carries a stable ``code`` (the API error code) and an exit code.
 
 from __future__ import annotations
 
+from collections.abc import Iterator
+from contextlib import contextmanager
 from typing import Any
 
 __all__ = [
     "CovenantError",
     "ConfigError",
+    "ConfigProblems",
     "KeyFileError",
     "ExitCode",
     "error_document",
@@ -61,6 +64,38 @@ class ConfigError(CovenantError):
     """covenant.toml, the home layout or a command-line value is wrong."""
 
     code = "config_error"
+
+
+class ConfigProblems:
+    """Gathers the ConfigErrors of several checks, so one pass names every problem instead of the first.
+
+    Example::
+
+        problems = ConfigProblems()
+        for schedule in schedules:
+            with problems.gathered():
+                check(schedule)
+        problems.raise_any()
+    """
+
+    def __init__(self) -> None:
+        self.errors: list[ConfigError] = []
+
+    @contextmanager
+    def gathered(self) -> Iterator[None]:
+        """Run the block; a ConfigError it raises is kept (and the block ends there), not raised."""
+        try:
+            yield
+        except ConfigError as exc:
+            self.errors.append(exc)
+
+    def raise_any(self) -> None:
+        """Raise the one problem as it is, or one ConfigError whose message lists them all, a line each."""
+        if len(self.errors) == 1:
+            raise self.errors[0]
+        if self.errors:
+            raise ConfigError("\n".join(error.message for error in self.errors),
+                              problems=[{"message": e.message, **e.details} for e in self.errors])
 
 
 class KeyFileError(CovenantError):

@@ -32,7 +32,7 @@ from covenant.errors import ConfigError
 from covenant.home import Home
 from covenant.keys import create_key_file, ensure_private_dir
 
-__all__ = ["init_home", "check_home_modes", "home_modes", "CONFIG_TEMPLATE", "GRANTS_TEMPLATE"]
+__all__ = ["init_home", "check_home_modes", "mode_problems", "home_modes", "CONFIG_TEMPLATE", "GRANTS_TEMPLATE"]
 
 CONFIG_TEMPLATE = """\
 # covenant daemon configuration. Every key is optional; the values shown are the defaults.
@@ -158,14 +158,9 @@ _ADVISORY = {"covenant.toml"}
 Under the systemd unit it is a link to /etc/covenant/covenant.toml, which root owns."""
 
 
-def check_home_modes(home: Home) -> list[str]:
-    """Refuse (ConfigError) when a path of the home grants more than its mode; the message has the fix.
-
-    Run at daemon start after :func:`init_home`, which narrows what covenant
-    owns: what is left is owned by someone else (a key copied in by root).
-    Returns the warnings for paths where a wider mode is only advisory.
-    """
-    warnings = []
+def mode_problems(home: Home) -> list[tuple[str, bool]]:
+    """(message with the fix, advisory) for each path of the home whose mode is wider than it must be."""
+    problems = []
     for path, mode in home_modes(home):
         try:
             st = os.stat(path)
@@ -178,8 +173,19 @@ def check_home_modes(home: Home) -> list[str]:
             f"{path}: mode {stat.S_IMODE(st.st_mode):04o} gives others access they must not have "
             f"(agents run as other uids); fix: chmod {mode:o} {path}"
         )
-        if path.name in _ADVISORY:
-            warnings.append(message)
-            continue
-        raise ConfigError(message, path=str(path))
-    return warnings
+        problems.append((message, path.name in _ADVISORY))
+    return problems
+
+
+def check_home_modes(home: Home) -> list[str]:
+    """Refuse (ConfigError, naming every such path) when a path of the home grants more than its mode.
+
+    Run at daemon start after :func:`init_home`, which narrows what covenant
+    owns: what is left is owned by someone else (a key copied in by root).
+    Returns the warnings for paths where a wider mode is only advisory.
+    """
+    problems = mode_problems(home)
+    refused = [message for message, advisory in problems if not advisory]
+    if refused:
+        raise ConfigError("\n".join(refused), path=refused[0].partition(":")[0])
+    return [message for message, _ in problems]

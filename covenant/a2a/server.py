@@ -43,7 +43,7 @@ from covenant.audit.recent import records_since
 from covenant.audit.refusals import RefusalThrottle
 from covenant.clock import iso_now, now_ms
 from covenant.stream_sink import StreamSink
-from covenant.errors import CovenantError
+from covenant.errors import ConfigProblems, CovenantError
 from covenant.policy.errors import BadIntent, PolicyDenied
 from covenant.ratelimit import MinuteRate
 from covenant.rune.sessions import valid_session_id
@@ -87,14 +87,19 @@ class Client:
 
 
 def resolve_clients(config: A2AConfig, known: dict[str, str], environ: Mapping[str, str]) -> list[Client]:
-    """The clients with their tokens; ConfigError naming the client for an unknown issuer or an unset token."""
-    clients = []
+    """The clients with their tokens; ConfigError naming each client with an unknown issuer or an unset token."""
+    clients, problems = [], ConfigProblems()
     for client in config.clients:
         where = f"[[a2a.clients]] {client.name}"
-        pubkey = issuer_pubkey(known, client.issuer, where=where, field="a2a.clients.issuer")
-        token = secret_from_env(environ, client.token_env, where=where, field="a2a.clients.token_env",
-                                what="the bearer token", min_chars=16)
-        clients.append(Client(client, token.encode(), pubkey, MinuteRate(rate_per_minute(client.rate))))
+        pubkey = token = None
+        with problems.gathered():
+            pubkey = issuer_pubkey(known, client.issuer, where=where, field="a2a.clients.issuer")
+        with problems.gathered():
+            token = secret_from_env(environ, client.token_env, where=where, field="a2a.clients.token_env",
+                                    what="the bearer token", min_chars=16)
+        if pubkey is not None and token is not None:
+            clients.append(Client(client, token.encode(), pubkey, MinuteRate(rate_per_minute(client.rate))))
+    problems.raise_any()
     return clients
 
 

@@ -34,16 +34,18 @@ def daemon(cli: CliContext, log_level: str | None, log_target: str | None, socke
     SIGHUP reloads manifests and grants. SIGTERM stops accepting dispatches and
     drains the in-flight ones; exit status 0 after a clean drain, 5 when the
     drain timed out and dispatches were cancelled. A second SIGTERM cancels at once.
-    Exit 2 for a configuration error, and when a daemon already serves this home
-    (its pid is named; this one binds nothing).
+    Exit 2 for a configuration error (every problem of covenant.toml is named,
+    a line each), and when a daemon already serves this home (its pid is named;
+    this one binds nothing).
     """
-    from covenant.config import load_config
     from covenant.daemon.logstream import LogBroadcaster
     from covenant.daemon.main import DaemonOptions, run_daemon
+    from covenant.daemon.start_config import load_start_config
     from covenant.logs import resolve_log_settings, setup_logging
 
     home = cli.home
-    config = load_config(home)
+    start = load_start_config(home, os.environ)  # every problem of covenant.toml at once
+    config = start.config
     setup_logging(resolve_log_settings(log_level, log_target, os.environ, config.log))
     broadcaster = LogBroadcaster()
     logging.getLogger("covenant").addHandler(broadcaster)
@@ -51,4 +53,4 @@ def daemon(cli: CliContext, log_level: str | None, log_target: str | None, socke
         socket_path=Path(socket_path).absolute() if socket_path else home.socket_path,
         drain_timeout_s=config.daemon.drain_timeout_s if drain_timeout is None else drain_timeout,
     )
-    sys.exit(run_daemon(home, config, options, broadcaster))
+    sys.exit(run_daemon(home, start, options, broadcaster))

@@ -7,6 +7,7 @@ import sys
 import click
 
 from covenant.cli._common import CliContext, daemon_client, echo, pass_cli, print_json, reports_errors
+from covenant.clock import iso_ms, now_ms
 
 __all__ = ["status", "reload", "restart"]
 
@@ -55,6 +56,9 @@ def _render_status(doc: dict) -> None:
         echo(f"tools      files NOT confined ({files['problem']}): process tools are unavailable")
     for problem in doc["grants"]["problems"]:
         echo(f"grants     ignored: {problem}")
+    _render_front_doors(doc)
+    for warning in doc.get("file_modes", []):
+        echo(f"files      {warning}")
     for running in doc["in_flight"]:
         echo(f"running    {running['intent']} on {running['agent']} for {running['elapsed_ms']} ms")
     for replica in doc.get("replicas", []):
@@ -71,6 +75,48 @@ def _render_status(doc: dict) -> None:
         elif server["last_error"]:
             line += f"; {server['last_error']} (attempt {server['attempts']}, retrying)"
         echo(line)
+
+
+def _render_front_doors(doc: dict) -> None:
+    """The webhook and A2A listeners, the schedules, the fleet, and names in covenant.toml that lead nowhere."""
+    if "webhooks" not in doc:
+        return  # an older daemon
+    webhooks, a2a, schedules, fleet = doc["webhooks"], doc["a2a"], doc["schedules"], doc["fleet"]
+    if webhooks["listen"]:
+        echo(f"webhooks   listening on {webhooks['listen']}, {_count(len(webhooks['routes']), 'route')}")
+    else:
+        echo("webhooks   off ([webhooks] listen is not set)")
+    if a2a["listen"]:
+        exposed = ", ".join(a2a["expose"]) or "nothing"
+        echo(f"a2a        listening on {a2a['listen']} ({a2a['url']}), exposes {exposed}; "
+             f"{_count(a2a['clients'], 'client')}")
+    else:
+        echo("a2a        off ([a2a] listen is not set)")
+    upcoming = schedules["next"]
+    if upcoming is None:
+        echo("schedules  none")
+    else:
+        in_s = max(0, (upcoming["at_ms"] - now_ms()) // 1000)
+        echo(f"schedules  {schedules['count']}; next {upcoming['name']} ({upcoming['agent']}) at "
+             f"{iso_ms(upcoming['at_ms'])[:19]}Z UTC, in {in_s} s")
+    if not fleet["configured"]:
+        echo("fleet      off ([fleet] servers is not set)")
+    else:
+        line = f"fleet      host {fleet['host']}, {_count(fleet['servers'], 'NATS server')}; "
+        process = fleet["process"]
+        if process is None:
+            line += "no covenant fleet process has asked this daemon since it started (is `covenant fleet` running?)"
+        elif process["connected"]:
+            line += f"covenant fleet (pid {process['pid']}) asked {process['last_seen_s']:g} s ago"
+        else:
+            line += f"covenant fleet (pid {process['pid']}) last asked {process['last_seen_s']:g} s ago: NOT running?"
+        echo(line)
+    for problem in doc.get("unknown_names", []):
+        echo(f"warning    {problem}")
+
+
+def _count(n: int, noun: str) -> str:
+    return f"{n} {noun}" + ("" if n == 1 else "s")
 
 
 @click.command()

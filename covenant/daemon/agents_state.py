@@ -72,6 +72,11 @@ class LoadedAgents:
     digests: dict[str, str] = field(default_factory=dict)
     """Agent id -> the digest of what it runs (package files and skills): a reload's ``changed``."""
 
+    @property
+    def rejected_files(self) -> int:
+        """How many files were rejected: one however many problems it has (``covenant_registry_rejected_files``)."""
+        return len({problem.path for problem in self.problems})
+
     @classmethod
     def first(cls, scan: Scan) -> "LoadedAgents":
         registry = scan.registry

@@ -306,7 +306,9 @@ class ControlAPI:
         return {**loaded.agents[found].model_dump(mode="json"), **loaded.state_of(found)}
 
     async def _status(self, *, scope: dict, receive: Receive) -> Any:
-        document = status_document(self.daemon)
+        if self.daemon.front_doors is not None:
+            self.daemon.front_doors.status_asked(_peer(scope), scope.get("headers", []))
+        document = await status_document(self.daemon)
         return document if self._sees_spawned(scope) else without_spawned(document)
 
     async def _schedules(self, *, scope: dict, receive: Receive) -> Any:

@@ -60,7 +60,7 @@ class LiveAgents:
                                      ttl_s=config.rune.spawned_ttl_s, per_spawner=config.rune.spawned_max,
                                      memory_mb=config.rune.memory_mb)
         rune.packages = loaded.packages
-        metrics.set_registry(len(loaded.agents), len(loaded.problems))
+        metrics.set_registry(len(loaded.agents), loaded.rejected_files)
 
     def find(self, name: str) -> AgentSpec | None:
         """The loaded agent ``name`` (an id or a bare name) stands for, or None."""
@@ -183,7 +183,7 @@ class LiveAgents:
 
     async def record_registry(self, *, reason: str, changes: dict[str, Any] | None = None) -> None:
         """Audit the registry state and each rejected manifest; log the problems."""
-        self._metrics.set_registry(len(self.loaded.agents), len(self.loaded.problems))
+        self._metrics.set_registry(len(self.loaded.agents), self.loaded.rejected_files)
         rejected_by_file: dict[str, list[str]] = {}
         for problem in self.loaded.problems:
             rejected_by_file.setdefault(str(problem.path), []).append(str(problem))

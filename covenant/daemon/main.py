@@ -34,14 +34,17 @@ from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.home_lock import serving_home
 from covenant.daemon.interrupted import record_interrupted_intents
 from covenant.daemon.logstream import LogBroadcaster
+from covenant.daemon.front_doors import FrontDoors
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.network_server import serve_network
 from covenant.daemon.scheduler import ShuttingDown
+from covenant.daemon.refusal_count import counting_refusals
 from covenant.daemon.server import bind_unix_socket, serve
+from covenant.daemon.start_config import StartConfig
 from covenant.daemon.registry_scan import scan_with_snapshots, snapshot_store
 from covenant.daemon.rune_host import RuneHost
 from covenant.daemon.service import Daemon
-from covenant.errors import ConfigError, ExitCode
+from covenant.errors import ConfigError, ConfigProblems, ExitCode
 from covenant.home import Home
 from covenant.homeinit import check_home_modes, init_home
 from covenant.daemon.agent_calls import DaemonAgentCalls
@@ -60,11 +63,11 @@ from covenant.runtime.runner import Runner, paths_agent_processes_run
 from covenant.tools import ToolHost
 from covenant.triggers.agent_schedules import AgentScheduleStore, agent_schedules_path
 from covenant.triggers.onbehalf import OnBehalfSigner
-from covenant.triggers.schedules import ScheduleRunner, resolve_issuers
+from covenant.triggers.schedules import ScheduleRunner
 from covenant.triggers.state import ScheduleState
-from covenant.triggers.webhooks import WebhookApp, resolve_routes
+from covenant.triggers.webhooks import WebhookApp
 from covenant.a2a.card import AgentFacts, find_agent
-from covenant.a2a.server import A2AApp, Client as A2AClient, resolve_clients
+from covenant.a2a.server import A2AApp, Client as A2AClient
 from covenant.runtime.outcome import DispatchRecord
 
 __all__ = ["DaemonOptions", "run_daemon"]
@@ -167,7 +170,8 @@ def _rune_host(
     """Replicas, the model gateway (it alone reads the provider keys) and the tool host."""
     models = ModelGateway(config.providers, environ=os.environ, audit=audit.record, store_text=config.audit.store_text,
                           observe=metrics.observe_model_call, is_agent_uid=runner.isolation.is_agent_uid)
-    tools = ToolHost(home, config, runner, audit.record, packages=lambda agent: rune.packages.get(agent.id))
+    tools = ToolHost(home, config, runner, audit.record, packages=lambda agent: rune.packages.get(agent.id),
+                     observe=metrics.observe_tool_call)
     skills = Path(config.rune.skills_dir)
     rune = RuneHost(
         state_dir=home.state_dir,
@@ -179,6 +183,7 @@ def _rune_host(
         grants=lambda: grants.current,
         key=key,
     )
+    rune.replicas.on_restart = metrics.replica_restarted
     return rune
 
 
@@ -212,6 +217,28 @@ def _bind_tcp(listen: str, key: str) -> socket.socket:
         raise ConfigError(f"[{table}] listen = {listen!r}: cannot listen there ({exc.strerror})", field=key) from None
     sock.listen(1024)  # the accept loop closes what is over its caps at once: a deep backlog only absorbs bursts
     return sock
+
+
+def _bind_listeners(config: Config) -> dict[str, socket.socket]:
+    """The sockets of ``[webhooks] listen`` and ``[a2a] listen`` that are set; one ConfigError naming each that
+    cannot be bound (none is left open then)."""
+    bound: dict[str, socket.socket] = {}
+    problems = ConfigProblems()
+    for name, listen in (("webhooks", config.webhooks.listen), ("a2a", config.a2a.listen)):
+        if listen:
+            with problems.gathered():
+                bound[name] = _bind_tcp(listen, f"{name}.listen")
+    if problems.errors:
+        for sock in bound.values():
+            sock.close()
+    problems.raise_any()
+    return bound
+
+
+def _address(sock: socket.socket) -> str:
+    """HOST:PORT a listener is bound to (the port the kernel chose for ``:0``)."""
+    host, port = sock.getsockname()[:2]
+    return f"[{host}]:{port}" if ":" in host else f"{host}:{port}"
 
 
 class _Lifecycle:
@@ -278,13 +305,14 @@ class _Lifecycle:
 
 async def serve_daemon(
     home: Home,
-    config: Config,
+    start: StartConfig,
     options: DaemonOptions,
     logs: LogBroadcaster,
     *,
     task_status: trio.TaskStatus[list[str]] = trio.TASK_STATUS_IGNORED,
 ) -> int:
     """Run the daemon until SIGTERM/SIGINT; return the exit status."""
+    config = start.config
     with trio.open_signal_receiver(signal.SIGHUP, signal.SIGTERM, signal.SIGINT) as signals, systemd.Notifier() as notifier:
         await trio.to_thread.run_sync(init_home, home)
         for warning in await trio.to_thread.run_sync(check_home_modes, home):
@@ -300,12 +328,8 @@ async def serve_daemon(
         budget = await trio.to_thread.run_sync(_budget_from_history, store, registry, now_ms())
         grants = await trio.to_thread.run_sync(GrantsWatch, GrantStore(home.grants_path, key.public_key()))
         names = IdentityNames(KnownIdentities(home), home.known_identities_path)
-        known = await trio.to_thread.run_sync(KnownIdentities(home).all)
-        schedule_issuers = resolve_issuers(config.schedules, known)
-        webhook_routes = resolve_routes(config.webhooks, known, os.environ)
-        webhook_socket = _bind_tcp(config.webhooks.listen, "webhooks.listen") if config.webhooks.listen else None
-        a2a_clients = resolve_clients(config.a2a, known, os.environ)
-        a2a_socket = _bind_tcp(config.a2a.listen, "a2a.listen") if config.a2a.listen else None
+        listeners = _bind_listeners(config)
+        webhook_socket, a2a_socket = listeners.get("webhooks"), listeners.get("a2a")
         # Probing runs `unshare` once (cached): do it here, never on the loop in a status call.
         network_isolation = await trio.to_thread.run_sync(network_isolation_available)
         sockets, socket_names, activated = _open_sockets(options)
@@ -362,28 +386,36 @@ async def serve_daemon(
                     },
                 )
                 await daemon.agents.record_registry(reason="start")
-                schedules = ScheduleRunner(config.schedules, schedule_issuers, ScheduleState(home.state_dir / "schedules.json"),
+                schedules = ScheduleRunner(config.schedules, start.schedule_issuers, ScheduleState(home.state_dir / "schedules.json"),
                                            OnBehalfSigner(key), audit, daemon,
                                            AgentScheduleStore(agent_schedules_path(home.state_dir)))
-                webhooks = WebhookApp(config.webhooks, webhook_routes, OnBehalfSigner(key), audit.record, daemon)
+                webhooks = WebhookApp(config.webhooks, start.webhook_routes, OnBehalfSigner(key), audit.record, daemon)
                 await webhooks.restore(home.audit_dir)
-                a2a = _a2a_app(config, a2a_clients, daemon, key, audit, store)
+                a2a = _a2a_app(config, start.a2a_clients, daemon, key, audit, store)
                 await a2a.restore(home.audit_dir)
+                daemon.front_doors = FrontDoors(
+                    config_path=str(home.config_path), webhooks=webhooks, a2a=a2a, schedules=schedules,
+                    fleet=config.fleet, has_agent=lambda name: daemon.agents.find(name) is not None,
+                    listening={name: _address(sock) for name, sock in listeners.items()},
+                )
+                daemon.front_doors.warn_unknown_names()
                 api = ControlAPI(daemon, logs, schedules.view)
                 lifecycle = _Lifecycle(daemon, api, runner, notifier, options.drain_timeout_s)
                 async with trio.open_nursery() as nursery:
                     await nursery.start(rune.tools.mcp.run)
                     await nursery.start(rune.replicas.run)
                     await rune.start_eager(daemon.agents.loaded.packages, daemon.agents.loaded.agents)
-                    await nursery.start(partial(serve, on_closed=partial(metrics.listener_closed, "control")), api, sockets)
+                    await nursery.start(partial(serve, on_closed=partial(metrics.listener_closed, "control")),
+                                        counting_refusals(api, "control", metrics.http_refusal), sockets)
                     await nursery.start(schedules.run)
                     await nursery.start(daemon.agents.expire)
                     if webhook_socket is not None:
                         await nursery.start(partial(serve_network, name="webhooks", limits=config.webhooks,
-                                                    observer=metrics), webhooks, [webhook_socket])
+                                                    observer=metrics),
+                                            counting_refusals(webhooks, "webhooks", metrics.http_refusal), [webhook_socket])
                     if a2a_socket is not None:
                         await nursery.start(partial(serve_network, name="a2a", limits=config.a2a, observer=metrics),
-                                            a2a, [a2a_socket])
+                                            counting_refusals(a2a, "a2a", metrics.http_refusal), [a2a_socket])
                     watchdog_period = systemd.watchdog_interval_s()
                     if watchdog_period is not None:
                         nursery.start_soon(systemd.run_watchdog, notifier, watchdog_period)
@@ -414,7 +446,7 @@ async def serve_daemon(
         return lifecycle.exit_code
 
 
-def run_daemon(home: Home, config: Config, options: DaemonOptions, logs: LogBroadcaster) -> int:
+def run_daemon(home: Home, start: StartConfig, options: DaemonOptions, logs: LogBroadcaster) -> int:
     """Blocking entry point for ``covenant daemon``: the home's lock first, so a second daemon touches nothing."""
     with serving_home(home):
-        return trio.run(serve_daemon, home, config, options, logs)
+        return trio.run(serve_daemon, home, start, options, logs)

@@ -7,6 +7,8 @@ another library registers leaks into covenant's endpoint.
 
 from __future__ import annotations
 
+import re
+
 from prometheus_client import (
     CONTENT_TYPE_LATEST,
     CollectorRegistry,
@@ -20,7 +22,7 @@ from prometheus_client import (
 
 from covenant import __version__
 
-__all__ = ["Metrics", "DURATION_BUCKETS", "BATCH_BUCKETS", "FSYNC_BUCKETS"]
+__all__ = ["Metrics", "DURATION_BUCKETS", "BATCH_BUCKETS", "FSYNC_BUCKETS", "MODEL_FAILURES"]
 
 # From a 5 ms no-op agent to the 5-minute end of sensible wall-clock budgets.
 DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0)
@@ -28,6 +30,11 @@ DURATION_BUCKETS = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1.0, 2.5, 5.0, 10.
 BATCH_BUCKETS = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024, 4096)
 # fdatasync measured near 0.15 ms on local SSDs; slow disks show up in the top buckets.
 FSYNC_BUCKETS = (0.0001, 0.00025, 0.0005, 0.001, 0.0025, 0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 1.0)
+
+MODEL_FAILURES = ("rate_limited", "http_error", "timeout", "unreachable", "bad_answer", "impostor", "interrupted")
+"""How a model provider request can fail (covenant.models.gateway sets one per failed attempt)."""
+_OUTCOME = re.compile(r"^[a-z][a-z0-9_]{0,39}$")
+"""A label value taken from an error code: anything else is counted as ``error`` (bounded cardinality)."""
 
 
 class Metrics:
@@ -69,12 +76,43 @@ class Metrics:
         )
         self.registry_agents = Gauge("covenant_registry_agents", "Agents loaded and dispatchable.", registry=r)
         self.registry_rejected = Gauge(
-            "covenant_registry_rejected_files", "Manifest files rejected at the last (re)load.", registry=r
+            "covenant_registry_rejected_files",
+            "Files rejected at the last (re)load: one per file however many problems it has.",
+            registry=r,
         )
         self.model_calls = Counter(
             "covenant_model_calls",
-            "Model provider requests made by the gateway (one per attempt), by agent, provider and outcome.",
+            "Model provider requests made by the gateway (one per attempt), by agent, provider and outcome "
+            "(ok, or how the attempt failed: " + ", ".join(MODEL_FAILURES) + ").",
             ["agent", "provider", "outcome"],
+            registry=r,
+        )
+        self.tool_calls = Counter(
+            "covenant_tool_calls",
+            "Tool calls of Rune agents, by agent and outcome (ok, or the call's error code).",
+            ["agent", "outcome"],
+            registry=r,
+        )
+        self.retries = Counter(
+            "covenant_retries",
+            "Attempts made again after a failed one, by agent and kind: tool (a tool's retry_policy), model "
+            "(another provider request for the same model call: a retry after 429 or a fallback), "
+            "workflow_step (a step's retries).",
+            ["agent", "kind"],
+            registry=r,
+        )
+        self.replica_restarts = Counter(
+            "covenant_replica_restarts",
+            "Rune replicas started again, by agent and reason: exited (it ended or failed to start and was "
+            "restarted after backoff), operator (covenant restart), reload (its package changed).",
+            ["agent", "reason"],
+            registry=r,
+        )
+        self.http_refused = Counter(
+            "covenant_http_refused",
+            "Requests a listener answered with an HTTP error, by listener (control, webhooks, a2a) and status code "
+            "(e.g. 401 bad signature or token, 409 replay, 413 body too large, 429 rate limited, 503 overloaded).",
+            ["listener", "code"],
             registry=r,
         )
         self.model_tokens = Counter(
@@ -116,17 +154,41 @@ class Metrics:
         self.audit_batch_records.observe(records)
         self.audit_fsync.observe(fsync_s)
 
-    def observe_model_call(self, agent: str, provider: str, outcome: str, input_tokens: int, output_tokens: int) -> None:
-        """Matches the model gateway's ``observe`` hook (covenant.models.CallObserver)."""
+    def observe_model_call(
+        self, agent: str, provider: str, outcome: str, input_tokens: int, output_tokens: int, attempt: int = 1
+    ) -> None:
+        """Matches the model gateway's ``observe`` hook (covenant.models.CallObserver); an ``attempt`` past the
+        first of one model call is a retry or a fallback."""
         self.model_calls.labels(agent=agent, provider=provider, outcome=outcome).inc()
+        if attempt > 1:
+            self.retries.labels(agent=agent, kind="model").inc()
         if input_tokens:
             self.model_tokens.labels(agent=agent, provider=provider, direction="input").inc(input_tokens)
         if output_tokens:
             self.model_tokens.labels(agent=agent, provider=provider, direction="output").inc(output_tokens)
 
-    def set_registry(self, agents: int, rejected: int) -> None:
+    def observe_tool_call(self, agent: str, outcome: str, attempts: int) -> None:
+        """Matches the tool host's ``observe`` hook: one finished call, ``outcome`` ``ok`` or its error code."""
+        self.tool_calls.labels(agent=agent, outcome=outcome if _OUTCOME.match(outcome) else "error").inc()
+        if attempts > 1:
+            self.retries.labels(agent=agent, kind="tool").inc(attempts - 1)
+
+    def retried(self, agent: str, kind: str, times: int = 1) -> None:
+        """``times`` attempts made again (``kind`` ``model`` or ``workflow_step``)."""
+        if times > 0:
+            self.retries.labels(agent=agent, kind=kind).inc(times)
+
+    def replica_restarted(self, agent: str, reason: str) -> None:
+        """Matches the replica supervisor's ``on_restart`` hook."""
+        self.replica_restarts.labels(agent=agent, reason=reason).inc()
+
+    def http_refusal(self, listener: str, status: int) -> None:
+        """One request of ``listener`` answered with ``status`` (400 or more)."""
+        self.http_refused.labels(listener=listener, code=str(status)).inc()
+
+    def set_registry(self, agents: int, rejected_files: int) -> None:
         self.registry_agents.set(agents)
-        self.registry_rejected.set(rejected)
+        self.registry_rejected.set(rejected_files)
 
     def listener_closed(self, listener: str, reason: str) -> None:
         """A connection closed unserved (covenant.daemon.network_server.ListenerObserver)."""

@@ -69,6 +69,9 @@ class ReplicaSupervisor:
                                       calls=calls, offered_tools=offered_tools, sessions=self.sessions)
         self.on_stopped = on_stopped
         """Awaited (shielded) with the agent id when a replica stops for good: its MCP servers go with it."""
+        self.on_restart: Callable[[str, str], None] | None = None
+        """Called with the agent id and why (``exited``, ``operator``, ``reload``) when a replica is started again
+        (the daemon's metrics)."""
         self.replicas: dict[str, Replica] = {}
         self._latest: dict[str, tuple[AgentSpec, RunePackage]] = {}
         """The package each agent has since the last reload (a dispatch that began before it may hold an older one)."""
@@ -139,6 +142,7 @@ class ReplicaSupervisor:
     async def restart(self, agent: AgentSpec, package: RunePackage) -> Replica:
         """``covenant restart``: drain and stop the agent's replica, then start a fresh one."""
         await self.stop(agent.id, drain=True)
+        self._restarted(agent.id, "operator")
         return self.ensure(agent, package)
 
     async def reconcile(self, packages: dict[str, tuple[AgentSpec, RunePackage]], *, eager: bool) -> None:
@@ -153,6 +157,8 @@ class ReplicaSupervisor:
             if self.replicas.get(agent_id) is replica:  # an invoke may have put its successor there meanwhile
                 del self.replicas[agent_id]
             if current is not None and (running or eager):
+                if running:
+                    self._restarted(agent_id, "reload")
                 self.ensure(*current)
         if eager:
             for agent, package in packages.values():
@@ -294,6 +300,10 @@ class ReplicaSupervisor:
                     log.info("replica idle: stopping", extra={"agent": agent_id, "idle_s": idle_s})
                     self._nursery.start_soon(self.stop, agent_id)  # type: ignore[union-attr]
 
+    def _restarted(self, agent_id: str, reason: str) -> None:
+        if self.on_restart is not None:
+            self.on_restart(agent_id, reason)
+
     async def _supervise(self, replica: Replica) -> None:
         backoff = BACKOFF_FIRST_S
         assert replica.scope is not None
@@ -312,6 +322,7 @@ class ReplicaSupervisor:
                     if time.monotonic() - started > HEALTHY_RESETS_BACKOFF_S and not replica.start_failed:
                         backoff = BACKOFF_FIRST_S
                     replica.restarts += 1
+                    self._restarted(replica.agent.id, "exited")
                     log.warning("replica down; restarting after backoff",
                                 extra={"agent": replica.agent.id, "error": error, "backoff_s": backoff,
                                        "restarts": replica.restarts})

@@ -53,6 +53,7 @@ from covenant.daemon.dispatch_events import (
     refused_completion,
     rejection_event,
 )
+from covenant.daemon.front_doors import FrontDoors
 from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.live_agents import LiveAgents
 from covenant.daemon.metrics import Metrics
@@ -137,6 +138,8 @@ class Daemon:
         self.key = key
         """The daemon's key: it signs the child intents it makes (and the audit log's checkpoints)."""
         self.chain = IntentChain()
+        self.front_doors: FrontDoors | None = None
+        """The webhook and A2A listeners, schedules and fleet (set once they exist): status, and warnings at reload."""
         self.agents = LiveAgents(home=home, config=config, loaded=agents, rune=rune, audit=audit, metrics=metrics,
                                  isolation=runner.isolation, live_roots=runner.uids.live_roots)
         """The agents a dispatch can reach (``agents.loaded``), reloads, and the spawned agents."""
@@ -214,6 +217,7 @@ class Daemon:
         if self.shutting_down:
             if leading:
                 await self.audit.record_many(leading)
+            self.metrics.policy_denied(ShuttingDown.code)
             raise ShuttingDown("the daemon is shutting down and accepts no new dispatches")
         with self._admission():
             self.audit.check_writable()  # fail closed before anything is verified, decided or spawned
@@ -403,6 +407,7 @@ class Daemon:
         waiting = self.rune.replicas.waiting(agent.id)
         if self.rune.replicas.full(agent.id) and waiting >= self.config.daemon.queue_max:
             await self.audit.record_many([*pending, refused_completion(intent, agent, "overloaded")])
+            self.metrics.policy_denied(Overloaded.code)
             raise Overloaded(
                 f"{waiting} intents already wait for the replica of {agent.id} (daemon.queue_max = "
                 f"{self.config.daemon.queue_max}); try again later"
@@ -443,6 +448,8 @@ class Daemon:
             result = None
             with scope:
                 result = await run_workflow(workflow, intent.text, partial(self._run_step, intent), deadline=link.deadline)
+            if result is not None:  # None: cancelled before the engine returned
+                self.metrics.retried(agent.id, "workflow_step", sum(max(0, s.attempts - 1) for s in result.states.values()))
             record = workflow_record(intent, agent, workflow, result, started_at, t0, link.cancel_reason).model_copy(
                 update={"peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id)})
             await self._finish(intent, agent, record, pending)
@@ -549,6 +556,8 @@ class Daemon:
             self._log_dispatch("dispatch failed", intent, agent.id, outcome=exc.code)
             raise
         except CovenantError as exc:
+            if not started:  # refused before it ran: the queue was full (overloaded) or the daemon is stopping
+                self.metrics.policy_denied(exc.code)
             await write_pending(refused_completion(intent, agent, exc.code))
             ended = "dispatch finished" if started else "dispatch refused"
             self._log_dispatch(ended, intent, agent.id, outcome=exc.code)
@@ -628,6 +637,8 @@ class Daemon:
                 "reloaded",
                 extra={"reason": reason, "agents": len(self.agents.loaded.agents), "rejected": len(self.agents.loaded.problems)},
             )
+            if self.front_doors is not None:
+                self.front_doors.warn_unknown_names()
             return {
                 "agents": sorted(self.agents.loaded.agents),
                 "problems": [str(p) for p in self.agents.loaded.problems],

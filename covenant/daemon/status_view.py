@@ -6,8 +6,11 @@ import os
 import time
 from typing import TYPE_CHECKING, Any
 
+import trio
+
 from covenant import __version__
 from covenant.clock import ms_from_iso, now_ms
+from covenant.homeinit import mode_problems
 from covenant.spawned_ids import is_spawned_id
 
 if TYPE_CHECKING:
@@ -16,10 +19,14 @@ if TYPE_CHECKING:
 __all__ = ["status_document", "without_spawned"]
 
 
-def status_document(daemon: Daemon) -> dict[str, Any]:
-    """What the daemon is doing now (docs/daemon.md, "status"): agents, runs in flight, queue, audit, replicas."""
+async def status_document(daemon: Daemon) -> dict[str, Any]:
+    """What the daemon is doing now (docs/daemon.md, "status"): agents, runs in flight, queue, audit, replicas,
+    the other ways in (webhooks, A2A, schedules, fleet) and the home's files whose modes are too wide."""
     head = daemon.audit.head or {}
     now = now_ms()
+    # Re-read at each request: a chmod after the start shows at once (a dozen stat calls, off the loop).
+    file_modes = [message for message, _ in await trio.to_thread.run_sync(mode_problems, daemon.home)]
+    doors = daemon.front_doors.view() if daemon.front_doors is not None else {}
     return {
         "version": __version__,
         "pid": os.getpid(),
@@ -60,6 +67,8 @@ def status_document(daemon: Daemon) -> dict[str, Any]:
         },
         "replicas": daemon.rune.replicas.views(),
         "mcp_servers": daemon.rune.tools.mcp.status(),
+        "file_modes": file_modes,
+        **doors,
     }
 
 

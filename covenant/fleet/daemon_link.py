@@ -61,7 +61,8 @@ class DaemonLink:
 
     async def request(self, method: str, path: str, payload: bytes | None = None) -> Answer:
         """One request; DaemonUnreachable when no daemon answers, or it hung up before answering."""
-        head = [f"{method} {path} HTTP/1.1", "Host: localhost", "Connection: close"]
+        # Covenant-Client lets the daemon's status say when this process last asked (docs/fleet.md).
+        head = [f"{method} {path} HTTP/1.1", "Host: localhost", "Connection: close", "Covenant-Client: fleet"]
         if payload is not None:
             head += ["Content-Type: application/json", f"Content-Length: {len(payload)}"]
         elif method == "POST":

@@ -81,6 +81,8 @@ class _Attempt:
     text_delivered: bool = False
     error_code: str | None = None
     """``provider_impostor`` when the daemon refused the connection before sending anything."""
+    failure: str = "bad_answer"
+    """How it failed, for metrics (covenant.models.types.CallObserver); meaningless when ``answer`` is set."""
 
 
 def _retry_after(value: str | None) -> float | None:
@@ -258,7 +260,7 @@ class ModelGateway:
         except BaseException:
             # Cancelled (the intent's timeout, a reader that went away) or on_token failed:
             # the request was made, so it is still recorded, shielded from that cancellation.
-            attempt.answer, attempt.reason = None, "interrupted"
+            attempt.answer, attempt.reason, attempt.failure = None, "interrupted", "interrupted"
             ms = int((time.perf_counter() - started) * 1000)
             with trio.CancelScope(shield=True), trio.move_on_after(_SHIELDED_RECORD_S):
                 await self._record(call, planned, number, attempt, ms, messages)
@@ -305,14 +307,17 @@ class ModelGateway:
                         attempt.answer = await self._stream(adapter, response, on_token, attempt)
         except trio.TooSlowError:
             attempt.reason = f"no complete answer within timeout_s = {config.timeout_s:g} s"
+            attempt.failure = "timeout"
             attempt.may_fall_back = True
         except ProviderImpostor as exc:
             attempt.reason = str(exc)[:_EXCERPT]
             attempt.error_code = "provider_impostor"
+            attempt.failure = "impostor"
             attempt.may_fall_back = True
             log.error("provider impostor refused: %s", exc, extra={"provider": planned.provider})
         except TransportError as exc:
             attempt.reason = str(exc)[:_EXCERPT]
+            attempt.failure = "unreachable"
             attempt.may_fall_back = True
         except (ProviderProtocolError, ValueError) as exc:
             attempt.reason = f"the answer does not follow the {config.kind} format: {exc}"[:_EXCERPT]
@@ -330,6 +335,7 @@ class ModelGateway:
         if detail is None:
             detail = raw[:_EXCERPT].decode("utf-8", "replace").strip()
         attempt.reason = f"HTTP {status}" + (f": {detail[:_EXCERPT]}" if detail else "")
+        attempt.failure = "rate_limited" if status == 429 else "http_error"
         attempt.may_fall_back = status == 429 or status >= 500
         if status == 429:
             attempt.retry_after = _retry_after(response.headers.get("retry-after"))
@@ -388,5 +394,6 @@ class ModelGateway:
             data["prompt"] = json.dumps(messages, ensure_ascii=False)
             data["answer"] = json.dumps(answer.message, ensure_ascii=False) if answer else None
         if self._observe is not None:
-            self._observe(call.agent_id, planned.provider, outcome, input_tokens, output_tokens)
+            self._observe(call.agent_id, planned.provider, outcome if answer is not None else attempt.failure,
+                          input_tokens, output_tokens, number)
         await self._audit(MODEL_CALL, data)

@@ -30,8 +30,11 @@ __all__ = [
 AuditSink = Callable[[str, dict[str, Any]], Awaitable[None]]
 """``await audit(event_type, data)``: the daemon records it in the signed log."""
 
-CallObserver = Callable[[str, str, str, int, int], None]
-"""``observe(agent, provider, outcome, input_tokens, output_tokens)`` once per provider attempt (metrics)."""
+CallObserver = Callable[[str, str, str, int, int, int], None]
+"""``observe(agent, provider, outcome, input_tokens, output_tokens, attempt)`` once per provider attempt (metrics):
+``outcome`` is ``ok`` or how the attempt failed (``rate_limited``, ``http_error``, ``timeout``, ``unreachable``,
+``bad_answer``, ``impostor``, ``interrupted``); ``attempt`` counts from 1 within one model call (retries and
+fallbacks are 2 and up)."""
 
 ModelErrorCode = Literal["token_budget_exceeded", "provider_error", "provider_unavailable", "protocol_error"]
 

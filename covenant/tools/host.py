@@ -24,6 +24,7 @@ from __future__ import annotations
 import json
 import logging
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from functools import partial
 from typing import Any
@@ -56,9 +57,12 @@ from covenant.tools.schema import first_error
 from covenant.tools.services import ToolServices
 from covenant.tools.supervised import ProcessRegistry
 
-__all__ = ["ToolHost", "ARGUMENTS_MAX_BYTES"]
+__all__ = ["ToolHost", "ToolObserver", "ARGUMENTS_MAX_BYTES"]
 
 log = logging.getLogger("covenant.tools")
+
+ToolObserver = Callable[[str, str, int], None]
+"""``observe(agent, outcome, attempts)`` once per tool call (metrics): ``outcome`` is ``ok`` or the call's error code."""
 
 ARGUMENTS_MAX_BYTES = 256 * 1024
 """Largest arguments document a call may carry."""
@@ -162,7 +166,9 @@ class ToolHost:
         audit: AuditSink,
         *,
         packages: PackageSource | None = None,
+        observe: ToolObserver | None = None,
     ) -> None:
+        self._observe = observe
         self.services = ToolServices(
             home=home, config=config, runner=runner, audit=audit, memory=MemoryStores(home),
             processes=ProcessRegistry(runner, config.tools.process, config.tools.shell.network), stores=AgentStores(home),
@@ -232,11 +238,17 @@ class ToolHost:
         except BaseException as exc:
             # Cancelled (possibly grouped by a nursery on the way out); anything else is a bug, still audited.
             code = "cancelled" if only_cancelled(exc) else "internal_error"
+            self._observed(ctx, code, state)
             with trio.CancelScope(shield=True), trio.move_on_after(_AUDIT_ON_CANCEL_S):
                 await self._audit(ctx, name, state, "error", code, started)
             raise
+        self._observed(ctx, "ok" if result.ok else result.error_code or "error", state)
         await self._audit(ctx, name, state, result.outcome, result.error_code, started)
         return result
+
+    def _observed(self, ctx: ToolCallContext, outcome: str, state: "_CallState") -> None:
+        if self._observe is not None:
+            self._observe(ctx.agent.id, outcome, state.attempts)
 
     async def _audit(
         self, ctx: ToolCallContext, name: str, state: "_CallState", outcome: str, code: str | None, started: float

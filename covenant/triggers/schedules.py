@@ -17,7 +17,7 @@ from typing import Any, Protocol
 import trio
 
 from covenant.clock import now_ms
-from covenant.errors import CovenantError
+from covenant.errors import ConfigProblems, CovenantError
 from covenant.triggers.agent_schedules import AgentScheduleStore
 from covenant.triggers.config import ScheduleConfig
 from covenant.triggers.onbehalf import OnBehalfSigner, issuer_pubkey
@@ -43,10 +43,14 @@ class _Audit(Protocol):
 
 
 def resolve_issuers(schedules: tuple[ScheduleConfig, ...], known: dict[str, str]) -> dict[str, str]:
-    """schedule name -> issuer pubkey; ConfigError naming the schedule when its issuer is not known."""
-    return {schedule.name: issuer_pubkey(known, schedule.issuer, where=f"[[schedules]] {schedule.name!r}",
-                                         field=f"schedules.{schedule.name}.issuer")
-            for schedule in schedules}
+    """schedule name -> issuer pubkey; ConfigError naming every schedule whose issuer is not known."""
+    issuers, problems = {}, ConfigProblems()
+    for schedule in schedules:
+        with problems.gathered():
+            issuers[schedule.name] = issuer_pubkey(known, schedule.issuer, where=f"[[schedules]] {schedule.name!r}",
+                                                   field=f"schedules.{schedule.name}.issuer")
+    problems.raise_any()
+    return issuers
 
 
 @dataclass

@@ -26,7 +26,7 @@ from covenant import outside_json
 from covenant.audit.recent import records_since
 from covenant.audit.refusals import RefusalThrottle
 from covenant.clock import now_ms
-from covenant.errors import CovenantError, error_document
+from covenant.errors import ConfigProblems, CovenantError, error_document
 from covenant.ratelimit import MinuteRate
 from covenant.triggers.onbehalf import Dispatcher, OnBehalfSigner, issuer_pubkey, secret_from_env
 from covenant.triggers.webhook_config import WebhookRoute, WebhooksConfig, rate_per_minute
@@ -54,14 +54,19 @@ class _Route:
 
 
 def resolve_routes(config: WebhooksConfig, known: dict[str, str], environ: Mapping[str, str]) -> dict[str, _Route]:
-    """path -> route; ConfigError naming the route for an unknown issuer or an unset secret variable."""
-    routes = {}
+    """path -> route; ConfigError naming each route with an unknown issuer or an unset secret variable."""
+    routes, problems = {}, ConfigProblems()
     for route in config.routes:
         where = f"[[webhooks.routes]] {route.path}"
-        pubkey = issuer_pubkey(known, route.issuer, where=where, field="webhooks.routes.issuer")
-        secret = secret_from_env(environ, route.secret_env, where=where, field="webhooks.routes.secret_env",
-                                 what="the route's secret")
-        routes[route.path] = _Route(route, secret.encode(), pubkey)
+        pubkey = secret = None
+        with problems.gathered():
+            pubkey = issuer_pubkey(known, route.issuer, where=where, field="webhooks.routes.issuer")
+        with problems.gathered():
+            secret = secret_from_env(environ, route.secret_env, where=where, field="webhooks.routes.secret_env",
+                                     what="the route's secret")
+        if pubkey is not None and secret is not None:
+            routes[route.path] = _Route(route, secret.encode(), pubkey)
+    problems.raise_any()
     return routes
 
 

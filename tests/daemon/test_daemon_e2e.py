@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from covenant.client import DaemonClient
 from covenant.runtime.records import DispatchStore
 from tests.daemon.conftest import DaemonProcess, agent_processes
 from tests.processes import wait_gone
@@ -154,6 +155,10 @@ def test_full_queue_answers_overloaded(daemon: DaemonProcess) -> None:
     for proc in background:
         proc.communicate(timeout=120)
         assert proc.returncode == 0
+    with DaemonClient(daemon.socket) as client:
+        metrics = client._send("GET", "/metrics").read().decode()
+    assert 'covenant_http_refused_total{code="503",listener="control"} 1.0' in metrics
+    assert 'covenant_policy_denials_total{reason="overloaded"} 1.0' in metrics
 
 
 def test_sighup_adds_new_manifest_and_keeps_a_broken_ones_last_valid_version(daemon: DaemonProcess) -> None:

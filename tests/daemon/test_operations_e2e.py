@@ -113,6 +113,8 @@ def _metric(text: str, name: str, labels: dict[str, str]) -> float:
 def test_metrics_move_with_dispatches(daemon: DaemonProcess) -> None:
     daemon.add_agent("echo", "echo.py", keywords=("echo",))
     daemon.add_agent("guarded", "echo.py", keywords=("guarded",), required=("tool.secret",))
+    # One file with two problems is one rejected file.
+    (daemon.home / "agents" / "broken.toml").write_text('[agent]\nid = "Not An Id"\nversion = 7\n')
     daemon.start()
 
     def scrape() -> str:
@@ -130,6 +132,10 @@ def test_metrics_move_with_dispatches(daemon: DaemonProcess) -> None:
     assert _metric(after, "covenant_dispatches_total", ok) - _metric(before, "covenant_dispatches_total", ok) == 3
     assert _metric(after, "covenant_policy_denials_total", {"reason": "capability_denied"}) == 1
     assert _metric(after, "covenant_registry_agents", {}) == 2
+    assert _metric(after, "covenant_registry_rejected_files", {}) == 1
+    assert len(daemon.api("GET", "/v1/agents")["problems"]) > 1  # type: ignore[index]
+    # The capability denial was answered 403 on the control socket.
+    assert _metric(after, "covenant_http_refused_total", {"listener": "control", "code": "403"}) == 1
     assert _metric(after, "covenant_audit_batch_records_count", {}) > 0
 
 

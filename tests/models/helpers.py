@@ -18,13 +18,14 @@ class Recorder:
     """The audit sink and metrics hook, recording what the gateway reports."""
 
     events: list[tuple[str, dict[str, Any]]] = field(default_factory=list)
-    observed: list[tuple[str, str, str, int, int]] = field(default_factory=list)
+    observed: list[tuple[str, str, str, int, int, int]] = field(default_factory=list)
 
     async def audit(self, type_: str, data: dict[str, Any]) -> None:
         self.events.append((type_, data))
 
-    def observe(self, agent: str, provider: str, outcome: str, input_tokens: int, output_tokens: int) -> None:
-        self.observed.append((agent, provider, outcome, input_tokens, output_tokens))
+    def observe(self, agent: str, provider: str, outcome: str, input_tokens: int, output_tokens: int,
+                attempt: int) -> None:
+        self.observed.append((agent, provider, outcome, input_tokens, output_tokens, attempt))
 
     def calls(self) -> list[dict[str, Any]]:
         return [data for type_, data in self.events if type_ == "model.call"]

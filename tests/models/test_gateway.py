@@ -39,7 +39,7 @@ async def test_500_falls_back_to_the_next_provider_with_one_event_per_attempt(fa
         assert (event["intent"], event["agent"], event["model"]) == ("intent-1", "triage@local", "model-a")
         assert isinstance(event["ms"], int) and event["ms"] >= 0
     assert [(e["input_tokens"], e["output_tokens"]) for e in recorder.calls()] == [(0, 0), (5, 3)]
-    assert recorder.observed == [("triage@local", "a", "error", 0, 0), ("triage@local", "b", "ok", 5, 3)]
+    assert recorder.observed == [("triage@local", "a", "http_error", 0, 0, 1), ("triage@local", "b", "ok", 5, 3, 2)]
     assert call.budget.used == 8
 
 
@@ -69,6 +69,7 @@ async def test_429_with_a_short_retry_after_is_retried_once(fake_model: FakeMode
         await gw.aclose()
     assert result.text == "after the wait"
     assert summary(recorder) == [("a", 1, 429, "error"), ("a", 2, 200, "ok")]
+    assert [(o[2], o[5]) for o in recorder.observed] == [("rate_limited", 1), ("ok", 2)]  # metrics: one retry
 
 
 async def test_429_twice_moves_on_and_a_long_retry_after_is_not_waited_for(fake_model_factory) -> None:
@@ -100,6 +101,7 @@ async def test_a_slow_provider_times_out_and_the_next_answers(fake_model_factory
         await gw.aclose()
     assert result.text == "in time"
     assert summary(recorder) == [("slow", 1, None, "error"), ("fast", 2, 200, "ok")]
+    assert [o[2] for o in recorder.observed] == ["timeout", "ok"]
     assert recorder.calls()[0]["ms"] >= 500
 
 
@@ -119,12 +121,14 @@ async def test_connection_refused_and_hang_up_fall_back(fake_model_factory) -> N
         await gw.aclose()
     assert result.provider == "good"
     assert summary(recorder) == [("dead", 1, None, "error"), ("rude", 2, None, "error"), ("good", 3, 200, "ok")]
+    assert [o[2] for o in recorder.observed] == ["unreachable", "unreachable", "ok"]
 
 
 @pytest.mark.parametrize("kind", ["openai", "anthropic"])
 async def test_an_answer_nested_past_the_recursion_limit_is_a_provider_error(fake_model: FakeModelServer, kind: str) -> None:
     fake_model.script(Reply(raw_body=b'{"a":' * 20_000 + b"1" + b"}" * 20_000))
-    gw = gateway({"a": provider(fake_model, kind=kind)}, Recorder())
+    recorder = Recorder()
+    gw = gateway({"a": provider(fake_model, kind=kind)}, recorder)
     try:
         with pytest.raises(ModelError) as caught:
             await gw.chat(model_call("a"), [USER], [])
@@ -132,6 +136,7 @@ async def test_an_answer_nested_past_the_recursion_limit_is_a_provider_error(fak
         await gw.aclose()
     assert caught.value.code == "provider_error"
     assert "does not follow the" in caught.value.message and "deeper than 64 levels" in caught.value.message
+    assert [o[2] for o in recorder.observed] == ["bad_answer"]
 
 
 async def test_a_client_error_is_not_retried_elsewhere(fake_model_factory) -> None:
@@ -371,7 +376,8 @@ async def test_events_encode_for_the_audit_log_and_feed_the_daemon_metrics(fake_
         await gw.aclose()
     assert len(encoded) == 2
     body = metrics.render()[0].decode()
-    assert 'covenant_model_calls_total{agent="triage@local",outcome="error",provider="a"} 1.0' in body
+    assert 'covenant_model_calls_total{agent="triage@local",outcome="http_error",provider="a"} 1.0' in body
+    assert 'covenant_retries_total{agent="triage@local",kind="model"}' not in body  # two calls of one attempt each
     assert 'covenant_model_tokens_total{agent="triage@local",direction="input",provider="a"} 7.0' in body
 
 

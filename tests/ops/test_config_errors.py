@@ -110,3 +110,64 @@ def test_provider_tables_and_whole_table_checks_name_their_table(home: Home) -> 
     assert lines[0].startswith(f"{path}:3: [providers.local] base_url: 'ftp://x' must be an http:// or https:// URL")
     assert lines[1].startswith(f"{path}:4: [providers.local] timeout: unknown key (did you mean 'timeout_s'?")
     assert lines[2].startswith(f"{path}:6: [isolation]: uid_range = [5, 1]: must be [low, high]")
+
+
+def test_a_start_with_three_kinds_of_problem_names_all_three_and_exits_2(home: Home) -> None:
+    """A wrong value, a schedule whose issuer is unknown and a webhook route whose secret is unset: one start
+    names all three (each with the file and what to fix), not three starts one each; nothing is left behind."""
+    _write(home, """\
+        [daemon]
+        queue_max = "lots"
+
+        [[schedules]]
+        name = "nightly"
+        agent = "digest@local"
+        every = "1h"
+        issuer = "nobody@nowhere"
+
+        [webhooks]
+        listen = "127.0.0.1:8787"
+
+        [[webhooks.routes]]
+        path = "/hooks/deploy"
+        agent = "deploy@local"
+        issuer = "nobody@nowhere"
+        secret_env = "COVENANT_TEST_UNSET_SECRET"
+        """)
+    env = {k: v for k, v in os.environ.items() if k != "COVENANT_TEST_UNSET_SECRET"}
+    result = subprocess.run([sys.executable, "-m", "covenant", "daemon"], env=env,
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    err = result.stderr
+    assert f"{home.config_path}:2: [daemon] queue_max: must be an integer" in err
+    assert f"{home.config_path}: [[schedules]] 'nightly': issuer 'nobody@nowhere' is not a display name" in err
+    assert f"{home.config_path}: [[webhooks.routes]] /hooks/deploy: issuer 'nobody@nowhere'" in err
+    assert f"{home.config_path}: [[webhooks.routes]] /hooks/deploy: the daemon's environment has no " \
+           "COVENANT_TEST_UNSET_SECRET" in err
+    assert err.count("docs/configuration.md") == 1  # the hint once, after the list
+    assert not (home.root / "run" / "covenant.sock").exists()
+    for leak in PYDANTIC_WORDING:
+        assert leak not in err
+
+
+def test_problems_of_the_names_alone_are_all_named_too(home: Home) -> None:
+    """A file that validates, with two A2A clients and a schedule that name what is not there."""
+    _write(home, """\
+        [[schedules]]
+        name = "a"
+        agent = "x@local"
+        every = "1h"
+        issuer = "ghost-1"
+
+        [[a2a.clients]]
+        name = "partner"
+        issuer = "ghost-2"
+        token_env = "COVENANT_TEST_UNSET_TOKEN"
+        """)
+    result = subprocess.run([sys.executable, "-m", "covenant", "daemon"],
+                            env={k: v for k, v in os.environ.items() if k != "COVENANT_TEST_UNSET_TOKEN"},
+                            capture_output=True, text=True, timeout=120)
+    assert result.returncode == 2, result.stderr
+    assert "'a': issuer 'ghost-1'" in result.stderr
+    assert "[[a2a.clients]] partner: issuer 'ghost-2'" in result.stderr
+    assert "[[a2a.clients]] partner: the daemon's environment has no COVENANT_TEST_UNSET_TOKEN" in result.stderr

@@ -52,7 +52,7 @@ def test_counters_gauges_and_histograms_move() -> None:
     m.set_queue(depth=7, in_flight=3)
     m.observe_audit_batch(1, 0.00015)
     m.observe_audit_batch(40, 0.002)
-    m.set_registry(agents=4, rejected=1)
+    m.set_registry(agents=4, rejected_files=1)
     s = samples(m)
     assert s[("covenant_dispatches_total", (("agent", "summarize"), ("outcome", "ok")))] == 2
     assert s[("covenant_dispatches_total", (("agent", "summarize"), ("outcome", "timeout")))] == 1

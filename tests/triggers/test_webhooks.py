@@ -53,6 +53,19 @@ def _post(port: int, body: bytes, header: str | None) -> httpx.Response:
     return httpx.post(f"http://127.0.0.1:{port}/hooks/mark", content=body, headers=headers, timeout=120)
 
 
+def _refused_counts(daemon: DaemonProcess) -> dict[tuple[str, str], float]:
+    """``covenant_http_refused_total`` by (listener, code), from the daemon's GET /metrics."""
+    from prometheus_client.parser import text_string_to_metric_families
+
+    from covenant.client import DaemonClient
+
+    with DaemonClient(daemon.socket, timeout=60) as client:
+        text = client._send("GET", "/metrics").read().decode()
+    return {(s.labels["listener"], s.labels["code"]): s.value
+            for family in text_string_to_metric_families(text) if family.name == "covenant_http_refused"
+            for s in family.samples if s.name.endswith("_total")}
+
+
 def _requests(daemon: DaemonProcess) -> list[dict[str, Any]]:
     return [r["data"] for r in records_since(daemon.home / "audit", 0, frozenset({"webhook.request"}))[::-1]]
 
@@ -99,6 +112,11 @@ def test_webhook_accept_replay_restart_bad_stale_rate_and_size(daemon: DaemonPro
     # A wrong signature is refused before the rate is consulted.
     assert _post(port, body, forged).json()["error"]["code"] == "bad_signature"
     assert len(list(marks.iterdir())) == 3
+    refused = _refused_counts(daemon)
+    assert {code: n for (listener, code), n in refused.items() if listener == "webhooks"} == {
+        "401": 6, "409": 1, "413": 1, "429": 1}
+    status = daemon.cli("status", check=True).stdout
+    assert f"webhooks   listening on 127.0.0.1:{port}, 1 route" in status, status
 
     assert daemon.stop() == 0
     daemon.start()
