@@ -41,6 +41,7 @@ EXIT_BY_CODE: dict[str, int] = {
     "forbidden": ExitCode.DENIED,
     "no_agent": ExitCode.NO_AGENT,
     "ambiguous": ExitCode.NO_AGENT,
+    "agent_stopped": ExitCode.NO_AGENT,
     "overloaded": ExitCode.UNREACHABLE,
     "shutting_down": ExitCode.UNREACHABLE,
     "audit_unavailable": ExitCode.UNREACHABLE,
@@ -232,8 +233,16 @@ class DaemonClient:
             if not isinstance(error, dict):
                 raise RemoteError("http_error", f"HTTP {status}", status, {})
             details = {k: v for k, v in error.items() if k not in ("code", "message")}
-            raise RemoteError(str(error.get("code")), str(error.get("message")), status, details)
+            raise RemoteError(str(error.get("code")), self._localized(str(error.get("message")), details), status, details)
         return document
+
+    def _localized(self, message: str, details: dict[str, Any]) -> str:
+        """``message`` with the command an error names (its ``command`` detail, e.g. ``start echo@local``) worded
+        for this client's home: the daemon cannot know whether the user gave ``--home`` or ``COVENANT_HOME``."""
+        command = details.get("command")
+        if not isinstance(command, str) or self._home is None:
+            return message
+        return message.replace(f"`covenant {command}`", f"`{self._command(command)}`")
 
     def post_events(self, path: str, body: Any) -> Iterator[tuple[str, Any]]:
         """POST asking for ``text/event-stream``; yield ``(event, data)`` as they arrive.

@@ -22,6 +22,8 @@ __all__ = [
     "POLICY_DECISION",
     "AGENT_SPAWNED",
     "AGENT_EXITED",
+    "AGENT_STOPPED",
+    "AGENT_STARTED",
     "INTENT_COMPLETED",
     "INTENT_INTERRUPTED",
     "GRANT_ADDED",
@@ -64,6 +66,8 @@ A2A_REQUEST = "a2a.request"
 A2A_CALL = "a2a.call"
 AGENT_SPAWN = "agent.spawn"
 AGENT_KILL = "agent.kill"
+AGENT_STOPPED = "agent.stopped"
+AGENT_STARTED = "agent.started"
 FLEET_DELIVERY = "fleet.delivery"
 FLEET_ACK = "fleet.ack"
 
@@ -92,6 +96,8 @@ EVENT_TYPES = frozenset(
         A2A_CALL,
         AGENT_SPAWN,
         AGENT_KILL,
+        AGENT_STOPPED,
+        AGENT_STARTED,
         FLEET_DELIVERY,
         FLEET_ACK,
     }

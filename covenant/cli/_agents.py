@@ -29,14 +29,15 @@ class KnownAgents(NamedTuple):
     withdrawn: list[str]
     """Ids whose manifest a reload rejected (the daemon's; empty without one)."""
     states: dict[str, dict[str, Any]] = {}
-    """Agent id -> its ``state`` in the daemon (``loaded``, ``snapshot`` with ``waiting_on``); empty without one."""
+    """Agent id -> its ``state`` in the daemon (``loaded``, ``snapshot`` with ``waiting_on``) and whether it is
+    ``stopped`` (``covenant stop``); empty without one."""
 
     def ids(self) -> list[str]:
         """Every id a name may mean: the loaded agents and the withdrawn ones (their lines and records exist)."""
         return [*self.registry.agents, *self.withdrawn]
 
 
-_STATE_KEYS = ("state", "waiting_on")
+_STATE_KEYS = ("state", "waiting_on", "stopped")
 """What ``GET /v1/agents`` says of an agent beyond its manifest."""
 
 

@@ -70,6 +70,8 @@ def _snapshot_lines(specs: list[AgentSpec], states: dict[str, dict[str, Any]]) -
         state = states.get(spec.id, {})
         if state.get("state") == "snapshot":
             echo(f"{spec.id}: runs its last valid version (snapshot) until {state['waiting_on']} loads again")
+        if state.get("stopped"):
+            echo(f"{spec.id}: stopped (`covenant stop`): its dispatches are refused until `covenant start`")
 
 
 def _relative(path: Path, folder: Path) -> str:
@@ -173,6 +175,8 @@ def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
         waiting = f" (its manifest is rejected: runs its last valid version until {data['waiting_on']} loads again)" \
             if data["state"] == "snapshot" else ""
         echo(f"{'state:':<36}{data['state']}{waiting}")
+    if data.get("stopped"):
+        echo(f"{'stopped:':<36}yes: its dispatches are refused until `covenant start {spec.id}`")
     if tools is not None:
         for tool in tools["offered"]:
             echo(f"{'tool:':<36}{tool['name']} ({tool['kind']} {tool['entry']}, needs {tool['action']})")

@@ -25,11 +25,14 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "grants": ("covenant.cli.grants_cmd:grants", "List grants and report any that do not verify."),
     "identity": ("covenant.cli.identity_cmd:identity", "Manage your signing identity and known issuers."),
     "audit": ("covenant.cli.audit_cmd:audit", "Tail, verify and witness the signed audit log."),
-    "status": ("covenant.cli.status_cmd:status", "Show the daemon's status (exit 5 when unreachable)."),
+    "status": ("covenant.cli.status_cmd:status", "Show the daemon's status, or one agent's (exit 5 when unreachable)."),
     "reload": ("covenant.cli.status_cmd:reload", "Ask the daemon to reload manifests and grants."),
-    "restart": ("covenant.cli.status_cmd:restart", "Restart a Rune agent's replica (drained first)."),
+    "stop": ("covenant.cli.control_cmd:stop", "Stop an agent: its dispatches are refused until `start`."),
+    "start": ("covenant.cli.control_cmd:start", "Start a stopped agent again."),
+    "restart": ("covenant.cli.control_cmd:restart", "Restart an agent: a Rune replica afresh, others reloaded from disk."),
     "sessions": ("covenant.cli.sessions_cmd:sessions", "List, show, verify and remove Rune sessions."),
     "logs": ("covenant.cli.logs_cmd:logs", "Show or follow the daemon's log."),
+    "tail": ("covenant.cli.logs_cmd:tail", "Show an agent's last log lines (its stderr too); -f follows."),
     "history": ("covenant.cli.history_cmd:history", "List recent dispatch records."),
     "show": ("covenant.cli.history_cmd:show", "Show one dispatch record by intent id."),
     "schedules": ("covenant.cli.schedules_cmd:schedules", "List schedules with their next and last runs."),
@@ -72,6 +75,7 @@ def cli(ctx: click.Context, home: str | None) -> None:
 
     Exit codes of dispatch and run: 0 ok, 1 agent answered status error,
     2 usage or configuration error, 3 denied, 4 agent failed,
-    5 daemon unreachable or shutting down, 6 no agent matched or ambiguous.
+    5 daemon unreachable or shutting down, 6 no agent matched, ambiguous,
+    withdrawn or stopped (`covenant stop`).
     """
     ctx.obj = CliContext.from_option(home)

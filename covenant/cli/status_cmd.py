@@ -1,4 +1,4 @@
-"""``covenant status`` and ``covenant reload``: ask the running daemon."""
+"""``covenant status`` and ``covenant reload``: ask the running daemon (``status AGENT``: :mod:`.control_cmd`)."""
 
 from __future__ import annotations
 
@@ -9,7 +9,7 @@ import click
 from covenant.cli._common import CliContext, daemon_client, echo, pass_cli, print_json, reports_errors
 from covenant.clock import iso_ms, now_ms
 
-__all__ = ["status", "reload", "restart"]
+__all__ = ["status", "reload"]
 
 
 def _render_status(doc: dict) -> None:
@@ -120,11 +120,23 @@ def _count(n: int, noun: str) -> str:
 
 
 @click.command()
+@click.argument("agent", required=False)
 @click.option("--json", "as_json", is_flag=True, help="Print the status document as JSON.")
 @pass_cli
 @reports_errors
-def status(cli: CliContext, as_json: bool) -> None:
-    """Show the daemon's status. Exit 0 when it answers, 5 when it does not."""
+def status(cli: CliContext, agent: str | None, as_json: bool) -> None:
+    """Show the daemon's status, or with AGENT that agent's.
+
+    AGENT (an id or a bare name) shows its state (stopped, loaded, snapshot,
+    withdrawn, removed), its file, its replica, the runs in flight and its
+    last dispatch you may read. Exit 0 when the daemon answers, 5 when it
+    does not, 6 when AGENT names no agent.
+    """
+    if agent is not None:
+        from covenant.cli.control_cmd import show_agent_status
+
+        show_agent_status(cli, agent, as_json)
+        return
     with daemon_client(cli.home, timeout=10) as client:
         doc = client.request("GET", "/v1/status")
     if as_json:
@@ -169,19 +181,3 @@ def reload(cli: CliContext, as_json: bool) -> None:
                 err=True,
             )
     sys.exit(1 if doc["rejected"] else 0)
-
-
-@click.command()
-@click.argument("agent")
-@pass_cli
-@reports_errors
-def restart(cli: CliContext, agent: str) -> None:
-    """Restart AGENT's replica (root or the daemon's uid only).
-
-    AGENT is an id or a bare name, as `dispatch --agent` takes. In-flight
-    invokes finish first; new ones wait for the fresh replica. Exit 6 when
-    AGENT names no loaded agent or one that is not a Rune agent.
-    """
-    with daemon_client(cli.home, timeout=600) as client:
-        doc = client.request("POST", f"/v1/replicas/{agent}/restart")
-    echo(f"restarted the replica of {doc['agent']} (state {doc['state']}, {doc['restarts']} restarts so far)")

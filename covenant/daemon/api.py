@@ -1,8 +1,9 @@
 """The control API: a small ASGI app over the daemon (DESIGN.md §7b).
 
 JSON in, JSON out; every error is ``{"error": {"code", "message", ...}}`` with
-a fitting HTTP status. Administrative calls (reload) are allowed only to a peer
-whose uid is root or the daemon's own (SO_PEERCRED, see server.py). Dispatch
+a fitting HTTP status. Administrative calls (reload; stop, start and restart
+of an agent) are allowed only to a peer whose uid is root or the daemon's own
+(SO_PEERCRED, see server.py). Dispatch
 records are read per user: a peer sees the dispatches it submitted; root, the
 daemon's uid and ``[isolation] operators_group`` see all (visibility.py).
 """
@@ -14,6 +15,7 @@ import logging
 import os
 import re
 from collections.abc import Awaitable, Callable
+from functools import partial
 from typing import Any
 from urllib.parse import parse_qs
 
@@ -24,6 +26,7 @@ from covenant.agent_names import resolve_agent_id, resolve_recorded_agent_id
 from covenant.spawned_ids import is_spawned_id
 from covenant.audit.errors import AuditDataError
 from covenant.audit.events import FLEET_DELIVERY, fleet_event_data
+from covenant.daemon.agent_status import agent_status
 from covenant.daemon.logstream import LogBroadcaster
 from covenant.daemon.server import ClientGone, Peer
 from covenant.daemon.service import Daemon
@@ -108,6 +111,10 @@ class ControlAPI:
             ("POST", re.compile(r"/v1/dispatch"), self._dispatch),
             ("GET", re.compile(r"/v1/agents"), self._agents),
             ("GET", re.compile(r"/v1/agents/(?P<agent_id>[^/]+)"), self._agent),
+            ("GET", re.compile(r"/v1/agents/(?P<agent_id>.+)/status"), self._agent_status),
+            ("POST", re.compile(r"/v1/agents/(?P<agent_id>.+)/stop"), self._stop_agent),
+            ("POST", re.compile(r"/v1/agents/(?P<agent_id>.+)/start"), self._start_agent),
+            ("POST", re.compile(r"/v1/agents/(?P<agent_id>.+)/restart"), self._restart_agent),
             ("GET", re.compile(r"/v1/status"), self._status),
             ("GET", re.compile(r"/v1/schedules"), self._schedules),
             ("POST", re.compile(r"/v1/reload"), self._reload),
@@ -268,6 +275,43 @@ class ControlAPI:
         self._require_admin(scope)
         return await self.daemon.agents.restart_replica(self._named_agent(scope, agent_id, reading=False))
 
+    # -- covenant status AGENT, stop, start, restart --------------------------------------
+
+    def _controlled_agent(self, scope: dict, name: str) -> str:
+        """The id NAME means for stop, start and status: a loaded or withdrawn agent, or one still stopped after its
+        file went away (so that it can be started, and is shown as stopped)."""
+        ids = [*self._visible_ids(scope, reading=True), *(i for i in self.daemon.agents.stopped if not is_spawned_id(i))]
+        return resolve_agent_id(name, dict.fromkeys(ids))
+
+    async def _agent_status(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
+        return await self._status_of(scope, self._controlled_agent(scope, agent_id))
+
+    async def _status_of(self, scope: dict, agent_id: str) -> dict[str, Any]:
+        """:func:`agent_status` of the resolved ``agent_id``, with its newest dispatch this caller may read."""
+        last = await self.daemon.records.recent(1, agent_id, _peer(scope))
+        return agent_status(self.daemon, agent_id, last[0] if last else None)
+
+    async def _stop_agent(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
+        self._require_admin(scope)
+        found = self._controlled_agent(scope, agent_id)
+        if is_spawned_id(found):
+            raise ApiError("bad_request", f"{found} was made by rune@agent-spawn: it ends with its spawner's "
+                                          "rune@agent-kill or its time to live, it is not stopped", 400)
+        changed = await self.daemon.agents.stop(found, peer_uid=_peer_uid(scope))
+        return {**await self._status_of(scope, found), "changed": changed}
+
+    async def _start_agent(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
+        self._require_admin(scope)
+        found = self._controlled_agent(scope, agent_id)
+        changed = await self.daemon.agents.start(found, peer_uid=_peer_uid(scope))
+        return {**await self._status_of(scope, found), "changed": changed}
+
+    async def _restart_agent(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
+        self._require_admin(scope)
+        found = self._named_agent(scope, agent_id, reading=False)
+        restarted = await self.daemon.agents.restart(found, partial(self.daemon.reload, reason="restart"))
+        return {**await self._status_of(scope, found), **restarted}
+
     def _sees_spawned(self, scope: dict) -> bool:
         """Agents made by rune@agent-spawn are their spawner's and issuer's alone: listed for those who see every
         dispatch record (root, the daemon's uid, ``[isolation] operators_group``) only."""
@@ -291,19 +335,22 @@ class ControlAPI:
     async def _agents(self, *, scope: dict, receive: Receive) -> Any:
         loaded = self.daemon.agents.loaded
         everyone = self._sees_spawned(scope)
+        stopped = self.daemon.agents.stopped
         return {
-            "agents": [{**a.model_dump(mode="json"), **loaded.state_of(agent_id)}
+            "agents": [{**a.model_dump(mode="json"), **loaded.state_of(agent_id), "stopped": agent_id in stopped}
                        for agent_id, a in sorted(loaded.agents.items()) if everyone or not is_spawned_id(agent_id)],
             "problems": [p.to_json() for p in loaded.problems],
             "notes": [n.to_json() for n in loaded.notes],
             "withdrawn": sorted(loaded.withdrawn),
+            "stopped": sorted(stopped),
             "spawned": [s.view() for _, s in sorted(self.daemon.agents.spawned.live.items())] if everyone else [],
         }
 
     async def _agent(self, *, scope: dict, receive: Receive, agent_id: str) -> Any:
         loaded = self.daemon.agents.loaded
         found = self._named_agent(scope, agent_id, reading=False)
-        return {**loaded.agents[found].model_dump(mode="json"), **loaded.state_of(found)}
+        return {**loaded.agents[found].model_dump(mode="json"), **loaded.state_of(found),
+                "stopped": found in self.daemon.agents.stopped}
 
     async def _status(self, *, scope: dict, receive: Receive) -> Any:
         if self.daemon.front_doors is not None:
@@ -366,6 +413,12 @@ class ControlAPI:
         if agent is not None:
             agent = self._named_agent(scope, agent, reading=True)
         follow = query.get("follow", "0") in ("1", "true", "yes")
+        try:
+            limit = int(query.get("limit", str(LOG_BACKLOG)))
+        except ValueError:
+            raise ApiError("bad_request", "limit must be an integer", 400) from None
+        if not 0 <= limit <= LOG_BACKLOG:
+            raise ApiError("bad_request", f"limit must be between 0 and {LOG_BACKLOG}", 400)
         await send(
             {
                 "type": "http.response.start",
@@ -380,10 +433,10 @@ class ControlAPI:
 
         if follow:
             # The subscription's backlog and live feed neither overlap nor leave a gap.
-            async with self.logs.subscribe(agent=agent, level=level, backlog=LOG_BACKLOG) as events:
+            async with self.logs.subscribe(agent=agent, level=level, backlog=limit) as events:
                 async for entry in events:
                     await emit(entry)
         else:
-            for entry in self.logs.recent(agent=agent, level=level, limit=LOG_BACKLOG):
+            for entry in self.logs.recent(agent=agent, level=level, limit=limit) if limit else ():
                 await emit(entry)
         await send({"type": "http.response.body", "body": b""})

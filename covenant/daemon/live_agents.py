@@ -1,30 +1,34 @@
 """The agents a dispatch can reach: the registry's last scan, and the agents Rune agents spawned.
 
 Owns what changes the set: a reload (rescan and merge, :mod:`covenant.daemon.agents_state`), a spawn,
-a kill or an expiry of a ``<name>@spawned-<key id>`` agent (``rune@agent-spawn`` / ``agent-kill``); each
-change is published to the Rune host, whose replicas follow it. A spawned agent takes a uid of the
-spawned sub-range when it is made and gives it back, with its files, once it is removed and its uid runs
-nothing more.
+a kill or an expiry of a ``<name>@spawned-<key id>`` agent (``rune@agent-spawn`` / ``agent-kill``), and an
+operator's ``covenant stop`` / ``start`` (:mod:`covenant.daemon.stopped_agents`: a stopped agent stays
+loaded but routing refuses it, and it has no replica); each change is published to the Rune host, whose
+replicas follow it. A spawned agent takes a uid of the spawned sub-range when it is made and gives it back,
+with its files, once it is removed and its uid runs nothing more.
 """
 
 from __future__ import annotations
 
 import logging
 import shutil
+from collections.abc import Awaitable, Callable
 from dataclasses import replace
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import trio
 
+from covenant.audit.events import AGENT_STARTED, AGENT_STOPPED
 from covenant.audit.writer import AuditLog
 from covenant.clock import now_ms
 from covenant.config import Config
 from covenant.daemon.agents_state import LoadedAgents, ReloadChanges, merge_reload
 from covenant.daemon.metrics import Metrics
 from covenant.daemon.registry_scan import scan_with_snapshots, snapshot_store
-from covenant.daemon.routing import NoAgent, route
+from covenant.daemon.routing import NoAgent, agent_stopped, route
 from covenant.daemon.rune_host import RuneHost
 from covenant.daemon.spawned import Spawned, SpawnedAgents, SpawnRefused
+from covenant.daemon.stopped_agents import STOPPED_FILE, StoppedAgents
 from covenant.errors import CovenantError
 from covenant.home import Home
 from covenant.manifest.limits import ManifestLimits
@@ -34,6 +38,9 @@ from covenant.runtime.launcher import LaunchError
 from covenant.runtime.liveroots import LiveRoots
 from covenant.spawned_ids import is_spawned_id, spawned_namespace
 from covenant.workflow import ChainLink
+
+if TYPE_CHECKING:
+    from covenant.manifest.runefile import RunePackage
 
 __all__ = ["LiveAgents"]
 
@@ -59,6 +66,9 @@ class LiveAgents:
         self.spawned = SpawnedAgents(home.state_dir / "spawned", ManifestLimits.from_config(config.runtime),
                                      ttl_s=config.rune.spawned_ttl_s, per_spawner=config.rune.spawned_max,
                                      memory_mb=config.rune.memory_mb)
+        self.stopped = StoppedAgents(home.state_dir / STOPPED_FILE)
+        """Agents an operator stopped (``covenant stop``): routing refuses them; read by :meth:`load_stopped`."""
+        self._stop_lock = trio.Lock()
         rune.packages = loaded.packages
         metrics.set_registry(len(loaded.agents), loaded.rejected_files)
 
@@ -154,8 +164,64 @@ class LiveAgents:
             agents[agent_id], packages[agent_id] = spawned.agent, spawned.package
         self.loaded = replace(self.loaded, agents=agents, packages=packages)
         self._rune.packages = self.loaded.packages
-        self._rune.replicas.reconcile_soon({i: (agents[i], p) for i, p in packages.items()},
-                                           eager=self._config.rune.start == "eager")
+        self._rune.replicas.reconcile_soon(self.replica_packages(), eager=self._config.rune.start == "eager")
+
+    def replica_packages(self) -> dict[str, tuple[AgentSpec, RunePackage]]:
+        """Each Rune agent that may have a replica (a stopped one may not) with its package."""
+        return {agent_id: (self.loaded.agents[agent_id], package) for agent_id, package in self.loaded.packages.items()
+                if agent_id not in self.stopped}
+
+    # -- covenant stop / start --------------------------------------------------------------
+
+    async def load_stopped(self) -> None:
+        """At start, before serving: the agents stopped before the restart stay stopped (ConfigError on a bad file)."""
+        await trio.to_thread.run_sync(self.stopped.load)
+        if self.stopped.entries:
+            log.info("agents stopped by an operator stay stopped", extra={"agents": ",".join(sorted(self.stopped))})
+
+    async def stop(self, agent_id: str, *, peer_uid: int | None) -> bool:
+        """``covenant stop``: refuse new dispatches to ``agent_id`` from now on, across restarts; its in-flight
+        dispatches finish, then its replica stops. False when it was stopped already (nothing recorded)."""
+        async with self._stop_lock:
+            if agent_id in self.stopped:
+                return False
+            await self._change_stopped(self.stopped.with_stopped(agent_id, now_ms(), peer_uid), AGENT_STOPPED,
+                                       {"agent": agent_id, "peer_uid": peer_uid})
+            self._publish()  # its replica drains (its in-flight invokes end first) and stops
+        log.info("agent stopped", extra={"agent": agent_id, "peer_uid": peer_uid})
+        return True
+
+    async def start(self, agent_id: str, *, peer_uid: int | None) -> bool:
+        """``covenant start``: ``agent_id`` takes dispatches again (a Rune agent's replica starts now). False when
+        it was not stopped (nothing recorded)."""
+        async with self._stop_lock:
+            if agent_id not in self.stopped:
+                return False
+            await self._change_stopped(self.stopped.without(agent_id), AGENT_STARTED,
+                                       {"agent": agent_id, "peer_uid": peer_uid})
+            self._publish()
+        agent, package = self.loaded.agents.get(agent_id), self.loaded.packages.get(agent_id)
+        if agent is not None and package is not None:
+            self._rune.replicas.ensure(agent, package)
+        log.info("agent started", extra={"agent": agent_id, "peer_uid": peer_uid})
+        return True
+
+    async def _change_stopped(self, entries: dict[str, dict[str, Any]], event: str, data: dict[str, Any]) -> None:
+        """Write ``entries`` durably, audit ``event``, then let them decide dispatches. When the event cannot be
+        recorded the file is put back: no stop or start takes effect unaudited."""
+        previous = self.stopped.entries
+        await trio.to_thread.run_sync(self.stopped.save, entries)
+        try:
+            await self._audit.record(event, data)
+        except BaseException:
+            with trio.CancelScope(shield=True):
+                try:
+                    await trio.to_thread.run_sync(self.stopped.save, previous)
+                except OSError as exc:
+                    log.error("the list of stopped agents could not be put back after an unrecorded change; it "
+                              "takes effect at the next start", extra={"path": str(self.stopped.path), "error": str(exc)})
+            raise
+        self.stopped.adopt(entries)
 
     # -- the registry ---------------------------------------------------------------------
 
@@ -202,9 +268,25 @@ class LiveAgents:
             },
         )
 
-    async def restart_replica(self, agent_id: str) -> dict[str, Any]:
-        """``covenant restart AGENT``: drain the loaded agent ``agent_id``'s replica and start a fresh one."""
+    async def restart(self, agent_id: str, reload: Callable[[], Awaitable[Any]]) -> dict[str, Any]:
+        """``covenant restart AGENT``. A Rune agent's replica is drained and started afresh; any other agent has no
+        process between dispatches, so its restart is ``reload()`` (the agents folder read again, as
+        ``covenant reload``): its next dispatch runs what its file says now, and runs in flight finish as they
+        began. A stopped agent is refused (``covenant start`` starts it)."""
         agent = self.loaded.agents[agent_id]
+        if agent_id in self.stopped:
+            raise agent_stopped(agent_id, "restart refused: ")
+        if agent.runtime == "rune":
+            return {"agent": agent_id, "restarted": "replica", "replica": await self.restart_replica(agent_id)}
+        log.info("restart requested: reloading the agents folder", extra={"agent": agent_id})
+        await reload()
+        return {"agent": agent_id, "restarted": "reloaded"}
+
+    async def restart_replica(self, agent_id: str) -> dict[str, Any]:
+        """Drain the loaded Rune agent ``agent_id``'s replica and start a fresh one."""
+        agent = self.loaded.agents[agent_id]
+        if agent_id in self.stopped:
+            raise agent_stopped(agent_id, "restart refused: ")
         if agent.runtime != "rune":
             raise NoAgent(f"agent {agent.id} is not a Rune agent: it has no replica to restart (runtime {agent.runtime})")
         log.info("replica restart requested", extra={"agent": agent.id})

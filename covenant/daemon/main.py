@@ -374,6 +374,7 @@ async def serve_daemon(
                 )
                 rune.tools.services.agents = DaemonAgentCalls(daemon)
                 await daemon.restore_replay_window()
+                await daemon.agents.load_stopped()
                 await trio.to_thread.run_sync(daemon.agents.clear_spawned)  # spawned agents never survive a restart
                 await audit.record(
                     "daemon.start",
@@ -404,7 +405,8 @@ async def serve_daemon(
                 async with trio.open_nursery() as nursery:
                     await nursery.start(rune.tools.mcp.run)
                     await nursery.start(rune.replicas.run)
-                    await rune.start_eager(daemon.agents.loaded.packages, daemon.agents.loaded.agents)
+                    startable = daemon.agents.replica_packages()  # a stopped agent gets no replica
+                    await rune.start_eager({i: package for i, (_, package) in startable.items()}, daemon.agents.loaded.agents)
                     await nursery.start(partial(serve, on_closed=partial(metrics.listener_closed, "control")),
                                         counting_refusals(api, "control", metrics.http_refusal), sockets)
                     await nursery.start(schedules.run)

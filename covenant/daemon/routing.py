@@ -1,21 +1,43 @@
 """Choose the agent for an intent: explicit id, keyword match, or the default.
 
 Pure functions over the loaded agents; no I/O. Never a silent fallback: a tie
-is ``ambiguous`` and nothing matching without a configured default is
-``no_agent``.
+is ``ambiguous``, nothing matching without a configured default is
+``no_agent``, and an agent an operator stopped (``covenant stop``) is never
+chosen in silence: naming it, or keywords that match only stopped agents, is
+``agent_stopped``.
 """
 
 from __future__ import annotations
 
 import re
-from collections.abc import Mapping
+from collections.abc import Collection, Mapping
 from pathlib import Path
 
 from covenant.agent_names import AmbiguousRoute, NoAgent, resolve_agent_id
+from covenant.errors import CovenantError, ExitCode
 from covenant.manifest.model import AgentSpec
 from covenant.spawned_ids import is_spawned_id
 
-__all__ = ["NoAgent", "AmbiguousRoute", "route", "keyword_scores"]
+__all__ = ["NoAgent", "AmbiguousRoute", "AgentStopped", "agent_stopped", "route", "keyword_scores"]
+
+
+class AgentStopped(CovenantError):
+    """The agent was stopped by an operator (``covenant stop``); ``covenant start`` takes it back.
+
+    Details: ``agent``, and ``command`` (``start ID``): the CLI words the hint with the home it was given."""
+
+    code = "agent_stopped"
+    exit_code = ExitCode.NO_AGENT
+    http_status = 409
+
+
+def agent_stopped(agent_id: str, why: str = "") -> AgentStopped:
+    """The refusal of a dispatch to the stopped ``agent_id``; ``why`` says how it was chosen, when not by name."""
+    return AgentStopped(
+        f"{why}agent {agent_id} is stopped (`covenant stop`): it takes no dispatches until it is started again "
+        f"with `covenant start {agent_id}`",
+        agent=agent_id, command=f"start {agent_id}",
+    )
 
 _WORD = re.compile(r"\w+(?:[-']\w+)*", re.UNICODE)
 
@@ -58,6 +80,7 @@ def route(
     requested: str | None = None,
     default_agent: str | None = None,
     withdrawn: Mapping[str, Path] | None = None,
+    stopped: Collection[str] = (),
 ) -> tuple[AgentSpec, str]:
     """The agent for ``text`` and how it was chosen (``explicit``, ``keywords``, ``default``).
 
@@ -68,10 +91,20 @@ def route(
 
     ``withdrawn`` (id -> manifest path) names agents a rejected edit took away,
     so that asking for one says why it cannot run.
+
+    ``stopped`` (ids) are the agents an operator stopped: keywords choose among the others, and naming one,
+    keywords that match stopped agents only, or a stopped ``default_agent`` raise :class:`AgentStopped`.
     """
     if requested is not None:
-        return agents[resolve_agent_id(requested, agents, withdrawn=withdrawn)], "explicit"
+        agent_id = resolve_agent_id(requested, agents, withdrawn=withdrawn)
+        if agent_id in stopped:
+            raise agent_stopped(agent_id)
+        return agents[agent_id], "explicit"
     scores = keyword_scores(text, _routable(agents))
+    if scores and all(agent_id in stopped for agent_id in scores):
+        matched = sorted(scores, key=lambda agent_id: (-scores[agent_id], agent_id))  # the one keywords chose first
+        raise agent_stopped(matched[0], f"the intent's keywords match only stopped agents ({', '.join(matched)}): ")
+    scores = {agent_id: score for agent_id, score in scores.items() if agent_id not in stopped}
     if scores:
         best = max(scores.values())
         winners = sorted(agent_id for agent_id, score in scores.items() if score == best)
@@ -90,6 +123,8 @@ def route(
                 "is not loaded",
                 agent=default_agent,
             )
+        if agent.id in stopped:
+            raise agent_stopped(agent.id, "no agent's keywords match the intent, so it would go to default_agent; ")
         return agent, "default"
     raise NoAgent(
         "no agent's keywords match the intent and covenant.toml sets no default_agent; "

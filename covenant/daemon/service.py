@@ -276,6 +276,7 @@ class Daemon:
                 requested=intent.agent,
                 default_agent=self.config.default_agent,
                 withdrawn=self.agents.loaded.withdrawn,
+                stopped=self.agents.stopped,  # the one check: every front door (steps, triggers, A2A, fleet) comes here
             )
         except CovenantError as exc:
             self.metrics.policy_denied(exc.code)

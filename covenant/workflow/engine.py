@@ -25,7 +25,7 @@ from covenant.workflow.template import is_template, render
 __all__ = ["StepResult", "StepState", "WorkflowResult", "run_workflow", "NEVER_RETRIED", "backoff_s"]
 
 NEVER_RETRIED = frozenset({
-    "capability_denied", "budget_exhausted", "network", "max_depth", "no_agent", "no_parent",
+    "capability_denied", "budget_exhausted", "network", "max_depth", "no_agent", "agent_stopped", "no_parent",
     "remote_agent", "remote", "remote_rejected", "text_too_long", "session_forbidden", "cancelled", "workflow_not_supported",
 })
 """Outcomes that are refusals (or a shutdown): another attempt would get the same answer."""
