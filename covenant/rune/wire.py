@@ -166,8 +166,11 @@ async def _answer(stream: trio.SocketStream, conn: h11.Connection, answer: JSONR
     headers = [("content-type", "text/event-stream"), ("cache-control", "no-cache"), ("connection", "close")]
     await _send(stream, conn, h11.Response(status_code=200, headers=headers))
 
+    sending = trio.Lock()  # the calls of one turn run at once, and each emits its tool_start and tool_done
+
     async def emit(event: str, data: Any) -> None:
-        await _send(stream, conn, h11.Data(data=sse_frame(event, data)))
+        async with sending:
+            await _send(stream, conn, h11.Data(data=sse_frame(event, data)))
 
     await answer.producer(emit)
     await _send(stream, conn, h11.EndOfMessage())
