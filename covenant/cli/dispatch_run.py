@@ -79,6 +79,9 @@ def _stream(client: DaemonClient, body: dict[str, Any], as_json: bool) -> tuple[
         if as_json:
             echo_json(json.dumps({"event": event, **data}, ensure_ascii=False, sort_keys=True))
         if event == "done":
+            if data.get("input_required") and not as_json:  # rune@ask-user's question is no streamed token
+                sys.stdout.write(("\n" if wrote_text else "") + neutralize(str(data.get("text") or "")))
+                wrote_text = True
             if wrote_text and not as_json:
                 sys.stdout.write("\n")
                 sys.stdout.flush()

@@ -141,4 +141,5 @@ def outcome_document(
     if agent.runtime == "rune":
         document["session_id"] = record.session_id
         document["usage"] = record.usage
+        document["input_required"] = result.get("input_required") is True
     return document

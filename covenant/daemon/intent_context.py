@@ -31,3 +31,5 @@ class IntentContext:
     to no other for it."""
     state: dict[str, Any] = field(default_factory=dict)
     """Per-intent objects of the model and tool layers (the token budget)."""
+    asked_user: bool = False
+    """The intent called ``rune@ask-user``: only then may its replica end it ``input_required``."""

@@ -4,7 +4,9 @@ The daemon's verify → route → decide → audit path is the same as for any
 agent (:mod:`covenant.daemon.service`); this replaces only the one-shot
 runner. The intent's ``timeout_ms`` bounds the whole (the replica also gets
 the deadline), the answer is redacted per ``safety_policy`` (streamed
-tokens line by line), and every way it can end is an outcome of the record.
+tokens line by line), and every way it can end is an outcome of the record. An
+answer that is ``rune@ask-user``'s question is outcome ``ok`` with the record's
+``result.input_required`` set.
 """
 
 from __future__ import annotations
@@ -120,7 +122,10 @@ async def run_rune_intent(
             outcome, error = "timeout", f"no answer within {int(timeout_s * 1000)} ms (the agent's timeout_ms = {rf.timeout_ms}, or its caller's remaining time)"
     if cancel_scope.cancelled_caught:
         outcome, error = "cancelled", link.cancel_reason or "covenant stopped the intent"
-    text = (document.get("output") or {}).get("text") if outcome == "ok" else None
+    output = document.get("output") or {}
+    text = output.get("text") if outcome == "ok" else None
+    # The replica's word alone does not make a question: the daemon saw the intent's rune@ask-user call.
+    input_required = outcome == "ok" and output.get("input_required") is True and context.asked_user
     if text is not None and rf.models.safety_policy != "none":
         text = redact(text, secrets)
         if rf.models.safety_policy == "strict" and still_secret(text, secrets):
@@ -143,4 +148,5 @@ async def run_rune_intent(
         uid=replica.uid if replica is not None else None,
         session_id=document.get("session_id") if isinstance(document.get("session_id"), str) else session_id,
         usage={k: v for k, v in usage.items() if type(v) is int} if usage else None,
+        input_required=input_required,
     )

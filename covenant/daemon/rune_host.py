@@ -99,7 +99,10 @@ class ModelAndToolCalls:
             now_ms=now_ms(),
             deadline=intent.deadline,
         )
-        document = (await self.tools.call(context, name, arguments)).to_json()
+        result = await self.tools.call(context, name, arguments)
+        if result.asks is not None:  # the replica may end the turn input_required only after such a call
+            intent.asked_user = True
+        document = result.to_json()
         patterns = intent.package.runefile.models.safety_policy != "none"
         return _redact_json(document, self._secrets(), patterns)
 

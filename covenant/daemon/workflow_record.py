@@ -32,9 +32,14 @@ def hosted_record(
     uid: int | None = None,
     session_id: str | None = None,
     usage: dict[str, int] | None = None,
+    input_required: bool = False,
 ) -> DispatchRecord:
     """The record of a run hosted by the daemon; ``t0`` is its ``time.monotonic()`` start; ``pid`` and ``uid``
-    those of the process that ran it (a Rune replica; ``uid`` None when it ran as covenant's own)."""
+    those of the process that ran it (a Rune replica; ``uid`` None when it ran as covenant's own);
+    ``input_required``: the answer is a question the agent put to the user (``rune@ask-user``)."""
+    result = {"intent_id": intent.id, "status": "ok", "text": text, "sources": []} if outcome == "ok" else None
+    if result is not None and input_required:
+        result["input_required"] = True
     return DispatchRecord.without_process(
         t0=t0,
         intent_id=intent.id,
@@ -49,7 +54,7 @@ def hosted_record(
         started_at=started_at,
         outcome=outcome,
         error=error,
-        result={"intent_id": intent.id, "status": "ok", "text": text, "sources": []} if outcome == "ok" else None,
+        result=result,
         session_id=session_id,
         usage=usage,
     )

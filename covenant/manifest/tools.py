@@ -48,10 +48,10 @@ BUILTIN_TOOLS: frozenset[str] = frozenset(
         "text-to-speech speech-to-text agent-send agent-list agent-find agent-spawn agent-kill a2a-discover "
         "a2a-send docker-exec browser-navigate browser-click browser-type browser-screenshot "
         "browser-read-page browser-close browser-scroll browser-wait browser-run-js browser-back "
-        "channel-send canvas-present"
+        "channel-send canvas-present ask-user"
     ).split()
 )
-"""Every built-in tool of the Rune spec, by its ``rune@`` name."""
+"""Every built-in tool of the Rune spec, by its ``rune@`` name, and covenant's own ``rune@ask-user``."""
 
 AGENT_REF = re.compile(r"^(local://[a-z0-9]+(?:-[a-z0-9]+)*|https?://[^\s/]+\S*)$")
 """``local://agent-name`` or a full http(s) URL."""

@@ -7,7 +7,8 @@ it then serves the Rune replica API on ``spec.socket``:
 
 - ``GET <health path>`` → 200 ``{"status": "ok"}``;
 - ``POST /invoke {"input", "session_id"?, "stream"?, "intent_id", "issuer", "deadline_ms"?}`` →
-  ``{"request_id", "session_id", "output": {"text"}, "usage"}``, or HTTP 422
+  ``{"request_id", "session_id", "output": {"text", "input_required"?}, "usage"}`` (``input_required``:
+  the turn ended with ``rune@ask-user``'s question as its text), or HTTP 422
   ``{"error": {"code", "message"}, "request_id", "session_id", "usage"}``
   with the outcome code; with ``stream`` a ``text/event-stream`` of
   ``token``, ``tool_start``, ``tool_done`` and finally ``done`` (the
@@ -165,7 +166,10 @@ class ReplicaApp:
             return 422, _error("timeout", "the intent's deadline passed in the replica", request_id=request_id,
                                session_id=session_id, **notes)
         checkpoint = {} if gateway.checkpoint is None else {"checkpoint": gateway.checkpoint}
-        return 200, {"request_id": request_id, "session_id": session_id, "output": {"text": result.text},
+        output: dict[str, Any] = {"text": result.text}
+        if result.input_required:
+            output["input_required"] = True
+        return 200, {"request_id": request_id, "session_id": session_id, "output": output,
                      "usage": result.usage, **checkpoint, **notes}
 
 

@@ -12,7 +12,10 @@ calls of one turn cannot depend on each other: the model made them all
 before seeing any result); a tool error, an unknown tool name or arguments
 that are not a JSON object (the tool host judges them) go back to the model
 as an error result ``{"error": {"code", "message"}}`` and never abort the run. With
-``safety_policy = "strict"`` each tool result is wrapped as untrusted data.
+``safety_policy = "strict"`` each tool result is wrapped as untrusted data. A call to
+``rune@ask-user`` (its result carries ``asks``) ends the turn once the turn's calls are
+done: the question is the answer, ``input_required`` set, and the user's reply is the
+next intent's text.
 
 Stdlib and trio only: the replica imports this.
 """
@@ -67,6 +70,8 @@ class LoopResult:
     messages: list[dict[str, Any]]
     """Messages this intent added to the conversation: user, assistant and tool messages."""
     usage: dict[str, int] = field(default_factory=dict)
+    input_required: bool = False
+    """The turn ended with ``rune@ask-user``'s question (``text``): the user's answer is awaited."""
 
 
 class Backend(Protocol):
@@ -76,7 +81,7 @@ class Backend(Protocol):
         """``{"message", "input_tokens", "output_tokens", "provider", "model"}``; raise LoopFailed."""
 
     async def tool(self, call_id: str, name: str, arguments: str | dict[str, Any]) -> dict[str, Any]:
-        """``{"ok": true, "content"}`` or ``{"ok": false, "error_code", "error_message"}``; never raises."""
+        """``{"ok": true, "content", "asks"?}`` or ``{"ok": false, "error_code", "error_message"}``; never raises."""
 
 
 EventSink = Callable[[str, dict[str, Any]], Awaitable[None]]
@@ -91,7 +96,10 @@ def _content_text(content: Any) -> str:
     return content if isinstance(content, str) else json.dumps(content, ensure_ascii=False)
 
 
-async def _run_call(backend: Backend, spec: LoopSpec, call: dict[str, Any], emit: EventSink | None) -> dict[str, Any]:
+async def _run_call(
+    backend: Backend, spec: LoopSpec, call: dict[str, Any], emit: EventSink | None
+) -> tuple[dict[str, Any], str | None]:
+    """The tool message of one call, and the question it puts to the user (``rune@ask-user``) or None."""
     call_id = str(call.get("id") or "")
     function = call.get("function") or {}
     name = str(function.get("name") or "")
@@ -113,7 +121,8 @@ async def _run_call(backend: Backend, spec: LoopSpec, call: dict[str, Any], emit
     message = {"role": "tool", "tool_call_id": call_id, "content": content}
     if not ok:
         message["is_error"] = True  # the Anthropic adapter sends tool_result.is_error; OpenAI's drops it
-    return message
+    asks = result.get("asks") if ok else None
+    return message, asks if isinstance(asks, str) and asks.strip() else None
 
 
 def _assistant_for_history(message: dict[str, Any]) -> dict[str, Any]:
@@ -166,7 +175,7 @@ async def run_loop(
             if on_step is not None:
                 await on_step(added[step_start:])
             return LoopResult(text=message.get("content") or "", messages=added, usage=usage)
-        results: list[dict[str, Any] | None] = [None] * len(calls)
+        results: list[tuple[dict[str, Any], str | None] | None] = [None] * len(calls)
         at_once = trio.CapacityLimiter(CALLS_AT_ONCE)
 
         async def run_one(index: int, call: dict[str, Any]) -> None:
@@ -177,10 +186,18 @@ async def run_loop(
             for index, call in enumerate(calls):
                 nursery.start_soon(run_one, index, call)
         usage["tool_calls"] += len(calls)
-        added.extend(r for r in results if r is not None)
+        added.extend(r[0] for r in results if r is not None)
+        questions = [r[1] for r in results if r is not None and r[1] is not None]
+        if questions:
+            # The question is what the agent said this turn: the history reads as a conversation again
+            # (tool results, then the agent's words), and the user's answer follows as the next user message.
+            question = "\n".join(questions)
+            added.append({"role": "assistant", "content": question})
         if on_step is not None:
             await on_step(added[step_start:])
             step_start = len(added)
+        if questions:
+            return LoopResult(text=added[-1]["content"], messages=added, usage=usage, input_required=True)
     failed = LoopFailed(
         "max_steps_exceeded",
         f"the model still asked for tools after max_steps = {spec.max_steps} turns; raise max_steps in the Runefile",

@@ -89,6 +89,9 @@ class ToolResult:
     left_behind: int = 0
     """Processes the call's run left running when its own process ended, killed then (process tools,
     ``rune@shell-exec``); recorded in the ``tool.call`` event."""
+    asks: str | None = None
+    """``rune@ask-user``'s question: the loop ends the intent's turn with it, the answer awaited from the
+    user (an A2A task then stands ``INPUT_REQUIRED``). No other tool sets it."""
 
     @classmethod
     def success(cls, content: Any) -> "ToolResult":
@@ -108,9 +111,10 @@ class ToolResult:
         return "denied" if self.error_code in DENIED_CODES else "error"
 
     def to_json(self) -> dict[str, Any]:
-        """``{"ok": true, "content": …}`` or ``{"ok": false, "error": {"code", "message"}}`` (for the replica socket)."""
+        """``{"ok": true, "content": …}`` (and ``"asks"`` for ``rune@ask-user``) or ``{"ok": false, "error":
+        {"code", "message"}}`` (for the replica socket)."""
         if self.ok:
-            return {"ok": True, "content": self.content}
+            return {"ok": True, "content": self.content, **({"asks": self.asks} if self.asks is not None else {})}
         return {"ok": False, "error": {"code": self.error_code, "message": self.error_message}}
 
 

@@ -63,7 +63,8 @@ def test_tool_action_mapping() -> None:
     assert tool_action("rune@web-fetch") == "tool.web_fetch"
     assert tool_action("rune@knowledge-add-entity") == "tool.knowledge_add_entity"
     assert tool_action("search_kb") == "tool.search_kb"
-    assert len(BUILTIN_TOOLS) == 57
+    assert len(BUILTIN_TOOLS) == 58  # the Rune spec's 57 and covenant's rune@ask-user
+    assert tool_action("rune@ask-user") == "tool.ask_user"
 
 
 RUNEFILE_FAILING = [

@@ -135,3 +135,31 @@ def test_memory_profiles() -> None:
     assert len(window(turns, profile="extended", standard_turns=0, token_budget=10**6)) == 10
     kept = window(turns, profile="extended", standard_turns=0, token_budget=250)
     assert [m["content"] for m in kept][1::2] == ["t4"]  # oldest dropped to fit half the budget
+
+
+class Asking(Scripted):
+    """``ask-user`` answers as the tool host does (``asks`` beside the content); ``echo-asks`` is a tool whose own
+    content merely holds an ``asks`` key, which must not end the turn."""
+
+    async def tool(self, call_id: str, name: str, arguments: Any) -> dict[str, Any]:
+        if name == "ask-user":
+            return {"ok": True, "content": {"asked": True}, "asks": json.loads(arguments)["question"]}
+        if name == "echo-asks":
+            return {"ok": True, "content": {"asks": "not a question"}}
+        return await super().tool(call_id, name, arguments)
+
+
+async def test_ask_user_ends_the_turn_after_all_its_calls_with_the_question_as_the_answer() -> None:
+    asked = call("ask-user", json.dumps({"question": "Which city?"}), "q")
+    backend = Asking([{"role": "assistant", "content": "", "tool_calls": [call("system-time", cid="t"), asked]},
+                      {"role": "assistant", "content": "never reached"}])
+    result = await run_loop(LoopSpec("s", TOOLS, max_steps=5), backend, [], "book a flight")
+    assert result.input_required and result.text == "Which city?"
+    assert [m["role"] for m in result.messages] == ["user", "assistant", "tool", "tool", "assistant"]
+    assert result.messages[-1] == {"role": "assistant", "content": "Which city?"}
+    assert [name for name, _ in backend.tool_calls] == ["system-time"] and len(backend.seen) == 1  # no second turn
+
+    plain = Asking([{"role": "assistant", "content": "", "tool_calls": [call("echo-asks")]},
+                    {"role": "assistant", "content": "Which city?"}])
+    answered = await run_loop(LoopSpec("s", TOOLS, max_steps=5), plain, [], "x")
+    assert not answered.input_required and answered.text == "Which city?" and len(plain.seen) == 2

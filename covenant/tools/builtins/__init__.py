@@ -10,6 +10,7 @@ from __future__ import annotations
 from covenant.tools.builtins import (
     a2a,
     agents,
+    ask_user,
     channel_send,
     files,
     knowledge,
@@ -30,6 +31,7 @@ BUILTINS: dict[str, Builtin] = {
     tool.name: tool
     for tool in (
         system_time.TOOL,
+        ask_user.TOOL,
         *memory.TOOLS,
         *files.TOOLS,
         shell.TOOL,
