@@ -3,12 +3,12 @@
 For each name in ``[a2a] expose`` the base URL ``/a2a/NAME`` answers:
 
 - ``GET  <base>/.well-known/agent-card.json`` the A2A 1.0 card, ``GET <base>/agent-card`` the 0.3 one
-  (no token: a card grants nothing);
+  (no token: a card grants nothing; ETag and ``Cache-Control``, 304 for a matching ``If-None-Match``);
 - ``POST <base>`` (or ``<base>/``) JSON-RPC: ``SendMessage``, ``SendStreamingMessage``, ``GetTask``,
-  ``CancelTask``, ``ListTasks``, and the 0.3 names ``message/send``, ``message/stream``, ``tasks/get``,
-  ``tasks/cancel``;
+  ``CancelTask``, ``ListTasks``, ``SubscribeToTask``, and the 0.3 names ``message/send``,
+  ``message/stream``, ``tasks/get``, ``tasks/cancel``, ``tasks/resubscribe``;
 - the HTTP+JSON binding: ``POST <base>/message:send``, ``POST <base>/message:stream``,
-  ``GET <base>/tasks/ID``, ``POST <base>/tasks/ID:cancel``.
+  ``GET <base>/tasks/ID``, ``POST <base>/tasks/ID:cancel``, ``<base>/tasks/ID:subscribe``.
 
 ``GET /.well-known/agent.json`` lists the exposed agents' 0.3 cards. Order of
 checks: path (404 for an agent not exposed, whatever the token), method (405),
@@ -16,11 +16,16 @@ bearer token (401, before any of the body is read), the client's rate (429), the
 client's body cap (413). One SendMessage is
 one intent, signed by the daemon on behalf of the client's issuer, whose grants
 decide it; the task id is the intent id, and a Rune agent's session is the
-task's ``contextId``. Every request but a card read is audited as ``a2a.request``.
+task's ``contextId``. ``returnImmediately`` answers the task WORKING once it is on
+record and runs it in :meth:`A2AApp.run`'s nursery. A Rune agent's
+``rune@ask-user`` leaves the task INPUT_REQUIRED; a message naming the task
+continues it as a new intent in the same session. Every request but a card read
+is audited as ``a2a.request``.
 """
 
 from __future__ import annotations
 
+import hashlib
 import hmac
 import json
 import logging
@@ -51,9 +56,12 @@ from covenant.runtime.outcome import DispatchRecord
 from covenant.triggers.onbehalf import OnBehalfSigner, issuer_pubkey, secret_from_env
 from covenant.triggers.webhook_config import rate_per_minute
 
-__all__ = ["A2AApp", "Client", "resolve_clients"]
+__all__ = ["A2AApp", "Client", "resolve_clients", "CARD_MAX_AGE_S"]
 
 log = logging.getLogger("covenant.daemon")
+
+CARD_MAX_AGE_S = 60
+"""How long a client may keep a card without asking again (``Cache-Control: max-age``)."""
 
 _RESTORED = frozenset({"a2a.request", "policy.decision"})
 _RESTORE_MS = 24 * 3600 * 1000
@@ -61,6 +69,7 @@ _CANCEL_WAIT_S = 30
 _METHODS_V1 = {"SendMessage": "send", "SendStreamingMessage": "stream", "GetTask": "get", "CancelTask": "cancel",
                "ListTasks": "list"}
 _METHODS_V03 = {"message/send": "send", "message/stream": "stream", "tasks/get": "get", "tasks/cancel": "cancel"}
+_SUBSCRIBE: dict[str, wire.Version] = {"SubscribeToTask": wire.V1, "tasks/resubscribe": wire.V03}
 _PUSH = ("CreateTaskPushNotificationConfig", "GetTaskPushNotificationConfig", "ListTaskPushNotificationConfigs",
          "DeleteTaskPushNotificationConfig", "tasks/pushNotificationConfig/set", "tasks/pushNotificationConfig/get",
          "tasks/pushNotificationConfig/list", "tasks/pushNotificationConfig/delete")
@@ -123,6 +132,44 @@ class _Call:
     agent: AgentFacts
 
 
+@dataclass
+class _Turn:
+    """One message to a task: the message, the task it begins or continues, the signed dispatch body."""
+
+    message: wire.IncomingMessage
+    entry: TaskEntry
+    body: dict[str, Any]
+
+
+class _EventStream:
+    """A ``text/event-stream`` answer: one ``data:`` line per event, JSON-RPC-wrapped or bare (HTTP+JSON).
+
+    A client that hangs up stops the events, never the task: it runs to its end and is recorded."""
+
+    def __init__(self, send: Any, request_id: Any, version: wire.Version, *, jsonrpc: bool) -> None:
+        self._send, self._request_id, self._version, self._jsonrpc = send, request_id, version, jsonrpc
+        self.lost = False
+
+    async def open(self) -> None:
+        await self._send({"type": "http.response.start", "status": 200,
+                          "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
+
+    async def send(self, kind: str, document: dict[str, Any]) -> None:
+        if self.lost:
+            return
+        result = wire.stream_result(kind, document, self._version)  # type: ignore[arg-type]
+        data = json.dumps(wire.rpc_result(self._request_id, result) if self._jsonrpc else result,
+                          ensure_ascii=False, separators=(",", ":"))
+        try:
+            await self._send({"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True})
+        except Exception:  # the client hung up
+            self.lost = True
+
+    async def close(self) -> None:
+        if not self.lost:
+            await self._send({"type": "http.response.body", "body": b""})
+
+
 class A2AApp:
     """The ASGI app of the A2A listener."""
 
@@ -140,6 +187,30 @@ class A2AApp:
         self.store_text = store_text
         self.ledger = TaskLedger()
         self.refusals = RefusalThrottle(config.audit_refusals_per_minute)
+        self._background: trio.Nursery | None = None
+        """Where tasks whose client did not wait (``returnImmediately``) run: :meth:`run`'s nursery."""
+
+    async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
+        """Hold the nursery of the tasks that run after their answer went out, until cancelled (the daemon
+        drains their dispatches before it cancels this)."""
+        async with trio.open_nursery() as nursery:
+            self._background = nursery
+            task_status.started()
+            try:
+                await trio.sleep_forever()
+            finally:
+                self._background = None
+
+    def set_clients(self, config: A2AConfig, clients: list[Client]) -> None:
+        """Take a reloaded ``[a2a]`` (its listener stays as started): requests from now on are served with the
+        new clients, ``expose``, ``public_url`` and caps; a client whose table and token are unchanged keeps
+        its rate count, and every client's tasks stay its own."""
+        running = {c.config.name: c for c in self.clients}
+        self.clients = [old if (old := running.get(c.config.name)) is not None and old.config == c.config
+                        and old.token == c.token else c for c in clients]
+        if config.audit_refusals_per_minute != self.config.audit_refusals_per_minute:
+            self.refusals = RefusalThrottle(config.audit_refusals_per_minute)
+        self.config = config
 
     async def restore(self, audit_dir: Any) -> int:
         """Rebuild which task belongs to which client (and which were denied) from the last day's audit log."""
@@ -155,7 +226,7 @@ class A2AApp:
         try:
             if path == "/.well-known/agent.json":
                 self._only(method, "GET")
-                await _send_json(send, 200, {"agents": [card_v03(facts, self._url(name)) for name, facts in self._exposed()]})
+                await _send_card(send, scope, {"agents": [card_v03(facts, self._url(name)) for name, facts in self._exposed()]})
                 return
             name, rest = _split(path)
             facts = self.agents(name) if name in self.config.expose else None
@@ -164,11 +235,11 @@ class A2AApp:
             url = self._url(name)
             if rest == ".well-known/agent-card.json":
                 self._only(method, "GET")
-                await _send_json(send, 200, card_v1(facts, url))
+                await _send_card(send, scope, card_v1(facts, url))
                 return
             if rest == "agent-card":
                 self._only(method, "GET")
-                await _send_json(send, 200, card_v03(facts, url))
+                await _send_card(send, scope, card_v03(facts, url))
                 return
             await self._serve_call(scope, receive, send, facts, url, rest)
         except _Refused as refused:
@@ -270,10 +341,10 @@ class A2AApp:
             if action is None:
                 if method in _PUSH:
                     raise wire.RpcError.push_not_supported()
-                if method in ("SubscribeToTask", "tasks/resubscribe"):
-                    if self.ledger.get(_task_id(request.get("params")), call.client.config.name) is None:
-                        raise wire.RpcError.task_not_found(request["params"]["id"])
-                    raise wire.RpcError.unsupported("subscribing to a task is not supported; use GetTask")
+                if method in _SUBSCRIBE:
+                    await self._subscribe(call, method, _task_id(request.get("params")), _SUBSCRIBE[method], send,
+                                          request_id)
+                    return
                 if method in ("GetExtendedAgentCard", "agent/getAuthenticatedExtendedCard"):
                     raise wire.RpcError(-32007, "covenant serves no extended agent card", 400)
                 raise wire.RpcError.method_not_found(method)
@@ -317,10 +388,9 @@ class A2AApp:
             elif "/pushNotificationConfigs" in rest:
                 raise wire.RpcError.push_not_supported()
             elif rest.endswith(":subscribe"):
-                task_id = _path_task(rest.removesuffix(":subscribe"))
-                if self.ledger.get(task_id, call.client.config.name) is None:
-                    raise wire.RpcError.task_not_found(task_id)
-                raise wire.RpcError.unsupported("subscribing to a task is not supported; use GET tasks/ID")
+                await self._subscribe(call, "tasks:subscribe", _path_task(rest.removesuffix(":subscribe")), wire.V1,
+                                      send, None)
+                return
             else:
                 result = await self._get(call, "tasks:get", _path_task(rest), wire.V1)
             await _send_json(send, 200, result)
@@ -330,74 +400,112 @@ class A2AApp:
 
     # -- the methods -----------------------------------------------------------------------
 
-    def _prepare(self, call: _Call, params: Any, version: wire.Version) -> tuple[wire.IncomingMessage, str, dict[str, Any]]:
-        """The message, its context id and the dispatch body signed on the client's issuer's behalf."""
+    async def _open_turn(self, call: _Call, params: Any, version: wire.Version) -> _Turn:
+        """The message, and the task it begins or continues with the dispatch body signed on the client's
+        issuer's behalf. A message naming a task continues it only while the task waits for input."""
         message = wire.read_message(params, version)
-        if message.task_id is not None:
-            known = self.ledger.get(message.task_id, call.client.config.name)
-            if known is None:
-                raise wire.RpcError.task_not_found(message.task_id)
-            raise wire.RpcError.unsupported(f"task {message.task_id} cannot take more input; send a new message "
-                                            "without taskId (the same contextId continues the conversation)")
         agent = call.agent.agent
-        context_id = message.context_id or uuid.uuid4().hex
-        if agent.runtime == "rune" and not valid_session_id(context_id):
-            raise wire.RpcError.invalid_params("contextId must be 1-128 of A-Za-z0-9._- for this agent")
+        if message.task_id is not None:
+            entry = await self._continued(call, message)
+        else:
+            entry = None
+            context_id = message.context_id or uuid.uuid4().hex
+            if agent.runtime == "rune" and not valid_session_id(context_id):
+                raise wire.RpcError.invalid_params("contextId must be 1-128 of A-Za-z0-9._- for this agent")
         body = self.signer.body(message.text, agent=agent.id, issuer_display=call.client.config.issuer,
                                 issuer_pubkey=call.client.issuer_pubkey, now_ms=now_ms())
+        if entry is None:
+            entry = self.ledger.add(TaskEntry(body["intent"]["id"], call.client.config.name, context_id, agent.id))
+        else:
+            entry.next_turn(body["intent"]["id"])
+            self.ledger.add(entry)
         if agent.runtime == "rune":
-            body["session_id"] = context_id
-        return message, context_id, body
+            body["session_id"] = entry.context_id
+        return _Turn(message, entry, body)
+
+    async def _continued(self, call: _Call, message: wire.IncomingMessage) -> TaskEntry:
+        """The client's task ``message.task_id``, which must be waiting for input; RpcError otherwise.
+
+        Another client's task is not found (the same as one that does not exist). No await comes between
+        the state check and the caller's :meth:`TaskEntry.next_turn`: two answers to one question cannot
+        both continue it."""
+        assert message.task_id is not None
+        entry = self.ledger.get(message.task_id, call.client.config.name)
+        if entry is None or entry.agent != call.agent.agent.id:
+            raise wire.RpcError.task_not_found(message.task_id)
+        entry = await self._settled(entry)
+        if message.context_id is not None and message.context_id != entry.context_id:
+            raise wire.RpcError.invalid_params(f"contextId {message.context_id!r} is not task {entry.task_id}'s "
+                                               f"({entry.context_id}); leave it out or send the task's own")
+        state = entry.state if entry.done.is_set() else "WORKING"
+        if state != wire.INPUT_REQUIRED:
+            ended = "has ended" if state in wire.TERMINAL else "is still working"
+            raise wire.RpcError.unsupported(f"task {entry.task_id} is {state} ({ended}) and takes no message now; "
+                                            "a task takes one only while it waits for input (INPUT_REQUIRED)")
+        return entry
 
     async def _send_message(self, call: _Call, method: str, params: Any, version: wire.Version) -> dict[str, Any]:
-        message, context_id, body = self._prepare(call, params, version)
-        entry = self._begin(call, body, context_id)
-        error = await self._dispatch(call, method, entry, body, message.text, sink=None)
+        immediate = wire.returns_immediately(params, version)
+        if immediate and self._background is None:
+            raise wire.RpcError.unsupported("returnImmediately is not served here now; wait for the answer")
+        turn = await self._open_turn(call, params, version)
+        if immediate:
+            assert self._background is not None
+            accepted = trio.Event()
+            self._background.start_soon(self._run_in_background, call, method, turn, accepted)
+            await accepted.wait()  # the task is on record (its a2a.request durable), or it has ended already
+            return self._task(turn.entry, version)
+        error = await self._dispatch(call, method, turn, sink=None)
         if error is not None:
             raise error
-        return self._task(entry, version)
+        return self._task(turn.entry, version)
 
-    async def _dispatch(self, call: _Call, method: str, entry: TaskEntry, body: dict[str, Any], text: str,
-                        sink: StreamSink | None) -> wire.RpcError | None:
-        """Run the task with its ``a2a.request`` written alongside the intent's first events.
+    async def _run_in_background(self, call: _Call, method: str, turn: _Turn, accepted: trio.Event) -> None:
+        """A task whose client did not wait (returnImmediately): run to its end in the app's nursery; a refusal
+        shows as the task's FAILED status and note (GetTask, SubscribeToTask)."""
+        try:
+            await self._dispatch(call, method, turn, sink=None, accepted=accepted)
+        except Exception:  # a bug: the task still ends, and the listener lives on
+            log.exception("a2a task failed inside covenant", extra={"task": turn.entry.task_id})
+            if not turn.entry.done.is_set():
+                turn.entry.finish("FAILED", answer=None, note="internal_error: covenant failed", at=iso_now())
+        finally:
+            accepted.set()
+
+    async def _dispatch(self, call: _Call, method: str, turn: _Turn, sink: StreamSink | None,
+                        accepted: trio.Event | None = None) -> wire.RpcError | None:
+        """Run the turn with its ``a2a.request`` written alongside the intent's first events.
 
         Both enter the audit writer together and share its group commit (one fsync, not two); the
-        answer goes out only after both are durable. The task's end is the intent's own record.
+        answer goes out only after both are durable (``accepted`` is set once the request is). The
+        turn's end is the intent's own record.
         """
         error: wire.RpcError | None = None
+
+        async def audit() -> None:
+            await self._audit_accepted(call, method, turn)
+            if accepted is not None:
+                accepted.set()
 
         async def run() -> None:
             nonlocal error
             try:
-                await self._run(call, entry, body, sink)
+                await self._run(call, turn.entry, turn.body, sink)
             except wire.RpcError as exc:
                 error = exc
 
         async with trio.open_nursery() as nursery:
-            nursery.start_soon(self._audit_accepted, call, method, entry, text)
+            nursery.start_soon(audit)
             nursery.start_soon(run)
         return error
 
     async def _stream(self, call: _Call, method: str, params: Any, version: wire.Version, send: Any,
                       request_id: Any) -> None:
         """SSE: the task (WORKING), the answer as artifact updates (tokens as they come), the final status."""
-        message, context_id, body = self._prepare(call, params, version)
-        entry = self._begin(call, body, context_id)
-        jsonrpc = method in ("SendStreamingMessage", "message/stream")
-        lost = False
-
-        async def event(kind: str, document: dict[str, Any]) -> None:
-            nonlocal lost
-            if lost:
-                return
-            result = wire.stream_result(kind, document, version)  # type: ignore[arg-type]
-            data = json.dumps(wire.rpc_result(request_id, result) if jsonrpc else result, ensure_ascii=False,
-                              separators=(",", ":"))
-            try:
-                await send({"type": "http.response.body", "body": f"data: {data}\n\n".encode(), "more_body": True})
-            except Exception:  # the client hung up: the task still runs to its end and is recorded
-                lost = True
-
+        turn = await self._open_turn(call, params, version)
+        entry = turn.entry
+        context_id = entry.context_id
+        events = _EventStream(send, request_id, version, jsonrpc=method in ("SendStreamingMessage", "message/stream"))
         held: list[str] = []  # the latest token, sent when the next one shows it was not the last
         sent_any = False
 
@@ -406,30 +514,55 @@ class A2AApp:
             if kind != "token" or not data.get("text"):
                 return
             if held:
-                await event("artifact-update", wire.artifact_update(entry.task_id, context_id, held.pop(),
-                                                                    append=sent_any, last=False, version=version))
+                await events.send("artifact-update", wire.artifact_update(entry.task_id, context_id, held.pop(),
+                                                                          append=sent_any, last=False, version=version))
                 sent_any = True
             held.append(str(data["text"]))
 
         async def open_stream() -> None:
             return None
 
-        await send({"type": "http.response.start", "status": 200,
-                    "headers": [(b"content-type", b"text/event-stream"), (b"cache-control", b"no-cache")]})
-        await event("task", wire.task(entry.task_id, context_id, "WORKING", timestamp=iso_now(), version=version))
+        await events.open()
+        await events.send("task", wire.task(entry.task_id, context_id, "WORKING", timestamp=iso_now(), version=version))
         # The stream is open: a refusal shows as the entry's FAILED status and its note.
-        await self._dispatch(call, method, entry, body, message.text, sink=StreamSink(open_stream, on_token))
+        await self._dispatch(call, method, turn, sink=StreamSink(open_stream, on_token))
         if held or (entry.answer and not sent_any):
             text = held.pop() if held else entry.answer or ""
-            await event("artifact-update", wire.artifact_update(entry.task_id, context_id, text, append=sent_any,
-                                                                last=True, version=version))
-        await event("status-update", wire.status_update(entry.task_id, context_id, entry.state,
-                                                        timestamp=entry.updated_at, note=entry.note, version=version))
-        if not lost:
-            await send({"type": "http.response.body", "body": b""})
+            await events.send("artifact-update", wire.artifact_update(entry.task_id, context_id, text,
+                                                                      append=sent_any, last=True, version=version))
+        await events.send("status-update", wire.status_update(entry.task_id, context_id, entry.state,
+                                                              timestamp=entry.updated_at, note=entry.note,
+                                                              version=version))
+        await events.close()
 
-    def _begin(self, call: _Call, body: dict[str, Any], context_id: str) -> TaskEntry:
-        return self.ledger.add(TaskEntry(body["intent"]["id"], call.client.config.name, context_id, call.agent.agent.id))
+    async def _subscribe(self, call: _Call, method: str, task_id: str, version: wire.Version, send: Any,
+                         request_id: Any) -> None:
+        """SSE of a task that has not ended: the task as it stands, then (once its turn ends) its answer and
+        its final status. A task waiting for input gets the task alone: nothing comes until its client
+        answers. An ended task is refused (-32004), as A2A says; another client's is not found."""
+        entry = self.ledger.get(task_id, call.client.config.name)
+        if entry is None:
+            await self._audit_plain(call, method, task_id, "task_not_found")
+            raise wire.RpcError.task_not_found(task_id)
+        entry = await self._settled(entry)
+        if entry.done.is_set() and entry.state in wire.TERMINAL:
+            await self._audit_plain(call, method, task_id, "task_ended")
+            raise wire.RpcError.unsupported(f"task {task_id} is {entry.state}: nothing more will come of it; "
+                                            "read it with GetTask")
+        await self._audit_plain(call, method, task_id, "ok")
+        events = _EventStream(send, request_id, version, jsonrpc=method in _SUBSCRIBE)
+        await events.open()
+        await events.send("task", self._task(entry, version))
+        if not entry.done.is_set():
+            done = entry.done  # this turn's: a continuation replaces the entry's event with a new one
+            await done.wait()
+            if entry.answer is not None:
+                await events.send("artifact-update", wire.artifact_update(
+                    entry.task_id, entry.context_id, entry.answer, append=False, last=True, version=version))
+            await events.send("status-update", wire.status_update(
+                entry.task_id, entry.context_id, entry.state, timestamp=entry.updated_at, note=entry.note,
+                version=version))
+        await events.close()
 
     async def _run(self, call: _Call, entry: TaskEntry, body: dict[str, Any], sink: StreamSink | None) -> None:
         """Dispatch and settle the entry; a denial is a REJECTED task, other refusals a JSON-RPC error."""
@@ -448,6 +581,9 @@ class A2AApp:
             entry.finish("FAILED", answer=None, note="internal_error: covenant failed", at=iso_now())
             raise
         outcome = document["outcome"]
+        if outcome == "ok" and document.get("input_required") is True:  # rune@ask-user: the question waits
+            entry.finish(wire.INPUT_REQUIRED, answer=None, note=str(document.get("text") or ""), at=iso_now())
+            return
         entry.finish(state_of_outcome(outcome), answer=document.get("text") if outcome == "ok" else None,
                      note=note_of(outcome), at=iso_now())
 
@@ -457,10 +593,10 @@ class A2AApp:
                          answer=entry.answer, note=entry.note, version=version)
 
     async def _settled(self, entry: TaskEntry) -> TaskEntry:
-        """A task restored from the audit log: its end read from the dispatch record."""
+        """A task restored from the audit log: where its current turn ended, read from the dispatch record."""
         if entry.done.is_set() or not entry.restored:  # not restored and not done: it is running now
             return entry
-        record = await self.records(entry.task_id)
+        record = await self.records(entry.intent_id)
         if record is not None:
             entry.settle_from(record)
         else:
@@ -480,7 +616,13 @@ class A2AApp:
         if entry is None:
             await self._audit_plain(call, method, task_id, "task_not_found")
             raise wire.RpcError.task_not_found(task_id)
-        if entry.done.is_set() or not self.daemon.cancel(task_id, f"A2A client {call.client.config.name} canceled the task"):
+        reason = f"A2A client {call.client.config.name} canceled the task"
+        entry = await self._settled(entry)
+        if entry.done.is_set() and entry.state == wire.INPUT_REQUIRED:  # nothing runs: the question is withdrawn
+            entry.finish("CANCELED", answer=None, note=None, at=iso_now())
+            await self._audit_plain(call, method, task_id, "ok", settled="CANCELED")
+            return self._task(entry, version)
+        if entry.done.is_set() or not self.daemon.cancel(entry.intent_id, reason):
             entry = await self._settled(entry)
             await self._audit_plain(call, method, task_id, "not_cancelable")
             raise wire.RpcError.not_cancelable(task_id, entry.state)
@@ -504,18 +646,24 @@ class A2AApp:
 
     # -- audit -----------------------------------------------------------------------------
 
-    async def _audit_accepted(self, call: _Call, method: str, entry: TaskEntry, text: str) -> None:
+    async def _audit_accepted(self, call: _Call, method: str, turn: _Turn) -> None:
+        entry = turn.entry
         data: dict[str, Any] = {"client": call.client.config.name, "method": method, "agent": entry.agent,
-                                "task": entry.task_id, "context": entry.context_id, "outcome": "accepted",
-                                "status": 200}
+                                "task": entry.task_id, "intent": entry.intent_id, "context": entry.context_id,
+                                "outcome": "accepted", "status": 200}
         if self.store_text:
-            data["text"] = text_digest(text, True)
+            data["text"] = text_digest(turn.message.text, True)
         await self.audit("a2a.request", data)
 
-    async def _audit_plain(self, call: _Call, method: str, task_id: str | None, outcome: str) -> None:
-        await self.audit("a2a.request", {"client": call.client.config.name, "method": method,
-                                         "agent": call.agent.agent.id, "task": None, "asked_task": task_id,
-                                         "outcome": outcome, "status": 200})
+    async def _audit_plain(self, call: _Call, method: str, task_id: str | None, outcome: str, *,
+                           settled: str | None = None) -> None:
+        """A request about a task (GetTask, CancelTask, SubscribeToTask). ``settled``: the state this request
+        itself put the task in (a waiting task canceled), kept as ``task`` + ``settled`` so a restart knows."""
+        data: dict[str, Any] = {"client": call.client.config.name, "method": method, "agent": call.agent.agent.id,
+                                "task": None, "asked_task": task_id, "outcome": outcome, "status": 200}
+        if settled is not None:
+            data.update(task=task_id, settled=settled)
+        await self.audit("a2a.request", data)
 
     async def _audit_refusal(self, refused: _Refused, *, client: Client | None, agent: str | None) -> None:
         suppressed = self.refusals.admit(refused.code)
@@ -581,6 +729,29 @@ def _http_error(status: int, message: str, reason: str, *, info: dict[str, Any] 
     detail = info or {"@type": wire.ERROR_INFO_TYPE, "reason": reason.upper(), "domain": "covenant"}
     return {"error": {"code": status, "status": _HTTP_STATUS_NAMES.get(status, "UNKNOWN"), "message": message,
                       "details": [detail]}}
+
+
+def _matches(if_none_match: bytes, etag: bytes) -> bool:
+    """Does an ``If-None-Match`` header name ``etag`` (or ``*``)? Weak comparison, as RFC 9110 asks for GET."""
+    wanted = [tag.strip().removeprefix(b"W/") for tag in if_none_match.split(b",")]
+    return b"*" in wanted or etag in wanted
+
+
+async def _send_card(send: Any, scope: dict, document: Any) -> None:
+    """A card with a strong ETag (the SHA-256 of its bytes) and ``Cache-Control: max-age``; 304 with no body
+    when the client's ``If-None-Match`` names that ETag. A card changes with a reload, so clients keep it
+    for a short while only."""
+    data = json.dumps(document, ensure_ascii=False, separators=(",", ":")).encode()
+    etag = b'"' + hashlib.sha256(data).hexdigest().encode() + b'"'
+    caching = [(b"etag", etag), (b"cache-control", f"public, max-age={CARD_MAX_AGE_S}".encode())]
+    asked = next((v for k, v in scope.get("headers", []) if k == b"if-none-match"), None)
+    if asked is not None and _matches(asked, etag):
+        await send({"type": "http.response.start", "status": 304, "headers": caching})
+        await send({"type": "http.response.body", "body": b""})
+        return
+    headers = [(b"content-type", b"application/json"), (b"content-length", str(len(data)).encode()), *caching]
+    await send({"type": "http.response.start", "status": 200, "headers": headers})
+    await send({"type": "http.response.body", "body": data})
 
 
 async def _send_json(send: Any, status: int, document: Any, extra: Any = ()) -> None:

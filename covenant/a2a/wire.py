@@ -8,12 +8,16 @@ spells states and roles in lower case. Requests are read in either version;
 answers are written in the version the request used.
 
 Only what covenant serves is modelled here: a message's text comes in, a task
-with one text artifact goes out. Files and raw bytes are refused with
-``ContentTypeNotSupported``.
+with one text artifact goes out. Text, data (as JSON text) and raw-byte parts of
+a text media type (``text/*``, ``application/json``; decoded as UTF-8) are read;
+any other media type and every URL part are refused with
+``ContentTypeNotSupported`` — the daemon fetches no URL a client names.
 """
 
 from __future__ import annotations
 
+import base64
+import binascii
 import json
 import uuid
 from dataclasses import dataclass
@@ -22,7 +26,7 @@ from typing import Any, Literal
 __all__ = [
     "V1", "V03", "Version", "RpcError", "IncomingMessage", "read_message", "task", "status_update",
     "artifact_update", "stream_result", "send_result", "rpc_result", "rpc_error", "agent_message", "TERMINAL",
-    "ERROR_INFO_TYPE",
+    "ERROR_INFO_TYPE", "INPUT_REQUIRED", "STREAM_ENDS", "RAW_TEXT_MAX_BYTES", "returns_immediately",
 ]
 
 V1 = "1.0"
@@ -32,8 +36,22 @@ Version = Literal["1.0", "0.3"]
 TERMINAL = frozenset({"COMPLETED", "FAILED", "CANCELED", "REJECTED"})
 """Task states (without the ``TASK_STATE_`` prefix) after which nothing changes."""
 
+INPUT_REQUIRED = "INPUT_REQUIRED"
+"""The interrupted state: the agent asked the user a question (``rune@ask-user``); a message naming the task
+continues it."""
+
+STREAM_ENDS = TERMINAL | {INPUT_REQUIRED}
+"""States at which a stream of the task closes: nothing more comes until the client speaks again."""
+
+RAW_TEXT_MAX_BYTES = 256 * 1024
+"""Largest decoded raw part taken as text."""
+
+_TEXT_MEDIA = ("application/json",)
+_URL_SAFE = str.maketrans("-_", "+/")
+_CHARSETS = ("utf-8", "utf8", "us-ascii")
+
 _STATES_03 = {"SUBMITTED": "submitted", "WORKING": "working", "COMPLETED": "completed", "FAILED": "failed",
-              "CANCELED": "canceled", "REJECTED": "rejected"}
+              "CANCELED": "canceled", "REJECTED": "rejected", "INPUT_REQUIRED": "input-required"}
 
 
 class RpcError(Exception):
@@ -135,7 +153,7 @@ def read_message(params: Any, version: Version) -> IncomingMessage:
     parts = message.get("parts")
     if not isinstance(parts, list) or not parts:
         raise RpcError.invalid_params("message.parts must be a non-empty list")
-    texts = [_part_text(part, version) for part in parts]
+    texts = [_part_text(part, index, version) for index, part in enumerate(parts)]
     context_id, task_id = message.get("contextId"), message.get("taskId")
     for name, value in (("contextId", context_id), ("taskId", task_id)):
         if value is not None and (not isinstance(value, str) or not value):
@@ -143,15 +161,64 @@ def read_message(params: Any, version: Version) -> IncomingMessage:
     return IncomingMessage("\n".join(texts), message_id, context_id or None, task_id or None)
 
 
-def _part_text(part: Any, version: Version) -> str:
+def returns_immediately(params: Any, version: Version) -> bool:
+    """SendMessage's ``configuration.returnImmediately`` (1.0), or ``configuration.blocking: false`` (0.3)."""
+    configuration = params.get("configuration") if isinstance(params, dict) else None
+    if configuration is None:
+        return False
+    if not isinstance(configuration, dict):
+        raise RpcError.invalid_params("params.configuration must be an object")
+    name, immediate_when = ("returnImmediately", True) if version == V1 else ("blocking", False)
+    value = configuration.get(name)
+    if value is None:
+        return False
+    if not isinstance(value, bool):
+        raise RpcError.invalid_params(f"configuration.{name} must be true or false")
+    return value is immediate_when
+
+
+def _part_text(part: Any, index: int, version: Version) -> str:
+    where = f"message.parts[{index}]"
     if not isinstance(part, dict):
-        raise RpcError.invalid_params("each part must be an object")
+        raise RpcError.invalid_params(f"{where} must be an object")
     kind = part.get("kind") if version == V03 else None
     if isinstance(part.get("text"), str) and kind in (None, "text"):
         return part["text"]
     if "data" in part and kind in (None, "data"):
         return json.dumps(part["data"], ensure_ascii=False, sort_keys=True)
-    raise RpcError.content_type("covenant's agents take text and data parts only (no files or raw bytes)")
+    if version == V1 and "raw" in part:
+        return _raw_text(part["raw"], part.get("mediaType"), where, "raw", "mediaType")
+    file = part.get("file") if version == V03 and kind == "file" else None
+    if isinstance(file, dict) and "bytes" in file:
+        return _raw_text(file["bytes"], file.get("mimeType"), f"{where}.file", "bytes", "mimeType")
+    if (version == V1 and "url" in part) or (isinstance(file, dict) and "uri" in file):
+        raise RpcError.content_type(f"{where} is a URL part: covenant fetches no URL a client names (the daemon "
+                                    "would reach what it can reach for anyone who holds a token); send the "
+                                    "content itself as a text or raw part")
+    raise RpcError.content_type(f"{where}: covenant's agents take text, data and text-typed raw parts only")
+
+
+def _raw_text(raw: Any, media_type: Any, where: str, field: str, type_field: str) -> str:
+    """A raw part of a text media type, decoded: base64 of at most RAW_TEXT_MAX_BYTES bytes of UTF-8."""
+    media = media_type.split(";")[0].strip().lower() if isinstance(media_type, str) else ""
+    if not (media.startswith("text/") or media in _TEXT_MEDIA):
+        said = f"{type_field} {str(media_type)[:80]!r} is not one covenant's agents read" if media_type else f"no {type_field}"
+        raise RpcError.content_type(f"{where} has {said}: a raw part must be text/* or application/json")
+    charset = next((p.split("=", 1)[1].strip().strip('"').lower() for p in media_type.split(";")[1:]
+                    if p.strip().lower().startswith("charset=")), "utf-8")
+    if charset not in _CHARSETS:
+        raise RpcError.content_type(f"{where}: charset {charset[:40]!r} is not read; send UTF-8")
+    if not isinstance(raw, str) or len(raw) > (RAW_TEXT_MAX_BYTES + 2) // 3 * 4:
+        raise RpcError.invalid_params(f"{where}.{field} must be base64 of at most {RAW_TEXT_MAX_BYTES} bytes")
+    try:  # proto3's JSON mapping: standard or URL-safe alphabet, padding optional
+        data = base64.b64decode(raw.translate(_URL_SAFE) + "=" * (-len(raw) % 4), validate=True)
+    except (binascii.Error, ValueError):
+        raise RpcError.invalid_params(f"{where}.{field} is not valid base64") from None
+    try:
+        return data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        raise RpcError.invalid_params(f"{where}.{field} is not UTF-8 text (byte {exc.start} of the decoded "
+                                      "content); send text, or a media type that is not text") from None
 
 
 def _parts(text: str, version: Version) -> list[dict[str, Any]]:
@@ -206,7 +273,7 @@ def status_update(task_id: str, context_id: str, state: str, *, timestamp: str, 
                           version=version),
     }
     if version == V03:
-        event.update(kind="status-update", final=state in TERMINAL)
+        event.update(kind="status-update", final=state in STREAM_ENDS)
     return event
 
 

@@ -416,6 +416,7 @@ async def serve_daemon(
                                                     observer=metrics),
                                             counting_refusals(webhooks, "webhooks", metrics.http_refusal), [webhook_socket])
                     if a2a_socket is not None:
+                        await nursery.start(a2a.run)  # where returnImmediately tasks run on
                         await nursery.start(partial(serve_network, name="a2a", limits=config.a2a, observer=metrics),
                                             counting_refusals(a2a, "a2a", metrics.http_refusal), [a2a_socket])
                     watchdog_period = systemd.watchdog_interval_s()
