@@ -4,7 +4,8 @@ Every toolset entry becomes either a :class:`ToolEntry` (offered to the
 model under its model-facing name) or an ``(entry, reason)`` pair. Built-ins
 are offered without their ``rune@`` prefix (``system-time``), custom tools as
 named (design/rune-host.md §8). Pure apart from reading ``input_schema_ref``
-and ``output_schema_ref`` files inside the package.
+and ``output_schema_ref`` files inside the package, and, for a schema named by URL, asking the
+``schemas`` source (the daemon fetches: :mod:`covenant.tools.schema_refs`).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ from covenant.tools.agents import AGENT_TOOL_SCHEMA
 from covenant.tools.builtins import BUILTINS, Builtin
 from covenant.tools.mcp.hub import McpTool
 from covenant.tools.schema import schema_problem, validator_for
+from covenant.tools.schema_refs import SchemaFetchError, SchemaUrl, parse_schema_url
 from covenant.tools.unavailable import builtin_unavailable_reason
 
 __all__ = [
@@ -40,6 +42,8 @@ __all__ = [
     "Confinement",
     "McpLookup",
     "MCP_MODEL_SEPARATOR",
+    "SchemaSource",
+    "url_schema_refs",
 ]
 
 MODEL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
@@ -59,6 +63,10 @@ Confinement = Callable[[], "str | None"]
 
 McpLookup = Callable[[str, str], "McpTool | str"]
 """(server, tool) -> the tool as the connected server advertises it, or why it is unavailable now."""
+
+SchemaSource = Callable[[SchemaUrl], bytes]
+"""A schema URL -> its bytes, or SchemaFetchError saying why not: the daemon fetches and caches
+(:func:`covenant.tools.schema_refs.fetch_schema`); a view without the daemon has none."""
 
 MCP_TIMEOUT_MS = 30_000
 """How long one MCP tool call may take (never past the intent's deadline)."""
@@ -139,8 +147,32 @@ _NO_BACKEND = {
 """Why a tool of a runtime with no backend here is unavailable (the package still loads)."""
 
 
-def _load_schema(root: Path, ref: str, what: str) -> dict[str, Any]:
-    """A JSON schema file inside the package (JSON or YAML), checked as a draft 2020-12 schema."""
+def url_schema_refs(tool: ToolDescriptor) -> list[str]:
+    """The tool's schema refs that are URLs (fetched by the running daemon, not judged without it)."""
+    out = []
+    for ref in (tool.input_schema_ref, tool.output_schema_ref):
+        try:
+            if ref and parse_schema_url(ref) is not None:
+                out.append(ref)
+        except SchemaFetchError:
+            out.append(ref)  # a URL with a bad pin: the daemon reports it
+    return out
+
+
+def _load_schema(root: Path, ref: str, what: str, schemas: SchemaSource | None) -> dict[str, Any]:
+    """A JSON schema file inside the package (JSON or YAML), or at a URL, checked as a draft 2020-12 schema."""
+    try:
+        url = parse_schema_url(ref)
+    except SchemaFetchError as exc:
+        raise _Unavailable(f"{what} {exc}") from None
+    if url is not None:
+        if schemas is None:
+            raise _Unavailable(f"{what} {url.url} is fetched by the daemon when it serves the agent (not here)")
+        try:
+            data = schemas(url)
+        except SchemaFetchError as exc:
+            raise _Unavailable(f"{what}: {exc}") from None
+        return _schema_document(data, f"{what} {url.url}", as_json=True)
     path = Path(os.path.normpath(root / ref))
     if not is_inside(os.path.realpath(path), os.path.realpath(root)):
         raise _Unavailable(f"{what} {ref!r} leaves the package folder")
@@ -154,23 +186,28 @@ def _load_schema(root: Path, ref: str, what: str) -> dict[str, Any]:
         raise _Unavailable(f"cannot read {what} {path}: {exc.strerror}") from None
     if len(data) > _SCHEMA_MAX_BYTES:
         raise _Unavailable(f"{what} {path} is larger than {_SCHEMA_MAX_BYTES} bytes")
+    return _schema_document(data, f"{what} {path}", as_json=path.suffix == ".json")
+
+
+def _schema_document(data: bytes, where: str, *, as_json: bool) -> dict[str, Any]:
     import yaml
 
     try:
         text = data.decode("utf-8")
-        schema = json.loads(text) if path.suffix == ".json" else yaml.load(text, Loader=safe_loader())  # noqa: S506
+        schema = json.loads(text) if as_json else yaml.load(text, Loader=safe_loader())  # noqa: S506
     except (UnicodeDecodeError, ValueError, yaml.YAMLError) as exc:
-        raise _Unavailable(f"{what} {path} is not a JSON/YAML document: {exc}") from None
+        raise _Unavailable(f"{where} is not a JSON/YAML document: {exc}") from None
     if not isinstance(schema, dict):
-        raise _Unavailable(f"{what} {path} must be a JSON schema object")
+        raise _Unavailable(f"{where} must be a JSON schema object")
     problem = schema_problem(schema)
     if problem is not None:
-        raise _Unavailable(f"{what} {path}: {problem}")
+        raise _Unavailable(f"{where}: {problem}")
     return schema
 
 
 def _process_entry(
-    package: RunePackage, tool: ToolDescriptor, interpreters: Interpreters, confinement: Confinement
+    package: RunePackage, tool: ToolDescriptor, interpreters: Interpreters, confinement: Confinement,
+    schemas: SchemaSource | None,
 ) -> ToolEntry:
     module = Path(os.path.normpath(package.root / tool.module))
     if not module.is_file():
@@ -191,10 +228,11 @@ def _process_entry(
         argv = (str(module),)
     parameters = PROCESS_SCHEMA
     if tool.input_schema_ref:
-        parameters = _load_schema(package.root, tool.input_schema_ref, "input_schema_ref")
+        parameters = _load_schema(package.root, tool.input_schema_ref, "input_schema_ref", schemas)
         if parameters.get("type") != "object":
             raise _Unavailable(f"input_schema_ref {tool.input_schema_ref!r} must describe an object (type: object)")
-    output_schema = _load_schema(package.root, tool.output_schema_ref, "output_schema_ref") if tool.output_schema_ref else None
+    output_schema = (_load_schema(package.root, tool.output_schema_ref, "output_schema_ref", schemas)
+                     if tool.output_schema_ref else None)
     unknown = [name for name in tool.capabilities if name not in TOOL_CAPABILITIES]
     if unknown:
         raise _Unavailable(
@@ -267,7 +305,7 @@ def _mcp_entry(name: str, mcp: McpLookup | None) -> ToolEntry:
 
 def _entry(
     package: RunePackage, name: str, interpreters: Interpreters, mcp: McpLookup | None, config: Config,
-    confinement: Confinement,
+    confinement: Confinement, schemas: SchemaSource | None,
 ) -> ToolEntry:
     tool = package.tools.get(name)
     if name.startswith(BUILTIN_PREFIX):
@@ -294,7 +332,7 @@ def _entry(
     if not MODEL_NAME.match(name):
         raise _Unavailable(f"its name cannot be sent to models (must match {MODEL_NAME.pattern})")
     if tool.runtime == "process":
-        return _process_entry(package, tool, interpreters, confinement)
+        return _process_entry(package, tool, interpreters, confinement, schemas)
     if tool.runtime == "agent":
         assert tool.agent_ref is not None  # the descriptor requires it
         # A remote URL is offered like a local agent that shares no network: the daemon decides when it is
@@ -322,7 +360,7 @@ def _with_validators(entry: ToolEntry) -> ToolEntry:
 
 def resolve_toolset(
     package: RunePackage, interpreters: Interpreters, mcp: McpLookup | None = None, config: Config | None = None, *,
-    confinement: Confinement,
+    confinement: Confinement, schemas: SchemaSource | None = None,
 ) -> Toolset:
     """Split the package's toolset into offered tools and unavailable entries (toolset order, no repeats).
 
@@ -330,13 +368,15 @@ def resolve_toolset(
     without it they are unavailable, the reason saying the daemon decides. ``config`` (default: every
     default) decides built-ins that need a configured backend (``rune@web-search``, ``rune@channel-send``).
     ``confinement`` says whether process tools can be confined here: where not, they are unavailable.
+    ``schemas`` gives schemas named by URL; without it their tools are unavailable, the reason saying the
+    daemon fetches them.
     """
     config = config if config is not None else Config()
     available: dict[str, ToolEntry] = {}
     unavailable: list[tuple[str, str]] = []
     for name in dict.fromkeys(package.runefile.toolset):
         try:
-            entry = _entry(package, name, interpreters, mcp, config, confinement)
+            entry = _entry(package, name, interpreters, mcp, config, confinement, schemas)
         except _Unavailable as exc:
             unavailable.append((name, str(exc)))
             continue

@@ -54,6 +54,7 @@ from covenant.outside_json import MAX_DEPTH, nests_deeper
 from covenant.tools.result import ToolError, ToolResult, capped
 from covenant.tools.retry import run_with_retries
 from covenant.tools.schema import first_error
+from covenant.tools.schema_refs import SchemaCache, SchemaUrl, fetch_schema
 from covenant.tools.services import ToolServices
 from covenant.tools.supervised import ProcessRegistry
 
@@ -175,6 +176,7 @@ class ToolHost:
         )
         self._packages: PackageSource = packages or PackageFiles()
         self._toolsets: dict[str, tuple[object, int, Toolset]] = {}
+        self._schema_cache = SchemaCache(home.state_dir / "schema-cache")
         self.mcp = McpHub(config, runner)
         """The agents' MCP sessions; run it (``nursery.start(host.mcp.run)``) to connect servers."""
 
@@ -196,9 +198,13 @@ class ToolHost:
         lookup = partial(self.mcp.lookup, agent.id) if self.mcp.running else None
         confinement = self.services.runner.tool_confinement
         toolset = resolve_toolset(package, self.services.runner.plans.interpreter, lookup, self.services.config,
-                                  confinement=lambda: confinement.problem)
+                                  confinement=lambda: confinement.problem, schemas=self._fetch_schema)
         self._toolsets[agent.id] = (package, generation, toolset)
         return toolset
+
+    def _fetch_schema(self, ref: SchemaUrl) -> bytes:
+        """A tool schema named by URL: fetched by the daemon under the web-fetch address rules, cached."""
+        return fetch_schema(ref, self.services.config, self._schema_cache)
 
     async def load(self, agent: AgentSpec) -> Toolset:
         """:meth:`toolset`, resolved in a worker thread when it is not cached yet."""

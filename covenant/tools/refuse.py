@@ -3,7 +3,8 @@
 Applied to a scanned :class:`~covenant.manifest.registry.Registry` by the
 daemon (start and reload) and by ``agents check``/``list``/``show``, so all
 of them agree. MCP entries are not judged here: their servers are reached by
-the running daemon, and a down server never stops an agent (design §8).
+the running daemon, and a down server never stops an agent (design §8); nor are
+tools whose schema is a URL, which the running daemon fetches.
 """
 
 from __future__ import annotations
@@ -13,7 +14,7 @@ from covenant.manifest._yamlio import node_line
 from covenant.manifest.problems import Problem
 from covenant.manifest.registry import Registry
 from covenant.manifest.tools import MCP_SEPARATOR
-from covenant.tools.catalogue import configured_toolset
+from covenant.tools.catalogue import configured_toolset, url_schema_refs
 
 __all__ = ["enforce_unavailable_policy"]
 
@@ -24,7 +25,8 @@ def enforce_unavailable_policy(registry: Registry, config: Config) -> Registry:
         return registry
     for agent_id, package in list(registry.rune_packages.items()):
         toolset = configured_toolset(package, config)
-        refused = [(entry, reason) for entry, reason in toolset.unavailable if MCP_SEPARATOR not in entry]
+        refused = [(entry, reason) for entry, reason in toolset.unavailable if MCP_SEPARATOR not in entry
+                   and not (entry in package.tools and url_schema_refs(package.tools[entry]))]
         if not refused:
             continue
         spec = registry.agents.pop(agent_id)
