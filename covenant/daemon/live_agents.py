@@ -67,7 +67,8 @@ class LiveAgents:
                                      ttl_s=config.rune.spawned_ttl_s, per_spawner=config.rune.spawned_max,
                                      memory_mb=config.rune.memory_mb)
         self.stopped = StoppedAgents(home.state_dir / STOPPED_FILE)
-        """Agents an operator stopped (``covenant stop``): routing refuses them; read by :meth:`load_stopped`."""
+        """Agents an operator stopped (``covenant stop``): routing refuses them; the daemon's start hands in the
+        list it read (:meth:`use_stopped`)."""
         self._stop_lock = trio.Lock()
         rune.packages = loaded.packages
         metrics.set_registry(len(loaded.agents), loaded.rejected_files)
@@ -173,9 +174,9 @@ class LiveAgents:
 
     # -- covenant stop / start --------------------------------------------------------------
 
-    async def load_stopped(self) -> None:
-        """At start, before serving: the agents stopped before the restart stay stopped (ConfigError on a bad file)."""
-        await trio.to_thread.run_sync(self.stopped.load)
+    def use_stopped(self, stopped: StoppedAgents) -> None:
+        """At start, before serving: the agents stopped before the restart stay stopped (``stopped`` is loaded)."""
+        self.stopped = stopped
         if self.stopped.entries:
             log.info("agents stopped by an operator stay stopped", extra={"agents": ",".join(sorted(self.stopped))})
 

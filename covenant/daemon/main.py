@@ -44,6 +44,7 @@ from covenant.daemon.start_config import StartConfig
 from covenant.daemon.registry_scan import scan_with_snapshots, snapshot_store
 from covenant.daemon.rune_host import RuneHost
 from covenant.daemon.service import Daemon
+from covenant.daemon.stopped_agents import STOPPED_FILE, StoppedAgents
 from covenant.errors import ConfigError, ConfigProblems, ExitCode
 from covenant.home import Home
 from covenant.homeinit import check_home_modes, init_home
@@ -323,6 +324,8 @@ async def serve_daemon(
         _raise_open_files_limit()
         metrics = Metrics()
         scan = await trio.to_thread.run_sync(scan_with_snapshots, home, config, snapshot_store(home))
+        stopped = StoppedAgents(home.state_dir / STOPPED_FILE)
+        await trio.to_thread.run_sync(stopped.load)  # before anything opens: a damaged file is a config error (exit 2)
         registry = scan.registry
         store = DispatchStore(home.dispatches_dir)
         budget = await trio.to_thread.run_sync(_budget_from_history, store, registry, now_ms())
@@ -374,7 +377,7 @@ async def serve_daemon(
                 )
                 rune.tools.services.agents = DaemonAgentCalls(daemon)
                 await daemon.restore_replay_window()
-                await daemon.agents.load_stopped()
+                daemon.agents.use_stopped(stopped)
                 await trio.to_thread.run_sync(daemon.agents.clear_spawned)  # spawned agents never survive a restart
                 await audit.record(
                     "daemon.start",
