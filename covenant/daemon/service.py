@@ -450,7 +450,7 @@ class Daemon:
             with scope:
                 result = await run_workflow(workflow, intent.text, partial(self._run_step, intent), deadline=link.deadline)
             if result is not None:  # None: cancelled before the engine returned
-                self.metrics.retried(agent.id, "workflow_step", sum(max(0, s.attempts - 1) for s in result.states.values()))
+                self.metrics.retried(agent.id, "workflow_step", sum(max(0, s.attempts - 1) for s in result.steps.values()))
             record = workflow_record(intent, agent, workflow, result, started_at, t0, link.cancel_reason).model_copy(
                 update={"peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id)})
             await self._finish(intent, agent, record, pending)
