@@ -323,6 +323,47 @@ class WebSearchToolConfig(_Section):
     max_results: int = Field(10, gt=0, le=50, description="results given to the model at most")
 
 
+class LocationToolConfig(_Section):
+    """``[tools.location]``: what rune@location-get answers, as the operator wrote it (never looked up or guessed)."""
+
+    latitude: float | None = Field(None, ge=-90, le=90, description="decimal degrees, north positive (with longitude)")
+    longitude: float | None = Field(None, ge=-180, le=180, description="decimal degrees, east positive (with latitude)")
+    city: str | None = Field(None, min_length=1, max_length=200, description="the host's city, as it should be named")
+    country: str | None = Field(None, min_length=1, max_length=200, description="the host's country")
+    timezone: str | None = Field(None, min_length=1, max_length=64, description='an IANA time zone, e.g. "Europe/Berlin"')
+
+    @model_validator(mode="after")
+    def _coherent(self) -> "LocationToolConfig":
+        if (self.latitude is None) != (self.longitude is None):
+            raise ValueError("[tools.location]: set latitude and longitude together (or neither)")
+        if self.timezone is not None:
+            from zoneinfo import ZoneInfo, ZoneInfoNotFoundError  # loaded only when a timezone is set
+
+            try:
+                ZoneInfo(self.timezone)
+            except (ZoneInfoNotFoundError, ValueError):
+                raise ValueError(f"[tools.location] timezone {self.timezone!r} is not an IANA time zone "
+                                 "known to this host (e.g. \"Europe/Berlin\", \"UTC\")") from None
+        return self
+
+    def configured(self) -> dict[str, Any]:
+        """The fields the operator set; empty when the section is absent."""
+        return {key: value for key, value in self.model_dump().items() if value is not None}
+
+
+class WasmToolConfig(_Section):
+    """``[tools.wasm]``: ``runtime: wasm`` tools, run through wasmtime in the agent's sandbox (docs/tools.md)."""
+
+    fuel_per_ms: int = Field(
+        100_000, gt=0, le=1_000_000_000,
+        description="wasmtime fuel (about one WebAssembly instruction each) a call gets per ms of the tool's timeout_ms",
+    )
+    output_max_bytes: int = Field(
+        1024 * 1024, gt=0, le=64 * 1024 * 1024,
+        description="the output buffer a run(input_ptr, input_len, output_ptr, output_max) module may fill",
+    )
+
+
 class ToolsConfig(_Section):
     """``[tools.*]``: the built-in tools' settings and limits."""
 
@@ -339,6 +380,8 @@ class ToolsConfig(_Section):
     web_fetch: WebFetchToolConfig = Field(default_factory=WebFetchToolConfig)
     process: ProcessToolConfig = Field(default_factory=ProcessToolConfig)
     web_search: WebSearchToolConfig = Field(default_factory=WebSearchToolConfig)
+    location: LocationToolConfig = Field(default_factory=LocationToolConfig)
+    wasm: WasmToolConfig = Field(default_factory=WasmToolConfig)
 
 
 class ChannelConfig(_Section):
