@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import re
 
-__all__ = ["key_line"]
+__all__ = ["key_line", "entry_key_line"]
 
 _HEADER = re.compile(r"^\s*\[\[?\s*([^\[\]#]+?)\s*\]\]?\s*(?:#.*)?$")
 
@@ -33,3 +33,28 @@ def key_line(text: str, section: str | None, key: str | None) -> int | None:
             if anywhere is None:
                 anywhere = number
     return section_line if section_line is not None else anywhere
+
+
+def entry_key_line(text: str, table: str, id_key: str, id_value: str, key: str) -> int | None:
+    """1-based line of ``key =`` in the ``[[table]]`` entry whose ``id_key`` is ``id_value`` (a
+    ``[[schedules]]`` by its name, a ``[[webhooks.routes]]`` by its path), else of that entry's header."""
+    id_re = re.compile(rf"^\s*{re.escape(id_key)}\s*=\s*([\"'])(.*)\1\s*(?:#.*)?$")
+    key_re = re.compile(rf"^\s*{re.escape(key)}\s*=")
+    header: int | None = None
+    found_key: int | None = None
+    matched = False
+    for number, line in enumerate([*text.splitlines(), "[]"], 1):
+        title = _HEADER.match(line)
+        if title or line == "[]":
+            if header is not None and matched:
+                return found_key or header
+            inside = title is not None and line.strip().startswith("[[") and title.group(1).strip() == table
+            header, found_key, matched = (number if inside else None), None, False
+            continue
+        if header is None:
+            continue
+        if (ident := id_re.match(line)) is not None and ident.group(2) == id_value:
+            matched = True
+        if key_re.match(line) and found_key is None:
+            found_key = number
+    return None

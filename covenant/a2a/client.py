@@ -74,6 +74,13 @@ class RemoteAgents:
         self._cards: dict[str, tuple[float, dict[str, Any] | None]] = {}
         self._http: Any = None
 
+    def set_config(self, config: A2AConfig) -> None:
+        """Take a reloaded ``[a2a]``: every request from now on is checked against its ``remotes`` and sent with
+        its ``remote_tokens`` and limits (a call still polling a remote that was removed is refused at its
+        next request)."""
+        self.config = config
+        self.max_answer = config.max_answer_kb * 1024
+
     async def aclose(self) -> None:
         if self._http is not None:
             await self._http.aclose()

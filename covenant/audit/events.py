@@ -17,6 +17,7 @@ __all__ = [
     "DAEMON_START",
     "DAEMON_STOP",
     "REGISTRY_LOADED",
+    "CONFIG_RELOADED",
     "MANIFEST_REJECTED",
     "INTENT_RECEIVED",
     "POLICY_DECISION",
@@ -46,6 +47,7 @@ __all__ = [
 DAEMON_START = "daemon.start"
 DAEMON_STOP = "daemon.stop"
 REGISTRY_LOADED = "registry.loaded"
+CONFIG_RELOADED = "config.reloaded"
 MANIFEST_REJECTED = "manifest.rejected"
 INTENT_RECEIVED = "intent.received"
 POLICY_DECISION = "policy.decision"
@@ -76,6 +78,7 @@ EVENT_TYPES = frozenset(
         DAEMON_START,
         DAEMON_STOP,
         REGISTRY_LOADED,
+        CONFIG_RELOADED,
         MANIFEST_REJECTED,
         INTENT_RECEIVED,
         POLICY_DECISION,

@@ -31,7 +31,8 @@ def daemon(cli: CliContext, log_level: str | None, log_target: str | None, socke
            drain_timeout: float | None) -> None:
     """Run the covenant daemon in the foreground until SIGTERM or SIGINT.
 
-    SIGHUP reloads manifests and grants. SIGTERM stops accepting dispatches and
+    SIGHUP reloads covenant.toml (what cannot change live is named as needing
+    a restart), manifests and grants. SIGTERM stops accepting dispatches and
     drains the in-flight ones; exit status 0 after a clean drain, 5 when the
     drain timed out and dispatches were cancelled. A second SIGTERM cancels at once.
     Exit 2 for a configuration error (every problem of covenant.toml is named,

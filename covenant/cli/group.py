@@ -26,7 +26,7 @@ _COMMANDS: dict[str, tuple[str, str]] = {
     "identity": ("covenant.cli.identity_cmd:identity", "Manage your signing identity and known issuers."),
     "audit": ("covenant.cli.audit_cmd:audit", "Tail, verify and witness the signed audit log."),
     "status": ("covenant.cli.status_cmd:status", "Show the daemon's status, or one agent's (exit 5 when unreachable)."),
-    "reload": ("covenant.cli.status_cmd:reload", "Ask the daemon to reload manifests and grants."),
+    "reload": ("covenant.cli.status_cmd:reload", "Ask the daemon to reload covenant.toml, manifests and grants."),
     "stop": ("covenant.cli.control_cmd:stop", "Stop an agent: its dispatches are refused until `start`."),
     "start": ("covenant.cli.control_cmd:start", "Start a stopped agent again."),
     "restart": ("covenant.cli.control_cmd:restart", "Restart an agent: a Rune replica afresh, others reloaded from disk."),

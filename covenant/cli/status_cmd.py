@@ -56,6 +56,8 @@ def _render_status(doc: dict) -> None:
         echo(f"tools      files NOT confined ({files['problem']}): process tools are unavailable")
     for problem in doc["grants"]["problems"]:
         echo(f"grants     ignored: {problem}")
+    if doc.get("config", {}).get("needs_restart"):
+        echo(f"config     changed in covenant.toml, applied at the next restart: {', '.join(doc['config']['needs_restart'])}")
     _render_front_doors(doc)
     for warning in doc.get("file_modes", []):
         echo(f"files      {warning}")
@@ -150,21 +152,36 @@ def status(cli: CliContext, agent: str | None, as_json: bool) -> None:
 @pass_cli
 @reports_errors
 def reload(cli: CliContext, as_json: bool) -> None:
-    """Reload manifests and grants (root or the daemon's uid only).
+    """Reload covenant.toml, manifests and grants (root or the daemon's uid only).
 
-    Names every rejected manifest; the others reload. An agent whose manifest
+    covenant.toml first: what can change live (providers, MCP servers,
+    tools, channels, schedules, webhook routes, A2A clients and expose,
+    default_agent) is applied and listed under "config changed"; a key that
+    cannot (listen addresses, [runtime], [isolation], ...) is listed as
+    needing a restart and keeps its running value. A file that does not
+    load is named with its line and nothing of it is applied.
+
+    Then names every rejected manifest; the others reload. An agent whose manifest
     was valid and is rejected now keeps running its last valid version, from
     the snapshot taken when it loaded (listed under "snapshot"), until the file
     loads again; one with no snapshot is withdrawn. "changed" lists agents
     whose manifest, package files (tools/, workflow.yaml, code) or skills
-    differ. Exit 0 when every manifest is valid, 1 when any was rejected, 5
-    when no daemon answers.
+    differ. Exit 0 when covenant.toml and every manifest are valid, 1 when
+    covenant.toml or any manifest was rejected, 5 when no daemon answers.
     """
     with daemon_client(cli.home, timeout=60) as client:
         doc = client.request("POST", "/v1/reload")
+    config = doc.get("config") or {"changed": [], "needs_restart": [], "error": None}  # an older daemon: none
     if as_json:
         print_json(doc)
     else:
+        if config["error"]:
+            echo(f"covenant: covenant.toml not applied, the running config is kept:\n{config['error']}", err=True)
+        if config["changed"]:
+            echo(f"config changed: {', '.join(config['changed'])}")
+        if config["needs_restart"]:
+            echo(f"config needs a restart to apply: {', '.join(config['needs_restart'])} "
+                 "(the running values stay until the daemon restarts)")
         echo(f"reloaded: {len(doc['agents'])} agents")
         for key in ("added", "removed", "changed", "withdrawn", "snapshot"):
             if doc.get(key):
@@ -180,4 +197,4 @@ def reload(cli: CliContext, as_json: bool) -> None:
                 "(`covenant agents check` lists the problems), then reload again",
                 err=True,
             )
-    sys.exit(1 if doc["rejected"] else 0)
+    sys.exit(1 if doc["rejected"] or config["error"] else 0)

@@ -30,6 +30,7 @@ from covenant.config import Config
 from covenant.daemon import systemd
 from covenant.daemon.agents_state import LoadedAgents
 from covenant.daemon.api import ControlAPI
+from covenant.daemon.config_reload import ConfigReload, warn_unset_provider_keys
 from covenant.daemon.grants_watch import GrantsWatch, IdentityNames
 from covenant.daemon.home_lock import serving_home
 from covenant.daemon.interrupted import record_interrupted_intents
@@ -333,6 +334,7 @@ async def serve_daemon(
         names = IdentityNames(KnownIdentities(home), home.known_identities_path)
         listeners = _bind_listeners(config)
         webhook_socket, a2a_socket = listeners.get("webhooks"), listeners.get("a2a")
+        warn_unset_provider_keys(config.providers, config.providers, os.environ)
         # Probing runs `unshare` once (cached): do it here, never on the loop in a status call.
         network_isolation = await trio.to_thread.run_sync(network_isolation_available)
         sockets, socket_names, activated = _open_sockets(options)
@@ -397,6 +399,9 @@ async def serve_daemon(
                 await webhooks.restore(home.audit_dir)
                 a2a = _a2a_app(config, start.a2a_clients, daemon, key, audit, store)
                 await a2a.restore(home.audit_dir)
+                daemon.config_reload = ConfigReload(home=home, config=config, runner=runner, rune=rune,
+                                                    agents=daemon.agents, remote=daemon.remote.remotes,
+                                                    schedules=schedules, webhooks=webhooks, a2a=a2a, audit=audit)
                 daemon.front_doors = FrontDoors(
                     config_path=str(home.config_path), webhooks=webhooks, a2a=a2a, schedules=schedules,
                     fleet=config.fleet, has_agent=lambda name: daemon.agents.find(name) is not None,

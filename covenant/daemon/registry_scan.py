@@ -63,9 +63,14 @@ def _digest(package_digest: str, registry: Registry, agent_id: str, skills_root:
 
 
 def scan_with_snapshots(home: Home, config: Config, store: SnapshotStore) -> Scan:
-    """Scan ``agents_dir`` as the daemon loads it (blocking: run it in a thread)."""
+    """Scan ``agents_dir`` as the daemon loads it (blocking: run it in a thread).
+
+    The folder is ``config``'s (the daemon's running config, resolved against the home like
+    :attr:`Home.agents_dir <covenant.home.Home.agents_dir>`), never covenant.toml read again: a
+    changed ``agents_dir`` applies at the next start, and a broken file does not stop a rescan."""
     limits = ManifestLimits.from_config(config.runtime)
-    registry = enforce_unavailable_policy(scan_agents(home.agents_dir, limits), config)
+    agents_dir = home.root / config.agents_dir
+    registry = enforce_unavailable_policy(scan_agents(agents_dir, limits), config)
     skills_root = home.root / config.rune.skills_dir  # an absolute skills_dir replaces the home part
     kept: dict[Path, str] = {}
     digests: dict[str, str] = {}
@@ -73,7 +78,7 @@ def scan_with_snapshots(home: Home, config: Config, store: SnapshotStore) -> Sca
         if agent_id is None:
             continue
         try:
-            files = package_files(path, home.agents_dir, registry.agents[agent_id].entry, store.hashes)
+            files = package_files(path, agents_dir, registry.agents[agent_id].entry, store.hashes)
             digests[agent_id] = _digest(files.digest, registry, agent_id, skills_root, store)
             kept[path] = store.store(files, path, agent_id).digest
         except TooLarge as exc:

@@ -169,6 +169,22 @@ class ReplicaSupervisor:
         if self._nursery is not None:
             self._nursery.start_soon(partial(self.reconcile, packages, eager=eager))
 
+    def restart_soon(self, agent_ids: list[str]) -> None:
+        """Drain and restart, in the background, the replicas of ``agent_ids`` that run (a reload changed the
+        tools they offer: a fresh replica is told its toolset, and its MCP servers start again with it)."""
+        if self._nursery is None:
+            return
+        for agent_id in agent_ids:
+            replica = self.replicas.get(agent_id)
+            if replica is not None and replica.scope is not None:
+                log.info("replica restart: a reload changed its tools", extra={"agent": agent_id})
+                self._nursery.start_soon(self._stop_and_start, replica)
+
+    async def _stop_and_start(self, replica: Replica) -> None:
+        await self.stop(replica.agent.id, drain=True)
+        if self.replicas.get(replica.agent.id) is replica:  # not removed by a reload meanwhile
+            self.ensure(replica.agent, replica.package)
+
     async def stop_all(self) -> None:
         async with trio.open_nursery() as nursery:
             for agent_id in list(self.replicas):

@@ -28,6 +28,7 @@ from covenant.models import AgentModels, ModelCall, ModelError, ModelGateway, To
 from covenant.rune.safety import LineRedactor, ValueRedactor, redact
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolCallContext, ToolHost
+from covenant.tools.mcp import servers_named
 
 if TYPE_CHECKING:
     from covenant.manifest.runefile import RunePackage
@@ -139,6 +140,27 @@ class RuneHost:
             offered_tools=self._offered_tools, session_key=key, audit=tools.services.audit,
             on_stopped=self.tools.mcp.stop,
         )
+
+    async def set_config(self, config: Config) -> list[str]:
+        """Take a reloaded covenant.toml: model calls from now on use its ``[providers]`` (a call under way ends
+        with the providers it began with), tool calls its tool settings. A running replica whose tools change
+        (its toolset names an ``[mcp.NAME]`` whose table changed, or a built-in became available or not) is
+        drained and started again in the background, so its model is offered the new toolset; returns those
+        agents' ids."""
+        running = [r for _, r in sorted(self.replicas.replicas.items()) if r.scope is not None]
+
+        def offered() -> list[list[dict[str, Any]]]:  # resolving a toolset reads schema files: a worker thread
+            return [self.tools.offered(r.agent) for r in running]
+
+        before = await trio.to_thread.run_sync(offered)
+        self.config = config
+        self.models.reconfigure(config.providers)
+        servers = self.tools.set_config(config)
+        after = await trio.to_thread.run_sync(offered)
+        refresh = [r.agent.id for r, old, new in zip(running, before, after)
+                   if old != new or servers.intersection(servers_named(r.package))]
+        self.replicas.restart_soon(refresh)
+        return refresh
 
     def _offered_tools(self, agent: AgentSpec, package: RunePackage) -> list[dict[str, Any]]:
         """What a starting replica offers its model (in a worker thread): MCP servers connect first."""

@@ -43,6 +43,7 @@ from covenant.config import Config
 from covenant.daemon.agents_state import LoadedAgents
 from covenant.daemon.cancels import CancelRequests
 from covenant.daemon.child_intents import ChildIntents, child_refusal
+from covenant.daemon.config_reload import ConfigReload
 from covenant.daemon.dispatch_events import (
     ChildOrigin,
     Event,
@@ -173,6 +174,9 @@ class Daemon:
         )
         """Intents that running intents make (agent tools, workflow steps, remote calls)."""
         self._reload_lock = trio.Lock()
+        self.config_reload: ConfigReload
+        """covenant.toml on reload; set by :func:`covenant.daemon.main.serve_daemon` once the components that take
+        a reloaded config (schedules, webhook and A2A apps) exist, before anything is served."""
 
     async def restore_replay_window(self) -> int:
         """Reload the intent ids of the last skew window from the audit log; call before serving.
@@ -629,8 +633,12 @@ class Daemon:
             await self.audit.record("grant.revoked", grant)
 
     async def reload(self, *, reason: str) -> dict[str, Any]:
-        """Rescan manifests and grants; a manifest that became invalid withdraws its agent."""
+        """Re-read covenant.toml (what can change live is applied, the rest named as needing a restart), then
+        rescan manifests, against the new config, and grants; a manifest that became invalid runs its last
+        valid package from its snapshot, or withdraws its agent when it has none."""
         async with self._reload_lock:
+            config = await self.config_reload.reload(reason=reason)
+            self.config = config.config
             changes = await self.agents.rescan()
             await self.refresh_grants(force=True)
             await self.agents.record_registry(reason=reason, changes=changes.to_json())
@@ -645,4 +653,5 @@ class Daemon:
                 "problems": [str(p) for p in self.agents.loaded.problems],
                 "rejected": sorted({str(p.path) for p in self.agents.loaded.problems}),
                 **changes.to_json(),
+                "config": config.to_json(),
             }

@@ -67,6 +67,7 @@ async def status_document(daemon: Daemon) -> dict[str, Any]:
         },
         "replicas": daemon.rune.replicas.views(),
         "mcp_servers": daemon.rune.tools.mcp.status(),
+        "config": {"needs_restart": list(daemon.config_reload.needs_restart)},
         "file_modes": file_modes,
         **doors,
     }

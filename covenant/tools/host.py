@@ -180,6 +180,15 @@ class ToolHost:
         self.mcp = McpHub(config, runner)
         """The agents' MCP sessions; run it (``nursery.start(host.mcp.run)``) to connect servers."""
 
+    def set_config(self, config: Config) -> set[str]:
+        """Take a reloaded covenant.toml (``[tools]``, ``[channels]``, ``[mcp]``, ``[a2a]`` remotes, schedules'
+        names) for the tool calls that start from now on; every toolset is resolved again at its next use.
+        Returns the ``[mcp.NAME]`` servers whose table changed (see :meth:`McpHub.set_config`)."""
+        self.services.config = config
+        self.services.processes.set_limits(config.tools.process, config.tools.shell.network)
+        self._toolsets.clear()
+        return self.mcp.set_config(config)
+
     # -- what an agent is offered -----------------------------------------------------------
 
     def toolset(self, agent: AgentSpec) -> Toolset:

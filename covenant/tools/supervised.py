@@ -80,6 +80,10 @@ class ProcessRegistry:
         self._by_agent: dict[str, dict[str, Supervised]] = {}
         self._started = 0
 
+    def set_limits(self, config: ProcessToolConfig, network: AgentNetwork) -> None:
+        """Take a reloaded ``[tools.process]`` and ``[tools.shell] network`` for the processes started from now on."""
+        self.config, self.network = config, network
+
     def _of(self, agent_id: str, process_id: str) -> Supervised:
         process = self._by_agent.get(agent_id, {}).get(process_id)
         if process is None:

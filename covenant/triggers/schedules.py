@@ -78,6 +78,9 @@ class ScheduleRunner:
         self.audit = audit
         self.daemon = daemon
         self.plans: dict[str, _Plan] = {}
+        self._planning = trio.Lock()
+        """Held while the schedules are planned: at start, and by :meth:`replace`."""
+        self._planned = False
 
     def view(self) -> list[dict[str, Any]]:
         """Each schedule with its next and last runs (``covenant schedules``)."""
@@ -89,12 +92,14 @@ class ScheduleRunner:
         ]
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
-        await trio.to_thread.run_sync(self.state.load)
-        start = now_ms()
         due_now: list[_Plan] = []
-        for schedule in self.schedules:
-            await self._add(_Plan(schedule, self.issuers[schedule.name], 0), start, due_now)
-        await self._sync_agent_schedules(start, due_now)
+        async with self._planning:
+            await trio.to_thread.run_sync(self.state.load)
+            start = now_ms()
+            for schedule in self.schedules:
+                await self._add(_Plan(schedule, self.issuers[schedule.name], 0), start, due_now)
+            await self._sync_agent_schedules(start, due_now)
+            self._planned = True
         async with trio.open_nursery() as nursery:
             task_status.started()
             for missed in due_now:
@@ -111,6 +116,28 @@ class ScheduleRunner:
                 slot = soonest.next_ms
                 soonest.next_ms = next_after(soonest.schedule, max(slot, now_ms()) if soonest.schedule.cron else slot)
                 await self._fire(nursery, soonest, slot, catch_up=False)
+
+    async def replace(self, schedules: tuple[ScheduleConfig, ...], issuers: dict[str, str]) -> None:
+        """Take a reloaded ``[[schedules]]`` (``issuers``: name -> public key, :func:`resolve_issuers`).
+
+        A schedule that is new, or whose table or issuer key changed, is planned from its persisted last
+        slot, never firing for a slot missed before now; an unchanged one keeps its plan; a removed one
+        fires no more (a firing under way goes on). The loop sees the change within a second.
+        """
+        async with self._planning:
+            before = {s.name: (s, self.issuers[s.name]) for s in self.schedules}
+            self.schedules, self.issuers = schedules, issuers
+            if not self._planned:
+                return  # run() plans what is current when it starts
+            for name in before.keys() - issuers.keys():
+                self.plans.pop(name, None)
+            now = now_ms()
+            for schedule in schedules:
+                if before.get(schedule.name) != (schedule, issuers[schedule.name]):
+                    await self._add(_Plan(schedule, issuers[schedule.name], 0), now, None)
+            # An agent-made schedule may now be shadowed by a configured one of its name, or freed by its removal.
+            self._agent_names -= issuers.keys()
+            self._agent_stamp = None
 
     async def _add(self, plan: _Plan, start: int, due_now: list[_Plan] | None) -> None:
         """Plan a schedule's next slot from its persisted last one (start-up: handle a missed slot)."""

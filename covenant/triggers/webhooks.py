@@ -98,6 +98,18 @@ class WebhookApp:
         self.seen: dict[str, int] = {}
         self.refusals = RefusalThrottle(config.audit_refusals_per_minute)
 
+    def set_routes(self, config: WebhooksConfig, routes: dict[str, _Route]) -> None:
+        """Take a reloaded ``[webhooks]`` (its listener and ``skew_s`` stay as started): the requests that
+        arrive from now on find the new routes; a route whose table and secret are unchanged keeps its rate
+        count, and the accepted signatures are still remembered."""
+        kept = {path: old for path, old in self.routes.items()
+                if (new := routes.get(path)) is not None and new.config == old.config and new.secret == old.secret}
+        self.routes = {**routes, **kept}
+        self.max_body = config.max_body_kb * 1024
+        if config.audit_refusals_per_minute != self.config.audit_refusals_per_minute:
+            self.refusals = RefusalThrottle(config.audit_refusals_per_minute)
+        self.config = config
+
     async def restore(self, audit_dir: Any) -> int:
         """Reload the signatures accepted within the skew window from the audit log; call before serving."""
         since = now_ms() - 2 * self.skew_s * 1000 - 60_000

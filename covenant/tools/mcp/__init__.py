@@ -7,6 +7,6 @@
 """
 
 from covenant.tools.mcp.endpoints import HttpEndpoint, StdioEndpoint, McpUnavailable, endpoint_for
-from covenant.tools.mcp.hub import McpHub, McpTool
+from covenant.tools.mcp.hub import McpHub, McpTool, servers_named
 
-__all__ = ["HttpEndpoint", "StdioEndpoint", "McpUnavailable", "endpoint_for", "McpHub", "McpTool"]
+__all__ = ["HttpEndpoint", "StdioEndpoint", "McpUnavailable", "endpoint_for", "McpHub", "McpTool", "servers_named"]

@@ -34,7 +34,7 @@ from covenant.tools.mcp.stdio import launched_stdio_server
 if TYPE_CHECKING:
     from mcp import ClientSession
 
-__all__ = ["McpHub", "McpTool", "BACKOFF_FIRST_S", "BACKOFF_MAX_S", "PING_INTERVAL_S"]
+__all__ = ["McpHub", "McpTool", "servers_named", "BACKOFF_FIRST_S", "BACKOFF_MAX_S", "PING_INTERVAL_S"]
 
 log = logging.getLogger("covenant.tools")
 
@@ -119,6 +119,15 @@ class McpHub:
             finally:
                 self._nursery = None
                 nursery.cancel_scope.cancel()
+
+    def set_config(self, config: Config) -> set[str]:
+        """Take a reloaded covenant.toml; returns the ``[mcp.NAME]`` servers whose table was added, changed or
+        removed. A connection reads the config when it (re)connects: the caller restarts the replicas of the
+        agents whose toolset names one of them, which stops their connections and starts them afresh."""
+        changed = {name for name in self.config.mcp.keys() | config.mcp.keys()
+                   if self.config.mcp.get(name) != config.mcp.get(name)}
+        self.config = config
+        return changed
 
     @property
     def running(self) -> bool:
