@@ -13,7 +13,7 @@ import re
 import sys
 from typing import Annotated, Any, Literal
 
-from pydantic import AfterValidator, BaseModel, ConfigDict, Field, ValidationError, model_validator
+from pydantic import AfterValidator, BaseModel, BeforeValidator, ConfigDict, Field, ValidationError, model_validator
 
 from covenant.triggers.config import ScheduleConfig
 from covenant.a2a.config import A2AConfig
@@ -278,6 +278,21 @@ def _base_url(value: str) -> str:
     return value.rstrip("/")
 
 
+_ADAPTER_ID = re.compile(r"^[A-Za-z0-9._:/-]{1,128}$")
+
+
+def _adapter_table(value: Any) -> Any:
+    """``adapters = { "<adapter id>" = "<model or LoRA name>" }`` as sorted (id, name) pairs."""
+    if not isinstance(value, dict):
+        return value  # a tuple given in code; anything else fails the type check with its own message
+    for adapter_id, name in value.items():
+        if not _ADAPTER_ID.match(adapter_id):
+            raise ValueError(f"adapter id {adapter_id!r}: use 1-128 of A-Za-z0-9 . _ : / -")
+        if not isinstance(name, str) or not 0 < len(name) <= 256:
+            raise ValueError(f"adapters.{adapter_id} must be a model or LoRA name (1-256 characters)")
+    return tuple(sorted(value.items()))
+
+
 def _env_name(value: str) -> str:
     if not _ENV_NAME.match(value):
         # The value is not repeated: what was pasted here by mistake may be the key itself.
@@ -311,6 +326,14 @@ class ProviderConfig(_Section):
         "2023-06-01", pattern=r"^[0-9A-Za-z._-]{1,64}$", description="anthropic-version header (kind anthropic)"
     )
     max_connections: int = Field(100, gt=0, le=10_000, description="open connections to this provider at most")
+    adapters: Annotated[tuple[tuple[str, str], ...], BeforeValidator(_adapter_table)] = Field(
+        (),
+        description="a table: adapter id -> the model or LoRA name this provider serves it as (the test-driven loop's "
+        "adapter_ids); kept as sorted pairs so the provider's settings stay hashable",
+    )
+    adapter_field: Literal["model", "lora"] = Field(
+        "model", description="how an adapter is asked for: as the request's model (vLLM) or a lora field beside it"
+    )
 
 
 class WebSearchToolConfig(_Section):

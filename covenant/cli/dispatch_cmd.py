@@ -46,7 +46,8 @@ def dispatch(cli: CliContext, text: str, agent_id: str | None, priority: str, pa
     configuration error, 3 denied (capability, budget, signature), 4 the agent
     failed (timeout, killed, crashed, protocol error, output too large; Rune
     agents also token_budget_exceeded, max_steps_exceeded, provider_error,
-    provider_unavailable, session_corrupt, session_suspicious, unsafe_output), 5 the daemon is
+    provider_unavailable, session_corrupt, session_suspicious, unsafe_output,
+    tests_exhausted), 5 the daemon is
     unreachable, overloaded or shutting down, 6 no agent matched or the match
     is ambiguous. A session of another issuer (session_forbidden) exits 3.
 

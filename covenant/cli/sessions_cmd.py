@@ -1,4 +1,4 @@
-"""``covenant sessions``: list, show, verify and remove Rune session transcripts.
+"""``covenant sessions``: list, show, verify and remove Rune session transcripts; export trajectories.
 
 Reads ``<home>/state/sessions/<agent id>/<session id>.jsonl`` directly (no
 daemon needed). ``verify`` checks every record's hash and link, and that the
@@ -225,3 +225,41 @@ def rm(cli: CliContext, agent: str, session: str) -> None:
         if file.exists():
             file.unlink()
             echo(f"removed {file}")
+
+
+@sessions.command()
+@click.option("--trajectories", is_flag=True,
+              help="Export the test-driven loop's attempts (state/trajectories/), the one kind export writes.")
+@click.option("--agent", metavar="ID", help="Only this agent's (an id, or a bare name as `dispatch --agent` takes).")
+@click.option("--jsonl", is_flag=True, help="One JSON line per attempt (for training) instead of one JSON list.")
+@pass_cli
+def export(cli: CliContext, trajectories: bool, agent: str | None, jsonl: bool) -> None:
+    """Export trajectories of `loop: test-driven` agents, one record per attempt.
+
+    Each record: session_id, attempt, generated_code, stdout, stderr,
+    exit_code, tests_passed, test_count, tests_ran, task_description,
+    task_type, adapter_ids, ts, agent, intent, and the session's outcome
+    (success, exhausted, or null for a run that never ended). Exit 1 when a
+    file cannot be read, naming it and the line.
+    """
+    from covenant.rune.trajectories import exported_attempts
+
+    if not trajectories:
+        fail("export writes trajectories only: add --trajectories", ExitCode.USAGE)
+    root = cli.home.state_dir / "trajectories"
+    agent_id = None
+    if agent:
+        with_trajectories = [p.name for p in root.iterdir() if p.is_dir()] if root.is_dir() else []
+        try:
+            agent_id = resolve_agent_id(agent, [*known_agents(cli.home).ids(), *with_trajectories])
+        except CovenantError as exc:
+            fail(exc.message, exc.exit_code)
+    try:
+        records = exported_attempts(root, agent_id)
+    except (OSError, ValueError) as exc:
+        fail(f"cannot export: {exc}", 1)
+    if not jsonl:
+        print_json(records)
+        return
+    for record in records:
+        echo(json.dumps(record, ensure_ascii=False, sort_keys=True))

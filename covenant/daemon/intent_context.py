@@ -31,5 +31,7 @@ class IntentContext:
     to no other for it."""
     state: dict[str, Any] = field(default_factory=dict)
     """Per-intent objects of the model and tool layers (the token budget)."""
+    text: str = ""
+    """The intent's text (a test-driven agent's task: the daemon reads it itself, :mod:`covenant.daemon.test_attempts`)."""
     asked_user: bool = False
     """The intent called ``rune@ask-user``: only then may its replica end it ``input_required``."""

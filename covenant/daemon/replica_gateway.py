@@ -16,6 +16,9 @@ replica's own process is refused too.
 - ``POST /v1/session/append {"intent_id", "messages"}`` → ``{"ok": true}`` once
   the turn is durable in the session the daemon loaded for the intent before
   invoking it (:mod:`covenant.daemon.session_keeper`).
+- ``POST /v1/attempt {"intent_id", "generated_code"}`` → one attempt of a
+  ``loop: test-driven`` intent run as the agent and recorded
+  (:mod:`covenant.daemon.test_attempts`).
 """
 
 from __future__ import annotations
@@ -27,7 +30,12 @@ from typing import TYPE_CHECKING, Any, Protocol
 from covenant.daemon.intent_context import IntentContext
 from covenant.errors import error_document
 from covenant.rune import wire
-from covenant.rune.gateway_client import MODEL_PATH, SESSION_APPEND_PATH, TOOL_PATH
+from covenant.rune.gateway_client import (
+    ATTEMPT_PATH,
+    MODEL_PATH,
+    SESSION_APPEND_PATH,
+    TOOL_PATH,
+)
 
 if TYPE_CHECKING:
     from covenant.daemon.session_keeper import SessionKeeper
@@ -47,6 +55,9 @@ class GatewayCalls(Protocol):
 
     async def tool(self, intent: IntentContext, body: dict[str, Any]) -> dict[str, Any]:
         """``{"ok", "content", "error_code", "error_message"}``."""
+
+    async def attempt(self, intent: IntentContext, body: dict[str, Any]) -> dict[str, Any]:
+        """One attempt of a test-driven intent, run and recorded; raise :class:`GatewayRefused`."""
 
 
 class GatewayRefused(Exception):
@@ -68,7 +79,7 @@ class ReplicaGateway:
         self.sessions = sessions
 
     async def handle(self, request: wire.Request) -> wire.JSONResponse | wire.EventStream:
-        if request.method != "POST" or request.target not in (MODEL_PATH, TOOL_PATH, SESSION_APPEND_PATH):
+        if request.method != "POST" or request.target not in (MODEL_PATH, TOOL_PATH, SESSION_APPEND_PATH, ATTEMPT_PATH):
             return wire.JSONResponse(404, error_document("not_found", f"no such endpoint: {request.method} {request.target}"))
         body = request.body
         if not isinstance(body, dict) or not isinstance(body.get("intent_id"), str):
@@ -82,6 +93,11 @@ class ReplicaGateway:
             return wire.JSONResponse(200, await self.calls.tool(intent, body))
         if request.target == SESSION_APPEND_PATH:
             return await self._append_session(intent, body)
+        if request.target == ATTEMPT_PATH:
+            try:
+                return wire.JSONResponse(200, await self.calls.attempt(intent, body))
+            except GatewayRefused as exc:
+                return wire.JSONResponse(exc.status, error_document(exc.code, exc.message))
         if not body.get("stream"):
             try:
                 return wire.JSONResponse(200, await self.calls.model(intent, body, None))

@@ -23,6 +23,7 @@ from covenant.daemon.replicas import ReplicaFailed, ReplicaSupervisor
 from covenant.daemon.session_keeper import SessionRefused
 from covenant.daemon.workflow_record import hosted_record
 from covenant.manifest.model import AgentSpec
+from covenant.daemon.test_attempts import checked_outcome
 from covenant.rune.conversation import new_session_id
 from covenant.rune.safety import LineRedactor, redact, still_secret
 from covenant.stream_sink import Emit, StreamSink
@@ -99,7 +100,7 @@ async def run_rune_intent(
     secrets = list(secrets)
     deadline_ms = now_ms() + int(timeout_s * 1000)
     context = IntentContext(intent.id, intent.issuer.pubkey, agent, package, trio.current_time() + timeout_s,
-                            session_id=session_id)
+                            session_id=session_id, text=intent.text)
     body = {"input": intent.text, "session_id": session_id, "intent_id": intent.id,
             "issuer": intent.issuer.pubkey, "deadline_ms": deadline_ms}
     relay, flush = (None, None) if sink is None else _relay(sink, rf.models.safety_policy, secrets)
@@ -124,6 +125,8 @@ async def run_rune_intent(
         outcome, error = "cancelled", link.cancel_reason or "covenant stopped the intent"
     output = document.get("output") or {}
     text = output.get("text") if outcome == "ok" else None
+    outcome, refused, text = checked_outcome(context, outcome, text)
+    error = refused or error
     # The replica's word alone does not make a question: the daemon saw the intent's rune@ask-user call.
     input_required = outcome == "ok" and output.get("input_required") is True and context.asked_user
     if text is not None and rf.models.safety_policy != "none":

@@ -22,6 +22,7 @@ from covenant.clock import now_ms
 from covenant.config import Config
 from covenant.daemon.intent_context import IntentContext
 from covenant.daemon.replica_gateway import GatewayRefused
+from covenant.daemon.test_attempts import TestAttempts
 from covenant.daemon.replicas import ReplicaSupervisor
 from covenant.manifest.model import AgentSpec
 from covenant.models import AgentModels, ModelCall, ModelError, ModelGateway, TokenBudget
@@ -46,6 +47,7 @@ class ModelAndToolCalls:
         self.tools = tools
         self._grants = grants
         self._secrets = secrets
+        self.attempts = TestAttempts(tools)
 
     async def model(
         self, intent: IntentContext, body: dict[str, Any], on_token: Callable[[str], Awaitable[None]] | None
@@ -59,7 +61,11 @@ class ModelAndToolCalls:
         budget = intent.state.get("budget")
         if budget is None:
             budget = intent.state["budget"] = TokenBudget(intent.package.runefile.models.token_budget)
-        call = ModelCall(intent.intent_id, intent.agent.id, AgentModels.from_runefile(intent.package.runefile), budget, alias=alias)
+        adapter = body.get("adapter")
+        if adapter is not None:  # the test-driven loop's: only an adapter id its intent's task lists
+            adapter = self.attempts.adapter(intent, adapter)
+        call = ModelCall(intent.intent_id, intent.agent.id, AgentModels.from_runefile(intent.package.runefile), budget,
+                         alias=alias, adapter=adapter)
         # Whatever the model says, a key's value never reaches the replica (and so no session file).
         secrets = self._secrets()
         patterns = intent.package.runefile.models.safety_policy != "none"
@@ -104,6 +110,14 @@ class ModelAndToolCalls:
         if result.asks is not None:  # the replica may end the turn input_required only after such a call
             intent.asked_user = True
         document = result.to_json()
+        patterns = intent.package.runefile.models.safety_policy != "none"
+        return _redact_json(document, self._secrets(), patterns)
+
+
+    async def attempt(self, intent: IntentContext, body: dict[str, Any]) -> dict[str, Any]:
+        """One attempt of a ``loop: test-driven`` intent (:mod:`covenant.daemon.test_attempts`), redacted like a
+        tool result: the code's output goes back to the model."""
+        document = await self.attempts.attempt(intent, body)
         patterns = intent.package.runefile.models.safety_policy != "none"
         return _redact_json(document, self._secrets(), patterns)
 

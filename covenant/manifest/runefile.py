@@ -149,6 +149,9 @@ class Runefile(_Model):
     """Streamable-HTTP MCP servers; ``server/tool`` toolset entries name their tools."""
     tools: tuple[ToolDescriptor, ...] = ()
     """Inline tool descriptors, exactly like files in ``tools/``."""
+    loop: Literal["tools", "test-driven"] = "tools"
+    """A covenant extension: ``tools`` is the Rune loop (model turns and tool calls); ``test-driven`` is the
+    agent API's generate → execute → reflect → retry coding loop (docs/rune-packages.md)."""
 
 
 @dataclass(frozen=True)

@@ -28,7 +28,7 @@ import json
 import logging
 import time
 from collections.abc import Awaitable, Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 from urllib.parse import urlsplit
 
@@ -216,10 +216,15 @@ class ModelGateway:
         failures: list[str] = []
         number = 0
         for planned in plan.attempts:
+            planned, lora = _with_adapter(planned, providers[planned.provider], call.adapter)
+            if lora is _NO_ADAPTER:
+                failures.append(f"{planned.provider}: its [providers.{planned.provider}] adapters has no {call.adapter!r}")
+                continue
             retried = False
             while True:
                 number += 1
-                attempt = await self._attempt(call, planned, providers[planned.provider], number, messages, tools, on_token)
+                attempt = await self._attempt(call, planned, providers[planned.provider], number, messages, tools, on_token,
+                                              lora=lora)
                 if attempt.answer is not None:
                     answer = attempt.answer
                     return ChatResult(answer.message, answer.input_tokens or 0, answer.output_tokens or 0,
@@ -244,6 +249,8 @@ class ModelGateway:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         on_token: TokenCallback | None,
+        *,
+        lora: str | None = None,
     ) -> _Attempt:
         """One provider request, its audit event and metrics; never raises for provider trouble."""
         adapter = _ADAPTERS[config.kind]
@@ -255,6 +262,8 @@ class ModelGateway:
         started = time.perf_counter()
         attempt = _Attempt()
         url, headers, body = adapter.request(config, planned.model, messages, tools, key=key, stream=on_token is not None)
+        if lora is not None:
+            body["lora"] = lora
         try:
             await self._send(config, planned, adapter, url, headers, body, on_token, attempt)
         except BaseException:
@@ -397,3 +406,20 @@ class ModelGateway:
             self._observe(call.agent_id, planned.provider, outcome if answer is not None else attempt.failure,
                           input_tokens, output_tokens, number)
         await self._audit(MODEL_CALL, data)
+
+
+_NO_ADAPTER = "\0no adapter"
+"""What :func:`_with_adapter` answers for a provider that maps no such adapter id (never a LoRA name: a NUL)."""
+
+
+def _with_adapter(planned: PlannedProvider, config: ProviderConfig, adapter: str | None) -> tuple[PlannedProvider, str | None]:
+    """The provider attempt for ``adapter`` and the ``lora`` field to send: its ``adapters`` name sent as the model
+    (``adapter_field = "model"``) or as ``lora`` beside the usual model; ``_NO_ADAPTER`` when it maps none."""
+    if adapter is None:
+        return planned, None
+    name = dict(config.adapters).get(adapter)
+    if name is None:
+        return planned, _NO_ADAPTER
+    if config.adapter_field == "model":
+        return replace(planned, model=name), None
+    return planned, name

@@ -90,6 +90,9 @@ class ModelCall:
     models: AgentModels
     budget: TokenBudget
     alias: str | None = None
+    adapter: str | None = None
+    """An adapter id (the test-driven loop's first ``adapter_ids`` entry): each provider sends it as its
+    ``[providers.X] adapters`` maps it; a provider that maps no such id is skipped."""
 
 
 @dataclass(frozen=True)

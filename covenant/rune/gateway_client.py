@@ -18,11 +18,12 @@ from typing import Any
 from covenant.rune import wire
 from covenant.rune.loop import LoopFailed
 
-__all__ = ["GatewayBackend", "MODEL_PATH", "TOOL_PATH", "SESSION_APPEND_PATH"]
+__all__ = ["GatewayBackend", "MODEL_PATH", "TOOL_PATH", "SESSION_APPEND_PATH", "ATTEMPT_PATH"]
 
 MODEL_PATH = "/v1/model"
 TOOL_PATH = "/v1/tool"
 SESSION_APPEND_PATH = "/v1/session/append"
+ATTEMPT_PATH = "/v1/attempt"
 
 
 def _failure(document: Any, status: int) -> LoopFailed:
@@ -56,9 +57,13 @@ class GatewayBackend:
         messages: list[dict[str, Any]],
         tools: list[dict[str, Any]],
         on_token: Callable[[str], Awaitable[None]] | None,
+        *,
+        adapter: str | None = None,
     ) -> dict[str, Any]:
         body = {"intent_id": self.intent_id, "messages": messages, "tools": tools, "alias": None,
                 "stream": on_token is not None}
+        if adapter is not None:
+            body["adapter"] = adapter
         try:
             if on_token is None:
                 status, document = await wire.call(self.gateway, "POST", MODEL_PATH, body, peer_pid=self.gateway_pid)
@@ -102,6 +107,21 @@ class GatewayBackend:
         error = error if isinstance(error, dict) else {}
         return {"ok": False, "error_code": str(error.get("code") or "tool_failed"),
                 "error_message": str(error.get("message") or f"HTTP {status}")}
+
+    async def attempt(self, generated_code: str) -> dict[str, Any]:
+        """One attempt of the test-driven loop: the daemon runs the code with the intent's test suite as the agent
+        and records it; raise LoopFailed (``tests_exhausted`` once the attempts are spent)."""
+        body = {"intent_id": self.intent_id, "generated_code": generated_code}
+        try:
+            status, document = await wire.call(self.gateway, "POST", ATTEMPT_PATH, body, peer_pid=self.gateway_pid)
+        except wire.NotThePeer as exc:
+            self.taken_over(str(exc))
+            raise LoopFailed("crashed", f"the attempt gateway is not the daemon's: {exc}") from None
+        except wire.WireError as exc:
+            raise LoopFailed("crashed", f"the daemon's attempt gateway cannot be reached: {exc}") from None
+        if status != 200 or not isinstance(document, dict):
+            raise _failure(document, status)
+        return document
 
     async def load_session(self) -> tuple[list[dict[str, Any]], int]:
         """The intent's session as the daemon loaded it for the invoke: (turn records, torn bytes cut)."""

@@ -38,6 +38,7 @@ from covenant.rune.conversation import Conversations, SessionPolicy
 from covenant.rune.gateway_client import GatewayBackend
 from covenant.rune.loop import LoopFailed, LoopSpec
 from covenant.rune.skills import with_skills
+from covenant.rune.test_driven import run_test_driven
 
 __all__ = ["ReplicaSpec", "ReplicaApp", "main"]
 
@@ -64,6 +65,8 @@ class ReplicaSpec:
     checkpoint_policy: str
     safety_policy: str
     skills: dict[str, str]
+    loop: str
+    """``tools`` (the Rune loop) or ``test-driven`` (:mod:`covenant.rune.test_driven`)."""
 
     @classmethod
     def from_json(cls, document: dict[str, Any]) -> "ReplicaSpec":
@@ -155,10 +158,13 @@ class ReplicaApp:
         remaining = (deadline - time.time() * 1000) / 1000 if deadline is not None else float("inf")
         try:
             with trio.fail_after(max(remaining, 0)):
-                session_id, result = await self.conversations.answer(
-                    self.loop_spec, backend, text=body["input"], issuer=body.get("issuer", ""),
-                    session_id=session_id, store=gateway, emit=emit, notes=notes,
-                )
+                if self.spec.loop == "test-driven":  # its attempts are its record: no conversation session
+                    result = await run_test_driven(self.loop_spec, gateway, body["input"])
+                else:
+                    session_id, result = await self.conversations.answer(
+                        self.loop_spec, backend, text=body["input"], issuer=body.get("issuer", ""),
+                        session_id=session_id, store=gateway, emit=emit, notes=notes,
+                    )
         except LoopFailed as exc:
             _log("intent failed", intent=intent_id, outcome=exc.code)
             return 422, _error(exc.code, exc.message, request_id=request_id, session_id=session_id, usage=exc.usage, **notes)

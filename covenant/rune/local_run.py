@@ -80,6 +80,8 @@ async def _answer(
     agent, package, rf = backend.agent, backend.package, backend.package.runefile
     skills_path = home.root / config.rune.skills_dir  # an absolute skills_dir replaces the home part
     outcome, error, answer, usage = "ok", None, None, None
+    if rf.loop == "test-driven":  # its attempts run as the agent and are recorded by the daemon alone
+        return "spawn_failed", "loop: test-driven runs only under the daemon (covenant dispatch), not covenant run", None, None
     try:
         settings = await trio.to_thread.run_sync(
             lambda: loop_settings(package, skills_dir=skills_path, offered_tools=backend.tools.offered(agent),

@@ -40,4 +40,5 @@ def loop_settings(
         "token_budget": rf.models.token_budget,
         "checkpoint_policy": rf.runtime.checkpoint_policy,
         "safety_policy": rf.models.safety_policy,
+        "loop": rf.loop,
     }

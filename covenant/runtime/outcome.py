@@ -42,6 +42,8 @@ Outcome = Literal[
     "session_forbidden",
     "session_suspicious",
     "unsafe_output",
+    # a loop: test-driven agent whose attempts never passed the tests (docs/rune-packages.md)
+    "tests_exhausted",
     # the daemon died while the intent was in flight (recorded at its next start: docs/audit.md)
     "interrupted",
 ]
@@ -57,7 +59,7 @@ def outcome_exit_code(outcome: Outcome) -> int:
     session belongs to another issuer), every failure of the agent 4 (for Rune
     agents also ``token_budget_exceeded``, ``max_steps_exceeded``,
     ``provider_error``, ``provider_unavailable``, ``session_corrupt``, ``session_suspicious``,
-    ``unsafe_output``; and
+    ``unsafe_output``, ``tests_exhausted``; and
     ``interrupted``, which only a record written at the next start carries).
     """
     if outcome == "ok":
