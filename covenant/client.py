@@ -38,6 +38,7 @@ EXIT_BY_CODE: dict[str, int] = {
     "stale_intent": ExitCode.DENIED,
     "replayed_intent": ExitCode.DENIED,
     "budget_exhausted": ExitCode.DENIED,
+    "workflow_denied": ExitCode.DENIED,
     "forbidden": ExitCode.DENIED,
     "no_agent": ExitCode.NO_AGENT,
     "ambiguous": ExitCode.NO_AGENT,

@@ -40,8 +40,8 @@ DISPATCH_OPTIONS: tuple[DispatchOption, ...] = (
     DispatchOption("--parent", "parent", "Intent id this one follows from (recorded, passed to the agent).",
                    metavar="ID"),
     DispatchOption("--json", "as_json", "Print the full outcome as JSON.", is_flag=True),
-    DispatchOption("--dry-run", "dry_run", "Route and check policy, explain the decision, spawn nothing.",
-                   is_flag=True),
+    DispatchOption("--dry-run", "dry_run", "Route and check policy, explain the decision, spawn nothing (a workflow: "
+                   "every step with its route and decision; exit 3 or 6 when a step may not run).", is_flag=True),
     DispatchOption("--session", "session_id", "Rune agents: continue this session, or start it under this id "
                    "(1-128 of A-Za-z0-9._-). The outcome names the session either way.", metavar="ID"),
     DispatchOption("--stream", "stream", "Rune agents: print the answer as it arrives (a line at a time when the agent's "

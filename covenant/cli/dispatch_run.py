@@ -103,18 +103,53 @@ def _stream(client: DaemonClient, body: dict[str, Any], as_json: bool) -> tuple[
     raise RemoteError("stream_ended", "the daemon's event stream ended without an outcome", 200, {})
 
 
+def _step_decision(step: dict[str, Any]) -> str:
+    """``allowed``, or why not with the fix: the missing actions and the grant command, or what stops it."""
+    if step["decision"] == "allow":
+        return "allowed"
+    if step["missing"]:
+        return f"DENIED: missing {', '.join(step['missing'])} ({step['hint']})"
+    return f"DENIED: {step['reason']}: {step['message']}"
+
+
+def _step_line(step: dict[str, Any], indent: str) -> str:
+    route = f"{step['agent_ref']} -> {step['agent'] or 'no agent'}"
+    after = f", after {', '.join(step['depends_on'])}" if step.get("depends_on") else ""
+    branch = f", if {step['condition']}" if step.get("condition") else ""
+    needs = ", ".join(step["required"]) or "no capabilities"
+    return f"{indent}{' > '.join(step['path'])}: {route}{after}{branch}; needs {needs}; {_step_decision(step)}"
+
+
 def _workflow_plan_lines(plan: dict[str, Any]) -> list[str]:
-    """A workflow's dry-run plan for people: one line per step, grouped by wave."""
+    """A workflow's dry-run plan for people: one line per step, grouped by wave, with its route and decision
+    (the steps of a workflow a step runs, indented below it)."""
     lines = [f"workflow {plan['workflow']} (timeout {plan['timeout_ms']} ms, output {plan['output_step'] or 'the last step'})"]
     for number, wave in enumerate(plan["waves"]):
         lines.append(f"  wave {number}:")
         for step in wave:
-            after = f" after {', '.join(step['depends_on'])}" if step["depends_on"] else ""
-            needs = ", ".join(step["capabilities"]) or "no capabilities"
-            agent = step["agent"] or f"{step['agent_ref']} ({step['problem']})"
-            lines.append(f"    {step['step']}: {agent}{after}; needs {needs}")
+            lines.append(_step_line(step, "    "))
+            lines.extend(_step_line(nested, "      ") for nested in step["nested"])
     lines.append(f"  capabilities needed in all: {', '.join(plan['capabilities']) or 'none'}")
+    denied = plan["denied"]
+    lines.append("  every step may run" if not denied else
+                 f"  the workflow would be refused: {len(denied)} step{'s' if len(denied) != 1 else ''} may not run "
+                 f"({', '.join(denied)})")
     return lines
+
+
+def _fail_refused(exc: CovenantError, as_json: bool) -> NoReturn:
+    """Print a refusal and exit with its code. A workflow refused before it ran (its ``steps`` details) is shown
+    whole: with ``--json`` its error document on stdout, and a dry run's plan, every step with its decision."""
+    if isinstance(exc.details.get("steps"), list):
+        plan = exc.details.get("workflow")
+        if as_json:
+            print_json(exc.to_json())
+        elif isinstance(plan, dict):
+            for line in _workflow_plan_lines(plan):
+                echo(line)
+    fail(exc.message, exc.exit_code)
+
+
 def _echo_rune_plan(plan: dict[str, Any]) -> None:
     """A Rune agent's dry-run: the provider and model it would use, what is skipped, what is unavailable."""
     models = plan["model"]
@@ -167,7 +202,7 @@ def dispatch_and_exit(home_root: str, text: str, agent_id: str | None, priority:
                 with _Spinner(agent_id or "dispatching"):
                     outcome = client.request("POST", "/v1/dispatch", body)
     except CovenantError as exc:
-        fail(exc.message, exc.exit_code)
+        _fail_refused(exc, as_json)
     if streamed:
         exit_code = int(outcome["exit_code"])
         if exit_code != ExitCode.OK and not as_json:

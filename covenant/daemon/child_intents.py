@@ -35,7 +35,7 @@ from covenant.workflow import (
 if TYPE_CHECKING:
     from covenant.manifest.runefile import RunePackage
 
-__all__ = ["ChildIntents", "child_refusal"]
+__all__ = ["ChildIntents", "child_refusal", "depth_refusal"]
 
 DispatchVerified = Callable[[Intent, ChildOrigin, "int | None"], Awaitable[dict[str, Any]]]
 """The daemon's route-decide-run of a verified child intent (with the submitting client's uid)."""
@@ -127,15 +127,22 @@ class ChildIntents:
         return answer["document"]
 
 
+def depth_refusal(agent_id: str, depth: int, max_depth: int) -> ChildRefused | None:
+    """The refusal of a child intent to ``agent_id`` at chain ``depth`` past ``max_depth``, or None."""
+    if depth <= max_depth:
+        return None
+    return ChildRefused(
+        "max_depth",
+        f"calling {agent_id} would make a chain {depth} agent calls deep; the limit here is {max_depth} "
+        "(the tool's max_depth, or [rune] max_depth)",
+    )
+
+
 def child_refusal(child: ChildOrigin, agent: AgentSpec, packages: Mapping[str, RunePackage]) -> ChildRefused | None:
     """Depth, then (agent tools only) the network rule; None when the child may go on to the grants."""
-    depth = child.parent.depth + 1
-    if depth > child.call.max_depth:
-        return ChildRefused(
-            "max_depth",
-            f"calling {agent.id} would make a chain {depth} agent calls deep; the limit here is {child.call.max_depth} "
-            "(the tool's max_depth, or [rune] max_depth)",
-        )
+    too_deep = depth_refusal(agent.id, child.parent.depth + 1, child.call.max_depth)
+    if too_deep is not None:
+        return too_deep
     if child.call.via == "tool":
         caller = packages.get(child.parent.agent_id)
         callee = packages.get(agent.id)

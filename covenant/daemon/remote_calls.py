@@ -21,6 +21,7 @@ from covenant.a2a.client import RemoteAgents, RemoteAnswer, RemoteFailed
 from covenant.a2a.remotes import allowed
 from covenant.clock import now_ms
 from covenant.errors import CovenantError
+from covenant.policy.check import grant_hint
 from covenant.policy.errors import PolicyDenied
 from covenant.policy.grants import GrantSet
 from covenant.workflow import ChainLink, ChildRefused
@@ -41,16 +42,20 @@ class RemoteCalls:
         self.grants = grants
         self.audit = audit
 
+    def refusal(self, issuer: str, issuer_label: str, url: str, via: str) -> CovenantError | None:
+        """Why the key ``issuer`` (named ``issuer_label`` in the message) may not call ``url`` ``via`` a tool or a
+        workflow step: a URL outside remotes, or a step without ``agent.remote``; None when it may."""
+        if not allowed(url, self.remotes.config.remotes):
+            return ChildRefused("remote", f"{url} is not under [a2a] remotes in covenant.toml; "
+                                          "an operator must list it there before agents may call it")
+        if via == "workflow" and not self.grants().covering(issuer, REMOTE_ACTION, now_ms()):
+            return PolicyDenied(f"issuer {issuer_label} may not call remote agents: missing {REMOTE_ACTION} "
+                                f"(an operator can allow it with: {grant_hint(issuer_label, [REMOTE_ACTION])})")
+        return None
+
     async def _check(self, parent: ChainLink, url: str, *, via: str) -> None:
         """Refuse (audited as ``policy.decision``) a URL outside remotes or a step without ``agent.remote``."""
-        refusal: CovenantError | None = None
-        if not allowed(url, self.remotes.config.remotes):
-            refusal = ChildRefused("remote", f"{url} is not under [a2a] remotes in covenant.toml; "
-                                             "an operator must list it there before agents may call it")
-        elif via == "workflow" and not self.grants().covering(parent.issuer.pubkey, REMOTE_ACTION, now_ms()):
-            refusal = PolicyDenied(f"issuer {parent.issuer.display} may not call remote agents: missing {REMOTE_ACTION} "
-                                   f"(an operator can allow it with: covenant grant {parent.issuer.display} "
-                                   f"{REMOTE_ACTION})")
+        refusal = self.refusal(parent.issuer.pubkey, parent.issuer.display, url, via)
         if refusal is not None:
             await self.audit("policy.decision", {
                 "intent": parent.intent_id, "agent": parent.agent_id, "url": url, "via": via, "allowed": False,

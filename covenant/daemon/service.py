@@ -64,6 +64,7 @@ from covenant.daemon.rune_dispatch import run_rune_intent
 from covenant.daemon.rune_host import RuneHost
 from covenant.daemon.scheduler import Overloaded, Scheduler, ShuttingDown, Withdrawn
 from covenant.daemon.visibility import VisibleRecords
+from covenant.daemon.workflow_gate import WorkflowGate, workflow_for
 from covenant.daemon.workflow_record import workflow_record
 from covenant.errors import CovenantError
 from covenant.home import Home
@@ -147,6 +148,14 @@ class Daemon:
         self.records = VisibleRecords(store, config.isolation.operators_group)
         self.remote = RemoteCalls(RemoteAgents(config.a2a, os.environ), lambda: self.grants.current, audit.record)
         """Remote A2A agents (an ``http(s)://`` agent_ref, ``rune@a2a-*``), called only under ``[a2a] remotes``."""
+        self.workflow_gate = WorkflowGate(
+            route=lambda name, caller, issuer: self._route("", name, spawner=caller, issuer=issuer),
+            decide=self._policy_decision, remote_refusal=self.remote.refusal,
+            workflow_of=lambda agent, caller: workflow_for(agent, self.agents.loaded.workflows,
+                                                           self.agents.loaded.packages, step_of=caller),
+            max_depth=lambda: self.config.rune.max_depth, label=self._issuer_label,
+        )
+        """Every step of a workflow routed and decided before its first step runs."""
         self.isolation = isolation or Isolation.same_uid()
         self.verifier = IntentVerifier(config.policy.skew_s, config.policy.replay_cache)
         self.scheduler = Scheduler(
@@ -274,14 +283,8 @@ class Daemon:
         received = received_event(intent, dry_run=dry_run, store_text=self.config.audit.store_text, child=child,
                                   peer_uid=peer_uid)
         try:
-            agent, routed_by = route(
-                intent.text,
-                self.agents.reachable(child.parent.agent_id if child is not None else None, intent.issuer.pubkey),
-                requested=intent.agent,
-                default_agent=self.config.default_agent,
-                withdrawn=self.agents.loaded.withdrawn,
-                stopped=self.agents.stopped,  # the one check: every front door (steps, triggers, A2A, fleet) comes here
-            )
+            spawner = child.parent.agent_id if child is not None else None
+            agent, routed_by = self._route(intent.text, intent.agent, spawner=spawner, issuer=intent.issuer.pubkey)
         except CovenantError as exc:
             self.metrics.policy_denied(exc.code)
             unrouted = {"allowed": False, "decision": "deny", "reason": exc.code, "message": exc.message}
@@ -301,6 +304,12 @@ class Daemon:
         decision, denial = self._decide(intent, agent, routed_by)
         if child is not None:
             decision["depth"] = child.parent.depth + 1
+        workflow = self._workflow_for(agent, child)
+        plan: dict[str, Any] | None = None
+        if workflow is not None and denial is None:
+            plan, denial = self._check_workflow(intent, agent, workflow, child, decision)
+            if denial is not None and dry_run:
+                denial.details["workflow"] = plan  # the dry run shows every step, the allowed ones too
         pending = [*leading, received, decision_event(intent, agent, decision)]
         if denial is not None or dry_run:
             await self.audit.record_many(pending)
@@ -318,11 +327,9 @@ class Daemon:
             if agent.runtime == "rune":
                 # Resolving the toolset reads schema files: off the event loop.
                 answer["rune"] = await trio.to_thread.run_sync(self.rune.plan, agent, self.agents.loaded.packages[agent.id])
-            workflow = self._workflow_for(agent, child)
-            if workflow is not None:
-                answer["workflow"] = workflow_plan(workflow, self.agents.find)
+            if plan is not None:
+                answer["workflow"] = plan
             return answer
-        workflow = self._workflow_for(agent, child)
         link = self._link(intent, agent, child, workflow, peer_uid)
         if workflow is not None:
             return await self._run_workflow(intent, agent, routed_by, decision, pending, link, workflow)
@@ -331,20 +338,40 @@ class Daemon:
         return await self._run(intent, agent, routed_by, decision, pending, link.peer_uid,
                                deadline=link.deadline if child is not None else None)
 
-    def _workflow_for(self, agent: AgentSpec, child: ChildOrigin | None) -> Workflow | None:
-        """The workflow an intent to ``agent`` runs: a workflow folder's, or its Rune package's own.
+    def _route(self, text: str, requested: str | None, *, spawner: str | None, issuer: str) -> tuple[AgentSpec, str]:
+        """The agent an intent goes to, and how it was chosen: the one route of every intent and workflow step.
 
-        A step of a package's workflow that names the package's own agent runs that agent's
-        model loop (not the workflow again).
-        """
-        if agent.runtime == "workflow":
-            return self.agents.loaded.workflows[agent.id]
-        package = self.agents.loaded.packages.get(agent.id)
-        if package is None or package.workflow is None:
-            return None
-        if child is not None and child.call.via == "workflow" and child.parent.agent_id == agent.id:
-            return None
-        return package.workflow
+        ``spawner``: the agent making the intent (a child's caller; None for a root), which alone reaches the
+        agents it spawned for ``issuer``."""
+        return route(
+            text,
+            self.agents.reachable(spawner, issuer),
+            requested=requested,
+            default_agent=self.config.default_agent,
+            withdrawn=self.agents.loaded.withdrawn,
+            stopped=self.agents.stopped,  # the one check: every front door (steps, triggers, A2A, fleet) comes here
+        )
+
+    def _workflow_for(self, agent: AgentSpec, child: ChildOrigin | None) -> Workflow | None:
+        """The workflow an intent to ``agent`` runs (:func:`workflow_for`)."""
+        step_of = child.parent.agent_id if child is not None and child.call.via == "workflow" else None
+        return workflow_for(agent, self.agents.loaded.workflows, self.agents.loaded.packages, step_of=step_of)
+
+    def _check_workflow(
+        self, intent: Intent, agent: AgentSpec, workflow: Workflow, child: ChildOrigin | None, decision: dict[str, Any],
+    ) -> tuple[dict[str, Any], CovenantError | None]:
+        """Route and decide every step ``workflow`` can reach before any runs (:mod:`.workflow_gate`): the dry-run
+        plan, and the refusal when a step may not run. ``decision`` (the workflow intent's) gets the steps, and
+        is turned into a denial naming them."""
+        depth = child.parent.depth + 1 if child is not None else 0
+        verdicts = self.workflow_gate.check(workflow, agent, intent.issuer.pubkey, depth=depth)
+        decision["steps"] = [v.to_json() for v in verdicts]
+        refusal = self.workflow_gate.refusal(agent, verdicts, intent.issuer.pubkey)
+        if refusal is not None:
+            self.metrics.policy_denied(refusal.code)
+            decision.update(allowed=False, decision="deny", reason=refusal.code, message=refusal.message,
+                            hint=refusal.details["hint"])
+        return workflow_plan(workflow, verdicts), refusal
 
     def _link(
         self, intent: Intent, agent: AgentSpec, child: ChildOrigin | None, workflow: Workflow | None, peer_uid: int | None
@@ -479,15 +506,20 @@ class Daemon:
         return self.cancels.cancel(intent_id, reason)
 
     def _decide(self, intent: Intent, agent: AgentSpec, routed_by: str) -> tuple[dict[str, Any], CovenantError | None]:
-        """The capability and budget decision (no I/O) and, when denied, the error to answer with."""
+        """The intent's policy decision (:meth:`_policy_decision`), a denial counted in the metrics."""
+        decision, denial = self._policy_decision(intent.issuer.pubkey, agent, routed_by)
+        if denial is not None:
+            self.metrics.policy_denied(denial.code)
+        return decision, denial
+
+    def _policy_decision(self, issuer: str, agent: AgentSpec, routed_by: str) -> tuple[dict[str, Any], CovenantError | None]:
+        """May the key ``issuer`` make ``agent`` run now: its grants, then the agent's budget (no I/O). The
+        ``policy.decision`` data and, when denied, the error to answer with. Every intent and, before a workflow
+        runs, each of its steps is decided here."""
         now = now_ms()
-        decision = check_capabilities(
-            intent.issuer.pubkey, agent, self.grants.current, now,
-            issuer_display=self.names.display_for(intent.issuer.pubkey),
-        )
+        decision = check_capabilities(issuer, agent, self.grants.current, now, issuer_display=self.names.display_for(issuer))
         audit = {"routed_by": routed_by, **decision.to_audit()}
         if not decision.allowed:
-            self.metrics.policy_denied("capability_denied")
             try:
                 decision.raise_if_denied()
             except CovenantError as exc:
@@ -495,9 +527,12 @@ class Daemon:
         try:
             self.budget.check(agent, now)
         except CovenantError as exc:
-            self.metrics.policy_denied(exc.code)
             return {**audit, "allowed": False, "decision": "deny", "reason": exc.code}, exc
         return audit, None
+
+    def _issuer_label(self, issuer: str) -> str:
+        """The name this home knows the key ``issuer`` by, else the key: never the display an intent claims."""
+        return self.names.display_for(issuer) or issuer
 
     async def _run(
         self,

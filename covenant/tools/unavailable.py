@@ -16,6 +16,7 @@ NOT_SUPPORTED_HERE: tuple[str, ...] = (
     "browser-",
     "media-",
     "image-",
+    "location-get",
     "canvas-present",
     "docker-exec",
     "text-to-speech",

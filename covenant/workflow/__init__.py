@@ -4,7 +4,8 @@ The daemon owns all of it: :mod:`covenant.workflow.chain` remembers which
 intent made which, how deep each is and until when it may run;
 :mod:`covenant.workflow.child` builds and signs child intents on the root
 issuer's behalf; :mod:`covenant.workflow.engine` runs a ``workflow.yaml``
-whose steps are child intents; :mod:`covenant.workflow.plan` is what
+whose steps are child intents; :mod:`covenant.workflow.preflight` checks
+every step before the first one runs; :mod:`covenant.workflow.plan` is what
 ``dispatch --dry-run`` shows of it.
 """
 

@@ -1,4 +1,5 @@
-"""A workflow's plan: its steps grouped in waves, as ``dispatch --dry-run`` shows it.
+"""A workflow's plan: its steps grouped in waves with their routes and decisions, as ``dispatch --dry-run``
+shows it.
 
 Wave 0 holds the steps with no dependencies; wave n the steps whose last
 dependency is in wave n-1. The engine does not wait for whole waves (a step
@@ -8,12 +9,11 @@ sees what can run side by side.
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Sequence
 from typing import Any
 
-from covenant.manifest.model import AgentSpec
 from covenant.manifest.workflow import Workflow
-from covenant.workflow.child import ChildRefused, agent_from_ref
+from covenant.workflow.preflight import StepVerdict
 
 __all__ = ["waves", "workflow_plan"]
 
@@ -31,40 +31,25 @@ def waves(workflow: Workflow) -> list[list[str]]:
     return out
 
 
-def _resolve(agent_ref: str, find: Callable[[str], AgentSpec | None]) -> tuple[AgentSpec | None, str | None]:
-    if agent_ref.startswith(("http://", "https://")):
-        return None, None  # a remote agent: its step needs agent.remote, and the URL must be under [a2a] remotes
-    try:
-        name = agent_from_ref(agent_ref)
-    except ChildRefused as exc:
-        return None, exc.message
-    agent = find(name)
-    return agent, None if agent is not None else f"no agent {name!r} is loaded"
-
-
-def workflow_plan(workflow: Workflow, find: Callable[[str], AgentSpec | None]) -> dict[str, Any]:
-    """The dry-run document: waves of steps with their agents and the capabilities those need."""
+def workflow_plan(workflow: Workflow, verdicts: Sequence[StepVerdict]) -> dict[str, Any]:
+    """The dry-run document: waves of steps, each with its route and decision (``verdicts``, from
+    :func:`covenant.workflow.preflight.check_workflow`), and the capabilities they need in all."""
     by_id = {step.id: step for step in workflow.steps}
+    own = {v.path[0]: v for v in verdicts if len(v.path) == 1}
     plan_waves = []
-    needed: set[str] = set()
     for wave in waves(workflow):
         entries = []
         for step_id in wave:
-            step = by_id[step_id]
-            agent, problem = _resolve(step.agent_ref, find)
-            remote = step.agent_ref.startswith(("http://", "https://"))
-            required = ["agent.remote"] if remote else list(agent.capabilities.required) if agent is not None else []
-            needed.update(required)
+            step, verdict = by_id[step_id], own[step_id]
             entries.append({
-                "step": step_id,
-                "agent": agent.id if agent is not None else None,
-                "agent_ref": step.agent_ref,
+                **verdict.to_json(),
                 "depends_on": list(step.depends_on),
                 "condition": step.condition,
                 "timeout_ms": step.timeout_ms,
                 "max_attempts": step.retries.max_attempts,
-                "capabilities": required,
-                "problem": problem,
+                "capabilities": list(verdict.required),
+                "problem": None if verdict.agent is not None else verdict.message,
+                "nested": [v.to_json() for v in verdicts if len(v.path) > 1 and v.path[0] == step_id],
             })
         plan_waves.append(entries)
     return {
@@ -72,6 +57,7 @@ def workflow_plan(workflow: Workflow, find: Callable[[str], AgentSpec | None]) -
         "timeout_ms": workflow.timeout_ms,
         "output_step": workflow.output_step,
         "waves": plan_waves,
-        "capabilities": sorted(needed),
+        "capabilities": sorted({action for v in verdicts for action in v.required}),
+        "allowed": all(v.allowed for v in verdicts),
+        "denied": [v.label() for v in verdicts if not v.allowed],
     }
-

@@ -98,16 +98,17 @@ def test_workflow_steps_and_rune_agents_call_remote_agents_only_under_remotes(
     daemon.start()
 
     # A remote step needs agent.remote in the issuer's grants (audited refusal).
-    denied = _dispatch(daemon, "far@local", "hello")
-    assert denied["outcome"] != "ok" and "capability_denied" in str(denied)
+    denied = _dispatch(daemon, "far@local", "hello")["error"]  # refused before the step: a workflow_denied
+    assert denied["code"] == "workflow_denied" and denied["steps"][0]["reason"] == "capability_denied", denied
+    assert denied["missing"] == ["agent.remote"]
     daemon.cli("grant", "tester@test", "agent.remote", "tool.a2a_send", "tool.a2a_discover", check=True)
 
     answer = _dispatch(daemon, "far@local", "hello")
     assert answer["outcome"] == "ok", answer
     assert answer["text"] == "echo: hello (auth=yes)"  # the bearer of [a2a.remote_tokens] reached it
 
-    refused = _dispatch(daemon, "outside@local", "hello")
-    assert refused["outcome"] != "ok" and "remote" in str(refused)
+    refused = _dispatch(daemon, "outside@local", "hello")["error"]
+    assert refused["code"] == "workflow_denied" and refused["steps"][0]["reason"] == "remote", refused
 
     old = _dispatch(daemon, "legacy@local", "hi there")
     assert old["outcome"] == "ok" and old["text"] == "legacy echo: hi there"  # 0.3, no card
@@ -137,6 +138,9 @@ def test_workflow_steps_and_rune_agents_call_remote_agents_only_under_remotes(
     assert [c["outcome"] for c in calls if c["via"] == "workflow"] == ["ok", "ok", "remote_too_large", "timeout"]
     assert [c["outcome"] for c in calls if c["via"] in ("tool", "discover")] == ["ok", "ok"]
     assert all(REMOTE_TOKEN not in str(c) for c in calls)
+    # The two steps were refused before they ran (the workflow's decision names them), the tool's call as it was made.
     decisions = [r["data"] for r in audit(daemon, "policy.decision") if r["data"].get("url")]
-    assert [(d["reason"], d["url"]) for d in decisions] == [
-        ("capability_denied", sdk.url), ("remote", outside), ("remote", outside)]
+    assert [(d["reason"], d["url"]) for d in decisions] == [("remote", outside)]
+    workflows = [r["data"] for r in audit(daemon, "policy.decision") if r["data"].get("reason") == "workflow_denied"]
+    assert [(w["agent"], w["steps"][0]["reason"], w["steps"][0]["agent"]) for w in workflows] == [
+        ("far@local", "capability_denied", sdk.url), ("outside@local", "remote", outside)]

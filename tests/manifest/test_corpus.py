@@ -116,8 +116,9 @@ def test_the_daemon_serves_the_corpus_and_plans_its_workflow(daemon: DaemonProce
     assert checked.returncode == 0 and "info: ignored" in checked.stderr, checked.stdout + checked.stderr
 
     result = daemon.cli("dispatch", "a topic", "--agent", WORKFLOW_AGENT, "--dry-run", "--json")
-    assert result.returncode == 0, result.stdout + result.stderr
-    plan = json.loads(result.stdout)["workflow"]
+    assert result.returncode == 3, result.stdout + result.stderr  # nothing granted: every step is denied
+    plan = json.loads(result.stdout)["error"]["workflow"]
     assert [[s["agent"] for s in wave] for wave in plan["waves"]] == [["researcher@local"], ["analyst@local"]]
     assert plan["output_step"] == "{{ steps.analyst.output }}" and "tool.shell_exec" in plan["capabilities"]
+    assert plan["denied"] == ["researcher", "analyst"]
     assert daemon.stop() == 0

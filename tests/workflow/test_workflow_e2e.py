@@ -27,7 +27,8 @@ def test_the_corpus_multi_agent_workflow_runs_researcher_then_analyst(daemon: Da
     assert [[s["step"] for s in wave] for wave in waves] == [["researcher"], ["analyst"]]
     assert waves[0][0]["agent"] == "researcher@local" and "tool.web_fetch" in waves[0][0]["capabilities"]
     human = daemon.cli("dispatch", "tidal power", "--agent", WORKFLOW, "--dry-run", check=True).stdout
-    assert "wave 0:" in human and "researcher: researcher@local;" in human and "analyst: analyst@local after researcher" in human
+    assert "wave 0:" in human and "researcher: local://researcher -> researcher@local; needs" in human
+    assert "analyst: local://analyst -> analyst@local, after researcher; needs" in human and "every step may run" in human
     assert not fake_model.requests  # a dry run calls no model
 
     fake_model.script(Reply(text="FINDINGS: tides move 2 TW."), Reply(text="SUMMARY: tides are steady."))
@@ -227,6 +228,12 @@ def test_a_packages_own_workflow_runs_and_a_step_naming_the_package_runs_its_mod
     warnings = [w["message"] for w in json.loads(checked.stdout)["warnings"]]
     assert checked.returncode == 0 and any("'later'" in w and "not-installed" in w for w in warnings), checked.stdout
     daemon.start()
+    # Loading takes it, but a run is refused before any step while a step's agent is missing, a branch's too.
+    missing = daemon.cli("dispatch", "rain", "--agent", "pipeline@local")
+    assert missing.returncode == 6 and "step 'later' (local://not-installed" in missing.stderr, missing.stderr
+    assert not fake_model.requests
+    daemon.add_agent("not-installed", "echo.py")
+    daemon.cli("reload", check=True)
     fake_model.script(Reply(text="a thought"))
     outcome = outcome_of(daemon.cli("dispatch", "rain", "--agent", "pipeline@local", "--json"))
     assert outcome["outcome"] == "ok" and outcome["text"] == "", outcome  # the last step was skipped: its output is empty
