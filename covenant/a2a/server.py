@@ -212,17 +212,6 @@ class A2AApp:
             self.refusals = RefusalThrottle(config.audit_refusals_per_minute)
         self.config = config
 
-    def set_clients(self, config: A2AConfig, clients: list[Client]) -> None:
-        """Take a reloaded ``[a2a]`` (its listener stays as started): requests from now on are served with the
-        new clients, ``expose``, ``public_url`` and caps; a client whose table and token are unchanged keeps
-        its rate count, and every client's tasks stay its own."""
-        running = {c.config.name: c for c in self.clients}
-        self.clients = [old if (old := running.get(c.config.name)) is not None and old.config == c.config
-                        and old.token == c.token else c for c in clients]
-        if config.audit_refusals_per_minute != self.config.audit_refusals_per_minute:
-            self.refusals = RefusalThrottle(config.audit_refusals_per_minute)
-        self.config = config
-
     async def restore(self, audit_dir: Any) -> int:
         """Rebuild which task belongs to which client (and which were denied) from the last day's audit log."""
         records = await trio.to_thread.run_sync(records_since, audit_dir, now_ms() - _RESTORE_MS, _RESTORED)
