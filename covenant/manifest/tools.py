@@ -58,8 +58,8 @@ AGENT_REF = re.compile(r"^(local://[a-z0-9]+(?:-[a-z0-9]+)*|https?://[^\s/]+\S*)
 
 ToolRuntime = Literal["wasm", "process", "container", "agent", "builtin"]
 
-UNSUPPORTED_RUNTIMES: frozenset[str] = frozenset({"wasm", "container"})
-"""Spec runtimes this host has no backend for. Their descriptors load (the package's other tools are
+UNSUPPORTED_RUNTIMES: frozenset[str] = frozenset({"container"})
+"""Spec runtimes this host has no backend for (``wasm`` runs through wasmtime: covenant.tools.wasm_backend). Their descriptors load (the package's other tools are
 offered); each such tool is unavailable with the reason (:mod:`covenant.tools.catalogue`), never run."""
 
 TOOL_CAPABILITIES: tuple[str, ...] = ("filesystem", "network")

@@ -29,6 +29,8 @@ from covenant.tools.mcp.hub import McpTool
 from covenant.tools.schema import schema_problem, validator_for
 from covenant.tools.schema_refs import SchemaFetchError, SchemaUrl, parse_schema_url
 from covenant.tools.unavailable import builtin_unavailable_reason
+from covenant.tools.wasm_backend import wasm_backend
+from covenant.tools.wasm_module import module_abi
 
 __all__ = [
     "ToolEntry",
@@ -91,6 +93,9 @@ class ToolEntry:
     builtin: Builtin | None = None
     argv: tuple[str, ...] = ()
     """A process tool's command line (interpreter, module); empty for built-ins."""
+    read_only: tuple[str, ...] = ()
+    """What its run may read beyond the system's files and its package (a wasm tool: wasmtime's interpreter
+    prefix and covenant's runner script)."""
     output_schema: dict[str, Any] | None = None
     validator: Any = field(default=None, compare=False, repr=False)
     """The compiled argument validator (jsonschema, draft 2020-12)."""
@@ -140,7 +145,6 @@ class _Unavailable(Exception):
 
 
 _NO_BACKEND = {
-    "wasm": "runtime 'wasm': this host runs no WebAssembly modules (no wasm backend); the package's other tools are offered",
     "container": "runtime 'container': this host runs no container images (no container backend); the package's other "
                  "tools are offered",
 }
@@ -254,6 +258,56 @@ def _process_entry(
     )
 
 
+_WASM_MAX_BYTES = 64 * 1024 * 1024
+
+
+def _wasm_entry(
+    package: RunePackage, tool: ToolDescriptor, config: Config, confinement: Confinement, schemas: SchemaSource | None,
+) -> ToolEntry:
+    """A ``runtime: wasm`` tool: its module run by :mod:`covenant.tools.wasm_runner` through the tool runner."""
+    module = Path(os.path.normpath(package.root / tool.module))
+    try:
+        with open(module, "rb") as f:
+            data = f.read(_WASM_MAX_BYTES + 1)
+    except OSError as exc:
+        raise _Unavailable(f"cannot read its module {module}: {exc.strerror}") from None
+    if len(data) > _WASM_MAX_BYTES:
+        raise _Unavailable(f"its module {module} is larger than {_WASM_MAX_BYTES} bytes")
+    try:
+        abi = module_abi(data)
+    except ValueError as exc:
+        raise _Unavailable(f"its module {module} cannot run here: {exc}") from None
+    backend = wasm_backend(config)
+    if isinstance(backend, str):
+        raise _Unavailable(backend)
+    parameters = PROCESS_SCHEMA
+    if tool.input_schema_ref:
+        parameters = _load_schema(package.root, tool.input_schema_ref, "input_schema_ref", schemas)
+        if parameters.get("type") != "object":
+            raise _Unavailable(f"input_schema_ref {tool.input_schema_ref!r} must describe an object (type: object)")
+    output_schema = (_load_schema(package.root, tool.output_schema_ref, "output_schema_ref", schemas)
+                     if tool.output_schema_ref else None)
+    if tool.capabilities:
+        raise _Unavailable(f"a wasm tool gets no files and no network; it declares {', '.join(tool.capabilities)}")
+    problem = confinement()
+    if problem is not None:
+        raise _Unavailable(f"its files cannot be confined on this host ({problem}), and a wasm tool never runs unconfined")
+    memory = config.rune.memory_mb(package.runefile.runtime.resource_profile) * 1024 * 1024
+    fuel = tool.timeout_ms * config.tools.wasm.fuel_per_ms
+    return ToolEntry(
+        entry=tool.name,
+        model_name=tool.name,
+        action=tool_action(tool.name),
+        kind="process",
+        description=f"The package's own tool {tool.name} (version {tool.version}).",
+        parameters=parameters,
+        descriptor=tool,
+        argv=(*backend.prefix, str(module), abi, str(fuel), str(memory), str(config.tools.wasm.output_max_bytes)),
+        read_only=backend.read_only,
+        output_schema=output_schema,
+    )
+
+
 def _outside_reference(schema: Any) -> str | None:
     """The first ``$ref``/``$dynamicRef`` that does not point inside the schema (``#…``), or None.
 
@@ -333,6 +387,8 @@ def _entry(
         raise _Unavailable(f"its name cannot be sent to models (must match {MODEL_NAME.pattern})")
     if tool.runtime == "process":
         return _process_entry(package, tool, interpreters, confinement, schemas)
+    if tool.runtime == "wasm":
+        return _wasm_entry(package, tool, config, confinement, schemas)
     if tool.runtime == "agent":
         assert tool.agent_ref is not None  # the descriptor requires it
         # A remote URL is offered like a local agent that shares no network: the daemon decides when it is

@@ -1,4 +1,5 @@
-"""``runtime: process`` tools: one JSON document in, one out, through the runner's tool mode.
+"""``runtime: process`` tools (and ``runtime: wasm`` ones, whose program is the wasm runner): one JSON
+document in, one out, through the runner's tool mode.
 
 The module runs under ``[runtime] python3`` (``.py``), ``[runtime] node``
 (``.js``) or as its own executable, with the agent's limits and the same
@@ -72,11 +73,11 @@ async def run_process_tool(
     run places for it (:func:`~covenant.tools.retry.run_with_retries`)."""
     document = json.dumps(arguments, ensure_ascii=False, separators=(",", ":"), allow_nan=False).encode() + b"\n"
     package = str(ctx.agent.root)
-    files = ToolFiles(read_only=(package,))
+    files = ToolFiles(read_only=(package, *entry.read_only))
     cwd = None
     if entry.declares_filesystem:
         workspace = str((await trio.to_thread.run_sync(services.workspace, ctx.agent.id)).root)
-        files, cwd = ToolFiles(read_only=(package,), read_write=(workspace,)), workspace
+        files, cwd = ToolFiles(read_only=(package, *entry.read_only), read_write=(workspace,)), workspace
     wall_ms = max(1, int((ends - trio.current_time()) * 1000))
     # A tool that does not declare the network capability gets its own loopback and nothing else.
     network = services.config.tools.tool_network if entry.declares_network else "off"

@@ -1,0 +1,124 @@
+"""``runtime: wasm`` tools: real modules (built from WAT here) run by wasmtime in the agent's sandbox, both ABIs,
+stopped by fuel and by their memory cap, nothing left running."""
+
+from __future__ import annotations
+
+import json
+import os
+from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
+
+import pytest
+
+from covenant.config import Config, IsolationConfig
+from covenant.home import Home
+from covenant.homeinit import init_home
+from covenant.runtime.isolation import open_isolation
+from tests.conftest import agent_uid_range
+
+from .conftest import Tools, _tools
+from .test_process import marked_processes
+
+wasmtime = pytest.importorskip("wasmtime", reason="wasm tools need the wasmtime package (a covenant dependency)")
+
+WASI_ECHO = """
+(module
+  (import "wasi_snapshot_preview1" "fd_read" (func $read (param i32 i32 i32 i32) (result i32)))
+  (import "wasi_snapshot_preview1" "fd_write" (func $write (param i32 i32 i32 i32) (result i32)))
+  (memory (export "memory") 1)
+  (func (export "_start")
+    (i32.store (i32.const 0) (i32.const 64))
+    (i32.store (i32.const 4) (i32.const 60000))
+    (drop (call $read (i32.const 0) (i32.const 0) (i32.const 1) (i32.const 16)))
+    (i32.store (i32.const 4) (i32.load (i32.const 16)))
+    (drop (call $write (i32.const 1) (i32.const 0) (i32.const 1) (i32.const 20)))))
+"""
+
+RUN_ECHO = """
+(module
+  (memory (export "memory") 1)
+  (func (export "run") (param $in i32) (param $len i32) (param $out i32) (param $max i32) (result i32)
+    (memory.copy (local.get $out) (local.get $in) (local.get $len))
+    (local.get $len)))
+"""
+
+SPIN = """(module (memory (export "memory") 1)
+  (func (export "run") (param i32 i32 i32 i32) (result i32) (loop $forever (br $forever)) (i32.const 0)))"""
+
+GREEDY = """(module (memory (export "memory") 1)
+  (func (export "run") (param i32 i32 i32 i32) (result i32)
+    (if (i32.lt_s (memory.grow (i32.const 8192)) (i32.const 0)) (then unreachable))
+    (i32.const 0)))"""
+
+IMPORTS_ENV = """(module (import "env" "peek" (func)) (memory (export "memory") 1)
+  (func (export "run") (param i32 i32 i32 i32) (result i32) (i32.const 0)))"""
+
+
+@asynccontextmanager
+async def wasm_tools(home: Home, **settings: object) -> AsyncIterator[Tools]:
+    """Tools whose agents run as uids of their own with their files confined (Landlock), as process tools need,
+    under ``settings`` (covenant.toml sections). Needs root."""
+    if os.geteuid() != 0:
+        pytest.skip("wasm tools run only where their files are confined: agent uids (root) and Landlock")
+    init_home(home)
+    isolation = open_isolation(IsolationConfig(uid_range=agent_uid_range()), home.state_dir)
+    config = Config.model_validate({"runtime": {"python3": "/usr/bin/python3", "kill_grace_ms": 500}, **settings})
+    async with _tools(home, home.root, config, isolation) as made:
+        if made.runner.tool_confinement.problem is not None:
+            pytest.skip(f"this host cannot confine a tool's files: {made.runner.tool_confinement.problem}")
+        yield made
+
+
+def wasm_package(tools: Tools, name: str, modules: dict[str, str], timeout_ms: int = 5000) -> object:
+    files: dict[str, str] = {}
+    for tool in modules:
+        files[f"tools/{tool}.yaml"] = (f"name: {tool}\nversion: 0.1.0\nruntime: wasm\nmodule: tools/{tool}.wasm\n"
+                                       f"timeout_ms: {timeout_ms}\n")
+    folder = tools.tmp / "agents" / name / "tools"
+    folder.mkdir(parents=True, exist_ok=True)
+    folder.parent.chmod(0o755)
+    folder.chmod(0o755)
+    for tool, wat in modules.items():
+        (folder / f"{tool}.wasm").write_bytes(wasmtime.wat2wasm(wat))
+        (folder / f"{tool}.wasm").chmod(0o644)
+    return tools.package(name, list(modules), files)
+
+
+async def test_both_abis_round_trip_and_bad_modules_stop_cleanly(home: Home) -> None:
+    # 2000 fuel per ms of a 5 s timeout: 10M, spent in well under a second
+    async with wasm_tools(home, tools={"wasm": {"fuel_per_ms": 2_000}}) as tools:
+        agent = wasm_package(tools, "wasmer", {"wasi_echo": WASI_ECHO, "run_echo": RUN_ECHO, "spin": SPIN,
+                                               "greedy": GREEDY})
+        assert sorted(t["function"]["name"] for t in tools.host.offered(agent)) == ["greedy", "run_echo", "spin", "wasi_echo"], tools.host.unavailable(agent)
+        ctx = tools.ctx(agent, tools.grant("tool.*"))
+        args = {"text": "héllo", "n": [1, 2.5, None], "nested": {"ok": True}}
+        for name in ("wasi_echo", "run_echo"):
+            result = await tools.host.call(ctx, name, json.dumps(args))
+            assert result.ok, result
+            assert result.content == args
+
+        spun = await tools.host.call(ctx, "spin", {})
+        assert (spun.ok, spun.error_code) == (False, "tool_failed"), spun
+        assert "ran out of fuel (10000000 units" in spun.error_message
+        greedy = await tools.host.call(ctx, "greedy", {})
+        assert (greedy.ok, greedy.error_code) == (False, "tool_failed"), greedy
+        assert "memory is capped at 256 MiB" in greedy.error_message
+        assert [e["outcome"] for e in tools.audit.of("tool.call")] == ["ok", "ok", "error", "error"]
+        assert marked_processes(ctx.intent_id) == []
+
+
+async def test_a_module_no_abi_fits_is_unavailable_with_the_reason(home: Home) -> None:
+    async with wasm_tools(home) as tools:
+        agent = wasm_package(tools, "odd", {"imports_env": IMPORTS_ENV, "run_echo": RUN_ECHO})
+        (agent.root / "tools" / "empty.wasm").write_bytes(b"\0asm\x01\0\0\0")
+        reasons = dict(tools.host.unavailable(agent))
+        assert "imports nothing; it imports from env" in reasons["imports_env"]
+        assert [t["function"]["name"] for t in tools.host.offered(agent)] == ["run_echo"]
+
+
+async def test_an_interpreter_without_wasmtime_makes_wasm_tools_unavailable(home: Home) -> None:
+    """/usr/bin/python3 (the distribution's) has no wasmtime: the reason says so and how to fix it."""
+    async with wasm_tools(home, rune={"python": "/usr/bin/python3"}) as tools:
+        agent = wasm_package(tools, "nowasm", {"run_echo": RUN_ECHO})
+        reason = dict(tools.host.unavailable(agent))["run_echo"]
+        assert "cannot import it" in reason and "pip install wasmtime" in reason, reason
