@@ -16,7 +16,6 @@ NOT_SUPPORTED_HERE: tuple[str, ...] = (
     "browser-",
     "media-",
     "image-",
-    "location-get",
     "canvas-present",
     "docker-exec",
     "text-to-speech",

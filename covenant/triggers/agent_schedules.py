@@ -24,13 +24,19 @@ MAX_AGENT_SCHEDULES = 256
 
 _LOCK = threading.Lock()
 
+_DEFAULT_MAKER = "rune@schedule-create"
+
 
 def agent_schedules_path(state_dir: Path) -> Path:
     return state_dir / "agent-schedules.json"
 
 
 class AgentScheduleStore:
-    """name -> {"schedule": ScheduleConfig fields, "issuer_pubkey", "created_by", "created_ms"}."""
+    """name -> {"schedule": ScheduleConfig fields, "issuer_pubkey", "created_by", "created_ms", "made_with"}.
+
+    ``made_with`` is the tool that made it (``rune@schedule-create`` or ``rune@cron-create``; absent in
+    entries written before it was kept, which schedule-create made).
+    """
 
     def __init__(self, path: Path) -> None:
         self.path = path
@@ -61,7 +67,20 @@ class AgentScheduleStore:
                 continue
         return out
 
-    def add(self, schedule: ScheduleConfig, issuer_pubkey: str, created_by: str, now_ms: int) -> str | None:
+    def entries_of(self, issuer_pubkey: str, created_by: str) -> list[tuple[ScheduleConfig, str]]:
+        """The valid entries ``created_by`` (an agent id) made for ``issuer_pubkey``, each with its ``made_with``."""
+        out = []
+        for entry in self.read().values():
+            if entry.get("issuer_pubkey") != issuer_pubkey or entry.get("created_by") != created_by:
+                continue
+            try:
+                out.append((ScheduleConfig.model_validate(entry["schedule"]), str(entry.get("made_with", _DEFAULT_MAKER))))
+            except (KeyError, TypeError, ValueError):
+                continue
+        return out
+
+    def add(self, schedule: ScheduleConfig, issuer_pubkey: str, created_by: str, now_ms: int,
+            made_with: str = _DEFAULT_MAKER) -> str | None:
         """Store it; the reason it was refused (name taken, store full), or None."""
         with _LOCK:
             entries = self.read()
@@ -70,16 +89,19 @@ class AgentScheduleStore:
             if len(entries) >= MAX_AGENT_SCHEDULES:
                 return f"this home holds {MAX_AGENT_SCHEDULES} agent schedules, the most allowed"
             entries[schedule.name] = {"schedule": schedule.model_dump(mode="json"), "issuer_pubkey": issuer_pubkey,
-                                      "created_by": created_by, "created_ms": now_ms}
+                                      "created_by": created_by, "created_ms": now_ms, "made_with": made_with}
             self._write(entries)
             return None
 
-    def delete(self, name: str, issuer_pubkey: str) -> bool:
-        """Remove ``name`` when ``issuer_pubkey`` made it; False when there is no such schedule of theirs."""
+    def delete(self, name: str, issuer_pubkey: str, created_by: str | None = None) -> bool:
+        """Remove ``name`` when ``issuer_pubkey`` made it (and, given ``created_by``, that agent made it); False
+        when there is no such schedule of theirs."""
         with _LOCK:
             entries = self.read()
             entry = entries.get(name)
             if entry is None or entry.get("issuer_pubkey") != issuer_pubkey:
+                return False
+            if created_by is not None and entry.get("created_by") != created_by:
                 return False
             del entries[name]
             self._write(entries)

@@ -11,12 +11,15 @@ from covenant.home import Home
 
 from .conftest import write_package
 
+LOCATION_REASON = ("needs [tools.location] in covenant.toml (latitude and longitude, city, country, timezone: "
+                   "what the operator knows; covenant never guesses a location)")
+
 
 def _install(home: Home) -> None:
     write_package(
         home.root / "agents" / "mixed",
         "mixed",
-        ["rune@system-time", "rune@cron-create", "rune@browser-click", "echo"],
+        ["rune@system-time", "rune@location-get", "rune@browser-click", "echo"],
         {"tools/echo.yaml": "name: echo\nruntime: process\nmodule: tools/echo.py\n", "tools/echo.py": "print('{}')\n"},
     )
 
@@ -31,12 +34,12 @@ def test_agents_show_lists_offered_and_unavailable_tools(home: Home) -> None:
         {"entry": "echo", "name": "echo", "action": "tool.echo", "kind": "process"},
     ]
     assert tools["unavailable"] == [
-        {"tool": "rune@cron-create", "reason": "not built yet in this version"},
+        {"tool": "rune@location-get", "reason": LOCATION_REASON},
         {"tool": "rune@browser-click", "reason": "not supported on this host (no backend for it)"},
     ]
     text = CliRunner().invoke(cli, ["agents", "show", "mixed@local"]).stdout
     assert "system-time (builtin rune@system-time, needs tool.system_time)" in text
-    assert "rune@cron-create: not built yet in this version" in text
+    assert "rune@location-get: needs [tools.location] in covenant.toml" in text
 
 
 def test_agents_check_warns_about_unavailable_tools_and_exits_0(home: Home) -> None:
@@ -46,11 +49,11 @@ def test_agents_check_warns_about_unavailable_tools_and_exits_0(home: Home) -> N
     report = json.loads(result.stdout)
     assert report["valid"] is True and report["problems"] == []
     messages = [w["message"] for w in report["warnings"]]
-    assert any(m.startswith("tool rune@cron-create is unavailable here (not built yet") for m in messages)
+    assert any(m.startswith("tool rune@location-get is unavailable here (needs [tools.location]") for m in messages)
     assert any("rune@browser-click" in m for m in messages)
     text = CliRunner().invoke(cli, ["agents", "check"])
     assert text.exit_code == 0
-    assert "warning: tool rune@cron-create is unavailable here" in text.stderr
+    assert "warning: tool rune@location-get is unavailable here" in text.stderr
 
 
 def test_refuse_mode_rejects_an_agent_naming_an_unavailable_tool(home: Home) -> None:

@@ -14,7 +14,7 @@ async def test_create_list_delete_bound_to_the_issuer(tools: Tools) -> None:
     ctx = tools.ctx(agent, tools.grant(*ACTIONS))
     made = await tools.host.call(ctx, "schedule-create", {"name": "nightly", "cron": "0 2 * * *", "input": "tidy"})
     assert made.ok, made
-    assert made.content == {"created": True, "name": "nightly", "agent": agent.id, "input": "tidy",
+    assert made.content == {"created": True, "schedule_id": "nightly", "id": "nightly", "name": "nightly", "agent": agent.id, "input": "tidy",
                             "every": None, "cron": "0 2 * * *"}
     again = await tools.host.call(ctx, "schedule-create", {"name": "nightly", "every": "5s"})
     assert (again.ok, again.error_code) == (False, "tool_failed") and "exists already" in again.error_message

@@ -12,8 +12,10 @@ from covenant.tools.builtins import (
     agents,
     ask_user,
     channel_send,
+    cron,
     files,
     knowledge,
+    location,
     memory,
     processes,
     schedules,
@@ -40,6 +42,7 @@ BUILTINS: dict[str, Builtin] = {
         *agents.TOOLS, *a2a.TOOLS,
         *knowledge.TOOLS, *tasks.TOOLS,
         web_search.TOOL, channel_send.TOOL,
-        *schedules.TOOLS,
+        *schedules.TOOLS, *cron.TOOLS,
+        location.TOOL,
     )
 }
