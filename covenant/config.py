@@ -326,10 +326,10 @@ class ProviderConfig(_Section):
         "2023-06-01", pattern=r"^[0-9A-Za-z._-]{1,64}$", description="anthropic-version header (kind anthropic)"
     )
     max_connections: int = Field(100, gt=0, le=10_000, description="open connections to this provider at most")
-    adapters: Annotated[tuple[tuple[str, str], ...], BeforeValidator(_adapter_table)] = Field(
-        (),
+    adapters: Annotated[tuple[tuple[str, str], ...], BeforeValidator(_adapter_table)] | None = Field(
+        None,
         description="a table: adapter id -> the model or LoRA name this provider serves it as (the test-driven loop's "
-        "adapter_ids); kept as sorted pairs so the provider's settings stay hashable",
+        "adapter_ids); kept as sorted pairs so the provider's settings stay hashable; unset: none",
     )
     adapter_field: Literal["model", "lora"] = Field(
         "model", description="how an adapter is asked for: as the request's model (vLLM) or a lora field beside it"

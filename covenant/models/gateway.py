@@ -417,7 +417,7 @@ def _with_adapter(planned: PlannedProvider, config: ProviderConfig, adapter: str
     (``adapter_field = "model"``) or as ``lora`` beside the usual model; ``_NO_ADAPTER`` when it maps none."""
     if adapter is None:
         return planned, None
-    name = dict(config.adapters).get(adapter)
+    name = dict(config.adapters or ()).get(adapter)
     if name is None:
         return planned, _NO_ADAPTER
     if config.adapter_field == "model":
