@@ -200,7 +200,7 @@ class ConfigReload:
             log.info("replicas restart to offer their new tools", extra={"agents": ",".join(restarting)})
         # LiveAgents validates manifests against its config at each rescan; it has no setter yet (the
         # registry's owner adds one), so the reloaded config is handed over here.
-        self._agents._config = config
+        self._agents.use_config(config)
         self._remote.set_config(config.a2a)
         self._webhooks.set_routes(config.webhooks, named.routes)
         self._a2a.set_clients(config.a2a, named.clients)

@@ -226,6 +226,10 @@ class LiveAgents:
 
     # -- the registry ---------------------------------------------------------------------
 
+    def use_config(self, config: Config) -> None:
+        """The covenant.toml a reload applied: the next rescan checks agents against it."""
+        self._config = config
+
     async def rescan(self) -> ReloadChanges:
         """Scan the agents folder again and load what it holds now; a manifest that became invalid runs its
         agent from the snapshot of its last valid package, or withdraws it when there is none (logged).
