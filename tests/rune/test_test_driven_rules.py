@@ -11,7 +11,12 @@ from covenant.daemon.intent_context import IntentContext
 from covenant.daemon.test_attempts import _STATE, _Trajectory, checked_outcome
 from covenant.manifest.runefile import load_rune_package
 from covenant.rune.test_driven import TaskError, extract_code, parse_task
-from covenant.rune.trajectories import TrajectoryStore, exported_attempts, new_trajectory_id, read_trajectory
+from covenant.rune.trajectories import (
+    TrajectoryStore,
+    exported_attempts,
+    new_trajectory_id,
+    read_trajectory,
+)
 from covenant.tools.test_suite import build_script, judge
 
 SUITE = "import unittest\nclass T(unittest.TestCase):\n    def test_x(self):\n        self.assertTrue(f())\n"
