@@ -128,7 +128,7 @@ def test_a_step_the_issuer_may_not_run_refuses_the_workflow_before_its_first_ste
     assert _plan_lines(allowed.stdout)["branch"].endswith("; allowed") and "every step may run" in allowed.stdout
     assert json.loads(daemon.cli(*args, "--dry-run", "--json", check=True).stdout)["workflow"]["allowed"] is True
     ran = daemon.cli(*args, "--json")
-    assert ran.returncode == 0, daemon.log()[-4000:]
+    assert ran.returncode == 0, ran.stderr + daemon.log()[-4000:]
     outcome = json.loads(ran.stdout)
     assert outcome["outcome"] == "ok" and outcome["text"] == "", outcome  # the last step, skipped: empty
     children = record(daemon, outcome["intent_id"])["children"]
@@ -211,6 +211,13 @@ def test_missing_agents_remote_urls_and_nested_workflows_are_checked_and_a_revok
     (two,) = lost_plan["error"]["workflow"]["waves"][1]
     assert lost_plan["error"]["code"] == "no_agent" and two["agent"] is None and two["reason"] == "no_agent"
     assert "not-installed" in two["problem"]
+
+    # A step whose agent an operator stopped: named with the command that starts it again.
+    daemon.cli("stop", "mark", check=True)
+    stopped = daemon.cli("dispatch", str(marks), "--agent", "lost@local")
+    assert stopped.returncode == 6 and "workflow lost@local cannot run: 2 of its 2 steps" in stopped.stderr, stopped.stderr
+    assert "step 'one' (local://mark): agent_stopped:" in stopped.stderr and "covenant start mark@local" in stopped.stderr
+    daemon.cli("start", "mark", check=True)
 
     # A remote step outside [a2a] remotes: refused before step 1, no call made.
     far = daemon.cli("dispatch", str(marks), "--agent", "far@local", "--json")
