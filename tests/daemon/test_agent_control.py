@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import json
 import os
-import selectors
+import select
 import shlex
 import shutil
 import subprocess
 import sys
 import threading
+import time
 from pathlib import Path
 
 import pytest
@@ -175,14 +176,22 @@ print(json.dumps(out))
     assert not [r for r in audit_records(daemon) if r["type"] in ("agent.stopped", "agent.started")]
 
 
-def _read_line(proc: subprocess.Popen[str], timeout: float = 60) -> str:
-    """The next line ``proc`` prints, waiting at most ``timeout`` seconds."""
+def _read_lines(proc: subprocess.Popen[bytes], count: int, timeout: float = 60) -> list[str]:
+    """The next ``count`` lines ``proc`` prints, waiting at most ``timeout`` seconds in all (read from the pipe
+    itself: a buffered reader may hold a second line that select() would then never report)."""
     assert proc.stdout is not None
-    with selectors.DefaultSelector() as selector:
-        selector.register(proc.stdout, selectors.EVENT_READ)
-        if not selector.select(timeout):
-            raise AssertionError(f"no line from {proc.args} in {timeout} s")
-    return proc.stdout.readline()
+    fd, seen = proc.stdout.fileno(), b""
+    deadline = time.monotonic() + timeout
+    while seen.count(b"\n") < count:
+        left = deadline - time.monotonic()
+        ready, _, _ = select.select([fd], [], [], max(left, 0))
+        if not ready:
+            proc.kill()
+            raise AssertionError(f"{proc.args} printed only {seen!r} in {timeout} s: {proc.communicate()[1]!r}")
+        chunk = os.read(fd, 65536)
+        assert chunk, f"{proc.args} ended (exit {proc.wait()}) after {seen!r}"
+        seen += chunk
+    return seen.decode().splitlines()[:count]
 
 
 def test_restart_lets_a_run_in_flight_finish_and_tail_shows_the_agents_stderr(daemon: DaemonProcess) -> None:
@@ -192,11 +201,11 @@ def test_restart_lets_a_run_in_flight_finish_and_tail_shows_the_agents_stderr(da
     daemon.start()
     # Its last lines (none yet), then the new ones: the daemon's backlog and live feed leave no gap between them.
     follower = subprocess.Popen([sys.executable, "-m", "covenant", "tail", "gate", "-f", "--json"],
-                                env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+                                env=daemon.env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     try:
         running = daemon.cli_background("dispatch", f"gate {gates}", "--json")
         wait_for(lambda: [d["agent"] for d in status(daemon)["in_flight"]] == ["gate@local"], what="the gate running")
-        followed = [json.loads(_read_line(follower)) for _ in range(2)]
+        followed = [json.loads(line) for line in _read_lines(follower, 2)]
         assert [e["msg"] for e in followed] == ["dispatch started", "agent stderr"], followed
         assert followed[1]["line"] == f"gate waiting for {gates / 'open'}" and followed[1]["agent"] == "gate@local"
     finally:
@@ -272,3 +281,16 @@ def test_stopping_a_rune_agent_drains_and_stops_its_replica_and_start_brings_it_
     wait_for(lambda: (replica() or {}).get("state") == "ready", what="the replica after start")
     fake_model.script(Reply(text="back"))
     assert daemon.cli("dispatch", "hi", "--agent", "chat", check=True).stdout.strip() == "back"
+
+
+def test_a_damaged_list_of_stopped_agents_stops_the_daemon_at_start_naming_it(daemon: DaemonProcess) -> None:
+    """Fail closed: a file that is not covenant's would otherwise start agents an operator stopped."""
+    daemon.add_agent("echo", "echo.py", keywords=("echo",))
+    state = daemon.home / "state"
+    state.mkdir(exist_ok=True)
+    (state / "stopped-agents.json").write_text('{"agents": {"echo@local": "yes"}}')
+    started = subprocess.run([sys.executable, "-m", "covenant", "daemon"], env=daemon.env, capture_output=True,
+                             text=True, timeout=120)
+    assert started.returncode == 2, started.stderr
+    assert f"{state / 'stopped-agents.json'}: not a covenant list of stopped agents" in started.stderr
+    assert not daemon.socket.exists() and not agent_processes(daemon.home)

@@ -134,3 +134,28 @@ def test_an_id_listed_twice_is_one_agent_not_an_ambiguous_name() -> None:
     from covenant.agent_names import resolve_agent_id
 
     assert resolve_agent_id("chat", ["chat@local", "chat@local"]) == "chat@local"
+
+
+def test_a_stopped_agent_is_never_chosen_in_silence() -> None:
+    """Keywords choose among running agents; naming a stopped one, keywords that match only stopped ones, or a
+    stopped default_agent are ``agent_stopped`` (exit 6, HTTP 409) naming the command that starts it."""
+    from covenant.daemon.routing import AgentStopped
+
+    stopped = {"count@local"}
+    with pytest.raises(AgentStopped) as named:
+        route("anything", AGENTS, requested="count", stopped=stopped)
+    assert (named.value.exit_code, named.value.http_status) == (6, 409)
+    assert named.value.details == {"agent": "count@local", "command": "start count@local"}
+    assert "`covenant start count@local`" in named.value.message
+    with pytest.raises(AgentStopped, match=r"keywords match only stopped agents \(count@local\)"):
+        route("count the words", AGENTS, stopped=stopped)
+    # A running agent that also matches is chosen, though the stopped one scores higher.
+    agent, how = route("count the words and find them", AGENTS, stopped=stopped)
+    assert (agent.id, how) == ("search@local", "keywords")
+    with pytest.raises(AgentStopped, match="default_agent; agent count@local is stopped"):
+        route("nothing matches", AGENTS, default_agent="count@local", stopped=stopped)
+    # Two stopped matches: the one keywords would have chosen is named first, and in the command.
+    with pytest.raises(AgentStopped, match=r"only stopped agents \(count@local, calc@local\)") as both:
+        route("count words sum", AGENTS, stopped={"count@local", "calc@local"})
+    assert both.value.details["command"] == "start count@local"
+    assert route("count words", AGENTS, stopped=set())[0].id == "count@local"
