@@ -24,6 +24,8 @@ def _render_status(doc: dict) -> None:
         echo(f"           withdrawn until their manifest is fixed: {', '.join(doc['agents']['withdrawn'])}")
     for agent_id, path in doc["agents"].get("snapshot", {}).items():
         echo(f"           {agent_id} runs its last valid version (snapshot) until {path} loads again")
+    if doc["agents"].get("stopped"):
+        echo(f"           stopped until `covenant start`: {', '.join(doc['agents']['stopped'])}")
     for problem in doc["rejected"]:
         where = problem["path"] + (f":{problem['line']}" if problem.get("line") else "")
         echo(f"rejected   {where}: {problem['message']}")

@@ -40,7 +40,8 @@ async def status_document(daemon: Daemon) -> dict[str, Any]:
         "isolation_detail": daemon.isolation.to_json(),
         "tool_files": daemon.runner.tool_confinement.to_json(),
         "agents": {"loaded": sorted(daemon.agents.loaded.agents), "withdrawn": sorted(daemon.agents.loaded.withdrawn),
-                   "snapshot": {agent_id: str(path) for agent_id, path in sorted(daemon.agents.loaded.snapshots.items())}},
+                   "snapshot": {agent_id: str(path) for agent_id, path in sorted(daemon.agents.loaded.snapshots.items())},
+                   "stopped": sorted(daemon.agents.stopped)},
         "rejected": [p.to_json() for p in daemon.agents.loaded.problems],
         "in_flight": [
             {"intent": d.intent_id, "agent": d.agent_id, "elapsed_ms": int((time.monotonic() - d.started) * 1000)}

@@ -96,6 +96,8 @@ def test_stop_refuses_new_dispatches_lets_one_in_flight_finish_and_survives_rest
     only = daemon.cli("dispatch", "words please")
     assert only.returncode == 6
     assert "keywords match only stopped agents (wordcount@local): agent wordcount@local is stopped" in only.stderr
+    assert status(daemon)["agents"]["stopped"] == ["gate@local", "wordcount@local"]
+    assert "stopped until `covenant start`: gate@local, wordcount@local" in daemon.cli("status", check=True).stdout
     again = daemon.cli("stop", "wordcount", check=True).stdout
     assert again.startswith("wordcount@local was already stopped (since ")
 
