@@ -35,7 +35,8 @@ class DispatchOption(NamedTuple):
 
 DISPATCH_OPTIONS: tuple[DispatchOption, ...] = (
     DispatchOption("--agent", "agent_id", "Send to this agent (an id, or a bare name when only one namespace has it) instead of routing by keywords.", metavar="ID"),
-    DispatchOption("--priority", "priority", "Queue order when the daemon is saturated, and the agent's nice value.",
+    DispatchOption("--priority", "priority", "Queue order when the daemon is saturated, and the agent's nice value "
+                   "(low 10, high -5 under a root daemon; normal: the agent's own [settlement] priority).",
                    choices=PRIORITIES, default="normal"),
     DispatchOption("--parent", "parent", "Intent id this one follows from (recorded, passed to the agent).",
                    metavar="ID"),

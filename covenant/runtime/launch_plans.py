@@ -33,7 +33,8 @@ __all__ = ["LaunchPlans", "PRIORITY_NICE", "WorkflowNotSupported", "agent_networ
 log = logging.getLogger("covenant.runtime")
 
 PRIORITY_NICE: dict[str, int] = {"low": 10, "normal": 0, "high": -5}
-"""Manifest ``[settlement] priority`` -> the agent's nice value."""
+"""A run's priority (:meth:`LaunchPlans.priority`) -> the nice value its processes start with. Lowering it
+below the daemon's own needs CAP_SYS_NICE: without it a ``high`` run keeps the daemon's nice."""
 
 _MIB = 1024 * 1024
 
@@ -161,10 +162,19 @@ class LaunchPlans:
         cpu_ms = agent.resources.cpu_ms_per_task
         return cpu_ms + self.config.wall_grace_ms, cpu_ms
 
-    def limits(self, agent: AgentSpec) -> dict[str, Any]:
-        """The limits a run of ``agent`` is held to, as its record and its spawn hook show them."""
+    @staticmethod
+    def priority(agent: AgentSpec, asked: object) -> str:
+        """The priority of a run of ``agent`` for an intent that ``asked`` for one (``dispatch --priority``):
+        ``low`` or ``high`` as asked; for ``normal`` (the default) or nothing, the agent's own
+        ``[settlement] priority``."""
+        return asked if asked in ("low", "high") else agent.settlement.priority  # type: ignore[return-value]
+
+    def limits(self, agent: AgentSpec, priority: str | None = None) -> dict[str, Any]:
+        """The limits a run of ``agent`` at ``priority`` (default: the manifest's) is held to, as its record
+        and its spawn hook show them (``nice`` as asked; the runner puts in what the process got)."""
         wall_ms, cpu_ms = self.budgets(agent)
         res = agent.resources
+        priority = priority or agent.settlement.priority
         return {
             "cpu_ms_per_task": res.cpu_ms_per_task,
             "wall_ms": wall_ms,
@@ -172,8 +182,8 @@ class LaunchPlans:
             "memory_mb": res.memory_mb,
             "disk_mb": res.disk_mb,
             "network": res.network,
-            "priority": agent.settlement.priority,
-            "nice": PRIORITY_NICE[agent.settlement.priority],
+            "priority": priority,
+            "nice": PRIORITY_NICE[priority],
             "stdout_cap_bytes": self.config.stdout_cap_bytes,
         }
 
@@ -221,6 +231,7 @@ class LaunchPlans:
         network: NetworkMode,
         spawn_on_this_cpu: bool,
         landlock_ruleset: int = -1,
+        priority: str | None = None,
     ) -> LaunchPlan:
         """The plan of one process of ``agent``: ``argv`` in its package folder (or ``cwd``), ``scratch`` as
         its HOME and TMPDIR, ``cpu_ms`` of CPU time, as ``creds`` in ``namespaces``.
@@ -230,7 +241,8 @@ class LaunchPlans:
         and its network ``network`` (:meth:`namespaces`). Without a network
         namespace of its own, a process with ``network = "off"`` gets a fresh
         one at exec (``unshare -n``). ``landlock_ruleset`` confines a tool's
-        files (:mod:`covenant.runtime.tool_confinement`).
+        files (:mod:`covenant.runtime.tool_confinement`). ``priority`` sets its
+        nice (:data:`PRIORITY_NICE`; default the manifest's ``[settlement] priority``).
         """
         env = agent_environment(
             self.config, agent_id=agent.id, intent_id=intent_id, scratch=scratch, parent_env=os.environ
@@ -239,7 +251,7 @@ class LaunchPlans:
             argv=tuple(argv),
             env=env,
             cwd=cwd or str(agent.root),
-            nice=PRIORITY_NICE[agent.settlement.priority],
+            nice=PRIORITY_NICE[priority or agent.settlement.priority],
             rlimits=self._rlimits(agent, cpu_ms, creds),
             isolate_network=network == "off" and (namespaces is None or not namespaces.flags & _elf.CLONE_NEWNET),
             network_required=self.config.network_enforcement == "strict",

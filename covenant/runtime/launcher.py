@@ -108,8 +108,11 @@ class Launched:
         network_enforced: bool,
         gated: bool = False,
         credentials: AgentCredentials | None = None,
+        nice: int = 0,
     ) -> None:
         self.pid = popen.pid
+        self.nice = nice
+        """The nice value the process started with (its plan's, or the daemon's own where that was refused)."""
         self.credentials = credentials
         """The uid/gid the agent runs as; None when it runs as covenant's own uid."""
         self.argv = argv
@@ -401,26 +404,31 @@ class ProcessGroupLauncher(Launcher):
         # The helper is still covenant's uid here, blocked reading its credentials block (and
         # after that at its gate, still covenant's uid): rlimits go on now, while covenant may still
         # change them without CAP_SYS_RESOURCE (a process of another uid it may not touch).
-        self._apply_limits(popen.pid, plan, rlimits=not switch_in_popen)
+        nice = self._apply_limits(popen.pid, plan, rlimits=not switch_in_popen)
         if credentials_block:
             os.write(in_w, credentials_block)  # pipe capacity is far above its size
-        return Launched(popen, (in_w, out_r, err_r), argv, network_enforced, gated, creds)
+        return Launched(popen, (in_w, out_r, err_r), argv, network_enforced, gated, creds, nice)
 
     @staticmethod
-    def _apply_limits(pid: int, plan: LaunchPlan, *, rlimits: bool = True) -> None:
+    def _apply_limits(pid: int, plan: LaunchPlan, *, rlimits: bool = True) -> int:
+        """Set the plan's rlimits and nice on ``pid``; return the nice it has (the plan's unless refused)."""
         for which, limits in plan.rlimits.items() if rlimits else ():
             try:
                 resource.prlimit(pid, which, limits)
             except ProcessLookupError:
-                return
+                return plan.nice
             except (OSError, ValueError) as exc:
                 log.warning("cannot set rlimit %s on %s: %s", which, pid, exc, extra={"pid": pid, "rlimit": which, "detail": str(exc)})
-        if plan.nice:
-            try:
-                os.setpriority(os.PRIO_PROCESS, pid, plan.nice)
-            except OSError as exc:
-                if exc.errno not in (errno.EACCES, errno.EPERM, errno.ESRCH):
-                    raise
-                # Raising priority (negative nice) needs CAP_SYS_NICE; an
-                # unprivileged daemon runs high-priority agents at nice 0.
-                log.debug("cannot set nice", extra={"pid": pid, "nice": plan.nice, "detail": str(exc)})
+        own = os.getpriority(os.PRIO_PROCESS, 0)  # a new process starts with its parent's
+        if plan.nice == own:
+            return own
+        try:
+            os.setpriority(os.PRIO_PROCESS, pid, plan.nice)
+        except OSError as exc:
+            if exc.errno not in (errno.EACCES, errno.EPERM, errno.ESRCH):
+                raise
+            # Raising priority (a nice below the daemon's) needs CAP_SYS_NICE: an
+            # unprivileged daemon runs high-priority agents at its own nice.
+            log.debug("cannot set nice", extra={"pid": pid, "nice": plan.nice, "detail": str(exc)})
+            return own
+        return plan.nice

@@ -34,10 +34,11 @@ from pathlib import Path
 
 from covenant.config import IsolationConfig
 from covenant.runtime import host
+from covenant.runtime.disk_use import PrivateUse
 from covenant.runtime.holders import holder_alive, start_holder
 from covenant.runtime.tree_removal import Removal, empty_dir
 
-__all__ = ["MountNamespaces", "PRIVATE_DIRS", "DEFAULT_TMP_INODES", "INODES_PER_MIB", "MIN_TMP_INODES"]
+__all__ = ["MountNamespaces", "PRIVATE_DIRS", "DEFAULT_TMP_INODES", "INODES_PER_MIB", "MIN_TMP_INODES", "inodes_for"]
 
 log = logging.getLogger("covenant.runtime")
 
@@ -48,6 +49,13 @@ kernel's memory when all are used)."""
 INODES_PER_MIB = 256
 """Inodes per MiB of ``disk_mb`` (one per 4 KiB): a smaller disk gets fewer."""
 MIN_TMP_INODES = 1024
+
+
+def inodes_for(size_mb: int, max_inodes: int = DEFAULT_TMP_INODES) -> int:
+    """Files a ``disk_mb`` of ``size_mb`` allows: :data:`INODES_PER_MIB` per MiB, at least
+    :data:`MIN_TMP_INODES`, at most ``max_inodes`` (``[isolation] tmp_inodes``). A private dir's
+    ``nr_inodes``, and the most entries a run's scratch dir may hold (:mod:`covenant.runtime.disk_use`)."""
+    return min(max_inodes, max(MIN_TMP_INODES, size_mb * INODES_PER_MIB))
 
 _SETUP = r"""
 import ctypes, json, os, sys
@@ -180,9 +188,25 @@ class MountNamespaces:
         return _Holder(process, size_kib, {target: _inodes_used(process.pid, target) for target in PRIVATE_DIRS})
 
     def inodes_for(self, size_mb: int) -> int:
-        """``nr_inodes`` of a private dir of ``size_mb``: :data:`INODES_PER_MIB` per MiB, at least
-        :data:`MIN_TMP_INODES`, at most ``[isolation] tmp_inodes``."""
-        return min(self.max_inodes, max(MIN_TMP_INODES, size_mb * INODES_PER_MIB))
+        """``nr_inodes`` of a private dir of ``size_mb`` (:func:`inodes_for` with ``[isolation] tmp_inodes``)."""
+        return inodes_for(size_mb, self.max_inodes)
+
+    def usage(self, uid: int) -> PrivateUse:
+        """What ``uid``'s private dirs hold now, together (two ``statvfs`` on tmpfs: memory only, ~10 µs);
+        nothing when it has no holder. Any thread."""
+        holder = self._holders.get(uid)
+        if holder is None:
+            return PrivateUse()
+        used_bytes, inodes, full = 0, 0, False
+        for target in PRIVATE_DIRS:
+            try:
+                st = os.statvfs(f"/proc/{holder.process.pid}/root{target}")
+            except OSError:
+                continue  # the holder is gone: so are the dirs and what they held
+            used_bytes += (st.f_blocks - st.f_bfree) * st.f_frsize
+            inodes += max(0, st.f_files - st.f_ffree - holder.baseline.get(target, 0))
+            full = full or st.f_bavail == 0 or st.f_favail == 0
+        return PrivateUse(used_bytes, inodes, full)
 
     def dirty(self, uid: int) -> bool:
         """Did ``uid`` leave anything in its private dirs: a block, or an inode more than they were made with

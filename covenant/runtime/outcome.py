@@ -24,6 +24,7 @@ Outcome = Literal[
     "timeout",
     "cpu_exceeded",
     "memory_exceeded",
+    "disk_exceeded",
     "output_too_large",
     "protocol_error",
     "no_result",

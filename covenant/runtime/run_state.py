@@ -11,6 +11,7 @@ from typing import Any
 import trio
 
 from covenant.manifest.model import AgentSpec
+from covenant.runtime.disk_use import DiskUse
 from covenant.runtime.launcher import Launched
 from covenant.runtime.outcome import Outcome
 from covenant.runtime.sampler import ProcessTree
@@ -42,6 +43,8 @@ class RunState:
         """Trio time by which the run must end whatever its own budget: a child intent's caller's end."""
         self.cpu_budget_ms = cpu_ms
         self.memory_kib = agent.resources.memory_mb * 1024
+        self.disk: DiskUse | None = None
+        """What the run holds on disk, against its ``disk_mb``; set by the runner once its scratch dir is known."""
         self.verdict: Outcome | None = None
         self.error: str | None = None
         self.notes: list[str] = []
@@ -85,3 +88,11 @@ class RunState:
                 f"the agent's process tree reached {tree.rss_kib // 1024} MiB resident memory, "
                 f"over memory_mb = {self.memory_kib // 1024}",
             )
+        else:
+            self.check_disk()
+
+    def check_disk(self, *, at_end: bool = False) -> None:
+        """Decide ``disk_exceeded`` when the run's disk use is over ``disk_mb`` (or cannot be measured);
+        ``at_end``: the last check, once its processes are gone (:meth:`DiskUse.over`)."""
+        if self.verdict is None and self.disk is not None and (why := self.disk.over(at_end=at_end)) is not None:
+            self.decide("disk_exceeded", why)

@@ -33,6 +33,7 @@ from covenant.config import Config, RuntimeConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime import _elf, host, hostnet
 from covenant.runtime.contract import intent_line
+from covenant.runtime.disk_use import ENTRIES_PER_TICK, DiskUse, TreeScan
 from covenant.runtime.isolation import Isolation
 from covenant.runtime.kill_ladder import KillLadder, collect_root
 from covenant.runtime.launch_plans import (
@@ -51,7 +52,7 @@ from covenant.runtime.launcher import (
     ProcessGroupLauncher,
 )
 from covenant.runtime.liveroots import LiveRoots
-from covenant.runtime.mountns import MountNamespaces
+from covenant.runtime.mountns import MountNamespaces, inodes_for
 from covenant.runtime.netns import AgentNetworks, HeldNamespaces, NetworkMode
 from covenant.runtime.outcome import DispatchRecord, Outcome
 from covenant.runtime.pdeathsig import GATE_BYTE
@@ -269,6 +270,7 @@ class Runner:
         network: NetworkMode,
         cwd: str | None = None,
         landlock_ruleset: int = -1,
+        priority: str | None = None,
     ) -> tuple[str | None, Launched | LaunchError | OSError]:
         """Make the scratch dir if none was ready, build the plan, spawn (blocking; any thread).
 
@@ -284,7 +286,7 @@ class Runner:
                 os.chown(scratch, creds.uid, creds.gid)  # its HOME and TMPDIR: 0700, the agent's own
             plan = self.plans.plan(
                 agent, intent_id, argv, scratch, cpu_ms, creds, namespaces, cwd, network=network,
-                spawn_on_this_cpu=self.in_flight > 0, landlock_ruleset=landlock_ruleset,
+                spawn_on_this_cpu=self.in_flight > 0, landlock_ruleset=landlock_ruleset, priority=priority,
             )
             return scratch, self.launcher.launch(plan)
         except (LaunchError, OSError) as exc:
@@ -315,13 +317,15 @@ class Runner:
         intent_id = str(payload.get("id", ""))
         started_at = iso_now()
         t0 = time.monotonic()
-        base = self._record_base(agent, intent_id, started_at)
+        priority = self.plans.priority(agent, payload.get("priority"))
+        base = self._record_base(agent, intent_id, started_at, priority)
         argv: list[str] = []
         wall_ms, cpu_ms = self.plans.budgets(agent)
         self._starting[intent_id] = None
         try:
             argv = self.plans.argv(agent)
-            scratch, launched, creds = await self._spawn(agent, intent_id, argv, cpu_ms, agent.resources.network)
+            scratch, launched, creds = await self._spawn(agent, intent_id, argv, cpu_ms, agent.resources.network,
+                                                         priority=priority)
         except (LaunchError, OSError) as exc:
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare agent {agent.id}: {exc}"
             log.warning("spawn failed", extra={"agent": agent.id, "intent": intent_id, "detail": message})
@@ -331,6 +335,7 @@ class Runner:
             )
         finally:
             cancelled_while_starting = self._starting.pop(intent_id)
+        base["limits"]["nice"] = launched.nice  # what it got: a daemon without CAP_SYS_NICE cannot lower it
         dispatch = RunState(agent, intent_id, launched, base["limits"], wall_ms / 1000, cpu_ms, deadline)
         if creds is not None:
             base["uid"] = creds.uid
@@ -350,13 +355,13 @@ class Runner:
             result=None,
         )
 
-    def _record_base(self, agent: AgentSpec, intent_id: str, started_at: str) -> dict[str, Any]:
+    def _record_base(self, agent: AgentSpec, intent_id: str, started_at: str, priority: str | None = None) -> dict[str, Any]:
         return {
             "intent_id": intent_id,
             "agent_id": agent.id,
             "agent_version": agent.version,
             "runtime": agent.runtime,
-            "limits": self.plans.limits(agent),
+            "limits": self.plans.limits(agent, priority),
             "started_at": started_at,
             "isolation": self.isolation.mode,
         }
@@ -391,17 +396,23 @@ class Runner:
         """
         t0 = time.monotonic()
         cpu_ms = wall_ms
+        workspace = None
+        if cwd is not None:  # a workspace: only its growth during the run counts, so it is measured first
+            workspace = TreeScan(cwd)
+            await trio.to_thread.run_sync(workspace.measure)
         try:
             scratch, launched, creds = await self._spawn(agent, run_id, list(argv), cpu_ms, network, cwd, files=files)
         except (LaunchError, OSError) as exc:
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare the tool: {exc}"
             log.warning("tool spawn failed", extra={"agent": agent.id, "intent": run_id, "detail": message})
+            if workspace is not None:
+                workspace.close()
             return ToolRun.spawn_failed(list(argv), message, t0)
-        limits = {**self.plans.limits(agent), "wall_ms": wall_ms, "cpu_ms": cpu_ms}
+        limits = {**self.plans.limits(agent), "wall_ms": wall_ms, "cpu_ms": cpu_ms, "nice": launched.nice}
         run = RunState(agent, run_id, launched, limits, wall_ms / 1000, cpu_ms)
         if on_started is not None:
             on_started(run)
-        left = await self._run_to_end(run, scratch, creds, document, None)
+        left = await self._run_to_end(run, scratch, creds, document, None, workspace)
         return tool_run_record(run, t0, left.bytes, self.config.stderr_tail_bytes)
 
     async def launch(self, plan: LaunchPlan, agent: AgentSpec, network: NetworkMode) -> Launched:
@@ -435,9 +446,10 @@ class Runner:
 
     async def _spawn(
         self, agent: AgentSpec, marker: str, argv: list[str], cpu_ms: int, network: NetworkMode, cwd: str | None = None,
-        *, files: ToolFiles | None = None,
+        *, files: ToolFiles | None = None, priority: str | None = None,
     ) -> tuple[str, Launched, AgentCredentials | None]:
-        """Claim the agent's uid, take (or make) a scratch dir and start the process (confined to ``files``).
+        """Claim the agent's uid, take (or make) a scratch dir and start the process (confined to ``files``,
+        at the nice of ``priority``, default the manifest's).
 
         On failure the uid and the dir are given back and the error is raised.
         """
@@ -459,7 +471,7 @@ class Runner:
             # concurrent clients: 2-7 % more dispatches per s, 7-11 % less CPU; docs/performance.md).
             try:
                 made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds, namespaces, network, cwd,
-                                              ruleset.fd if ruleset is not None else -1)
+                                              ruleset.fd if ruleset is not None else -1, priority)
             finally:
                 if ruleset is not None:
                     self.tool_confinement.release(ruleset)
@@ -474,7 +486,8 @@ class Runner:
         return made, launched, creds
 
     async def _run_to_end(
-        self, d: RunState, scratch: str, creds: AgentCredentials | None, stdin: bytes, on_spawned: SpawnHook | None
+        self, d: RunState, scratch: str, creds: AgentCredentials | None, stdin: bytes, on_spawned: SpawnHook | None,
+        workspace: TreeScan | None = None,
     ) -> Removal:
         """Supervise a started run until its whole tree is gone; return what it left behind, removed.
 
@@ -482,10 +495,14 @@ class Runner:
         live run of its uid, what the uid left in its temp dirs; never raises
         for what the agent made there (any depth, links, modes: the removal
         says what it could not remove, :mod:`covenant.runtime.tree_removal`).
+        Its disk use (scratch dir, ``workspace``'s growth, its uid's private /tmp) is measured on the
+        sampler's ticks and once more, whole, before that removal.
         """
         self._dispatches.add(d)
         if self._stopping:  # cancel_all came while this run was being spawned: its agent is never released
             d.decide("cancelled", _STOPPING)
+        d.disk = self._disk_use(d.agent, scratch, creds, workspace)
+        self.sampler.watch_disk(d.disk)
         self.sampler.register(d.tree, d.check_limits)
         left = Removal()
         try:
@@ -497,13 +514,44 @@ class Runner:
             finally:
                 with trio.CancelScope(shield=True):
                     await self._finish(d)
+                    self.sampler.unwatch_disk(d.disk)  # before the last check, which may run on a thread
+                    await self._last_disk_check(d)
                     released = await self.uids.release(creds, d.agent.id, d.intent_id) if creds is not None else Released()
                     d.left_behind += released.killed
                     left = await self.scratch.give_back(scratch) + released.left
         finally:
             self.sampler.unregister(d.tree)
+            self.sampler.unwatch_disk(d.disk)
+            d.disk.close()
             self._dispatches.discard(d)
         return left
+
+    def _disk_use(self, agent: AgentSpec, scratch: str, creds: AgentCredentials | None,
+                  workspace: TreeScan | None) -> DiskUse:
+        """What a run's ``disk_mb`` holds: its scratch dir, ``workspace``'s growth and, with agent uids that
+        have one, its uid's private /tmp and /dev/shm."""
+        disk_mb = agent.resources.disk_mb
+        private = None
+        if creds is not None and self.mount_namespaces is not None:
+            private = partial(self.mount_namespaces.usage, creds.uid)
+        return DiskUse(disk_mb, inodes_for(disk_mb, self.isolation.tmp_inodes), scratch, workspace=workspace,
+                       private=private)
+
+    @staticmethod
+    async def _last_disk_check(d: RunState) -> None:
+        """Every process of the run is gone: measure its disk use whole before what it left is removed (a run
+        shorter than a tick is judged too). On the loop when one tick's budget covers it (an empty scratch
+        dir: one listing), else on a worker thread."""
+        assert d.disk is not None
+        scan = d.disk.scratch
+        scan.restart()
+        passes = scan.passes
+        scan.step(ENTRIES_PER_TICK)
+        if scan.passes == passes and scan.problem is None or d.disk.workspace is not None:
+            await trio.to_thread.run_sync(d.disk.finish)
+        else:
+            d.disk.read_private()
+        d.check_disk(at_end=True)
 
     async def _supervise(self, d: RunState, line: bytes, on_spawned: SpawnHook | None) -> None:
         """Release the agent, then feed, read and watch until the root exits or a limit is crossed.

@@ -1,4 +1,4 @@
-"""One sampler for every running dispatch: tree membership, CPU and RSS.
+"""One sampler for every running dispatch: tree membership, CPU, RSS and disk use.
 
 Each tick walks ``/proc/<pid>/task/*/children`` from every agent's root
 (through files kept open while the process lives, see ``_procfs.OpenProcess``),
@@ -6,6 +6,8 @@ re-checks processes seen before (a descendant that called setsid() and lost
 its parent is still ours), and looks at covenant's own children: as a child
 subreaper, covenant adopts orphaned descendants, which are attributed to
 their dispatch by the ``COVENANT_INTENT_ID`` marker in their environment.
+Each tick also measures the runs' disk use a little further, within one
+budget of directory entries for all of them (:mod:`covenant.runtime.disk_use`).
 """
 
 from __future__ import annotations
@@ -16,6 +18,7 @@ from collections.abc import Callable, Collection, Iterable
 import trio
 
 from covenant.runtime import _procfs
+from covenant.runtime.disk_use import ENTRIES_PER_TICK, MIN_ENTRIES_PER_RUN, DiskUse
 
 __all__ = ["ProcessTree", "Sampler", "MARKER_NAME"]
 
@@ -132,6 +135,10 @@ class Sampler:
         self.helper_pids = helper_pids
         """covenant's own long-lived children (mount namespace holders): never read as orphans."""
         self._trees: dict[ProcessTree, Callable[[], None]] = {}
+        self._disks: dict[DiskUse, None] = {}
+        self.disk_entries = 0
+        """Directory entries read by the last tick's disk measurements (at most
+        max(:data:`ENTRIES_PER_TICK`, :data:`MIN_ENTRIES_PER_RUN` per run))."""
         self.foreign: dict[tuple[int, int], None] = {}
         """Children of covenant known to belong to no run, as (pid, starttime): their environment
         is read once."""
@@ -145,6 +152,14 @@ class Sampler:
         self._trees.pop(tree, None)
         tree.close()
 
+    def watch_disk(self, disk: DiskUse) -> None:
+        """Measure ``disk`` on each tick from now on (before the limit checks run)."""
+        self._disks[disk] = None
+
+    def unwatch_disk(self, disk: DiskUse) -> None:
+        """Stop measuring ``disk`` (its owner closes it)."""
+        self._disks.pop(disk, None)
+
     async def run(self) -> None:
         """Tick forever; cancelled by the runner's nursery on close."""
         while True:
@@ -155,6 +170,9 @@ class Sampler:
     def tick(self) -> None:
         """Sample every tree once (one pass over /proc for all dispatches)."""
         self.ticks += 1
+        if self._disks:
+            share = max(MIN_ENTRIES_PER_RUN, ENTRIES_PER_TICK // len(self._disks))
+            self.disk_entries = sum(disk.step(share) for disk in list(self._disks))
         adopted = adopted_orphans(list(self._trees), self.foreign, self.helper_pids())
         for tree, after_sample in list(self._trees.items()):
             tree.refresh(adopted.get(tree, ()))

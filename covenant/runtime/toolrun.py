@@ -28,7 +28,7 @@ class ToolRun:
     """How one run of a process tool ended, as the runner observed it (integers only)."""
 
     outcome: Outcome
-    """``ok``, ``timeout``, ``cpu_exceeded``, ``memory_exceeded``, ``output_too_large``,
+    """``ok``, ``timeout``, ``cpu_exceeded``, ``memory_exceeded``, ``disk_exceeded``, ``output_too_large``,
     ``protocol_error`` (stdout is not one JSON document), ``no_result`` (nothing on stdout),
     ``crashed`` (non-zero exit or a signal), ``spawn_failed`` or ``cancelled``."""
     error: str | None
@@ -119,8 +119,8 @@ def tool_run_record(d: RunState, t0: float, scratch_bytes: int, stderr_tail_byte
     sig = status.signal if status else None
     outcome, error, result = _classify(d, exit_code, sig)
     notes = list(d.notes)
-    if scratch_bytes > d.agent.resources.disk_mb * _MIB:
-        notes.append(f"the scratch dir held {scratch_bytes} bytes, over disk_mb = {d.agent.resources.disk_mb}")
+    if scratch_bytes > d.agent.resources.disk_mb * _MIB and outcome != "disk_exceeded":  # another limit first
+        notes.append(f"it held {scratch_bytes} bytes on disk, over disk_mb = {d.agent.resources.disk_mb}")
     if notes:
         error = "; ".join([error, *notes] if error else notes)
     tail = bytes(d.stderr_tail[-stderr_tail_bytes:])

@@ -25,16 +25,17 @@ def build_record(
     d: RunState, base: dict[str, Any], t0: float, left: Removal, stderr_tail_bytes: int
 ) -> DispatchRecord:
     """The record of a finished run: ``base`` (ids, limits, start) plus how it ended; ``left`` is what it
-    left behind, removed (its bytes, and whether the removal was complete)."""
-    scratch_bytes = left.bytes
+    left behind, removed (its bytes, and whether the removal was complete). ``scratch_peak_bytes`` is the
+    most it held on disk: the largest sample (:mod:`covenant.runtime.disk_use`), or what it left if more."""
+    scratch_bytes = max(left.bytes, d.disk.peak_bytes if d.disk is not None else 0)
     status = d.launched.status
     exit_code = status.exit_code if status else None
     sig = status.signal if status else None
     outcome, error, result = classify(d, exit_code, sig)
     notes = list(d.notes)
     disk_bytes = d.agent.resources.disk_mb * _MIB
-    if scratch_bytes > disk_bytes:
-        notes.append(f"the scratch dir held {scratch_bytes} bytes, over disk_mb = {d.agent.resources.disk_mb}")
+    if scratch_bytes > disk_bytes and outcome != "disk_exceeded":  # another limit was crossed first
+        notes.append(f"it held {scratch_bytes} bytes on disk, over disk_mb = {d.agent.resources.disk_mb}")
     if notes:
         error = "; ".join([error, *notes] if error else notes)
     tail = bytes(d.stderr_tail[-stderr_tail_bytes:])

@@ -1,6 +1,6 @@
 """What an agent leaves in its HOME and its private /tmp is removed whatever its shape, and the record says
-so: 1,000 levels of directories, empty files past the tmpfs's inode cap (0 bytes used). Real runs as an
-agent uid (root only)."""
+so: 1,000 levels of directories, empty files past the tmpfs's inode cap (0 bytes used; the run that fills
+/tmp ends ``disk_exceeded``). Real runs as an agent uid (root only)."""
 
 from __future__ import annotations
 
@@ -49,6 +49,7 @@ elif what == "files":
     report["made"] = made
 report["home"] = os.listdir(os.environ["HOME"])
 report["tmp"] = sorted(os.listdir("/tmp"))
+sys.stderr.write("report " + json.dumps({"error": report.get("error"), "made": report.get("made")}) + "\\n")
 print(json.dumps({"intent_id": intent["id"], "status": "ok", "text": json.dumps(report), "sources": []}))
 """
 
@@ -70,10 +71,17 @@ def runs(folder: Path, texts: list[str], disk_mb: int = 8):  # type: ignore[no-u
     return trio.run(main)
 
 
+def stderr_report(record) -> dict:  # type: ignore[no-untyped-def]
+    """The leaver's ``error`` and ``made`` from the last line of its stderr (a run whose answer is not kept)."""
+    line = record.stderr_tail.splitlines()[-1]
+    assert line.startswith("report "), record.stderr_tail
+    return json.loads(line.removeprefix("report "))
+
+
 @root_only
 def test_a_1000_level_tree_in_home_and_tmp_is_removed_and_the_record_says_so(agent_reachable_dir: Path) -> None:
     before, deep, after = runs(agent_reachable_dir, ["look", "deep", "look"])
-    assert deep.outcome == "ok", deep.error
+    assert deep.outcome == "ok", deep.error  # 2,000 directories and a few files: within disk_mb = 8 (2,048 entries)
     assert deep.cleanup.complete and deep.cleanup.reason is None, deep.cleanup
     report = json.loads(after.result["text"])
     assert report["home"] == []  # a fresh HOME
@@ -88,7 +96,8 @@ def test_empty_files_past_the_inode_cap_are_refused_and_cleaned(agent_reachable_
     disk_mb = 8
     cap = min(DEFAULT_TMP_INODES, max(MIN_TMP_INODES, disk_mb * INODES_PER_MIB))
     before, filled, after = runs(agent_reachable_dir, ["look", "files", "look"], disk_mb=disk_mb)
-    report = json.loads(filled.result["text"])
+    assert filled.outcome == "disk_exceeded" and "filled its private /tmp" in (filled.error or ""), filled.error
+    report = stderr_report(filled)
     assert report["error"] == "No space left on device" and report["made"] < cap, report
     assert filled.cleanup.complete
     assert json.loads(after.result["text"])["tmp"] == json.loads(before.result["text"])["tmp"]

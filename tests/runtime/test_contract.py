@@ -70,8 +70,8 @@ def test_exit_codes() -> None:
     assert codes.pop("session_forbidden") == 3  # a denial: the session belongs to another issuer
     assert set(codes.values()) == {4}
     # step_failed: a workflow step failed for good (docs/workflows.md); interrupted: written at the next start
-    # for an intent a killed daemon had in flight (docs/runtime.md)
-    assert len(OUTCOMES) == 21 and codes["interrupted"] == 4
+    # for an intent a killed daemon had in flight (docs/runtime.md); disk_exceeded for any agent (DESIGN.md §7)
+    assert len(OUTCOMES) == 24 and codes["interrupted"] == 4 and codes["disk_exceeded"] == 4
 
 
 def test_record_has_integer_fields_only() -> None:

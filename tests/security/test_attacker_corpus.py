@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import errno
 import hashlib
+import json
 import os
 import signal
 import time
@@ -149,7 +150,12 @@ def test_a_fork_bomb_stops_at_the_uid_process_limit_and_leaves_nothing(attacked:
 def test_a_dev_shm_filler_is_capped_counted_and_cleaned(attacked: AttackedDaemon) -> None:
     attacked.start()
     before = os.statvfs("/dev/shm")
-    outcome, report = attacked.attack("shm", "300")
+    done = attacked.cli("dispatch", "attack shm 300", "--agent", "attacker@local", "--json", timeout=180)
+    outcome = json.loads(done.stdout)
+    # Capped by the kernel, and the run that filled it ends disk_exceeded (exit 4); its report is on stderr.
+    assert done.returncode == 4 and outcome["outcome"] == "disk_exceeded", outcome
+    assert "filled its private /tmp or /dev/shm" in outcome["error"], outcome["error"]
+    report = json.loads(outcome["record"]["stderr_tail"].splitlines()[-1].removeprefix("report "))
     assert report["succeeded"] is False and report["errno"] in (errno.ENOSPC, errno.EFBIG), report
     assert report["written"] <= DISK_MB * 1024 * 1024
     assert outcome["record"]["scratch_peak_bytes"] >= report["written"]  # counted as the dispatch's disk use

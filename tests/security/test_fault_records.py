@@ -59,6 +59,14 @@ class Faulty:
         assert code == 0 and outcome["outcome"] == "ok", outcome
         return outcome, json.loads(outcome["text"])
 
+    def report_over_disk(self, text: str) -> tuple[dict, dict]:
+        """A run that ends ``disk_exceeded`` (exit 4): its report from the last line of its stderr."""
+        code, outcome = self.dispatch(text)
+        assert code == 4 and outcome["outcome"] == "disk_exceeded", outcome
+        line = outcome["record"]["stderr_tail"].splitlines()[-1]
+        assert line.startswith("report "), outcome["record"]["stderr_tail"]
+        return outcome, json.loads(line.removeprefix("report "))
+
     def events(self, intent: str) -> list[str]:
         lines = self.daemon.cli("audit", "tail", "--json", "-n", "1000000", check=True).stdout.splitlines()
         return [r["type"] for r in map(json.loads, lines) if r["data"].get("intent") == intent]
@@ -153,7 +161,8 @@ def test_empty_files_past_the_inode_cap_are_refused_and_cleaned(faulty: Faulty) 
     """150,000 empty files take no block: the tmpfs caps inodes, and /tmp is emptied though it reports 0 bytes."""
     cap = min(DEFAULT_TMP_INODES, max(MIN_TMP_INODES, DISK_MB * INODES_PER_MIB))
     _, before = faulty.report("look")
-    outcome, report = faulty.report("files")
+    outcome, report = faulty.report_over_disk("files")
+    assert "filled its private /tmp" in outcome["error"], outcome["error"]
     assert report["error"] == "No space left on device" and report["made"] < cap, report
     faulty.assert_recorded(outcome)
     _, after = faulty.report("look")

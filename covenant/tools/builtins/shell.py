@@ -56,7 +56,7 @@ def _result(run: ToolRun, limit: int) -> dict[str, Any]:
             raise ToolError("tool_timeout", f"the command did not finish in time and was killed: {run.error}")
         case "spawn_failed":
             raise ToolError("tool_unavailable", f"the command could not be started: {run.error}")
-        case "cpu_exceeded" | "memory_exceeded" | "output_too_large" | "cancelled":
+        case "cpu_exceeded" | "memory_exceeded" | "disk_exceeded" | "output_too_large" | "cancelled":
             raise ToolError("tool_failed", f"the command was stopped ({run.outcome}): {run.error}")
     stdout, stdout_cut = _cut(run.stdout, limit, keep_end=False)
     stderr, stderr_cut = _cut(run.stderr_tail.encode("utf-8", "replace"), limit, keep_end=True)

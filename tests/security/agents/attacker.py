@@ -2,7 +2,9 @@
 
 Intent text: ``attack NAME ARG...``. The answer's text is a JSON object:
 ``{"attack": NAME, "succeeded": bool, "detail": str, ...}``. ``succeeded`` is
-True only when the attempt got through (the tests assert it is False).
+True only when the attempt got through (the tests assert it is False). The
+same report is the last line on stderr, after ``report ``, for a run whose
+answer is not kept (``shm`` ends ``disk_exceeded``).
 """
 
 import ctypes
@@ -171,6 +173,7 @@ def main():
     report["attack"] = name
     report["uid"] = os.getuid()
     report["rlimits"] = {n: list(resource.getrlimit(getattr(resource, n))) for n in ("RLIMIT_NPROC", "RLIMIT_FSIZE", "RLIMIT_CPU", "RLIMIT_CORE")}
+    sys.stderr.write("report " + json.dumps(report) + "\n")
     print(json.dumps({"intent_id": intent["id"], "status": "ok", "text": json.dumps(report), "sources": []}), flush=True)
 
 

@@ -9,7 +9,8 @@ Intent text ``MODE [ARG]``:
 - ``raw``: answers with a lone surrogate's raw bytes (invalid UTF-8);
 - ``look``: reports what its HOME and /tmp hold.
 
-The answer's text is a JSON report: ``home`` and ``tmp`` (the names there), ``made``, ``error``.
+The answer's text is a JSON report: ``home`` and ``tmp`` (the names there), ``made``, ``error``; it is also the
+last line on stderr, after ``report ``, for a run whose answer is not kept (``files`` ends ``disk_exceeded``).
 """
 
 import json
@@ -50,6 +51,8 @@ elif mode == "files":
 report["home"] = sorted(os.listdir(os.environ["HOME"]))
 report["tmp"] = sorted(os.listdir("/tmp"))[:20]
 report["tmp_count"] = len(os.listdir("/tmp"))
+sys.stderr.write("report " + json.dumps(report) + "\n")
+sys.stderr.flush()
 
 if mode == "escape":
     line = '{"intent_id": %s, "status": "ok", "text": "half \\ud800 a pair", "sources": []}' % json.dumps(intent["id"])
