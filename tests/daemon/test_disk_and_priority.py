@@ -87,6 +87,22 @@ def test_disk_mb_caps_the_whole_scratch_use_and_priority_sets_the_agents_nice(da
     assert outcome["record"]["scratch_peak_bytes"] == 3 * 2**20
     assert not os.path.exists(_home_of(outcome))
 
+    # Many empty files take no block: more entries than disk_mb allows (256 per MiB) is over it all the same.
+    code, outcome = _dispatch(daemon, "tiny 2000")
+    _assert_over_and_cleaned(daemon, code, outcome)
+    assert f"over the {DISK_MB * 256} that disk_mb = {DISK_MB} allows" in outcome["error"], outcome["error"]
+
+    # Links to the whole host and to a big file, 200 levels, a directory closed to its owner: measured, never
+    # followed, 2 MiB in all: ok, and all of it removed.
+    code, outcome = _dispatch(daemon, "odd")
+    if os.geteuid() == 0:
+        assert code == 0 and outcome["outcome"] == "ok", outcome
+        assert outcome["record"]["scratch_peak_bytes"] == 2 * 2**20, outcome["record"]
+    else:  # a same-uid daemon may not list what the agent closed: not measured, not trusted
+        _assert_over_and_cleaned(daemon, code, outcome)
+        assert "cannot measure" in outcome["error"] and "cannot list it" in outcome["error"], outcome["error"]
+    assert outcome["record"]["cleanup"]["complete"] and not os.path.exists(_home_of(outcome))
+
     # Priority: low raises the nice, high lowers it where the daemon may (root); normal keeps the manifest's.
     expected = {"low": 10, "normal": 0, "high": -5 if os.geteuid() == 0 else 0}
     for priority, nice in expected.items():

@@ -4,8 +4,12 @@ workspace's growth. Real files, real directories, real processes."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
+import subprocess
 import sys
+import tempfile
 from pathlib import Path
 
 from covenant.runtime.disk_use import (
@@ -122,23 +126,44 @@ def test_a_tree_moved_under_the_scan_is_scanned_again(tmp_path: Path) -> None:
     scan.close()
 
 
-def test_a_directory_it_may_not_list_is_a_problem_the_run_ends_on(tmp_path: Path) -> None:
-    top = tmp_path / "closed"
-    (top / "shut").mkdir(parents=True)
-    (top / "shut").chmod(0)
-    scan = TreeScan(str(top))
-    while scan.passes == 0 and scan.problem is None:
-        scan.step(100)
-    if os.geteuid() == 0:  # root lists it anyway: measured
-        assert scan.problem is None and scan.entries == 1
-    else:
-        assert scan.problem is not None and "shut: cannot list it" in scan.problem
-        disk = DiskUse(100, 25_600, str(top))
-        disk.finish()
-        assert "cannot measure" in (disk.over(at_end=True) or "")
-        disk.close()
-    scan.close()
-    (top / "shut").chmod(0o700)
+CLOSED_SCAN = """\
+import json, os, sys
+from covenant.runtime.disk_use import DiskUse
+top = sys.argv[1]
+os.makedirs(os.path.join(top, "open", "shut"))
+with open(os.path.join(top, "open", "shut", "inside"), "wb") as f:
+    f.write(b"x" * 100)
+os.chmod(os.path.join(top, "open", "shut"), 0)
+disk = DiskUse(100, 25_600, top)
+disk.finish()
+print(json.dumps({"problem": disk.scratch.problem, "over": disk.over(at_end=True), "bytes": disk.scratch.bytes}))
+disk.close()
+os.chmod(os.path.join(top, "open", "shut"), 0o700)
+"""
+
+
+def test_a_directory_it_may_not_list_ends_the_run_and_root_lists_it(tmp_path: Path) -> None:
+    """Who may not list a directory the agent closed (a same-uid daemon: the agent is its uid, not root) does
+    not guess what it holds; root lists it and measures it."""
+    base = Path(tempfile.mkdtemp(prefix="closed-"))
+    try:
+        base.chmod(0o777)
+        as_nobody = {"user": 65534, "group": 65534} if os.geteuid() == 0 else {}
+        ran = subprocess.run([sys.executable, "-c", CLOSED_SCAN, str(base / "unprivileged")], check=False, capture_output=True,
+                             text=True, timeout=60, env={"PYTHONPATH": str(Path(__file__).resolve().parents[2])},
+                             **as_nobody)  # type: ignore[call-overload]
+        assert ran.returncode == 0, ran.stderr
+        found = json.loads(ran.stdout)
+        assert found["problem"] is not None and "open/shut: cannot list it (Permission denied)" in found["problem"]
+        assert "cannot measure the run's disk use" in found["over"], found
+        if os.geteuid() == 0:
+            (base / "root").mkdir()
+            ran = subprocess.run([sys.executable, "-c", CLOSED_SCAN, str(base / "root")], capture_output=True,
+                                 text=True, timeout=60, check=True)
+            assert json.loads(ran.stdout) == {"problem": None, "over": None, "bytes": 100}
+    finally:
+        subprocess.run(["chmod", "-R", "u+rwx", str(base)], check=False)
+        shutil.rmtree(base, ignore_errors=True)
 
 
 def test_a_missing_scratch_dir_is_empty_and_measure_ends(tmp_path: Path) -> None:

@@ -5,6 +5,9 @@ Intent text ``MODE [N]``:
 - ``files N``: N files of 1 MiB in its TMPDIR, then answers;
 - ``hold N``: the same, then sleeps (a run that only the sampler can stop);
 - ``tmp``: 1 MiB files in /tmp until a write fails (or 64 MiB), then answers with how far it got;
+- ``tiny N``: N empty files in its HOME (no block: only the entry cap can stop them);
+- ``odd``: a link to ``/`` and to the agent's own interpreter, 200 levels of directories with a 1 MiB file
+  at the bottom, and a directory made 000 holding another 1 MiB file (2 MiB in all, under the limit);
 - ``nice``: answers with its own nice value (``os.getpriority``).
 """
 
@@ -34,6 +37,21 @@ elif mode == "tmp":
     except OSError as exc:
         text = f"stopped after {written} MiB: {exc.strerror}"
     sys.stderr.write(text + "\n")
+elif mode == "tiny":
+    for i in range(int(arg)):
+        open(os.path.join(os.environ["HOME"], f"e{i}"), "wb").close()
+elif mode == "odd":
+    home = os.environ["HOME"]
+    os.symlink("/", os.path.join(home, "to-root"))
+    os.symlink(sys.executable, os.path.join(home, "to-python"))
+    deep = os.path.join(home, "deep")
+    os.makedirs(os.path.join(deep, *["d"] * 199))
+    with open(os.path.join(deep, *["d"] * 199, "bottom"), "wb") as f:
+        f.write(b"\1" * 1024 * 1024)
+    os.mkdir(os.path.join(home, "shut"))
+    with open(os.path.join(home, "shut", "inside"), "wb") as f:
+        f.write(b"\1" * 1024 * 1024)
+    os.chmod(os.path.join(home, "shut"), 0)
 elif mode == "nice":
     text = str(os.getpriority(os.PRIO_PROCESS, 0))
 print(json.dumps({"intent_id": intent["id"], "status": "ok", "text": text, "sources": []}))
