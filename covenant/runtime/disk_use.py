@@ -96,6 +96,8 @@ class TreeScan:
         self._device = 0
         self._stack: list[_Level] = []
         self._closed = False
+        self._measuring: int | None = None
+        """:meth:`measure` under way: the passes completed when it began."""
 
     @property
     def bytes(self) -> int:
@@ -138,14 +140,25 @@ class TreeScan:
         self._unwind()
         self._bytes, self._entries = 0, 0
 
-    def measure(self, enough: Callable[[], bool] = lambda: False, budget: int = ENTRIES_PER_TICK) -> None:
-        """A fresh pass to its end (blocking, time linear in the tree), or until ``enough()`` says the
-        answer is known already; ``budget`` entries between two looks."""
-        self.restart()
-        passes = self.passes
-        while self.passes == passes and self.problem is None and not self._closed and not enough():
-            if not self.step(budget) and not self._stack:
-                return  # nothing there to measure
+    def measure(self, enough: Callable[[], bool] = lambda: False, budget: int | None = None) -> bool:
+        """A fresh pass to its end (time linear in the tree), or until ``enough()`` says the answer is known
+        already. With ``budget``, at most about that many entries: False when the pass is not over yet, and
+        the next call goes on with it. Blocking."""
+        if self._measuring is None:
+            self.restart()
+            self._measuring = self.passes
+        left = budget
+        while self.passes == self._measuring and self.problem is None and not self._closed and not enough():
+            chunk = ENTRIES_PER_TICK if left is None else min(left, ENTRIES_PER_TICK)
+            if chunk <= 0:
+                return False
+            used = self.step(chunk)
+            if not used and not self._stack:
+                break  # not there (not made, or removed): nothing to measure
+            if left is not None:
+                left -= used
+        self._measuring = None
+        return True
 
     def _start_pass(self) -> bool:
         try:
@@ -315,18 +328,21 @@ class DiskUse:
         self.read_private()
         return used
 
-    def finish(self) -> None:
-        """The run's processes are gone: measure everything once more, whole (blocking; the scratch dir is
-        usually empty, one listing), until the answer of :meth:`over` is known."""
+    def finish(self, budget: int | None = None) -> bool:
+        """The run's processes are gone: measure everything once more, whole, until the answer of :meth:`over`
+        is known. With ``budget``, at most about that many entries per tree (one listing of an empty scratch
+        dir is the usual case): False when more remain, and the next call goes on. Blocking."""
         self.read_private()
 
         def enough() -> bool:
             return self.over(at_end=True) is not None
 
-        self.scratch.measure(enough)
-        if self.workspace is not None and self._baseline is not None:
-            self.workspace.measure(enough)
+        if not self.scratch.measure(enough, budget):
+            return False
+        if self.workspace is not None and self._baseline is not None and not self.workspace.measure(enough, budget):
+            return False
         self.peak_bytes = max(self.peak_bytes, self.total_bytes)
+        return True
 
     def read_private(self) -> None:
         """Read the private /tmp and /dev/shm now (two ``statvfs``)."""

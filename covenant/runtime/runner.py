@@ -540,17 +540,11 @@ class Runner:
     @staticmethod
     async def _last_disk_check(d: RunState) -> None:
         """Every process of the run is gone: measure its disk use whole before what it left is removed (a run
-        shorter than a tick is judged too). On the loop when one tick's budget covers it (an empty scratch
-        dir: one listing), else on a worker thread."""
+        shorter than a tick is judged too). On the loop as far as one tick's budget goes (an empty scratch
+        dir: one listing), the rest on a worker thread."""
         assert d.disk is not None
-        scan = d.disk.scratch
-        scan.restart()
-        passes = scan.passes
-        scan.step(ENTRIES_PER_TICK)
-        if scan.passes == passes and scan.problem is None or d.disk.workspace is not None:
+        if not d.disk.finish(ENTRIES_PER_TICK):
             await trio.to_thread.run_sync(d.disk.finish)
-        else:
-            d.disk.read_private()
         d.check_disk(at_end=True)
 
     async def _supervise(self, d: RunState, line: bytes, on_spawned: SpawnHook | None) -> None:

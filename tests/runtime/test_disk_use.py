@@ -22,6 +22,7 @@ from covenant.runtime.disk_use import (
 )
 from covenant.runtime.runner import Runner
 from covenant.runtime.sampler import Sampler
+from covenant.runtime.tree_removal import remove_tree
 from tests.runtime.conftest import leftovers, make_agent
 
 MIB = 1024 * 1024
@@ -59,19 +60,19 @@ def test_each_step_reads_at_most_its_budget_and_a_pass_resumes_where_it_stopped(
     top = tmp_path / "many"
     for d in range(10):
         (top / f"d{d}").mkdir(parents=True)
-        for f in range(300):
+        for f in range(100):
             (top / f"d{d}" / f"f{f}").write_bytes(b"1")
     scan = TreeScan(str(top))
     steps = 0
     while scan.passes == 0:
-        assert scan.step(100) <= 100
+        assert scan.step(50) <= 50
         steps += 1
-    assert steps >= 30  # 3,010 entries and 10 directories opened, 100 at a time
-    assert scan.bytes == 3000 and scan.entries == 3010
+    assert steps >= 20  # 1,010 entries and 10 directories opened, 50 at a time
+    assert scan.bytes == 1000 and scan.entries == 1010
     (top / "d0" / "big").write_bytes(b"2" * 5000)
     while scan.passes == 1:
-        scan.step(100)
-    assert scan.bytes == 8000 and scan.entries == 3011
+        scan.step(50)
+    assert scan.bytes == 6000 and scan.entries == 1011
     scan.close()
 
 
@@ -93,21 +94,24 @@ def _chain(top: Path, levels: int, file_every: int = 0) -> None:
 def test_any_depth_is_measured_with_a_bounded_number_of_open_directories(tmp_path: Path) -> None:
     top = tmp_path / "deep"
     top.mkdir()
-    _chain(top, 3000, file_every=100)
+    _chain(top, 1000, file_every=100)
     for branch in range(3):  # beside the chain, past the open levels too: found again on the way back up
         (top / "d" / "d" / f"side{branch}").mkdir()
         _chain(top / "d" / "d" / f"side{branch}", 40, file_every=10)
-    fds_before = len(os.listdir("/proc/self/fd"))
-    scan = TreeScan(str(top))
-    most_fds = 0
-    while scan.passes == 0:
-        assert scan.step(50) <= 50
-        most_fds = max(most_fds, len(os.listdir("/proc/self/fd")) - fds_before)
-    assert scan.problem is None
-    assert scan.entries == 3000 + 30 + 3 * (1 + 40 + 4) and scan.bytes == 10 * (30 + 3 * 4)
-    assert most_fds <= 2 * (OPEN_LEVELS + 1) + 1, most_fds  # the top, its window, the listing being read
-    scan.close()
-    assert len(os.listdir("/proc/self/fd")) == fds_before
+    try:
+        fds_before = len(os.listdir("/proc/self/fd"))
+        scan = TreeScan(str(top))
+        most_fds = 0
+        while scan.passes == 0:
+            assert scan.step(50) <= 50
+            most_fds = max(most_fds, len(os.listdir("/proc/self/fd")) - fds_before)
+        assert scan.problem is None
+        assert scan.entries == 1000 + 10 + 3 * (1 + 40 + 4) and scan.bytes == 10 * (10 + 3 * 4)
+        assert most_fds <= 2 * (OPEN_LEVELS + 1) + 1, most_fds  # the top, its window, the listing being read
+        scan.close()
+        assert len(os.listdir("/proc/self/fd")) == fds_before
+    finally:
+        assert remove_tree(str(top)).complete  # pytest's own clean-up recurses once per level
 
 
 def test_a_tree_moved_under_the_scan_is_scanned_again(tmp_path: Path) -> None:
@@ -211,6 +215,21 @@ def test_whole_use_over_disk_mb_files_over_the_entry_cap_and_a_full_private_tmp(
     disk.close()
 
 
+def test_the_last_measurement_goes_on_where_its_share_on_the_loop_stopped(tmp_path: Path) -> None:
+    top = tmp_path / "scratch"
+    top.mkdir()
+    for i in range(1200):
+        (top / f"f{i}").write_bytes(b"ab")
+    disk = DiskUse(100, 25_600, str(top))
+    assert disk.finish(ENTRIES_PER_TICK) is False  # more than a tick's share: the rest is for a thread
+    assert disk.finish() is True
+    assert disk.scratch.passes == 1 and disk.scratch.entries == 1200 and disk.peak_bytes == 2400
+    assert disk.over(at_end=True) is None
+    (top / "f0").write_bytes(b"\0" * 101 * MIB)
+    assert disk.finish() is True and "over disk_mb = 100" in (disk.over(at_end=True) or "")
+    disk.close()
+
+
 def test_a_workspace_counts_by_its_growth_only(tmp_path: Path) -> None:
     workspace = tmp_path / "ws"
     workspace.mkdir()
@@ -233,7 +252,7 @@ def test_a_tick_reads_a_bounded_number_of_entries_however_many_files_runs_hold(t
     for run in range(4):
         top = tmp_path / f"run{run}"
         top.mkdir()
-        for i in range(2000):
+        for i in range(600):
             (top / f"f{i}").write_bytes(b"x")
         disks.append(DiskUse(100, 25_600, str(top)))
     sampler = Sampler(50)
@@ -244,8 +263,8 @@ def test_a_tick_reads_a_bounded_number_of_entries_however_many_files_runs_hold(t
         sampler.tick()
         ticks += 1
         assert 0 < sampler.disk_entries <= ENTRIES_PER_TICK
-    assert ticks >= 4 * 2000 // ENTRIES_PER_TICK
-    assert all(disk.scratch.bytes == 2000 for disk in disks)
+    assert ticks >= 4 * 600 // ENTRIES_PER_TICK
+    assert all(disk.scratch.bytes == 600 for disk in disks)
     many = [DiskUse(100, 25_600, str(tmp_path / "run0")) for _ in range(40)]
     for disk in many:
         sampler.watch_disk(disk)
