@@ -25,6 +25,7 @@ from covenant.manifest.security import is_inside, ownership_problems
 from covenant.manifest.tools import BUILTIN_PREFIX, MCP_SEPARATOR, TOOL_CAPABILITIES, ToolDescriptor, tool_action
 from covenant.tools.agents import AGENT_TOOL_SCHEMA
 from covenant.tools.builtins import BUILTINS, Builtin
+from covenant.tools.containers import image_problem
 from covenant.tools.mcp.hub import McpTool
 from covenant.tools.schema import schema_problem, validator_for
 from covenant.tools.schema_refs import SchemaFetchError, SchemaUrl, parse_schema_url
@@ -86,7 +87,7 @@ class ToolEntry:
     model_name: str
     action: str
     """The capability action a call needs (``tool.system_time``)."""
-    kind: Literal["builtin", "process", "agent", "mcp"]
+    kind: Literal["builtin", "process", "agent", "mcp", "container"]
     description: str
     parameters: dict[str, Any]
     descriptor: ToolDescriptor
@@ -96,6 +97,8 @@ class ToolEntry:
     read_only: tuple[str, ...] = ()
     """What its run may read beyond the system's files and its package (a wasm tool: wasmtime's interpreter
     prefix and covenant's runner script)."""
+    image: str | None = None
+    """A container tool's image (its ``module``), run by :mod:`covenant.tools.containers`."""
     output_schema: dict[str, Any] | None = None
     validator: Any = field(default=None, compare=False, repr=False)
     """The compiled argument validator (jsonschema, draft 2020-12)."""
@@ -142,13 +145,6 @@ def model_name(entry: str) -> str:
 
 class _Unavailable(Exception):
     pass
-
-
-_NO_BACKEND = {
-    "container": "runtime 'container': this host runs no container images (no container backend); the package's other "
-                 "tools are offered",
-}
-"""Why a tool of a runtime with no backend here is unavailable (the package still loads)."""
 
 
 def url_schema_refs(tool: ToolDescriptor) -> list[str]:
@@ -308,6 +304,39 @@ def _wasm_entry(
     )
 
 
+def _container_entry(package: RunePackage, tool: ToolDescriptor, config: Config, schemas: SchemaSource | None) -> ToolEntry:
+    """A ``runtime: container`` tool: its ``module`` is the image, run by rootful podman as the agent's uid."""
+    image = tool.module.strip()
+    if not image:
+        raise _Unavailable("runtime 'container' needs the image reference in module (listed in [tools.container] images)")
+    problem = image_problem(config, image)
+    if problem is not None:
+        raise _Unavailable(f"runtime 'container': {problem}")
+    unknown = [name for name in tool.capabilities if name not in TOOL_CAPABILITIES]
+    if unknown:
+        raise _Unavailable(
+            f"it declares the capability {unknown[0]!r}, which covenant cannot grant (known: {', '.join(TOOL_CAPABILITIES)})"
+        )
+    parameters = PROCESS_SCHEMA
+    if tool.input_schema_ref:
+        parameters = _load_schema(package.root, tool.input_schema_ref, "input_schema_ref", schemas)
+        if parameters.get("type") != "object":
+            raise _Unavailable(f"input_schema_ref {tool.input_schema_ref!r} must describe an object (type: object)")
+    output_schema = (_load_schema(package.root, tool.output_schema_ref, "output_schema_ref", schemas)
+                     if tool.output_schema_ref else None)
+    return ToolEntry(
+        entry=tool.name,
+        model_name=tool.name,
+        action=tool_action(tool.name),
+        kind="container",
+        description=f"The package's own tool {tool.name} (version {tool.version}).",
+        parameters=parameters,
+        descriptor=tool,
+        image=image,
+        output_schema=output_schema,
+    )
+
+
 def _outside_reference(schema: Any) -> str | None:
     """The first ``$ref``/``$dynamicRef`` that does not point inside the schema (``#…``), or None.
 
@@ -403,7 +432,9 @@ def _entry(
             parameters=AGENT_TOOL_SCHEMA,
             descriptor=tool,
         )
-    raise _Unavailable(_NO_BACKEND.get(tool.runtime, f"runtime {tool.runtime!r} has no backend on this host"))
+    if tool.runtime == "container":
+        return _container_entry(package, tool, config, schemas)
+    raise _Unavailable(f"runtime {tool.runtime!r} has no backend on this host")
 
 
 def _with_validators(entry: ToolEntry) -> ToolEntry:

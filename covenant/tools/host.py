@@ -42,6 +42,7 @@ from covenant.tools.audit import TOOL_CALL, args_sha256, tool_call_event
 from covenant.tools.builtins.base import BuiltinCall
 from covenant.tools.capability import capability_refusal
 from covenant.tools.catalogue import ToolEntry, Toolset, resolve_toolset
+from covenant.tools.containers import run_container_tool
 from covenant.tools.context import AuditSink, ToolCallContext
 from covenant.tools.mcp import McpHub, McpUnavailable
 from covenant.tools.mcp.call import mcp_result
@@ -337,6 +338,8 @@ class ToolHost:
             return await self._run_agent_tool(ctx, entry, arguments, ends)
         if entry.mcp is not None:
             return await self._run_mcp(ctx, entry, arguments, ends)
+        if entry.kind == "container":
+            return await run_container_tool(self.services, ctx, entry, arguments, ends)
         return await run_process_tool(self.services, ctx, entry, arguments, ends)
 
     async def _run_agent_tool(self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float) -> ToolResult:

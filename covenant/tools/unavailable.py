@@ -17,7 +17,6 @@ NOT_SUPPORTED_HERE: tuple[str, ...] = (
     "media-",
     "image-",
     "canvas-present",
-    "docker-exec",
     "text-to-speech",
     "speech-to-text",
 )

@@ -58,7 +58,8 @@ def test_a_package_with_a_wasm_and_a_container_tool_loads_and_runs_its_other_too
     assert rows["rune@system-time"]["available"] is True
     # Its module is the bare 8-byte header: no ABI this host runs (wasm tools themselves: tests/tools/test_wasm.py).
     assert rows["wasm_tool"]["available"] is False and "exports neither _start" in rows["wasm_tool"]["reason"]
-    assert rows["container_tool"]["available"] is False and "no container backend" in rows["container_tool"]["reason"]
+    # No image in its module (nor any listed in [tools.container] images): container tools themselves in tests/tools/test_containers.py.
+    assert rows["container_tool"]["available"] is False and "runtime 'container'" in rows["container_tool"]["reason"]
     plain = daemon.cli("tools", "list", "unrunnable-tools", check=True).stdout
     assert "exports neither _start" in plain, plain
 

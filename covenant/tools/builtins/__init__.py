@@ -13,6 +13,7 @@ from covenant.tools.builtins import (
     ask_user,
     channel_send,
     cron,
+    docker_exec,
     files,
     knowledge,
     location,
@@ -44,5 +45,6 @@ BUILTINS: dict[str, Builtin] = {
         web_search.TOOL, channel_send.TOOL,
         *schedules.TOOLS, *cron.TOOLS,
         location.TOOL,
+        docker_exec.TOOL,
     )
 }
