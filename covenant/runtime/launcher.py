@@ -411,7 +411,8 @@ class ProcessGroupLauncher(Launcher):
 
     @staticmethod
     def _apply_limits(pid: int, plan: LaunchPlan, *, rlimits: bool = True) -> int:
-        """Set the plan's rlimits and nice on ``pid``; return the nice it has (the plan's unless refused)."""
+        """Set the plan's rlimits and nice on ``pid``; return the nice it has: the plan's, or the daemon's own for
+        nice 0 or where lowering it was refused."""
         for which, limits in plan.rlimits.items() if rlimits else ():
             try:
                 resource.prlimit(pid, which, limits)
@@ -419,9 +420,9 @@ class ProcessGroupLauncher(Launcher):
                 return plan.nice
             except (OSError, ValueError) as exc:
                 log.warning("cannot set rlimit %s on %s: %s", which, pid, exc, extra={"pid": pid, "rlimit": which, "detail": str(exc)})
-        own = os.getpriority(os.PRIO_PROCESS, 0)  # a new process starts with its parent's
-        if plan.nice == own:
-            return own
+        own = os.getpriority(os.PRIO_PROCESS, 0)  # a new process starts with its spawning thread's
+        if not plan.nice or plan.nice == own:
+            return own  # nice 0 ("normal") keeps the daemon's own, as an operator's Nice= for the service means
         try:
             os.setpriority(os.PRIO_PROCESS, pid, plan.nice)
         except OSError as exc:
