@@ -188,6 +188,7 @@ class RuneConfig(_Section):
 
     start: Literal["lazy", "eager"] = Field("lazy", description="start replicas on first dispatch, or at daemon start")
     idle_stop_s: int = Field(600, ge=0, le=7 * 86_400, description="stop a replica idle this long; 0 = never")
+    warm: int = Field(0, ge=0, le=1, description="keep a started spare replica process per running replica (0 or 1)")
     standard_turns: int = Field(20, ge=0, le=10_000, description="turns kept by memory_profile = standard")
     skills_dir: str = Field("skills", min_length=1, description="where skills resolve (relative to the home)")
     skill_prompt_kb: int = Field(
@@ -387,50 +388,6 @@ class WasmToolConfig(_Section):
     )
 
 
-_IMAGE_REFERENCE = re.compile(r"^([A-Za-z0-9.-]+:[0-9]{1,5}/)?[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[0-9a-f]{64})?$")
-
-
-def _image_references(value: tuple[str, ...]) -> tuple[str, ...]:
-    for image in value:
-        if len(image) > 255 or not _IMAGE_REFERENCE.match(image):
-            raise ValueError(f"{image!r} is not an image reference (e.g. \"localhost/tools:1\", "
-                             "\"docker.io/library/alpine:3.19\", or one pinned with @sha256:<digest>)")
-    return value
-
-
-class ContainerToolConfig(_Section):
-    """``[tools.container]``: ``runtime: container`` tools and rune@docker-exec, run by rootful podman (docs/tools.md)."""
-
-    images: Annotated[tuple[str, ...], AfterValidator(_image_references)] = Field(
-        (), description="the only images a container tool or docker-exec may run (never pulled: build or load them)"
-    )
-    podman: str = Field("podman", min_length=1, description="the podman program (absolute, or found on the system PATH)")
-    runc: str = Field("runc", min_length=1, description="the OCI runtime podman is told to use (absolute, or found on the system PATH)")
-    pids_max: int = Field(256, gt=0, le=65536, description="processes and threads one container may have")
-    timeout_ms: int = Field(30_000, gt=0, le=3_600_000, description="default and largest timeout of one docker-exec command")
-    output_max_bytes: int = Field(16384, gt=0, le=30 * 1024, description="most bytes of stdout, and of stderr, docker-exec returns")
-    network: AgentNetwork = Field(
-        "off", description='the network of docker-exec commands: "off" (their own loopback only), "outbound-https-only" or "full"'
-    )
-
-
-class MediaToolConfig(_Section):
-    """``[tools.media]``: the media tools, run as the agent in its workspace (docs/tools.md, "Media tools")."""
-
-    input_max_bytes: int = Field(
-        64 * 1024 * 1024, gt=0, le=4 << 30, description="largest workspace file a media tool reads (transcribe, describe, analyze)"
-    )
-    output_max_bytes: int = Field(
-        32 * 1024 * 1024, gt=0, le=4 << 30, description="largest file text-to-speech or image-generate writes"
-    )
-    text_max_chars: int = Field(5000, gt=0, le=1_000_000, description="most characters text-to-speech speaks in one call")
-    audio_max_s: int = Field(600, gt=0, le=86_400, description="seconds of audio transcribed at most; the rest is left out")
-    timeout_ms: int = Field(60_000, gt=0, le=3_600_000, description="one media tool call, never past the intent's deadline")
-    espeak: str = Field("espeak-ng", min_length=1, description="text-to-speech's program, looked up on [runtime] path")
-    ffmpeg: str = Field("ffmpeg", min_length=1, description="the decoder of speech-to-text and media-transcribe")
-    ffprobe: str = Field("ffprobe", min_length=1, description="media-describe's prober")
-
-
 class ToolsConfig(_Section):
     """``[tools.*]``: the built-in tools' settings and limits."""
 
@@ -449,7 +406,6 @@ class ToolsConfig(_Section):
     web_search: WebSearchToolConfig = Field(default_factory=WebSearchToolConfig)
     location: LocationToolConfig = Field(default_factory=LocationToolConfig)
     wasm: WasmToolConfig = Field(default_factory=WasmToolConfig)
-    container: ContainerToolConfig = Field(default_factory=ContainerToolConfig)
 
 
 class ChannelConfig(_Section):

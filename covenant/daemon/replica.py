@@ -32,6 +32,7 @@ import trio
 from covenant.config import Config
 from covenant.daemon.intent_context import IntentContext
 from covenant.daemon.replica_gateway import GatewayCalls, ReplicaGateway
+from covenant.daemon.replica_spares import SpareReplicas
 from covenant.daemon.session_keeper import SessionKeeper
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.runefile import RunePackage
@@ -132,9 +133,10 @@ class ReplicaProcess:
 
     def __init__(
         self, *, state_dir: Path, config: Config, skills_dir: Path, runner: Runner, calls: GatewayCalls,
-        offered_tools: Offered, sessions: SessionKeeper,
+        offered_tools: Offered, sessions: SessionKeeper, spares: SpareReplicas,
     ) -> None:
         self.runner = runner
+        self.spares = spares
         self.root = state_dir / REPLICAS_DIR
         self.sessions = sessions
         self.config = config
@@ -164,13 +166,20 @@ class ReplicaProcess:
             replica.start_failed = True
             return f"cannot prepare {replica.folder}: {exc}"
         gateway = ReplicaGateway(replica.agent.id, self.calls, replica.intents, self.sessions)
-        try:
-            # Its own network namespace with only a loopback: it reaches the daemon over unix sockets alone.
-            launched = await self.runner.launch(self._plan(replica, creds), replica.agent, "off")  # a lasting thread
-        except (LaunchError, OSError) as exc:
-            gateway_sock.close()
-            replica.start_failed = True
-            return f"cannot start the replica: {exc}"
+        plan = self._plan(replica, creds)
+        launched = self.spares.take(replica.agent.id, plan)
+        gate = b""  # a spare was let through its exec gate when it was launched
+        if launched is None:
+            try:
+                # Its own network namespace with only a loopback: it reaches the daemon over unix sockets alone.
+                launched = await self.runner.launch(plan, replica.agent, "off")  # a lasting thread
+            except (LaunchError, OSError) as exc:
+                gateway_sock.close()
+                replica.start_failed = True
+                return f"cannot start the replica: {exc}"
+            gate = GATE_BYTE if launched.gated else b""
+        else:
+            log.info("replica started from its warm spare", extra={"agent": replica.agent.id, "pid": launched.pid})
         replica.pid = launched.pid
         replica.uid = creds.uid if creds is not None else None
         reason = "the replica exited"
@@ -183,7 +192,7 @@ class ReplicaProcess:
                 spec_line = json.dumps({**settings, "socket": str(replica.socket), "gateway": str(replica.gateway_socket),
                                         "gateway_pid": os.getpid()}).encode() + b"\n"
                 try:
-                    await launched.stdin.send_all((GATE_BYTE if launched.gated else b"") + spec_line)
+                    await launched.stdin.send_all(gate + spec_line)
                 except (trio.BrokenResourceError, trio.ClosedResourceError):
                     pass  # it died already: wait_exit below says so
                 try:
@@ -229,6 +238,7 @@ class ReplicaProcess:
         replica.start_failed = False
         replica.set_state("ready")
         log.info("replica ready", extra={"agent": replica.agent.id, "pid": launched.pid})
+        self.spares.fill_soon(replica.agent, partial(self._plan, replica))
         failures = 0
         while True:
             with trio.move_on_after(runtime.health_probe.interval_ms / 1000):

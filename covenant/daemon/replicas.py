@@ -30,6 +30,7 @@ from covenant.config import Config
 from covenant.daemon.replica import REPLICAS_DIR, Offered, Replica, ReplicaFailed, ReplicaProcess
 from covenant.daemon.intent_context import IntentContext
 from covenant.daemon.replica_gateway import GatewayCalls
+from covenant.daemon.replica_spares import SpareReplicas
 from covenant.daemon.session_keeper import SessionKeeper
 from covenant.manifest.model import AgentSpec
 from covenant.manifest.runefile import RunePackage
@@ -65,8 +66,10 @@ class ReplicaSupervisor:
         self.config = config
         self.sessions = SessionKeeper(state_dir / "sessions", session_key, audit=audit,
                                       suspicious=config.rune.suspicious)
+        self.spares = SpareReplicas(runner, warm=config.rune.warm)
         self.process = ReplicaProcess(state_dir=state_dir, config=config, skills_dir=skills_dir, runner=runner,
-                                      calls=calls, offered_tools=offered_tools, sessions=self.sessions)
+                                      calls=calls, offered_tools=offered_tools, sessions=self.sessions,
+                                      spares=self.spares)
         self.on_stopped = on_stopped
         """Awaited (shielded) with the agent id when a replica stops for good: its MCP servers go with it."""
         self.on_restart: Callable[[str, str], None] | None = None
@@ -83,6 +86,7 @@ class ReplicaSupervisor:
         try:
             async with trio.open_nursery() as nursery:
                 self._nursery = nursery
+                await nursery.start(self.spares.run)
                 nursery.start_soon(self._idle_sweeper)
                 task_status.started()
                 await trio.sleep_forever()
@@ -92,7 +96,7 @@ class ReplicaSupervisor:
     # -- views and admin --------------------------------------------------------------
 
     def views(self) -> list[dict[str, Any]]:
-        return [r.view() for _, r in sorted(self.replicas.items())]
+        return [{**r.view(), "spare_pid": self.spares.pid(agent_id)} for agent_id, r in sorted(self.replicas.items())]
 
     def full(self, agent_id: str) -> bool:
         """Are all of the replica's ``concurrency_limit`` places taken?"""
@@ -124,8 +128,11 @@ class ReplicaSupervisor:
             self._nursery.start_soon(self._supervise, replica)
         return replica
 
-    async def stop(self, agent_id: str, *, drain: bool = True) -> None:
-        """Stop a replica (after its in-flight invokes when ``drain``)."""
+    async def stop(self, agent_id: str, *, drain: bool = True, keep_spare: bool = False) -> None:
+        """Stop a replica (after its in-flight invokes when ``drain``); its warm spare too, unless ``keep_spare``
+        (a new life follows at once and takes it over)."""
+        if not keep_spare:
+            self.spares.discard(agent_id)
         replica = self.replicas.get(agent_id)
         if replica is None:
             return
@@ -141,7 +148,7 @@ class ReplicaSupervisor:
 
     async def restart(self, agent: AgentSpec, package: RunePackage) -> Replica:
         """``covenant restart``: drain and stop the agent's replica, then start a fresh one."""
-        await self.stop(agent.id, drain=True)
+        await self.stop(agent.id, drain=True, keep_spare=True)
         self._restarted(agent.id, "operator")
         return self.ensure(agent, package)
 
@@ -153,7 +160,7 @@ class ReplicaSupervisor:
             if current is not None and current[1] == replica.package:
                 continue
             running = replica.scope is not None
-            await self.stop(agent_id)
+            await self.stop(agent_id, keep_spare=current is not None and (running or eager))
             if self.replicas.get(agent_id) is replica:  # an invoke may have put its successor there meanwhile
                 del self.replicas[agent_id]
             if current is not None and (running or eager):
@@ -181,7 +188,7 @@ class ReplicaSupervisor:
                 self._nursery.start_soon(self._stop_and_start, replica)
 
     async def _stop_and_start(self, replica: Replica) -> None:
-        await self.stop(replica.agent.id, drain=True)
+        await self.stop(replica.agent.id, drain=True, keep_spare=True)
         if self.replicas.get(replica.agent.id) is replica:  # not removed by a reload meanwhile
             self.ensure(replica.agent, replica.package)
 
