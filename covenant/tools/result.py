@@ -43,7 +43,9 @@ ERROR_CODES: dict[str, str] = {
     "a symlink out, a /proc magic link, a hard-linked file or one the agent's uid does not own)",
     "file_not_found": "no file or directory at that path in the workspace",
     "wrong_file_type": "a directory where a file is needed or the reverse, or a device, FIFO or socket",
-    "file_too_large": "the content to write is larger than [tools.files] write_max_bytes",
+    "file_too_large": "the content to write is larger than [tools.files] write_max_bytes, or a media tool's file is past "
+    "[tools.media] input_max_bytes / output_max_bytes",
+    "media_unreadable": "a media tool's file is not audio, video or an image its backend can read",
     "patch_failed": "the patch does not parse or a hunk does not match; nothing was written",
     "address_refused": "the URL's scheme or address is refused (not http/https; loopback, link-local, private or "
     "special without [tools.web_fetch] allow)",

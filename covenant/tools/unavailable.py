@@ -14,11 +14,8 @@ __all__ = ["builtin_unavailable_reason", "NOT_SUPPORTED_HERE"]
 
 NOT_SUPPORTED_HERE: tuple[str, ...] = (
     "browser-",
-    "media-",
     "image-",
     "canvas-present",
-    "text-to-speech",
-    "speech-to-text",
 )
 """Built-ins (or prefixes of them) a headless Linux host has no backend for."""
 

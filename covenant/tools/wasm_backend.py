@@ -20,7 +20,7 @@ from pathlib import Path
 from covenant.config import Config
 from covenant.runtime.tool_files import interpreter_roots
 
-__all__ = ["WasmBackend", "wasm_backend"]
+__all__ = ["WasmBackend", "closed_to_others", "wasm_backend"]
 
 RUNNER = str(Path(__file__).with_name("wasm_runner.py"))
 _PROBE = "import os, wasmtime; print(os.path.dirname(wasmtime.__file__))"
@@ -34,7 +34,7 @@ class WasmBackend:
     """Beyond the package: the interpreter's prefix (a venv) and the runner script, for the run's Landlock rules."""
 
 
-def _others_can_reach(path: str) -> str | None:
+def closed_to_others(path: str) -> str | None:
     """The first folder on ``path`` other uids cannot enter, or ``path`` itself when they cannot read it; None."""
     current = Path(path)
     for folder in [current, *current.parents]:
@@ -62,7 +62,7 @@ def _judge(python: str) -> WasmBackend | str:
         return (f"wasm tools run through wasmtime under [rune] python ({python}), which cannot import it ({last}); "
                 f"install it there: {python} -m pip install wasmtime")
     folder = probe.stdout.strip()
-    closed = _others_can_reach(folder) or _others_can_reach(RUNNER)
+    closed = closed_to_others(folder) or closed_to_others(RUNNER)
     if closed is not None:
         return f"wasmtime ({folder}) or covenant's wasm runner is not readable by agent uids: {closed} is closed to them"
     return WasmBackend((python, "-I", RUNNER), (*interpreter_roots(python), RUNNER))

@@ -17,6 +17,7 @@ from covenant.tools.builtins import (
     files,
     knowledge,
     location,
+    media,
     memory,
     processes,
     schedules,
@@ -45,6 +46,7 @@ BUILTINS: dict[str, Builtin] = {
         web_search.TOOL, channel_send.TOOL,
         *schedules.TOOLS, *cron.TOOLS,
         location.TOOL,
+        *media.TOOLS,
         docker_exec.TOOL,
     )
 }
