@@ -389,6 +389,33 @@ class WasmToolConfig(_Section):
     )
 
 
+_IMAGE_REFERENCE = re.compile(r"^([A-Za-z0-9.-]+:[0-9]{1,5}/)?[a-z0-9][a-z0-9._/-]*(:[A-Za-z0-9_][A-Za-z0-9._-]{0,127})?(@sha256:[0-9a-f]{64})?$")
+
+
+def _image_references(value: tuple[str, ...]) -> tuple[str, ...]:
+    for image in value:
+        if len(image) > 255 or not _IMAGE_REFERENCE.match(image):
+            raise ValueError(f"{image!r} is not an image reference (e.g. \"localhost/tools:1\", "
+                             "\"docker.io/library/alpine:3.19\", or one pinned with @sha256:<digest>)")
+    return value
+
+
+class ContainerToolConfig(_Section):
+    """``[tools.container]``: ``runtime: container`` tools and rune@docker-exec, run by rootful podman (docs/tools.md)."""
+
+    images: Annotated[tuple[str, ...], AfterValidator(_image_references)] = Field(
+        (), description="the only images a container tool or docker-exec may run (never pulled: build or load them)"
+    )
+    podman: str = Field("podman", min_length=1, description="the podman program (absolute, or found on the system PATH)")
+    runc: str = Field("runc", min_length=1, description="the OCI runtime podman is told to use (absolute, or found on the system PATH)")
+    pids_max: int = Field(256, gt=0, le=65536, description="processes and threads one container may have")
+    timeout_ms: int = Field(30_000, gt=0, le=3_600_000, description="default and largest timeout of one docker-exec command")
+    output_max_bytes: int = Field(16384, gt=0, le=30 * 1024, description="most bytes of stdout, and of stderr, docker-exec returns")
+    network: AgentNetwork = Field(
+        "off", description='the network of docker-exec commands: "off" (their own loopback only), "outbound-https-only" or "full"'
+    )
+
+
 class ToolsConfig(_Section):
     """``[tools.*]``: the built-in tools' settings and limits."""
 
@@ -407,6 +434,7 @@ class ToolsConfig(_Section):
     web_search: WebSearchToolConfig = Field(default_factory=WebSearchToolConfig)
     location: LocationToolConfig = Field(default_factory=LocationToolConfig)
     wasm: WasmToolConfig = Field(default_factory=WasmToolConfig)
+    container: ContainerToolConfig = Field(default_factory=ContainerToolConfig)
 
 
 class ChannelConfig(_Section):
