@@ -189,7 +189,6 @@ class RuneConfig(_Section):
     start: Literal["lazy", "eager"] = Field("lazy", description="start replicas on first dispatch, or at daemon start")
     idle_stop_s: int = Field(600, ge=0, le=7 * 86_400, description="stop a replica idle this long; 0 = never")
     warm: int = Field(0, ge=0, le=1, description="keep a started spare replica process per running replica (0 or 1)")
-    warm: int = Field(0, ge=0, le=1, description="keep a started spare replica process per running replica (0 or 1)")
     standard_turns: int = Field(20, ge=0, le=10_000, description="turns kept by memory_profile = standard")
     skills_dir: str = Field("skills", min_length=1, description="where skills resolve (relative to the home)")
     skill_prompt_kb: int = Field(
@@ -416,6 +415,23 @@ class ContainerToolConfig(_Section):
     )
 
 
+class MediaToolConfig(_Section):
+    """``[tools.media]``: the media tools, run as the agent in its workspace (docs/tools.md, "Media tools")."""
+
+    input_max_bytes: int = Field(
+        64 * 1024 * 1024, gt=0, le=4 << 30, description="largest workspace file a media tool reads (transcribe, describe, analyze)"
+    )
+    output_max_bytes: int = Field(
+        32 * 1024 * 1024, gt=0, le=4 << 30, description="largest file text-to-speech or image-generate writes"
+    )
+    text_max_chars: int = Field(5000, gt=0, le=1_000_000, description="most characters text-to-speech speaks in one call")
+    audio_max_s: int = Field(600, gt=0, le=86_400, description="seconds of audio transcribed at most; the rest is left out")
+    timeout_ms: int = Field(60_000, gt=0, le=3_600_000, description="one media tool call, never past the intent's deadline")
+    espeak: str = Field("espeak-ng", min_length=1, description="text-to-speech's program, looked up on [runtime] path")
+    ffmpeg: str = Field("ffmpeg", min_length=1, description="the decoder of speech-to-text and media-transcribe")
+    ffprobe: str = Field("ffprobe", min_length=1, description="media-describe's prober")
+
+
 class ToolsConfig(_Section):
     """``[tools.*]``: the built-in tools' settings and limits."""
 
@@ -435,6 +451,7 @@ class ToolsConfig(_Section):
     location: LocationToolConfig = Field(default_factory=LocationToolConfig)
     wasm: WasmToolConfig = Field(default_factory=WasmToolConfig)
     container: ContainerToolConfig = Field(default_factory=ContainerToolConfig)
+    media: MediaToolConfig = Field(default_factory=MediaToolConfig)
 
 
 class ChannelConfig(_Section):
