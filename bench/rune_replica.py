@@ -158,20 +158,19 @@ def _fake_round(port: int, concurrency: int) -> float:
     return time.perf_counter() - t0
 
 
-def sessions(rounds: int, concurrency: int, delay_s: float) -> None:
-    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+class BenchDaemon:
+    """A real daemon on a temp home with one Rune agent ``bench`` whose provider is the fake on ``port``."""
 
-    from covenant.client import DaemonClient, DaemonUnreachable
-    from covenant.keys import public_key_hex
-    from covenant.policy.signing import new_intent, sign_intent
+    def __init__(self, port: int, *, concurrency: int, warm: int = 0) -> None:
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-    fake, port = fake_model(delay_s)
-    base = Path(tempfile.mkdtemp(prefix="rune-bench-"))
-    os.chmod(base, 0o711)
-    home, sock = base / "home", base / "covenant.sock"
-    env = {**os.environ, "COVENANT_HOME": str(home), "COVENANT_SOCKET": str(sock), "XDG_CONFIG_HOME": str(base / "xdg")}
-    daemon = None
-    try:
+        from covenant.keys import public_key_hex
+
+        self.base = Path(tempfile.mkdtemp(prefix="rune-bench-"))
+        os.chmod(self.base, 0o711)
+        home, self.sock = self.base / "home", self.base / "covenant.sock"
+        env = {**os.environ, "COVENANT_HOME": str(home), "COVENANT_SOCKET": str(self.sock),
+               "XDG_CONFIG_HOME": str(self.base / "xdg")}
         subprocess.run([sys.executable, "-m", "covenant", "init", "--display", "bench@bench"], env=env, check=True,
                        capture_output=True)
         # Agent uids from a range of this run's own: a starting daemon sweeps its whole range (other
@@ -179,36 +178,72 @@ def sessions(rounds: int, concurrency: int, delay_s: float) -> None:
         low = secrets.randbelow(2_000_000_000 - 300_000) + 200_000
         (home / "covenant.toml").write_text(
             f'[providers.fake]\nkind = "openai"\nbase_url = "http://127.0.0.1:{port}/v1"\n\n[daemon]\nqueue_max = 1000\n'
-            f'\n[isolation]\nuid_range = [{low}, {low + 9}]\n')
+            f'\n[isolation]\nuid_range = [{low}, {low + 9}]\n\n[rune]\nwarm = {warm}\n')
         folder = home / "agents" / "bench"
         folder.mkdir(parents=True)
         (folder / "Runefile").write_text(
             "name: bench\nversion: 0.1.0\ninstructions: answer\ndefault_model: default\nmemory_profile: standard\n"
             f"runtime:\n  concurrency_limit: {concurrency}\n  request_timeout_ms: 60000\n"
             "models:\n  providers: [fake]\n  model_mapping:\n    default: m\n")
-        daemon = subprocess.Popen([sys.executable, "-m", "covenant", "daemon"], env=env, stderr=open(os.environ.get("RUNE_BENCH_LOG", os.devnull), "ab"))
+        self.process = subprocess.Popen([sys.executable, "-m", "covenant", "daemon"], env=env,
+                                        stderr=open(os.environ.get("RUNE_BENCH_LOG", os.devnull), "ab"))
+        self.key = Ed25519PrivateKey.generate()
+        self.pubkey = public_key_hex(self.key)
+        self._wait_up()
+
+    def _wait_up(self) -> None:
+        from covenant.client import DaemonClient, DaemonUnreachable
+
         deadline = time.monotonic() + 60
         while True:
             try:
-                DaemonClient(sock, timeout=5).request("GET", "/v1/status")
-                break
+                DaemonClient(self.sock, timeout=5).request("GET", "/v1/status")
+                return
             except DaemonUnreachable:
                 if time.monotonic() > deadline:
                     raise SystemExit("daemon did not start")
                 time.sleep(0.05)
-        key = Ed25519PrivateKey.generate()
-        pubkey = public_key_hex(key)
 
-        def dispatch(session: str, results: list[str]) -> None:
-            intent = new_intent("ping", issuer_display="bench@bench", issuer_pubkey=pubkey, agent="bench@local",
-                                priority="normal", parent=None)
-            body = {"intent": intent, "signature": sign_intent(key, intent), "session_id": session}
-            outcome = DaemonClient(sock, timeout=120).request("POST", "/v1/dispatch", body)
-            results.append(outcome["outcome"] if outcome["outcome"] == "ok" else f"{outcome['outcome']}: {outcome['error']}")
+    def request(self, method: str, path: str, body: object = None) -> object:
+        from covenant.client import DaemonClient
+
+        return DaemonClient(self.sock, timeout=120).request(method, path, body)
+
+    def dispatch(self, session: str) -> str:
+        """One signed dispatch to bench@local in ``session``: "ok", or the outcome and error."""
+        from covenant.policy.signing import new_intent, sign_intent
+
+        intent = new_intent("ping", issuer_display="bench@bench", issuer_pubkey=self.pubkey, agent="bench@local",
+                            priority="normal", parent=None)
+        body = {"intent": intent, "signature": sign_intent(self.key, intent), "session_id": session}
+        outcome = self.request("POST", "/v1/dispatch", body)
+        assert isinstance(outcome, dict)
+        return "ok" if outcome["outcome"] == "ok" else f"{outcome['outcome']}: {outcome['error']}"
+
+    def replica(self) -> dict:
+        status = self.request("GET", "/v1/status")
+        assert isinstance(status, dict)
+        return status["replicas"][0]
+
+    def close(self) -> None:
+        self.process.send_signal(signal.SIGTERM)
+        self.process.wait(timeout=120)
+        shutil.rmtree(self.base, ignore_errors=True)
+
+
+def sessions(rounds: int, concurrency: int, delay_s: float) -> None:
+    fake, port = fake_model(delay_s)
+    daemon = None
+    try:
+        daemon = BenchDaemon(port, concurrency=concurrency)
 
         def one_round(label: str) -> float:
             results: list[str] = []
-            threads = [threading.Thread(target=dispatch, args=(f"{label}-{n}", results)) for n in range(concurrency)]
+
+            def one(n: int) -> None:
+                results.append(daemon.dispatch(f"{label}-{n}"))
+
+            threads = [threading.Thread(target=one, args=(n,)) for n in range(concurrency)]
             t0 = time.perf_counter()
             for t in threads:
                 t.start()
@@ -221,19 +256,87 @@ def sessions(rounds: int, concurrency: int, delay_s: float) -> None:
             return took
 
         one_round("warm")  # starts the replica
-        covenant_s = [one_round(f"r{n}") for n in range(rounds)]
-        direct_s = [_fake_round(port, concurrency) for _ in range(rounds)]
+        covenant_s, direct_s = [], []
+        for n in range(rounds):  # interleaved, so load that comes and goes hits both alike
+            covenant_s.append(one_round(f"r{n}"))
+            direct_s.append(_fake_round(port, concurrency))
         c, d = statistics.median(covenant_s), statistics.median(direct_s)
         print(f"{concurrency} concurrent sessions, fake answering in {delay_s * 1000:.0f} ms, median of {rounds} rounds: "
               f"through covenant {c * 1000:.0f} ms, straight to the fake {d * 1000:.0f} ms "
               f"(ratio {c / d:.2f}; goal <= 1.10)")
     finally:
         if daemon is not None:
-            daemon.send_signal(signal.SIGTERM)
-            daemon.wait(timeout=120)
+            daemon.close()
         fake.kill()
         fake.wait()
-        shutil.rmtree(base, ignore_errors=True)
+
+
+def _bare_start_ms(tmp: Path, n: int) -> float:
+    sock = tmp / f"bare{n}.sock"
+    seconds, proc = _start([sys.executable, "-I", "-c", _BARE, str(sock)], sock, None)
+    proc.kill()
+    proc.wait()
+    return seconds * 1000
+
+
+def _first_answer_after_restart_ms(daemon: BenchDaemon, n: int) -> float:
+    """``covenant restart`` of the agent (it answers once the old replica is drained and stopped and the new
+    one's start has begun), then one dispatch: from the restart's answer to the dispatch's."""
+    daemon.request("POST", "/v1/replicas/bench/restart")
+    t0 = time.perf_counter()
+    outcome = daemon.dispatch(f"after-restart-{n}")
+    took = (time.perf_counter() - t0) * 1000
+    if outcome != "ok":
+        raise SystemExit(f"the dispatch after a restart: {outcome}")
+    return took
+
+
+def _steady_ms(daemon: BenchDaemon, n: int) -> float:
+    t0 = time.perf_counter()
+    outcome = daemon.dispatch(f"steady-{n}")
+    if outcome != "ok":
+        raise SystemExit(f"a dispatch to a running replica: {outcome}")
+    return (time.perf_counter() - t0) * 1000
+
+
+def _wait_for_spare(daemon: BenchDaemon) -> None:
+    deadline = time.monotonic() + 60
+    while daemon.replica().get("spare_pid") is None:
+        if time.monotonic() > deadline:
+            raise SystemExit("no warm spare appeared")
+        time.sleep(0.02)
+
+
+def restarts(count: int) -> None:
+    """The first dispatch after a restart, beyond a dispatch to a running replica, without and with a warm spare;
+    against a bare stdlib server's start, all interleaved in one run (fake model answering at once)."""
+    fake, port = fake_model(0.0)
+    tmp = Path(tempfile.mkdtemp(prefix="rune-bench-"))
+    cold = warm = None
+    try:
+        cold = BenchDaemon(port, concurrency=4, warm=0)
+        warm = BenchDaemon(port, concurrency=4, warm=1)
+        for daemon in (cold, warm):
+            daemon.dispatch("first")
+        bare, cold_extra, warm_extra = [], [], []
+        for n in range(count):
+            bare.append(_bare_start_ms(tmp, n))
+            steady = _steady_ms(cold, n)
+            cold_extra.append(_first_answer_after_restart_ms(cold, n) - steady)
+            _wait_for_spare(warm)
+            steady = _steady_ms(warm, n)
+            warm_extra.append(_first_answer_after_restart_ms(warm, n) - steady)
+        b, c, w = statistics.median(bare), statistics.median(cold_extra), statistics.median(warm_extra)
+        print(f"first dispatch after a replica restart, beyond a dispatch to a running one, p50 of {count}: "
+              f"cold start {c:.0f} ms (ratio {c / b:.2f} of a bare stdlib server's start, {b:.0f} ms; goal <= 2), "
+              f"from the warm spare {w:.0f} ms (goal <= 50 ms; max {max(warm_extra):.0f})")
+    finally:
+        for daemon in (cold, warm):
+            if daemon is not None:
+                daemon.close()
+        fake.kill()
+        fake.wait()
+        shutil.rmtree(tmp, ignore_errors=True)
 
 
 def main() -> None:
@@ -242,9 +345,15 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--concurrency", type=int, default=100)
     parser.add_argument("--delay-ms", type=int, default=200)
+    parser.add_argument("--restarts", type=int, default=15)
+    parser.add_argument("--only", choices=("cold", "restarts", "sessions"), help="run one of the three parts")
     args = parser.parse_args()
-    cold_start(args.starts)
-    sessions(args.rounds, args.concurrency, args.delay_ms / 1000)
+    if args.only in (None, "cold"):
+        cold_start(args.starts)
+    if args.only in (None, "restarts"):
+        restarts(args.restarts)
+    if args.only in (None, "sessions"):
+        sessions(args.rounds, args.concurrency, args.delay_ms / 1000)
 
 
 if __name__ == "__main__":

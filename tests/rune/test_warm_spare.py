@@ -46,11 +46,11 @@ def _ask(d: DaemonProcess, fake: FakeModelServer, text: str) -> None:
     assert outcome_of(d.cli("dispatch", "hi", "--agent", "chat@local", "--json"))["text"] == text
 
 
-def test_the_warm_spare_serves_the_first_dispatch_after_a_restart_and_a_dead_one_is_replaced(
+def test_the_warm_spare_serves_the_first_dispatch_after_a_restart_or_reload_and_a_dead_one_is_replaced(
     daemon: DaemonProcess, fake_model: FakeModelServer
 ) -> None:
     configure(daemon, ("fake", fake_model), extra="[rune]\nwarm = 1\n")
-    add_rune_agent(daemon, toolset=())
+    folder = add_rune_agent(daemon, toolset=())
     daemon.start()
     _ask(daemon, fake_model, "one")
     first = replicas(daemon)[0]["pid"]
@@ -76,6 +76,17 @@ def test_the_warm_spare_serves_the_first_dispatch_after_a_restart_and_a_dead_one
     assert cold not in (spare, second_spare)
     _ask(daemon, fake_model, "three")
     third_spare = _spare_beside(daemon, spare, second_spare)
+
+    # A reload that changed the package: the spare becomes the new replica, and it was told the new instructions.
+    runefile = folder / "Runefile"
+    runefile.write_text(runefile.read_text().replace("covenant test agent.", "covenant test agent, version two."))
+    asked_at = _uptime_ticks()
+    daemon.cli("reload", check=True)
+    wait_for(lambda: (r := replicas(daemon)[0])["pid"] not in (cold, None) and r["state"] == "ready",
+             what="the replica after the reload")
+    assert replicas(daemon)[0]["pid"] == third_spare and _started_ticks(third_spare) <= asked_at
+    _ask(daemon, fake_model, "four")
+    assert "version two" in fake_model.requests[-1].messages[0]["content"]
 
     assert daemon.stop() == 0
     for pid in (first, spare, second_spare, cold, third_spare):
