@@ -11,10 +11,12 @@ from covenant.tools.builtins import (
     a2a,
     agents,
     ask_user,
+    canvas,
     channel_send,
     cron,
     docker_exec,
     files,
+    images,
     knowledge,
     location,
     media,
@@ -46,7 +48,8 @@ BUILTINS: dict[str, Builtin] = {
         web_search.TOOL, channel_send.TOOL,
         *schedules.TOOLS, *cron.TOOLS,
         location.TOOL,
-        *media.TOOLS,
+        *media.TOOLS, *images.TOOLS,
         docker_exec.TOOL,
+        canvas.TOOL,
     )
 }
