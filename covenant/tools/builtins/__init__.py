@@ -16,7 +16,6 @@ from covenant.tools.builtins import (
     cron,
     docker_exec,
     files,
-    images,
     knowledge,
     location,
     media,
@@ -48,7 +47,7 @@ BUILTINS: dict[str, Builtin] = {
         web_search.TOOL, channel_send.TOOL,
         *schedules.TOOLS, *cron.TOOLS,
         location.TOOL,
-        *media.TOOLS, *images.TOOLS,
+        *media.TOOLS,
         docker_exec.TOOL,
         canvas.TOOL,
     )
