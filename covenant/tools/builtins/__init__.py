@@ -11,7 +11,6 @@ from covenant.tools.builtins import (
     a2a,
     agents,
     ask_user,
-    canvas,
     channel_send,
     cron,
     docker_exec,
@@ -49,6 +48,5 @@ BUILTINS: dict[str, Builtin] = {
         location.TOOL,
         *media.TOOLS,
         docker_exec.TOOL,
-        canvas.TOOL,
     )
 }
