@@ -432,6 +432,15 @@ class MediaToolConfig(_Section):
     ffprobe: str = Field("ffprobe", min_length=1, description="media-describe's prober")
 
 
+class ArtifactsToolConfig(_Section):
+    """``[tools.artifacts]``: the files an intent's tools hand back (rune@canvas-present, rune@browser-screenshot),
+    kept under ``state/artifacts/<intent>/`` (docs/tools.md)."""
+
+    max_files: int = Field(32, gt=0, le=10_000, description="artifacts one intent may make")
+    max_file_kb: int = Field(8192, gt=0, le=1024 * 1024, description="largest artifact, KiB")
+    max_intent_kb: int = Field(32768, gt=0, le=16 * 1024 * 1024, description="all of one intent's artifacts together, KiB")
+
+
 class ToolsConfig(_Section):
     """``[tools.*]``: the built-in tools' settings and limits."""
 
@@ -450,6 +459,7 @@ class ToolsConfig(_Section):
     web_search: WebSearchToolConfig = Field(default_factory=WebSearchToolConfig)
     location: LocationToolConfig = Field(default_factory=LocationToolConfig)
     wasm: WasmToolConfig = Field(default_factory=WasmToolConfig)
+    artifacts: ArtifactsToolConfig = Field(default_factory=ArtifactsToolConfig)
     container: ContainerToolConfig = Field(default_factory=ContainerToolConfig)
     media: MediaToolConfig = Field(default_factory=MediaToolConfig)
 

@@ -60,6 +60,9 @@ __all__ = ["A2AApp", "Client", "resolve_clients", "CARD_MAX_AGE_S"]
 
 log = logging.getLogger("covenant.daemon")
 
+ArtifactBytes = Callable[[str, str], Awaitable[bytes | None]]
+"""``await read(intent_id, name)``: one artifact's bytes from the daemon's store, None when it cannot be read."""
+
 CARD_MAX_AGE_S = 60
 """How long a client may keep a card without asking again (``Cache-Control: max-age``)."""
 
@@ -176,7 +179,7 @@ class A2AApp:
     def __init__(self, config: A2AConfig, clients: list[Client], agents: Callable[[str], AgentFacts | None],
                  signer: OnBehalfSigner, audit: Callable[[str, dict[str, Any]], Awaitable[Any]],
                  daemon: Dispatcher, records: Callable[[str], Awaitable[DispatchRecord | None]],
-                 *, store_text: bool) -> None:
+                 *, store_text: bool, artifact_bytes: ArtifactBytes | None = None) -> None:
         self.config = config
         self.clients = clients
         self.agents = agents
@@ -185,6 +188,8 @@ class A2AApp:
         self.daemon = daemon
         self.records = records
         self.store_text = store_text
+        self.artifact_bytes = artifact_bytes
+        """Reads one artifact of an intent (``(intent id, name) -> bytes``, None when gone); None: no files are sent."""
         self.ledger = TaskLedger()
         self.refusals = RefusalThrottle(config.audit_refusals_per_minute)
         self._background: trio.Nursery | None = None
@@ -458,7 +463,7 @@ class A2AApp:
         error = await self._dispatch(call, method, turn, sink=None)
         if error is not None:
             raise error
-        return self._task(turn.entry, version)
+        return await self._full_task(turn.entry, version)
 
     async def _run_in_background(self, call: _Call, method: str, turn: _Turn, accepted: trio.Event) -> None:
         """A task whose client did not wait (returnImmediately): run to its end in the app's nursery; a refusal
@@ -530,6 +535,8 @@ class A2AApp:
             text = held.pop() if held else entry.answer or ""
             await events.send("artifact-update", wire.artifact_update(entry.task_id, context_id, text,
                                                                       append=sent_any, last=True, version=version))
+        for file in await self._files(entry, version):
+            await events.send("artifact-update", wire.file_update(entry.task_id, context_id, file, version=version))
         await events.send("status-update", wire.status_update(entry.task_id, context_id, entry.state,
                                                               timestamp=entry.updated_at, note=entry.note,
                                                               version=version))
@@ -584,13 +591,33 @@ class A2AApp:
         if outcome == "ok" and document.get("input_required") is True:  # rune@ask-user: the question waits
             entry.finish(wire.INPUT_REQUIRED, answer=None, note=str(document.get("text") or ""), at=iso_now())
             return
+        record = document.get("record")
+        entry.files = list(record.get("artifacts") or []) if isinstance(record, dict) else []
         entry.finish(state_of_outcome(outcome), answer=document.get("text") if outcome == "ok" else None,
                      note=note_of(outcome), at=iso_now())
 
-    def _task(self, entry: TaskEntry, version: wire.Version) -> dict[str, Any]:
+    def _task(self, entry: TaskEntry, version: wire.Version,
+              files: tuple[dict[str, Any], ...] = ()) -> dict[str, Any]:
         state = entry.state if entry.done.is_set() else "WORKING"
         return wire.task(entry.task_id, entry.context_id, state, timestamp=entry.updated_at or iso_now(),
-                         answer=entry.answer, note=entry.note, version=version)
+                         answer=entry.answer, note=entry.note, files=files, version=version)
+
+    async def _files(self, entry: TaskEntry, version: wire.Version) -> tuple[dict[str, Any], ...]:
+        """The turn's artifacts as file artifacts, read now (a file gone from the store is left out, logged)."""
+        if self.artifact_bytes is None or not entry.done.is_set():
+            return ()
+        out = []
+        for meta in entry.files:
+            data = await self.artifact_bytes(entry.intent_id, str(meta.get("name")))
+            if data is None:
+                log.warning("artifact %s of task %s not sent: not readable", meta.get("name"), entry.task_id)
+                continue
+            out.append(wire.file_artifact(entry.task_id, str(meta["name"]), str(meta.get("media_type")), data, version))
+        return tuple(out)
+
+    async def _full_task(self, entry: TaskEntry, version: wire.Version) -> dict[str, Any]:
+        """:meth:`_task` with the turn's files (GetTask, SendMessage's answer)."""
+        return self._task(entry, version, await self._files(entry, version))
 
     async def _settled(self, entry: TaskEntry) -> TaskEntry:
         """A task restored from the audit log: where its current turn ended, read from the dispatch record."""
@@ -609,7 +636,7 @@ class A2AApp:
         await self._audit_plain(call, method, task_id, outcome)
         if entry is None:
             raise wire.RpcError.task_not_found(task_id)
-        return self._task(await self._settled(entry), version)
+        return await self._full_task(await self._settled(entry), version)
 
     async def _cancel(self, call: _Call, method: str, task_id: str, version: wire.Version) -> dict[str, Any]:
         entry = self.ledger.get(task_id, call.client.config.name)

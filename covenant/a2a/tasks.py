@@ -69,6 +69,9 @@ class TaskEntry:
     """Known from the audit log of an earlier run: never running in this one."""
     done: trio.Event = field(default_factory=trio.Event)
     """Set when the current turn has ended (a terminal state, or INPUT_REQUIRED)."""
+    files: list[dict[str, Any]] = field(default_factory=list)
+    """The current turn's artifacts as its record lists them (``{name, media_type, bytes, sha256}``); their bytes
+    are read from the daemon's store when a task document is made."""
 
     def __post_init__(self) -> None:
         self.intent_id = self.intent_id or self.task_id
@@ -80,11 +83,13 @@ class TaskEntry:
     def next_turn(self, intent_id: str) -> None:
         """The client answered the agent's question: the task works again, on intent ``intent_id``."""
         self.intent_id, self.state, self.answer, self.note, self.restored = intent_id, "WORKING", None, None, False
+        self.files = []
         self.done = trio.Event()
 
     def settle_from(self, record: DispatchRecord) -> None:
         """A task known only from the audit log: where its current turn ended, as the dispatch record tells it."""
         state, answer, note = state_of_record(record)
+        self.files = list(record.artifacts)
         self.finish(state, answer=answer, note=note, at=record.ended_at)
 
 

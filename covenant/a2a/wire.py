@@ -8,7 +8,8 @@ spells states and roles in lower case. Requests are read in either version;
 answers are written in the version the request used.
 
 Only what covenant serves is modelled here: a message's text comes in, a task
-with one text artifact goes out. Text, data (as JSON text) and raw-byte parts of
+with one text artifact goes out, and a file artifact for each file the intent's
+tools handed back. Text, data (as JSON text) and raw-byte parts of
 a text media type (``text/*``, ``application/json``; decoded as UTF-8) are read;
 any other media type and every URL part are refused with
 ``ContentTypeNotSupported`` — the daemon fetches no URL a client names.
@@ -25,7 +26,7 @@ from typing import Any, Literal
 
 __all__ = [
     "V1", "V03", "Version", "RpcError", "IncomingMessage", "read_message", "task", "status_update",
-    "artifact_update", "stream_result", "send_result", "rpc_result", "rpc_error", "agent_message", "TERMINAL",
+    "artifact_update", "file_artifact", "file_update", "stream_result", "send_result", "rpc_result", "rpc_error", "agent_message", "TERMINAL",
     "ERROR_INFO_TYPE", "INPUT_REQUIRED", "STREAM_ENDS", "RAW_TEXT_MAX_BYTES", "returns_immediately",
 ]
 
@@ -250,16 +251,27 @@ def _artifact(text: str, *, artifact_id: str, version: Version) -> dict[str, Any
     return {"artifactId": artifact_id, "name": "answer", "parts": _parts(text, version)}
 
 
+def file_artifact(task_id: str, name: str, media_type: str, data: bytes, version: Version) -> dict[str, Any]:
+    """A file the intent's tools handed back (rune@canvas-present, a screenshot) as an artifact with one file
+    part: 1.0 ``{raw, mediaType, filename}``, 0.3 ``{kind: file, file: {name, mimeType, bytes}}``."""
+    content = base64.b64encode(data).decode("ascii")
+    part = ({"raw": content, "mediaType": media_type, "filename": name} if version == V1
+            else {"kind": "file", "file": {"name": name, "mimeType": media_type, "bytes": content}})
+    return {"artifactId": f"{task_id}-file-{name}", "name": name, "parts": [part]}
+
+
 def task(task_id: str, context_id: str, state: str, *, timestamp: str, answer: str | None = None,
-         note: str | None = None, version: Version) -> dict[str, Any]:
-    """A task: its state (``COMPLETED`` …), the answer as its one text artifact, a note as the status message."""
+         note: str | None = None, files: tuple[dict[str, Any], ...] = (), version: Version) -> dict[str, Any]:
+    """A task: its state (``COMPLETED`` …), the answer as its text artifact followed by ``files``
+    (:func:`file_artifact`), a note as the status message."""
     document: dict[str, Any] = {
         "id": task_id, "contextId": context_id,
         "status": _status(state, task_id=task_id, context_id=context_id, timestamp=timestamp, note=note,
                           version=version),
     }
-    if answer is not None:
-        document["artifacts"] = [_artifact(answer, artifact_id=f"{task_id}-answer", version=version)]
+    if answer is not None or files:
+        document["artifacts"] = ([] if answer is None else
+                                 [_artifact(answer, artifact_id=f"{task_id}-answer", version=version)]) + list(files)
     if version == V03:
         document["kind"] = "task"
     return document
@@ -282,6 +294,15 @@ def artifact_update(task_id: str, context_id: str, text: str, *, append: bool, l
     event: dict[str, Any] = {"taskId": task_id, "contextId": context_id,
                              "artifact": _artifact(text, artifact_id=f"{task_id}-answer", version=version),
                              "append": append, "lastChunk": last}
+    if version == V03:
+        event["kind"] = "artifact-update"
+    return event
+
+
+def file_update(task_id: str, context_id: str, artifact: dict[str, Any], *, version: Version) -> dict[str, Any]:
+    """A streamed :func:`file_artifact`, whole in one event."""
+    event: dict[str, Any] = {"taskId": task_id, "contextId": context_id, "artifact": artifact,
+                             "append": False, "lastChunk": True}
     if version == V03:
         event["kind"] = "artifact-update"
     return event

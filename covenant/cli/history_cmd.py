@@ -7,6 +7,7 @@ also lists denied intents, read from the audit log when this user can read it.
 
 from __future__ import annotations
 
+from pathlib import Path
 from urllib.parse import quote, urlencode
 
 import click
@@ -14,6 +15,7 @@ import click
 from covenant.audit.denials import Denial, recent_denials
 from covenant.cli._agents import resolve_recorded_agent
 from covenant.cli._common import CliContext, echo, ask_daemon, fail, pass_cli, print_json, reports_errors
+from covenant.cli.artifact_files import save_artifacts
 from covenant.client import RemoteError
 from covenant.home import Home
 from covenant.runtime.outcome import DispatchRecord
@@ -132,9 +134,12 @@ def _stderr_text(record: DispatchRecord) -> str:
 @click.command()
 @click.argument("intent_id")
 @click.option("--json", "as_json", is_flag=True, help="Print the full record as JSON.")
+@click.option("--save", "save_dir", metavar="DIR", type=click.Path(file_okay=False, path_type=Path),
+              help="Also write the intent's artifacts (files its tools handed back: a canvas, a screenshot) into DIR, "
+                   "made if missing, each under its name; an existing file is never overwritten (exit 1).")
 @pass_cli
 @reports_errors
-def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
+def show(cli: CliContext, intent_id: str, as_json: bool, save_dir: Path | None) -> None:
     """Show the dispatch record of INTENT_ID (exit 1 when there is none, or it is not yours to read).
 
     An intent that called other agents (agent tools, workflow steps) lists its child
@@ -146,6 +151,8 @@ def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
         fail(f"no dispatch record for intent {intent_id} in {cli.home.dispatches_dir} (a denied intent spawned "
              "nothing and has none: `covenant history` lists denials with their reason; one a killed daemon had not "
              "decided yet has none either: `covenant audit tail --type intent.interrupted`)", 1)
+    if save_dir is not None:
+        save_artifacts(cli.home, record, save_dir, quiet=as_json)
     if as_json:
         print_json(record.model_dump(mode="json"))
         return
@@ -178,6 +185,9 @@ def show(cli: CliContext, intent_id: str, as_json: bool) -> None:
     if record.stderr_tail:
         echo("   stderr (tail):")
         echo(record.stderr_tail.rstrip("\n"))
+    for entry in record.artifacts:
+        echo(f"{'artifact':>9}  {entry.get('name')}  {entry.get('media_type')}  {entry.get('bytes')} bytes  "
+             f"sha256 {entry.get('sha256')}")
     if record.children:
         echo(" children")
         for line in _tree(cli.home, record.children, 1, set()):

@@ -10,6 +10,7 @@ daemon's uid and ``[isolation] operators_group`` see all (visibility.py).
 
 from __future__ import annotations
 
+import base64
 import json
 import logging
 import os
@@ -33,6 +34,7 @@ from covenant.daemon.service import Daemon
 from covenant.daemon.status_view import status_document, without_spawned
 from covenant.daemon.visibility import sees_every_record
 from covenant.errors import CovenantError, error_document
+from covenant.runtime.artifacts import ArtifactRefused
 from covenant.stream_sink import StreamSink
 
 __all__ = ["ControlAPI"]
@@ -121,6 +123,7 @@ class ControlAPI:
             ("POST", re.compile(r"/v1/replicas/(?P<agent_id>[^/]+)/restart"), self._restart_replica),
             ("GET", re.compile(r"/v1/dispatches"), self._dispatches),
             ("GET", re.compile(r"/v1/dispatches/(?P<intent_id>[^/]+)"), self._dispatch_record),
+            ("GET", re.compile(r"/v1/dispatches/(?P<intent_id>[^/]+)/artifacts/(?P<name>[^/]+)"), self._artifact),
             ("POST", re.compile(r"/v1/fleet/events"), self._fleet_event),
         ]
 
@@ -384,6 +387,26 @@ class ControlAPI:
         if record is None:
             raise ApiError("not_found", f"no dispatch record for intent {intent_id!r}", 404)
         return record.model_dump(mode="json")
+
+    async def _artifact(self, *, scope: dict, receive: Receive, intent_id: str, name: str) -> Any:
+        """One file of the intent's record's ``artifacts``, its bytes as base64 (whoever may read the record may
+        read its artifacts)."""
+        record = await self.daemon.records.get(intent_id, _peer(scope))
+        if record is None:
+            raise ApiError("not_found", f"no dispatch record for intent {intent_id!r}", 404)
+        if not any(entry.get("name") == name for entry in record.artifacts):
+            raise ApiError("not_found", f"intent {intent_id} has no artifact {name[:100]!r}", 404)
+        store = self.daemon.rune.tools.services.artifacts
+        assert store is not None
+        try:
+            found = await trio.to_thread.run_sync(store.read, intent_id, name)
+        except (ArtifactRefused, OSError) as exc:
+            raise ApiError("artifact_unreadable", str(exc), 500) from None
+        if found is None:
+            raise ApiError("artifact_unreadable", f"artifact {name} of intent {intent_id} is in its record but "
+                           "not in the artifact store (state/artifacts/ was pruned?)", 410)
+        entry, data = found
+        return {**entry, "content_base64": base64.b64encode(data).decode("ascii")}
 
     async def _fleet_event(self, *, scope: dict, receive: Receive) -> Any:
         """Record ``fleet.delivery`` or ``fleet.ack`` for ``covenant fleet``, which holds no key (docs/fleet.md).

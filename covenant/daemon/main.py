@@ -56,6 +56,7 @@ from covenant.models import ModelGateway
 from covenant.policy.budget import BudgetLedger
 from covenant.policy.grants import GrantStore
 from covenant.policy.identities import KnownIdentities
+from covenant.runtime.artifacts import ArtifactRefused
 from covenant.runtime.host import network_isolation_available, set_child_subreaper
 from covenant.runtime.isolation import Isolation, open_isolation, reachability_problems
 from covenant.runtime.launch_plans import resolve_program
@@ -200,8 +201,18 @@ def _a2a_app(config: Config, clients: list[A2AClient], daemon: Daemon, key: Ed25
     async def record(intent_id: str) -> DispatchRecord | None:
         return await trio.to_thread.run_sync(store.get, intent_id)
 
+    async def artifact_bytes(intent_id: str, name: str) -> bytes | None:
+        artifacts = daemon.rune.tools.services.artifacts
+        assert artifacts is not None
+        try:
+            found = await trio.to_thread.run_sync(artifacts.read, intent_id, name)
+        except (ArtifactRefused, OSError) as exc:
+            log.warning("artifact %s of intent %s not readable: %s", name, intent_id, exc)
+            return None
+        return None if found is None else found[1]
+
     return A2AApp(config.a2a, clients, agent, OnBehalfSigner(key), audit.record, daemon, record,
-                  store_text=config.audit.store_text)
+                  store_text=config.audit.store_text, artifact_bytes=artifact_bytes)
 
 
 def _bind_tcp(listen: str, key: str) -> socket.socket:

@@ -458,7 +458,8 @@ class Daemon:
                 # Cancelled or out of time, it may end before the agents it called: theirs are being stopped.
                 await link.children_settled()
             record = record.model_copy(update={
-                "peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id)})
+                "peer_uid": link.peer_uid, "parent": intent.parent, "children": self.chain.close(intent.id),
+                "artifacts": await self.rune.tools.artifacts_of(intent.id)})
             await self._finish(intent, agent, record, pending)
         return outcome_document(intent, agent, routed_by, decision, record)
 

@@ -35,6 +35,7 @@ from covenant.cancellation import only_cancelled
 from covenant.config import Config
 from covenant.home import Home
 from covenant.manifest.model import AgentSpec
+from covenant.runtime.artifacts import ArtifactRefused
 from covenant.runtime.runner import Runner
 from covenant.tools.agent_stores import AgentStores
 from covenant.tools.agents import call_agent
@@ -242,6 +243,17 @@ class ToolHost:
         """Stop the supervised processes (``rune@process-*``) started for the intent; call when it ends."""
         with trio.CancelScope(shield=True):
             await self.services.processes.intent_ended(intent_id)
+
+    async def artifacts_of(self, intent_id: str) -> list[dict[str, Any]]:
+        """The files the intent's tools handed back (its record's ``artifacts``); none when its index is
+        unreadable (logged: the record is still written)."""
+        store = self.services.artifacts
+        assert store is not None
+        try:
+            return await trio.to_thread.run_sync(store.list, intent_id)
+        except (ArtifactRefused, OSError) as exc:
+            log.warning("artifacts of intent %s not listed: %s", intent_id, exc, extra={"intent": intent_id})
+            return []
 
     # -- one call -----------------------------------------------------------------------------
 

@@ -61,6 +61,8 @@ ERROR_CODES: dict[str, str] = {
     "unknown_entity": "knowledge-add-relation named an entity that does not exist",
     "unknown_task": "no task with that id on the agent's board",
     "task_not_open": "the task is claimed or done already",
+    "artifact_refused": "the file was not kept as an artifact of the intent: a bad name or content, or the intent's "
+    "[tools.artifacts] caps (files, bytes) reached",
 }
 """Every ``error_code`` a tool call can end with, and what it means."""
 

@@ -5,11 +5,13 @@ from __future__ import annotations
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
+from typing import Any
 
 import trio
 
 from covenant.config import Config
 from covenant.home import Home
+from covenant.runtime.artifacts import ArtifactLimits, ArtifactStore
 from covenant.runtime.isolation import Isolation
 from covenant.runtime.runner import Runner
 from covenant.tools.agent_stores import AgentStores
@@ -36,7 +38,23 @@ class ToolServices:
     """knowledge, tasks and events (rune@knowledge-*, rune@task-*, rune@event-publish)."""
     agents: AgentCalls | None = None
     """Calls to other agents (agent tools, ``rune@agent-*``); the daemon sets it, ``covenant run`` has none."""
+    artifacts: ArtifactStore | None = None
+    """Files the tools hand back, per intent (``state/artifacts/``); made from ``home`` when None."""
     _run_slots: dict[str, tuple[int, trio.Semaphore]] = field(default_factory=dict, init=False, repr=False)
+
+    def __post_init__(self) -> None:
+        if self.artifacts is None:
+            self.artifacts = ArtifactStore(self.home.state_dir / "artifacts")
+
+    async def save_artifact(self, intent_id: str, name: str, media_type: str, data: bytes) -> dict[str, Any]:
+        """Keep ``data`` as an artifact of the intent under ``[tools.artifacts]``'s caps; its index entry.
+
+        Raises :class:`~covenant.runtime.artifacts.ArtifactRefused` (a bad name, a cap reached)."""
+        caps = self.config.tools.artifacts
+        limits = ArtifactLimits(max_files=caps.max_files, max_file_bytes=caps.max_file_kb * 1024,
+                                max_intent_bytes=caps.max_intent_kb * 1024)
+        assert self.artifacts is not None
+        return await trio.to_thread.run_sync(self.artifacts.save, intent_id, name, media_type, data, limits)
 
     @asynccontextmanager
     async def run_slot(self, agent_id: str) -> AsyncIterator[None]:

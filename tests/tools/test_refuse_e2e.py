@@ -14,13 +14,13 @@ def test_the_daemon_rejects_an_agent_with_an_unavailable_tool_in_refuse_mode(
 ) -> None:
     configure(daemon, ("fake", fake_model), extra='[rune]\nunavailable_tools = "refuse"\n')
     add_rune_agent(daemon, "ok", toolset=("rune@system-time",))
-    add_rune_agent(daemon, "canvas", toolset=("rune@canvas-present",))
+    add_rune_agent(daemon, "imager", toolset=("rune@image-generate",))
     daemon.start()
     loaded = daemon.api("GET", "/v1/agents")
     assert [a["id"] for a in loaded["agents"]] == ["ok@local"]  # type: ignore[index]
     [problem] = loaded["problems"]  # type: ignore[index]
-    assert "rune@canvas-present is unavailable here" in problem["message"] and problem["field"] == "toolset[0]"
-    result = daemon.cli("dispatch", "hi", "--agent", "canvas@local", "--json")
+    assert "rune@image-generate is unavailable here" in problem["message"] and problem["field"] == "toolset[0]"
+    result = daemon.cli("dispatch", "hi", "--agent", "imager@local", "--json")
     assert result.returncode == 6, result.stdout + result.stderr  # no such agent
     add_rune_agent(daemon, "ok", toolset=("rune@system-time", "rune@location-get"))
     reload = daemon.cli("reload")

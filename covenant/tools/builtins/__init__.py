@@ -11,6 +11,7 @@ from covenant.tools.builtins import (
     a2a,
     agents,
     ask_user,
+    canvas,
     channel_send,
     cron,
     docker_exec,
@@ -48,5 +49,6 @@ BUILTINS: dict[str, Builtin] = {
         location.TOOL,
         *media.TOOLS,
         docker_exec.TOOL,
+        canvas.TOOL,
     )
 }
