@@ -433,7 +433,7 @@ class MediaToolConfig(_Section):
 
 
 class ArtifactsToolConfig(_Section):
-    """``[tools.artifacts]``: the files an intent's tools hand back (rune@canvas-present, rune@browser-screenshot),
+    """``[tools.artifacts]``: the files an intent's tools hand back (rune@canvas-present),
     kept under ``state/artifacts/<intent>/`` (docs/tools.md)."""
 
     max_files: int = Field(32, gt=0, le=10_000, description="artifacts one intent may make")

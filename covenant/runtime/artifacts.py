@@ -1,4 +1,4 @@
-"""Files an intent's tools hand back (a screenshot, a canvas): stored per intent, capped, daemon-owned.
+"""Files an intent's tools hand back (rune@canvas-present's content): stored per intent, capped, daemon-owned.
 
 Layout under ``$COVENANT_HOME/state/artifacts/``::
 

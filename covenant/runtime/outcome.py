@@ -142,7 +142,7 @@ class DispatchRecord(BaseModel):
     cleanup: Cleanup = Field(default_factory=Cleanup)
     """Was everything the run left removed (any depth, never through a link, with the agent uid's rights)?"""
     artifacts: list[dict[str, Any]] = []
-    """Files the intent's tools handed back (rune@canvas-present, rune@browser-screenshot), oldest first:
+    """Files the intent's tools handed back (rune@canvas-present), oldest first:
     ``{name, media_type, bytes, sha256}``; the bytes are the daemon's (``covenant show ID --save DIR``)."""
 
     @classmethod

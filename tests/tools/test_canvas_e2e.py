@@ -93,4 +93,10 @@ def test_canvas_content_is_kept_saved_and_served_as_a2a_file_parts(
                               "filename": "canvas.html"}]
     got = rpc(served, "painter", "GetTask", {"id": answer["id"]}).json()["result"]
     assert got["artifacts"] == answer["artifacts"]
+    fake_model.script(Reply.tools(ToolCall("canvas-present", {"content": "plain", "format": "text", "title": "x"})),
+                      Reply(text="Done."))
+    old = rpc(served, "painter", "message/send", {"message": {
+        "kind": "message", "messageId": "m1", "role": "user", "parts": [{"kind": "text", "text": "old style"}]}})
+    assert old.json()["result"]["artifacts"][1]["parts"] == [  # A2A 0.3's file part
+        {"kind": "file", "file": {"name": "x.txt", "mimeType": "text/plain", "bytes": base64.b64encode(b"plain").decode()}}]
     assert daemon.stop() == 0
