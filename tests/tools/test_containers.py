@@ -124,9 +124,10 @@ def test_an_image_that_is_no_reference_is_a_config_error(image: str) -> None:
 
 async def test_container_tools_run_confined_and_leave_nothing(home: Home, test_images: None) -> None:
     async with container_tools(home, images=[ECHO, PROBE, SPIN]) as tools:
-        agent = tools.package("boxed", ["echo", "probe", "spin", "unlisted", "noimage", "rune@docker-exec"], {
+        agent = tools.package("boxed", ["echo", "probe", "probe_net", "spin", "unlisted", "noimage", "rune@docker-exec"], {
             "tools/echo.yaml": _descriptor("echo", ECHO),
             "tools/probe.yaml": _descriptor("probe", PROBE),
+            "tools/probe_net.yaml": _descriptor("probe_net", PROBE, capabilities="capabilities:\n  - network\n"),
             "tools/spin.yaml": _descriptor("spin", SPIN, timeout_ms=1500),
             "tools/unlisted.yaml": _descriptor("unlisted", f"{REPO}/elsewhere:1"),
             "tools/noimage.yaml": "name: noimage\nversion: 0.1.0\nruntime: container\n",
@@ -134,7 +135,7 @@ async def test_container_tools_run_confined_and_leave_nothing(home: Home, test_i
         reasons = dict(tools.host.unavailable(agent))
         assert "not listed in [tools.container] images" in reasons["unlisted"], reasons
         assert "needs the image reference in module" in reasons["noimage"], reasons
-        assert sorted(t["function"]["name"] for t in tools.host.offered(agent)) == ["docker-exec", "echo", "probe", "spin"]
+        assert sorted(t["function"]["name"] for t in tools.host.offered(agent)) == ["docker-exec", "echo", "probe", "probe_net", "spin"]
         ctx = tools.ctx(agent, tools.grant("tool.*"))
         uid = tools.runner.isolation.credentials_for(agent.id).uid
 
@@ -151,6 +152,12 @@ async def test_container_tools_run_confined_and_leave_nothing(home: Home, test_i
         assert (facts["root_writable"], facts["tmp_writable"]) == ("no", "yes")
         assert facts["tmp_kb"] == agent.resources.disk_mb * 1024
         assert facts["doc"] == {"asked": 1}
+
+        # declaring network: the agent's own namespace (its slirp4netns tap), never the host's interfaces
+        netted = await tools.host.call(ctx, "probe_net", {"asked": 2})
+        assert netted.ok, netted
+        assert "lo" in netted.content["ifaces"].split() and "tap0" in netted.content["ifaces"].split(), netted.content
+        assert netted.content["uid"] == uid
 
         spun = await tools.host.call(ctx, "spin", {})
         assert (spun.ok, spun.error_code) == (False, "tool_timeout"), spun
@@ -169,7 +176,7 @@ async def test_container_tools_run_confined_and_leave_nothing(home: Home, test_i
         into = await tools.host.call(ctx, "docker-exec", {"command": "true", "container_id": "abc"})
         assert (into.ok, into.error_code) == (False, "invalid_arguments"), into
 
-        assert [e["outcome"] for e in tools.audit.of("tool.call")] == ["ok", "ok", "error", "ok", "ok", "error", "error"]
+        assert [e["outcome"] for e in tools.audit.of("tool.call")] == ["ok", "ok", "ok", "error", "ok", "ok", "error", "error"]
         assert _containers_of(ctx.intent_id) == []
         assert _processes_of(uid) == []
 
