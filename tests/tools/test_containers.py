@@ -21,6 +21,9 @@ from covenant.homeinit import init_home
 from covenant.runtime.isolation import open_isolation
 from covenant.runtime.podman import ContainerSpec, Podman, podman_argv
 from tests.conftest import agent_uid_range
+from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture
+from tests.fakes import FakeModelServer, Reply, ToolCall
+from tests.rune.conftest import add_rune_agent, configure, outcome_of
 
 from .conftest import Tools, _tools
 
@@ -204,3 +207,41 @@ async def test_without_images_listed_container_tools_are_unavailable(home: Home)
         assert "no image is listed in [tools.container] images" in reasons["rune@docker-exec"], reasons
         assert "no image is listed" in reasons["boxed"], reasons
         assert tools.host.offered(agent) == []
+
+
+def test_a_daemon_offers_and_runs_container_tools_and_docker_exec(
+    daemon: DaemonProcess, fake_model: FakeModelServer, test_images: None
+) -> None:
+    """Through a real daemon and replica: tools list says what runs, the model's calls run in containers as the
+    agent's uid, the audit has each call, and no container outlives the intent."""
+    package = add_rune_agent(daemon, "boxer", toolset=("rune@docker-exec", "echo", "stray"))
+    tools_dir = package / "tools"
+    tools_dir.mkdir(mode=0o755)
+    for name, image in (("echo", ECHO), ("stray", f"{REPO}/stray:1")):
+        (tools_dir / f"{name}.yaml").write_text(_descriptor(name, image))
+        (tools_dir / f"{name}.yaml").chmod(0o644)
+    configure(daemon, ("fake", fake_model), extra=f'[tools.container]\nimages = ["{ECHO}", "{PROBE}"]\n')
+    daemon.start()
+    listed = {t["entry"]: t for t in json.loads(daemon.cli("tools", "list", "boxer", "--json", check=True).stdout)["tools"]}
+    assert listed["rune@docker-exec"]["available"] is True and listed["echo"]["available"] is True, listed
+    assert listed["stray"]["available"] is False and "not listed in [tools.container] images" in listed["stray"]["reason"]
+
+    daemon.cli("grant", "tester@test", "tool.*", check=True)
+    fake_model.script(
+        Reply.tools(ToolCall("echo", {"q": "ü"}), ToolCall("docker-exec", {"command": "id -u", "image": PROBE})),
+        Reply(text="done"),
+    )
+    outcome = outcome_of(daemon.cli("dispatch", "box it", "--agent", "boxer@local", "--json"))
+    assert outcome["outcome"] == "ok", outcome
+    assert fake_model.requests[0].tool_names == ["docker-exec", "echo"]
+    answers = [json.loads(m["content"]) for m in fake_model.requests[1].messages if m["role"] == "tool"]
+    assert answers[0] == {"q": "ü"}
+    uid = int(answers[1]["stdout"])
+    assert uid != 0 and answers[1]["exit_code"] == 0
+    events = [json.loads(line)["data"] for line in
+              daemon.cli("audit", "tail", "--json", "-n", "1000", "--type", "tool.call", check=True).stdout.splitlines()]
+    assert sorted((e["name"], e["outcome"]) for e in events if e["intent"] == outcome["intent_id"]) == [
+        ("docker-exec", "ok"), ("echo", "ok")]
+    assert _containers_of(outcome["intent_id"]) == []
+    assert daemon.stop() == 0
+    assert _processes_of(uid) == []
