@@ -88,7 +88,7 @@ def cold_start(starts: int) -> None:
             spec = {"agent": "bench@local", "socket": str(sock), "gateway": str(tmp / "g.sock"), "gateway_pid": os.getpid(),
                     "health_path": "/health", "system_prompt": "x", "tools": [], "max_steps": 4,
                     "memory_profile": "minimal", "standard_turns": 20, "token_budget": 1000,
-                    "checkpoint_policy": "never", "safety_policy": "standard", "skills": {}}
+                    "checkpoint_policy": "never", "safety_policy": "standard", "skills": {}, "loop": "tools"}
             seconds, proc = _start([sys.executable, "-I", "-m", "covenant.rune.host"], sock,
                                    json.dumps(spec).encode() + b"\n")
             replica_ms.append(seconds * 1000)
