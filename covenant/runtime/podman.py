@@ -24,18 +24,17 @@ import secrets
 import shutil
 import subprocess
 import time
-from collections.abc import Sequence
 from dataclasses import dataclass, field
 
 import trio
 
+from covenant.manifest.model import AgentSpec
 from covenant.runtime import _elf
 from covenant.runtime.launch_plans import LaunchPlans
 from covenant.runtime.launcher import AgentCredentials, LaunchError
 from covenant.runtime.netns import NetworkMode
-from covenant.manifest.model import AgentSpec
 
-__all__ = ["Podman", "ContainerSpec", "ContainerRun", "find_podman", "podman_argv", "run_container", "container_network", "RUN_LABEL"]
+__all__ = ["RUN_LABEL", "ContainerRun", "ContainerSpec", "Podman", "container_network", "find_podman", "podman_argv", "run_container"]
 
 RUN_LABEL = "covenant.run"
 """The label each container carries: the tool run's marker (``<intent>:tool:<n>``)."""

@@ -18,13 +18,19 @@ import trio
 
 from covenant.config import AgentNetwork, Config
 from covenant.runtime.launcher import LaunchError
-from covenant.runtime.podman import ContainerRun, ContainerSpec, container_network, find_podman, run_container
+from covenant.runtime.podman import (
+    ContainerRun,
+    ContainerSpec,
+    container_network,
+    find_podman,
+    run_container,
+)
 from covenant.tools.context import ToolCallContext
 from covenant.tools.result import ToolError, ToolResult, capped
 from covenant.tools.schema import first_error
 from covenant.tools.services import ToolServices
 
-__all__ = ["container_problem", "image_problem", "run_in_container", "run_container_tool"]
+__all__ = ["container_problem", "image_problem", "run_container_tool", "run_in_container"]
 
 log = logging.getLogger("covenant.tools")
 
