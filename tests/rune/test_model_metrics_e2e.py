@@ -30,7 +30,7 @@ def test_a_fallback_shows_in_the_model_metrics(daemon: DaemonProcess, fake_model
     assert result.returncode == 0, outcome_of(result)
     samples = _samples(daemon)
     agent = ("agent", "chat@local")
-    assert samples[("covenant_model_calls_total", (agent, ("outcome", "error"), ("provider", "down")))] == 1
+    assert samples[("covenant_model_calls_total", (agent, ("outcome", "http_error"), ("provider", "down")))] == 1
     assert samples[("covenant_model_calls_total", (agent, ("outcome", "ok"), ("provider", "up")))] == 1
     assert samples[("covenant_model_tokens_total", (agent, ("direction", "input"), ("provider", "up")))] == 21
     assert samples[("covenant_model_tokens_total", (agent, ("direction", "output"), ("provider", "up")))] == 8
