@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import trio
 
@@ -45,7 +45,6 @@ _KILL_GRACE_S = 2.0
 class _Spare:
     plan: LaunchPlan
     launched: Launched
-    scope: trio.CancelScope = field(default_factory=trio.CancelScope)
     taken: bool = False
 
 
@@ -56,7 +55,9 @@ class SpareReplicas:
         self.runner = runner
         self.warm = warm
         self._spares: dict[str, _Spare] = {}
-        self._starting: set[str] = set()
+        """The spares launched and waiting."""
+        self._keeping: dict[str, trio.CancelScope] = {}
+        """Each agent's spare task, from before its launch until its spare is taken or stopped."""
         self._nursery: trio.Nursery | None = None
 
     async def run(self, *, task_status: trio.TaskStatus[None] = trio.TASK_STATUS_IGNORED) -> None:
@@ -76,10 +77,10 @@ class SpareReplicas:
 
     def fill_soon(self, agent: AgentSpec, plan_for: PlanFor) -> None:
         """Start a spare for ``agent`` in the background unless one waits or is starting (or warm = 0)."""
-        if self.warm < 1 or self._nursery is None or agent.id in self._spares or agent.id in self._starting:
+        if self.warm < 1 or self._nursery is None or agent.id in self._keeping:
             return
-        self._starting.add(agent.id)
-        self._nursery.start_soon(self._keep, agent, plan_for)
+        scope = self._keeping[agent.id] = trio.CancelScope()
+        self._nursery.start_soon(self._keep, agent, plan_for, scope)
 
     def take(self, agent_id: str, plan: LaunchPlan) -> Launched | None:
         """The agent's spare process, handed over to the caller (who writes its spec line and stops it in
@@ -91,48 +92,50 @@ class SpareReplicas:
         if spare.plan != plan or spare.launched.exited_now():
             log.info("warm spare replica dropped", extra={"agent": agent_id, "pid": spare.launched.pid,
                                                           "reason": "exited" if spare.plan == plan else "plan changed"})
-            spare.scope.cancel()
+            self.discard(agent_id)
             return None
         spare.taken = True
-        spare.scope.cancel()
+        self.discard(agent_id)
         return spare.launched
 
     def discard(self, agent_id: str) -> None:
-        """Stop the agent's spare, if any (its replica stopped for good)."""
-        spare = self._spares.pop(agent_id, None)
-        if spare is not None:
-            spare.scope.cancel()
+        """Stop the agent's spare, waiting or still starting (its replica stopped for good); a taken one is
+        only let go of."""
+        self._spares.pop(agent_id, None)
+        scope = self._keeping.pop(agent_id, None)
+        if scope is not None:
+            scope.cancel()
 
-    async def _keep(self, agent: AgentSpec, plan_for: PlanFor) -> None:
+    async def _keep(self, agent: AgentSpec, plan_for: PlanFor, scope: trio.CancelScope) -> None:
         """Launch one spare and hold it until it is taken, dropped or exits, or the daemon stops."""
         creds: AgentCredentials | None = None
         claimed = False
         spare: _Spare | None = None
         try:
-            creds = await self.runner.uids.claim(agent.id, resident=True)
-            claimed = True
-            plan = plan_for(creds)
-            try:
-                launched = await self.runner.launch(plan, agent, "off")
-            except (LaunchError, OSError) as exc:
-                log.warning("warm spare replica could not start", extra={"agent": agent.id, "error": str(exc)})
-                return
-            spare = _Spare(plan, launched)
-            if launched.gated:
+            with scope:
+                creds = await self.runner.uids.claim(agent.id, resident=True)
+                claimed = True
+                plan = plan_for(creds)
                 try:
-                    await launched.stdin.send_all(GATE_BYTE)  # it may exec and import; the spec comes when taken
-                except (trio.BrokenResourceError, trio.ClosedResourceError):
-                    pass  # it died already: the wait below ends at once
-            self._spares[agent.id] = spare
-            self._starting.discard(agent.id)
-            log.info("warm spare replica started", extra={"agent": agent.id, "pid": launched.pid})
-            with spare.scope:
+                    launched = await self.runner.launch(plan, agent, "off")  # not cancellable: never lost
+                except (LaunchError, OSError) as exc:
+                    log.warning("warm spare replica could not start", extra={"agent": agent.id, "error": str(exc)})
+                    return
+                spare = _Spare(plan, launched)
+                if launched.gated:
+                    try:
+                        await launched.stdin.send_all(GATE_BYTE)  # it may exec and import; the spec comes when taken
+                    except (trio.BrokenResourceError, trio.ClosedResourceError):
+                        pass  # it died already: the wait below ends at once
+                self._spares[agent.id] = spare
+                log.info("warm spare replica started", extra={"agent": agent.id, "pid": launched.pid})
                 await launched.wait_exit()
                 log.warning("warm spare replica exited while waiting", extra={"agent": agent.id, "pid": launched.pid})
         except Exception:  # a spare is an optimisation: its failure must cost nothing but itself
             log.exception("warm spare replica failed", extra={"agent": agent.id})
         finally:
-            self._starting.discard(agent.id)
+            if self._keeping.get(agent.id) is scope:
+                del self._keeping[agent.id]
             if spare is not None and self._spares.get(agent.id) is spare:
                 del self._spares[agent.id]
             with trio.CancelScope(shield=True):

@@ -107,3 +107,18 @@ def test_without_warm_a_restart_starts_a_new_process(daemon: DaemonProcess, fake
     assert _started_ticks(after["pid"]) >= asked_at, "a process started before the restart served after it"
     assert daemon.stop() == 0
     assert not alive(after["pid"])
+
+
+def test_an_idle_stop_takes_the_spare_with_the_replica(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    configure(daemon, ("fake", fake_model), extra="[rune]\nwarm = 1\nidle_stop_s = 5\n")  # the spare is up long before
+    add_rune_agent(daemon, toolset=())
+    daemon.start()
+    _ask(daemon, fake_model, "one")
+    replica = replicas(daemon)[0]["pid"]
+    spare = _spare_beside(daemon)
+    wait_for(lambda: replicas(daemon)[0]["state"] == "stopped", what="the idle stop")
+    assert replicas(daemon)[0]["spare_pid"] is None
+    assert wait_gone(replica, 30) and wait_gone(spare, 30), "the idle stop left a process of the agent running"
+    _ask(daemon, fake_model, "two")  # started again (cold) at the next dispatch
+    assert replicas(daemon)[0]["pid"] not in (replica, spare)
+    assert daemon.stop() == 0
