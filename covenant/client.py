@@ -12,12 +12,17 @@ The request itself is a fixed shape (request line, four or five headers, a
 JSON body) and is written out here; its target is checked to be plain
 visible ASCII. Each request opens its own connection and says
 ``Connection: close``, so the server closes its side right after answering.
+
+The socket comes from ``_socket``, the C module the ``socket`` module wraps: ``socket``
+builds four ``IntEnum`` classes from the C constants when imported, about a tenth of the
+``covenant dispatch`` process's instructions (docs/performance.md, issue 38), and this
+client needs none of what its Python class adds (``makefile``, ``sendfile``, ``dup``).
 """
 
 from __future__ import annotations
 
+import _socket
 import json
-import socket
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
@@ -79,7 +84,7 @@ class _Response:
     The ``on_*`` methods are httptools' parser callbacks.
     """
 
-    def __init__(self, sock: socket.socket) -> None:
+    def __init__(self, sock: _socket.socket) -> None:
         self._sock = sock
         self._parser = httptools.HttpResponseParser(self)
         self._body: list[bytes] = []
@@ -154,7 +159,7 @@ class DaemonClient:
         self.socket_path = socket_path
         self._timeout = timeout
         self._home = home
-        self._sock: socket.socket | None = None
+        self._sock: _socket.socket | None = None
 
     def _command(self, command: str) -> str:
         """``covenant COMMAND`` for this client's home, as a hint prints it (:func:`covenant.home.home_command`)."""
@@ -171,9 +176,9 @@ class DaemonClient:
     def __exit__(self, *exc: object) -> None:
         self.close()
 
-    def _connect(self) -> socket.socket:
+    def _connect(self) -> _socket.socket:
         self.close()
-        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock = _socket.socket(_socket.AF_UNIX, _socket.SOCK_STREAM)
         self._sock = sock
         if self._timeout is not None:
             sock.settimeout(self._timeout)
