@@ -430,6 +430,15 @@ class MediaToolConfig(_Section):
     espeak: str = Field("espeak-ng", min_length=1, description="text-to-speech's program, looked up on [runtime] path")
     ffmpeg: str = Field("ffmpeg", min_length=1, description="the decoder of speech-to-text and media-transcribe")
     ffprobe: str = Field("ffprobe", min_length=1, description="media-describe's prober")
+    image_max_bytes: int = Field(
+        5 * 1024 * 1024, gt=0, le=64 * 1024 * 1024, description="largest image image-analyze sends to the model"
+    )
+    images_provider: str | None = Field(
+        None, min_length=1, description="the openai-kind [providers.NAME] whose images endpoint image-generate calls; unset: "
+        "image-generate is unavailable"
+    )
+    images_model: str | None = Field(None, min_length=1, description="the model image-generate asks for (default: the "
+                                     "provider's model)")
 
 
 class ArtifactsToolConfig(_Section):

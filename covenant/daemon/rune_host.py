@@ -21,11 +21,12 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from covenant.clock import now_ms
 from covenant.config import Config
 from covenant.daemon.intent_context import IntentContext
+from covenant.daemon.intent_models import GatewayModels, intent_budget
 from covenant.daemon.replica_gateway import GatewayRefused
 from covenant.daemon.test_attempts import TestAttempts
 from covenant.daemon.replicas import ReplicaSupervisor
 from covenant.manifest.model import AgentSpec
-from covenant.models import AgentModels, ModelCall, ModelError, ModelGateway, TokenBudget
+from covenant.models import AgentModels, ModelCall, ModelError, ModelGateway
 from covenant.rune.safety import LineRedactor, ValueRedactor, redact
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolCallContext, ToolHost
@@ -58,9 +59,7 @@ class ModelAndToolCalls:
         alias = body.get("alias")
         if alias is not None and not isinstance(alias, str):
             raise GatewayRefused("bad_request", "alias must be a string or null", 400)
-        budget = intent.state.get("budget")
-        if budget is None:
-            budget = intent.state["budget"] = TokenBudget(intent.package.runefile.models.token_budget)
+        budget = intent_budget(intent)
         adapter = body.get("adapter")
         if adapter is not None:  # the test-driven loop's: only an adapter id its intent's task lists
             adapter = self.attempts.adapter(intent, adapter)
@@ -105,6 +104,7 @@ class ModelAndToolCalls:
             grants=self._grants(),
             now_ms=now_ms(),
             deadline=intent.deadline,
+            models=GatewayModels(self.models, intent),
         )
         result = await self.tools.call(context, name, arguments)
         if result.asks is not None:  # the replica may end the turn input_required only after such a call

@@ -15,6 +15,7 @@ from covenant.config import ProviderConfig
 from covenant.models.adapter import Adapter, ChatTurn, StreamAssembler, require, tool_call
 from covenant.sse import SseEvent
 from covenant.models.types import Answer, ProviderProtocolError
+from covenant.models.validate import IMAGE_DATA_URL
 
 __all__ = ["AnthropicAdapter", "DEFAULT_MAX_TOKENS", "to_anthropic"]
 
@@ -36,6 +37,23 @@ def _text(content: Any) -> str:
             parts.append(part["text"])
         return "".join(parts)
     raise ValueError(f"message content must be text, not {type(content).__name__}")
+
+
+def _user_blocks(content: Any) -> list[dict[str, Any]]:
+    """A user message's content as Anthropic blocks: text, and each inline image as an image block (base64)."""
+    if not isinstance(content, list) or not any(isinstance(p, dict) and p.get("type") == "image_url" for p in content):
+        text = _text(content)
+        return [{"type": "text", "text": text}] if text else []
+    blocks: list[dict[str, Any]] = []
+    for part in content:
+        if isinstance(part, dict) and part.get("type") == "image_url":
+            match = IMAGE_DATA_URL.match(str((part.get("image_url") or {}).get("url", "")))
+            if match is None:
+                raise ValueError("an image part must be a data:image/…;base64 URL to be sent to an anthropic provider")
+            blocks.append({"type": "image", "source": {"type": "base64", "media_type": match[1], "data": match[2]}})
+        elif text := _text([part]):
+            blocks.append({"type": "text", "text": text})
+    return blocks
 
 
 def _tool_input(arguments: Any) -> dict[str, Any]:
@@ -67,8 +85,7 @@ def to_anthropic(messages: list[dict[str, Any]]) -> tuple[str, list[dict[str, An
         if role == "system":
             system.append(_text(message.get("content")))
         elif role == "user":
-            text = _text(message.get("content"))
-            push("user", [{"type": "text", "text": text}] if text else [])
+            push("user", _user_blocks(message.get("content")))
         elif role == "assistant":
             text = _text(message.get("content"))
             blocks: list[dict[str, Any]] = [{"type": "text", "text": text}] if text else []

@@ -23,6 +23,8 @@ Failure rules (docs/providers.md):
 
 from __future__ import annotations
 
+import base64
+import binascii
 import email.utils
 import json
 import logging
@@ -240,6 +242,52 @@ class ModelGateway:
                 break
         raise ModelError("provider_error", f"agent {call.agent_id}: " + "; ".join(failures))
 
+    async def generate_image(self, call: ModelCall, provider: str, model: str, prompt: str, size: str | None) -> bytes:
+        """One image from ``[providers.<provider>]``'s OpenAI-compatible images endpoint; raises :class:`ModelError`.
+
+        ``POST {base_url}/images/generations`` with ``{model, prompt, n: 1, response_format: "b64_json"}`` (and
+        ``size``), the key in the auth header as for chat; one ``model.call`` event (no tokens: images are not
+        counted against the token budget). No fallback: the operator named this one provider for images.
+        """
+        config = self._providers.get(provider)
+        if config is None or config.kind != "openai":
+            raise ModelError("provider_unavailable", f"[providers.{provider}] is not an openai-kind provider of this daemon")
+        key = self._environ.get(config.api_key_env) if config.api_key_env else None
+        if config.api_key_env and not usable_key(key):
+            raise ModelError("provider_unavailable", f"the daemon's environment variable {config.api_key_env} is not set or "
+                                                     "not usable")
+        planned = PlannedProvider(provider, config.kind, config.base_url, model)
+        body: dict[str, Any] = {"model": model, "prompt": prompt, "n": 1, "response_format": "b64_json"}
+        if size is not None:
+            body["size"] = size
+        headers = {"content-type": "application/json", "accept": "application/json", **_ADAPTERS["openai"].headers(config, key)}
+        attempt = _Attempt()
+        started = time.perf_counter()
+        image = b""
+        try:
+            with trio.fail_after(config.timeout_s):
+                path = urlsplit(config.base_url.rstrip("/") + "/images/generations").path
+                async with self._client(provider, config).post(path, headers, json.dumps(body).encode()) as response:
+                    attempt.http_status = response.status
+                    if response.status != 200:
+                        await self._refused(_ADAPTERS["openai"], response, attempt)
+                    else:
+                        image = _image_of(outside_json.loads(await response.aread()))
+                        attempt.answer = Answer({"role": "assistant", "content": ""}, 0, 0)
+        except trio.TooSlowError:
+            attempt.reason = f"no image within timeout_s = {config.timeout_s:g} s"
+        except (TransportError, ProviderImpostor) as exc:
+            attempt.reason = str(exc)[:_EXCERPT]
+        except (ProviderProtocolError, ValueError) as exc:
+            attempt.reason = f"the answer is not an images response: {exc}"[:_EXCERPT]
+        if key:
+            attempt.reason = attempt.reason.replace(key, "[redacted]")
+        await self._record(call, planned, 1, attempt, int((time.perf_counter() - started) * 1000),
+                           [{"role": "user", "content": prompt}])
+        if attempt.answer is None:
+            raise ModelError("provider_error", f"agent {call.agent_id}: {provider} ({model}): {attempt.reason}")
+        return image
+
     async def _attempt(
         self,
         call: ModelCall,
@@ -406,6 +454,18 @@ class ModelGateway:
             self._observe(call.agent_id, planned.provider, outcome if answer is not None else attempt.failure,
                           input_tokens, output_tokens, number)
         await self._audit(MODEL_CALL, data)
+
+
+def _image_of(data: Any) -> bytes:
+    """The first image of an OpenAI images response (``data[0].b64_json``), decoded."""
+    items = data.get("data") if isinstance(data, dict) else None
+    encoded = items[0].get("b64_json") if isinstance(items, list) and items and isinstance(items[0], dict) else None
+    if not isinstance(encoded, str) or not encoded:
+        raise ProviderProtocolError("no data[0].b64_json in it")
+    try:
+        return base64.b64decode(encoded, validate=True)
+    except binascii.Error as exc:
+        raise ProviderProtocolError(f"data[0].b64_json is not base64: {exc}") from None
 
 
 _NO_ADAPTER = "\0no adapter"

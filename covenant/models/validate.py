@@ -12,7 +12,7 @@ from typing import Any
 
 from covenant.models.types import ModelError
 
-__all__ = ["check_request", "TOOL_NAME"]
+__all__ = ["IMAGE_DATA_URL", "TOOL_NAME", "check_request"]
 
 TOOL_NAME = re.compile(r"^[a-zA-Z0-9_-]{1,64}$")
 _ROLES = ("system", "user", "assistant", "tool")
@@ -22,15 +22,31 @@ def _bad(where: str, what: str) -> ModelError:
     return ModelError("protocol_error", f"the model request is malformed: {where}: {what}")
 
 
-def _check_content(content: Any, where: str, *, nullable: bool) -> None:
+IMAGE_DATA_URL = re.compile(r"^data:(image/(?:png|jpeg|gif|webp));base64,([A-Za-z0-9+/]+={0,2})$")
+"""The only image a request may carry: inline base64 of a format every provider reads (a URL would make the provider
+fetch it, from wherever the sender chose)."""
+
+
+def _check_image(part: dict[str, Any], where: str) -> None:
+    image = part.get("image_url")
+    url = image.get("url") if isinstance(image, dict) else None
+    if not isinstance(url, str) or not IMAGE_DATA_URL.match(url):
+        raise _bad(f"{where}.image_url.url", "must be a data:image/(png|jpeg|gif|webp);base64,… URL")
+
+
+def _check_content(content: Any, where: str, *, nullable: bool, images: bool = False) -> None:
     if content is None and nullable:
         return
     if isinstance(content, str):
         return
     if isinstance(content, list):
         for index, part in enumerate(content):
+            if images and isinstance(part, dict) and part.get("type") == "image_url":
+                _check_image(part, f"{where}[{index}]")
+                continue
             if not (isinstance(part, dict) and part.get("type") == "text" and isinstance(part.get("text"), str)):
-                raise _bad(f"{where}[{index}]", 'only text parts {"type": "text", "text": …} are supported')
+                allowed = ' and image parts {"type": "image_url", …}' if images else ""
+                raise _bad(f"{where}[{index}]", f'only text parts {{"type": "text", "text": …}}{allowed} are supported')
         return
     raise _bad(where, "must be a string" + (" or null" if nullable else ""))
 
@@ -60,7 +76,7 @@ def check_request(messages: Any, tools: Any) -> None:
         role = message.get("role")
         if role not in _ROLES:
             raise _bad(f"{where}.role", f"must be one of {', '.join(_ROLES)}")
-        _check_content(message.get("content"), f"{where}.content", nullable=role == "assistant")
+        _check_content(message.get("content"), f"{where}.content", nullable=role == "assistant", images=role == "user")
         if role == "assistant" and "tool_calls" in message:
             _check_tool_calls(message["tool_calls"], f"{where}.tool_calls")
         if role == "tool":

@@ -14,7 +14,6 @@ __all__ = ["builtin_unavailable_reason", "NOT_SUPPORTED_HERE"]
 
 NOT_SUPPORTED_HERE: tuple[str, ...] = (
     "browser-",
-    "image-",
 )
 """Built-ins (or prefixes of them) a headless Linux host has no backend for."""
 

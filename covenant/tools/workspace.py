@@ -149,6 +149,17 @@ class Workspace:
         except UnicodeDecodeError:
             raise ToolError("patch_failed", f"{path!r} is not UTF-8 text; patches apply to text files only") from None
 
+    def read_bytes(self, path: str, max_bytes: int, setting: str) -> bytes:
+        """The whole file (a media tool's input), refusing one over ``max_bytes`` (named as ``setting``)."""
+        with self._root_fd() as root, self._open(root, path, os.O_RDONLY | _FILE_FLAGS) as fd:
+            st = self._check_file(fd, path)
+            if st.st_size > max_bytes:
+                raise ToolError("file_too_large", f"{path!r} is {st.st_size} bytes, more than {setting} ({max_bytes})")
+            data = os.pread(fd, max_bytes + 1, 0)
+        if len(data) > max_bytes:  # grew since the check
+            raise ToolError("file_too_large", f"{path!r} is more than {setting} ({max_bytes}) bytes")
+        return data
+
     # -- file-write ---------------------------------------------------------------------------
 
     def _parent(self, root: int, parts: list[str], path: str) -> int:
@@ -182,13 +193,12 @@ class Workspace:
             os.close(cur)
             raise
 
-    def _write_at(self, root: int, path: str, data: bytes) -> bool:
-        """Write ``data`` as the whole file; True when it was created."""
-        if len(data) > self.limits.write_max_bytes:
-            raise ToolError(
-                "file_too_large", f"{len(data)} bytes to write to {path!r}, over [tools.files] write_max_bytes = "
-                f"{self.limits.write_max_bytes}"
-            )
+    def _write_at(self, root: int, path: str, data: bytes, cap: tuple[int, str] | None = None) -> bool:
+        """Write ``data`` as the whole file; True when it was created. ``cap``: (most bytes, the setting's name),
+        by default ``[tools.files] write_max_bytes``."""
+        most, setting = cap or (self.limits.write_max_bytes, "[tools.files] write_max_bytes")
+        if len(data) > most:
+            raise ToolError("file_too_large", f"{len(data)} bytes to write to {path!r}, over {setting} = {most}")
         try:
             parts = split_relative(path)
         except Escape as exc:
@@ -231,6 +241,11 @@ class Workspace:
         with self._root_fd() as root:
             created = self._write_at(root, path, data)
         return {"path": path, "bytes": len(data), "created": created}
+
+    def write_bytes(self, path: str, data: bytes, max_bytes: int, setting: str) -> bool:
+        """Write ``data`` as the whole file (a media tool's output, the agent's); True when it was created."""
+        with self._root_fd() as root:
+            return self._write_at(root, path, data, (max_bytes, setting))
 
     # -- file-list ----------------------------------------------------------------------------
 

@@ -5,6 +5,8 @@ It speaks the two wire formats covenant's gateway uses:
 - OpenAI chat completions, ``POST …/chat/completions`` (``/v1/chat/completions`` or, when a
   provider's ``base_url`` has no ``/v1``, ``/chat/completions``);
 - Anthropic messages, ``POST …/messages``;
+- OpenAI image generation, ``POST …/images/generations``, answering ``{"data": [{"b64_json"}]}`` with a
+  scripted reply's ``image`` bytes (``Reply(image=png)``);
 
 each plain JSON or streamed (server-sent events) when the request body says ``"stream": true``,
 exactly as the real services frame them (OpenAI ``data: {chunk}`` lines ending with
@@ -37,6 +39,7 @@ until killed (for benchmarks that want the fake out of their own process).
 from __future__ import annotations
 
 import argparse
+import base64
 import json
 import re
 import socket
@@ -98,6 +101,8 @@ class Reply:
     resume: threading.Event | None = None
     error_message: str = "scripted error"
     raw_body: bytes | None = None
+    image: bytes | None = None
+    """The image an ``/images/generations`` request is answered with (base64 in ``data[0].b64_json``)."""
 
     @classmethod
     def tools(cls, *calls: ToolCall, text: str = "", **kw: Any) -> Reply:
@@ -212,8 +217,9 @@ class _Handler(BaseHTTPRequestHandler):
         except ValueError:
             body = None
         path = self.path.split("?", 1)[0]
+        images = path.endswith("/images/generations")
         api: Api | None = (
-            "openai" if path.endswith("/chat/completions") else "anthropic" if path.endswith("/messages") else None
+            "openai" if path.endswith("/chat/completions") or images else "anthropic" if path.endswith("/messages") else None
         )
         recorded = RecordedRequest(
             method="POST",
@@ -244,6 +250,10 @@ class _Handler(BaseHTTPRequestHandler):
             return
         if reply.raw_body is not None:
             self._send_raw(reply.raw_body)
+            return
+        if images:
+            encoded = base64.b64encode(reply.image or b"").decode("ascii")
+            self._send_json(200, {"created": int(time.time()), "data": [{"b64_json": encoded}]})
             return
         usage = reply.usage or (_estimate_tokens(body.get("messages")), _estimate_tokens([reply.text, [c.arguments_json() for c in reply.tool_calls]]))
         model = str(body.get("model", "fake-model"))

@@ -125,15 +125,17 @@ async def test_hostile_paths_sizes_and_bytes_are_refused_and_nothing_is_left(hom
 
 async def test_a_missing_backend_makes_only_its_tools_unavailable_with_the_fix(home: Home, tmp_path: object) -> None:
     """No espeak-ng where [tools.media] says, and an interpreter without pocketsphinx (the distribution's python3):
-    text-to-speech and the transcribers are unavailable, saying what to install; media-describe is still offered."""
+    text-to-speech and the transcribers are unavailable, saying what to install; media-describe is still offered.
+    No [tools.media] images_provider: image-generate is unavailable, saying what to set."""
     if os.geteuid() != 0:
         pytest.skip("needs root for agent uids")
     if shutil.which("ffprobe") is None:
         pytest.skip("needs ffprobe (apt install ffmpeg)")
     async with media_tools(home, tools={"media": {"espeak": "/nonexistent/espeak-ng"}},
                            rune={"python": "/usr/bin/python3"}) as tools:
-        agent = tools.package("partial", MEDIA)
+        agent = tools.package("partial", [*MEDIA, "rune@image-generate"])
         reasons = dict(tools.host.unavailable(agent))
+        assert reasons["rune@image-generate"].startswith("needs [tools.media] images_provider"), reasons
         assert "apt-get install espeak-ng" in reasons["rune@text-to-speech"], reasons
         for name in ("rune@speech-to-text", "rune@media-transcribe"):
             assert "cannot import it" in reasons[name] and "pip install pocketsphinx" in reasons[name], reasons

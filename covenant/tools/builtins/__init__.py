@@ -16,6 +16,7 @@ from covenant.tools.builtins import (
     cron,
     docker_exec,
     files,
+    images,
     knowledge,
     location,
     media,
@@ -47,7 +48,7 @@ BUILTINS: dict[str, Builtin] = {
         web_search.TOOL, channel_send.TOOL,
         *schedules.TOOLS, *cron.TOOLS,
         location.TOOL,
-        *media.TOOLS,
+        *media.TOOLS, *images.TOOLS,
         docker_exec.TOOL,
         canvas.TOOL,
     )
