@@ -58,9 +58,11 @@ def image_problem(config: Config, image: str) -> str | None:
 
 async def run_in_container(
     services: ToolServices, ctx: ToolCallContext, image: str, document: bytes, *, ends: float, network: AgentNetwork,
-    command: tuple[str, ...] = (), workspace: bool = False, output_max_bytes: int,
+    command: tuple[str, ...] = (), workspace: bool = False, output_max_bytes: int, memory_mb: int | None,
 ) -> ContainerRun:
-    """Run ``image`` for ``ctx``'s agent until ``ends``; raises ToolError when it cannot be started at all."""
+    """Run ``image`` for ``ctx``'s agent until ``ends``; raises ToolError when it cannot be started at all.
+
+    ``memory_mb``: the agent's ``resource_profile`` memory (default: its ``memory_mb``)."""
     config = services.config
     problem = image_problem(config, image)
     if problem is not None:
@@ -78,7 +80,7 @@ async def run_in_container(
         raise ToolError("tool_unavailable", str(exc)) from None
     mount = str((await trio.to_thread.run_sync(services.workspace, agent.id)).root) if workspace else None
     spec = ContainerSpec(
-        image=image, uid=creds.uid, gid=creds.gid, network=net, memory_mb=agent.resources.memory_mb,
+        image=image, uid=creds.uid, gid=creds.gid, network=net, memory_mb=memory_mb or agent.resources.memory_mb,
         pids_max=config.tools.container.pids_max, tmp_mb=agent.resources.disk_mb, marker=ctx.run_marker(),
         command=command, workspace=mount,
     )
@@ -120,7 +122,8 @@ def _tool_result(entry: Any, run: ContainerRun) -> ToolResult:
 
 
 async def run_container_tool(
-    services: ToolServices, ctx: ToolCallContext, entry: Any, arguments: dict[str, Any], ends: float
+    services: ToolServices, ctx: ToolCallContext, entry: Any, arguments: dict[str, Any], ends: float,
+    memory_mb: int | None = None,
 ) -> ToolResult:
     """One attempt of a ``runtime: container`` tool (``entry`` a :class:`~covenant.tools.catalogue.ToolEntry`)."""
     assert entry.image is not None
@@ -129,7 +132,7 @@ async def run_container_tool(
     try:
         run = await run_in_container(
             services, ctx, entry.image, document, ends=ends, network=network, workspace=entry.declares_filesystem,
-            output_max_bytes=services.config.runtime.stdout_cap_bytes,
+            output_max_bytes=services.config.runtime.stdout_cap_bytes, memory_mb=memory_mb,
         )
     except ToolError as exc:
         return ToolResult.failure(exc.code, f"{entry.model_name}: {exc.message}")

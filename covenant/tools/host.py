@@ -213,6 +213,11 @@ class ToolHost:
         self._toolsets[agent.id] = (package, generation, toolset)
         return toolset
 
+    def _profile_memory_mb(self, agent: AgentSpec) -> int | None:
+        """The memory limit of the agent's ``resource_profile`` (what its replica gets), None without its package."""
+        package = self._packages(agent)
+        return self.services.config.rune.memory_mb(package.runefile.runtime.resource_profile) if package else None
+
     def _fetch_schema(self, ref: SchemaUrl) -> bytes:
         """A tool schema named by URL: fetched by the daemon under the web-fetch address rules, cached."""
         return fetch_schema(ref, self.services.config, self._schema_cache)
@@ -351,7 +356,7 @@ class ToolHost:
         if entry.mcp is not None:
             return await self._run_mcp(ctx, entry, arguments, ends)
         if entry.kind == "container":
-            return await run_container_tool(self.services, ctx, entry, arguments, ends)
+            return await run_container_tool(self.services, ctx, entry, arguments, ends, self._profile_memory_mb(ctx.agent))
         return await run_process_tool(self.services, ctx, entry, arguments, ends)
 
     async def _run_agent_tool(self, ctx: ToolCallContext, entry: ToolEntry, arguments: dict[str, Any], ends: float) -> ToolResult:
@@ -384,7 +389,8 @@ class ToolHost:
     ) -> ToolResult:
         assert entry.builtin is not None
         try:
-            content = await entry.builtin.run(BuiltinCall(ctx=ctx, arguments=arguments, services=self.services, ends=ends))
+            content = await entry.builtin.run(BuiltinCall(ctx=ctx, arguments=arguments, services=self.services, ends=ends,
+                                                          memory_mb=self._profile_memory_mb(ctx.agent)))
         except ToolError as exc:
             return ToolResult.failure(exc.code, exc.message)
         except Exception:

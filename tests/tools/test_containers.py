@@ -30,8 +30,10 @@ from .conftest import Tools, _tools
 REPO = "localhost/covenant-test"
 ECHO, PROBE, SPIN = f"{REPO}/echo:1", f"{REPO}/probe:1", f"{REPO}/spin:1"
 
+_MEMORY_LIMIT = "cat /sys/fs/cgroup/memory/memory.limit_in_bytes 2>/dev/null || cat /sys/fs/cgroup/memory.max"
+
 # What the probe image answers: who it runs as, its capabilities, its interfaces, whether / and /tmp are writable,
-# and the document it was given.
+# /tmp's size, its memory limit and the document it was given.
 _PROBE_SCRIPT = (
     'read -r doc; '
     'caps=$(grep CapEff /proc/self/status | cut -f2); '
@@ -39,8 +41,9 @@ _PROBE_SCRIPT = (
     'if touch /root-write 2>/dev/null; then root=yes; else root=no; fi; '
     'if echo x > /tmp/t; then tmp=yes; else tmp=no; fi; '
     'tmpkb=$(df -k /tmp | tail -n 1 | tr -s " " | cut -d" " -f2); '
+    f'mem=$({_MEMORY_LIMIT}); '
     'printf \'{"uid":%s,"gid":%s,"caps":"%s","ifaces":"%s","root_writable":"%s","tmp_writable":"%s","tmp_kb":%s,'
-    '"doc":%s}\\n\' "$(id -u)" "$(id -g)" "$caps" "$ifs" "$root" "$tmp" "$tmpkb" "$doc"'
+    '"memory":%s,"doc":%s}\\n\' "$(id -u)" "$(id -g)" "$caps" "$ifs" "$root" "$tmp" "$tmpkb" "$mem" "$doc"'
 )
 
 
@@ -155,6 +158,7 @@ async def test_container_tools_run_confined_and_leave_nothing(home: Home, test_i
         assert (facts["root_writable"], facts["tmp_writable"]) == ("no", "yes")
         assert facts["tmp_kb"] == agent.resources.disk_mb * 1024
         assert facts["doc"] == {"asked": 1}
+        assert facts["memory"] == 256 * 1024 * 1024  # resource_profile small ([rune] memory_small_mb), not memory_mb
 
         # declaring network: the agent's own namespace (its slirp4netns tap), never the host's interfaces
         netted = await tools.host.call(ctx, "probe_net", {"asked": 2})
@@ -171,8 +175,9 @@ async def test_container_tools_run_confined_and_leave_nothing(home: Home, test_i
         assert ran.ok, ran
         assert (ran.content["exit_code"], ran.content["stdout"], ran.content["stderr"]) == (3, f"{uid}\nout\n", "err\n")
         assert ran.content["image"] == PROBE
-        default = await tools.host.call(ctx, "docker-exec", {"command": "echo default"})
+        default = await tools.host.call(ctx, "docker-exec", {"command": _MEMORY_LIMIT})
         assert default.ok and default.content["image"] == ECHO, default
+        assert default.content["stdout"] == f"{256 * 1024 * 1024}\n"  # the profile's memory here too
         unlisted = await tools.host.call(ctx, "docker-exec", {"command": "true", "image": "docker.io/library/ubuntu:latest"})
         assert (unlisted.ok, unlisted.error_code) == (False, "tool_unavailable"), unlisted
         assert "not listed" in unlisted.error_message

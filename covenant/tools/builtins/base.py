@@ -28,6 +28,9 @@ class BuiltinCall:
     services: "ToolServices"
     ends: float = math.inf
     """``trio.current_time()`` by which this attempt must end (its timeout_ms, the intent's deadline)."""
+    memory_mb: int | None = None
+    """The memory of the agent's ``resource_profile`` (``[rune] memory_*_mb``), for what the call runs outside the
+    runner (a container); None when the host has no package for the agent."""
 
 
 BuiltinRun = Callable[[BuiltinCall], Awaitable[Any]]

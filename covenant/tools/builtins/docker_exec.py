@@ -50,7 +50,7 @@ async def _run(call: BuiltinCall) -> dict[str, Any]:
     limit = settings.output_max_bytes
     run = await run_in_container(
         call.services, call.ctx, image, b"", ends=trio.current_time() + wall_ms / 1000, network=settings.network,
-        command=("/bin/sh", "-c", call.arguments["command"]), output_max_bytes=limit,
+        command=("/bin/sh", "-c", call.arguments["command"]), output_max_bytes=limit, memory_mb=call.memory_mb,
     )
     match run.outcome:
         case "timeout":
