@@ -9,13 +9,16 @@ import base64
 import hashlib
 import json
 import struct
+import shutil
 import zlib
+
+import pytest
 
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.rune.conftest import add_rune_agent, configure, outcome_of
 
-TOOLSET = ("rune@image-generate", "rune@image-analyze", "rune@file-write", "rune@text-to-speech")
+TOOLSET = ("rune@image-generate", "rune@image-analyze", "rune@media-describe", "rune@file-write", "rune@text-to-speech")
 
 
 def _png() -> bytes:
@@ -31,6 +34,8 @@ def _tool_answers(request) -> list[dict]:  # type: ignore[no-untyped-def]
 
 
 def test_a_generated_image_is_saved_and_the_model_is_shown_it(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    if shutil.which("ffprobe") is None:
+        pytest.skip("needs ffprobe (apt install ffmpeg) for media-describe")
     configure(daemon, ("fake", fake_model), extra='[tools.media]\nimages_provider = "fake"\nimages_model = "painter-1"\n'
                                                  "image_max_bytes = 4096\n")
     add_rune_agent(daemon, "artist", toolset=TOOLSET)
@@ -50,6 +55,8 @@ def test_a_generated_image_is_saved_and_the_model_is_shown_it(daemon: DaemonProc
                     ToolCall("image-analyze", {"path": "../../../identity/daemon.key"}),
                     ToolCall("image-analyze", {"path": "notes.txt"})),
         Reply(text="A single red pixel."),  # image-analyze's own model call
+        Reply.tools(ToolCall("media-describe", {"path": "art/dot.png"})),
+        Reply(text="A red dot."),  # media-describe's, for an image
         Reply(text="It is red."),
     )
     result = daemon.cli("dispatch", "paint and look", "--agent", "artist@local", "--json")
@@ -76,7 +83,11 @@ def test_a_generated_image_is_saved_and_the_model_is_shown_it(daemon: DaemonProc
     assert analyzed == {"path": "art/dot.png", "media_type": "image/png", "bytes": len(png), "analysis": "A single red pixel."}
     assert escaped["error"]["code"] == "path_refused", escaped
     assert not_image["error"]["code"] == "media_unreadable" and "not a PNG" in not_image["error"]["message"], not_image
+    [described] = _tool_answers(fake_model.requests[6])[5:]
+    assert described["description"] == "A red dot." and described["format"]["format_name"] == "png_pipe", described
+    assert (described["streams"][0]["width"], described["streams"][0]["height"]) == (1, 1)
+    assert fake_model.requests[5].messages[0]["content"][1]["type"] == "image_url"
     tail = daemon.cli("audit", "tail", "--json", "-n", "1000", "--type", "model.call", check=True).stdout.splitlines()
     calls = [json.loads(line)["data"] for line in tail]
     calls = [c for c in calls if c["intent"] == outcome["intent_id"]]
-    assert [(c["model"], c["outcome"]) for c in calls][1] == ("painter-1", "ok") and len(calls) == 5, calls
+    assert [(c["model"], c["outcome"]) for c in calls][1] == ("painter-1", "ok") and len(calls) == 7, calls

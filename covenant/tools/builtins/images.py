@@ -26,7 +26,7 @@ from covenant.tools.builtins.base import Builtin, BuiltinCall
 from covenant.tools.context import IntentModels
 from covenant.tools.result import ToolError
 
-__all__ = ["TOOLS", "image_type"]
+__all__ = ["TOOLS", "ask_about_image", "image_type", "read_image"]
 
 _DEFAULT_QUESTION = "Describe this image: what it shows, any text in it, and anything notable."
 _SIGNATURES: tuple[tuple[bytes, int, str], ...] = (
@@ -53,21 +53,31 @@ def _models(call: BuiltinCall, tool: str) -> IntentModels:
     return call.ctx.models
 
 
-async def _analyze(call: BuiltinCall) -> dict[str, Any]:
-    models = _models(call, "image-analyze")
+async def read_image(call: BuiltinCall, path: str) -> tuple[bytes, str]:
+    """The workspace image at ``path`` and its media type (as file-read opens it, at most ``image_max_bytes``)."""
     limits = call.services.config.tools.media
-    path = call.arguments["path"]
     workspace = await trio.to_thread.run_sync(call.services.workspace, call.ctx.agent.id)
     data = await trio.to_thread.run_sync(workspace.read_bytes, path, limits.image_max_bytes, "[tools.media] image_max_bytes")
     media_type = image_type(data)
     if media_type is None:
         raise ToolError("media_unreadable", f"{path!r} is not a PNG, JPEG, GIF or WebP image")
+    return data, media_type
+
+
+async def ask_about_image(models: IntentModels, data: bytes, media_type: str, question: str | None) -> str:
+    """The agent's model's answer to ``question`` (default: describe it) about the image, in one user turn."""
     url = f"data:{media_type};base64,{base64.b64encode(data).decode('ascii')}"
-    question = call.arguments.get("prompt") or _DEFAULT_QUESTION
-    answer = await models.ask([{"role": "user", "content": [
-        {"type": "text", "text": question},
+    return await models.ask([{"role": "user", "content": [
+        {"type": "text", "text": question or _DEFAULT_QUESTION},
         {"type": "image_url", "image_url": {"url": url}},
     ]}])
+
+
+async def _analyze(call: BuiltinCall) -> dict[str, Any]:
+    models = _models(call, "image-analyze")
+    path = call.arguments["path"]
+    data, media_type = await read_image(call, path)
+    answer = await ask_about_image(models, data, media_type, call.arguments.get("prompt"))
     return {"path": path, "media_type": media_type, "bytes": len(data), "analysis": answer}
 
 

@@ -6,7 +6,8 @@ agent's workspace as its working directory and the only place it may write (Land
 has it), never the daemon process. The runner speaks with espeak-ng, decodes with ffmpeg, transcribes
 with pocketsphinx's bundled English model and probes with ffprobe; the daemon only checks the
 arguments, builds the request and reads the answer. Files stay in the workspace, capped by
-``[tools.media]``.
+``[tools.media]``. media-describe of a still image also asks the agent's model what it shows, as
+``rune@image-analyze`` does (:mod:`covenant.tools.builtins.images`).
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from covenant.config import Config
 from covenant.runtime.tool_files import ToolFiles
 from covenant.tools.beneath import Escape, split_relative
 from covenant.tools.builtins.base import Builtin, BuiltinCall
+from covenant.tools.builtins.images import ask_about_image, read_image
 from covenant.tools.media_backend import (
     MediaBackend,
     media_backend,
@@ -126,12 +128,25 @@ async def _transcribe(call: BuiltinCall) -> dict[str, Any]:
     })
 
 
+_STILL_IMAGES = frozenset({"png", "mjpeg", "gif", "webp"})
+"""ffprobe's codec names of the images the agent's model may be shown (media-describe then asks it)."""
+
+
 async def _describe(call: BuiltinCall) -> dict[str, Any]:
     config = call.services.config
-    return await _run(call, {
+    facts = await _run(call, {
         "op": "describe", "path": _checked_path(call.arguments["path"]), "max_bytes": config.tools.media.input_max_bytes,
         "ffprobe": _programs(config, "ffprobe")["ffprobe"],
     })
+    streams = facts.get("streams") or []
+    if call.ctx.models is not None and len(streams) == 1 and streams[0].get("codec_name") in _STILL_IMAGES:
+        # An image: the agent's model says what it shows, when it accepts images (its refusal is a note, not a failure).
+        try:
+            data, media_type = await read_image(call, call.arguments["path"])
+            facts["description"] = await ask_about_image(call.ctx.models, data, media_type, None)
+        except ToolError as exc:
+            facts["description_unavailable"] = exc.message
+    return facts
 
 
 def _path_only(what: str) -> dict[str, Any]:
@@ -190,7 +205,8 @@ TOOLS = (
     Builtin(
         name="rune@media-describe",
         description=("Describe an audio, video or image file of your workspace from what ffprobe reads in it: container "
-                     "format, duration, bit rate, and each stream's codec, size, frame rate, sample rate and channels."),
+                     "format, duration, bit rate, and each stream's codec, size, frame rate, sample rate and channels; "
+                     "for a PNG, JPEG, GIF or WebP image also what your model sees in it."),
         parameters=_path_only("the media file in your workspace (relative path)"),
         run=_describe,
         timeout_ms=_timeout_ms,
