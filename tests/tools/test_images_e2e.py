@@ -49,11 +49,13 @@ def test_a_generated_image_is_saved_and_the_model_is_shown_it(daemon: DaemonProc
     workspace = daemon.home / "state" / "workspaces" / "artist@local"
     fake_model.script(
         Reply.tools(ToolCall("image-generate", {"prompt": "a red dot", "path": "art/dot.png", "size": "256x256"}),
-                    ToolCall("file-write", {"path": "notes.txt", "content": "not an image"})),
+                    ToolCall("file-write", {"path": "notes.txt", "content": "not an image"}),
+                    ToolCall("file-write", {"path": "big.png", "content": "x" * 5000})),
         Reply(image=png),  # the images endpoint
         Reply.tools(ToolCall("image-analyze", {"path": "art/dot.png", "prompt": "What colour is it?"}),
                     ToolCall("image-analyze", {"path": "../../../identity/daemon.key"}),
-                    ToolCall("image-analyze", {"path": "notes.txt"})),
+                    ToolCall("image-analyze", {"path": "notes.txt"}),
+                    ToolCall("image-analyze", {"path": "big.png"})),
         Reply(text="A single red pixel."),  # image-analyze's own model call
         Reply.tools(ToolCall("media-describe", {"path": "art/dot.png"})),
         Reply(text="A red dot."),  # media-describe's, for an image
@@ -68,7 +70,7 @@ def test_a_generated_image_is_saved_and_the_model_is_shown_it(daemon: DaemonProc
     assert images.body == {"model": "painter-1", "prompt": "a red dot", "n": 1, "response_format": "b64_json",
                            "size": "256x256"}
     assert images.headers["authorization"].startswith("Bearer ")
-    made, written = _tool_answers(fake_model.requests[2])
+    made, written, _ = _tool_answers(fake_model.requests[2])
     assert written["bytes"] == len("not an image"), written
     assert made == {"path": "art/dot.png", "media_type": "image/png", "bytes": len(png),
                     "sha256": hashlib.sha256(png).hexdigest(), "provider": "fake", "model": "painter-1"}
@@ -79,11 +81,12 @@ def test_a_generated_image_is_saved_and_the_model_is_shown_it(daemon: DaemonProc
     assert turn["role"] == "user" and fake_model.requests[3].body.get("tools") in (None, [])
     assert turn["content"] == [{"type": "text", "text": "What colour is it?"},
                                {"type": "image_url", "image_url": {"url": "data:image/png;base64," + base64.b64encode(png).decode()}}]
-    analyzed, escaped, not_image = _tool_answers(fake_model.requests[4])[2:]
+    analyzed, escaped, not_image, too_big = _tool_answers(fake_model.requests[4])[3:]
     assert analyzed == {"path": "art/dot.png", "media_type": "image/png", "bytes": len(png), "analysis": "A single red pixel."}
     assert escaped["error"]["code"] == "path_refused", escaped
     assert not_image["error"]["code"] == "media_unreadable" and "not a PNG" in not_image["error"]["message"], not_image
-    [described] = _tool_answers(fake_model.requests[6])[5:]
+    assert too_big["error"]["code"] == "file_too_large" and "image_max_bytes (4096)" in too_big["error"]["message"]
+    [described] = _tool_answers(fake_model.requests[6])[7:]
     assert described["description"] == "A red dot." and described["format"]["format_name"] == "png_pipe", described
     assert (described["streams"][0]["width"], described["streams"][0]["height"]) == (1, 1)
     assert fake_model.requests[5].messages[0]["content"][1]["type"] == "image_url"
