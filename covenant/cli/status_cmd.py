@@ -69,6 +69,8 @@ def _render_status(doc: dict) -> None:
         pid = replica["pid"] if replica["pid"] is not None else "-"
         line = (f"replica    {replica['agent']}: {replica['state']}, pid {pid}, {replica['in_flight']} in flight, "
                 f"{replica['restarts']} restarts")
+        if replica.get("spare_pid") is not None:
+            line += f", warm spare pid {replica['spare_pid']}"
         if replica["last_error"]:
             line += f"; last error: {replica['last_error']}"
         echo(line)

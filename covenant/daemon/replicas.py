@@ -11,7 +11,8 @@ the replica to be ready and for one of its ``concurrency_limit`` places.
 A replica is stopped after ``[rune] idle_stop_s`` without requests, by
 ``covenant restart`` (drained, then started again), on reload when its
 package changed (drained, then replaced) and when the daemon stops (after
-its drain).
+its drain). With ``[rune] warm = 1`` a started spare process waits beside each
+running replica and becomes its next life (:mod:`covenant.daemon.replica_spares`).
 """
 
 from __future__ import annotations

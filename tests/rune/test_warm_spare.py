@@ -56,6 +56,7 @@ def test_the_warm_spare_serves_the_first_dispatch_after_a_restart_or_reload_and_
     first = replicas(daemon)[0]["pid"]
     spare = _spare_beside(daemon)
     assert spare != first and _real_uid(spare) == _real_uid(first)  # launched as the agent, like the replica
+    assert f"pid {first}, 0 in flight, 0 restarts, warm spare pid {spare}" in daemon.cli("status", check=True).stdout
 
     asked_at = _uptime_ticks()
     daemon.cli("restart", "chat", check=True)
