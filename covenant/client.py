@@ -29,7 +29,7 @@ from typing import TYPE_CHECKING, Any
 import httptools
 
 from covenant.errors import CovenantError, ExitCode
-from covenant.home import home_command
+from covenant.home_paths import home_command
 
 if TYPE_CHECKING:
     from pathlib import Path
@@ -162,7 +162,7 @@ class DaemonClient:
         self._sock: _socket.socket | None = None
 
     def _command(self, command: str) -> str:
-        """``covenant COMMAND`` for this client's home, as a hint prints it (:func:`covenant.home.home_command`)."""
+        """``covenant COMMAND`` for this client's home, as a hint prints it (:func:`covenant.home_paths.home_command`)."""
         return f"covenant {command}" if self._home is None else home_command(self._home, command)
 
     def close(self) -> None:

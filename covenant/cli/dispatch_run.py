@@ -16,7 +16,7 @@ from covenant.cli._output import echo, echo_json, fail, neutralize, print_json, 
 from covenant.cli.dispatch_args import DispatchArgs
 from covenant.client import DaemonClient, RemoteError
 from covenant.errors import CovenantError, ExitCode
-from covenant.home import home_dir, socket_file
+from covenant.home_paths import home_dir, socket_file
 from covenant.policy.identities import ensure_user_identity
 from covenant.policy.signing import new_intent, sign_intent
 

@@ -19,13 +19,15 @@ from typing import TYPE_CHECKING, NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from covenant.home import Home, user_identity_file, user_identity_path
+from covenant.home_paths import user_identity_file
 from covenant.keys import create_key_file, load_private_key, public_key_from_hex, public_key_hex
 from covenant.policy.errors import IdentityError, UnknownIdentity
 from covenant.policy.signing import display_problem
 
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from covenant.home import Home
 
 __all__ = [
     "UserIdentity",
@@ -43,13 +45,17 @@ _AS_WRITTEN = re.compile(r'(?:#[^\x00-\x08\x0a-\x1f\x7f]*\n)*display = "([^"\\\x
 """identity.toml exactly as :func:`_write_display` writes it for a name without escapes: read without tomllib."""
 
 
-class UserIdentity(NamedTuple):
-    """The user's signing key and the display name sent with each intent (a NamedTuple: see Home)."""
+# Fields given as objects, not annotations: this module's annotations are strings, and a class-syntax
+# NamedTuple checks string annotations with the builtin ``compile``, whose first call in a process
+# costs ``covenant dispatch`` some 7.6 million instructions (covenant.home_paths says more).
+_UserIdentityFields = NamedTuple("_UserIdentityFields", [("key", Ed25519PrivateKey), ("display", str), ("path", str)])
 
-    key: Ed25519PrivateKey
-    display: str
-    path: str
-    """The key file (a str: ``covenant dispatch`` does not import pathlib)."""
+
+class UserIdentity(_UserIdentityFields):
+    """The user's signing key (``key``), the display name sent with each intent (``display``) and the
+    key file (``path``, a str: ``covenant dispatch`` does not import pathlib). A NamedTuple: see Home."""
+
+    __slots__ = ()
 
     @property
     def pubkey(self) -> str:
@@ -133,6 +139,8 @@ def _write_display(path: Path, display: str) -> None:
 
 
 def _create(display: str) -> UserIdentity:
+    from covenant.home import user_identity_path  # pathlib: only when the identity is first made
+
     key = create_key_file(user_identity_path())
     _write_display(user_display_path(), display)
     return UserIdentity(key=key, display=display, path=user_identity_file())
