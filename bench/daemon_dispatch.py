@@ -17,8 +17,9 @@ identity), with a real `covenant daemon` process, measures in one run:
 4. throughput at concurrency 1, 8, 16 and 64 (threads), daemon vs raw;
 5. the daemon's RSS after start-up and after the benchmark.
 
-The sequential measurements are interleaved (raw, raw behind the wrapper, daemon, CLI in each
-round) so that load drift on a shared box hits all four alike.
+The sequential measurements are interleaved (raw, raw behind the wrapper, daemon, CLI and
+`python -c pass` in each round) so that load drift on a shared box hits all five alike; the CLI's
+ratio to `python -c pass` (issue 38's goal: at most 3x) comes from the same rounds.
 
 Targets (issue 6): daemon-side overhead < 1 ms p50 over the raw spawn; the
 `covenant dispatch` process adds < 80 ms; idle RSS < 60 MB.
@@ -384,7 +385,7 @@ def main() -> int:
 
         # 1-3: sequential, interleaved.
         for agent in agents:
-            series: dict[str, list[float]] = {"raw": [], "wrapped": [], "daemon": [], "cli": []}
+            series: dict[str, list[float]] = {"raw": [], "wrapped": [], "daemon": [], "cli": [], "pass": []}
             for _ in range(3):  # warm-up: page cache, the daemon's first-dispatch paths
                 raw_once(agent, identity)
                 argv = daemon_once(agent, identity, socket_path)[2]
@@ -408,6 +409,7 @@ def main() -> int:
                 series["daemon"].append(elapsed)
                 agent.durations_ms.append(duration_ms)
                 series["cli"].append(cli_once(agent, env, agent.cli_cpu))
+                series["pass"].append(timed_process([str(VENV_BIN / "python"), "-c", "pass"], env))
             # Two dispatches per round (in-process and CLI); the daemon's own CPU, not its agents'.
             agent.daemon_cpu_per_dispatch = (daemon_cpu.seconds() - cpu_before) / (2 * args.runs)
             agent.seq = series
@@ -492,6 +494,9 @@ def report(agents: list[Agent], context: dict[str, tuple[float, float]],
     row("`covenant dispatch` CLI p50 / p95 (ms)", lambda a: f"{ms(pct(a.seq['cli'], 50))} / {ms(pct(a.seq['cli'], 95))}")
     row("**CLI adds over in-process client, p50** (ms)", cli_adds, "< 80 ms")
     row("CLI process CPU (user+sys, its agent excluded) p50 (ms)", lambda a: ms(statistics.median(a.cli_cpu)))
+    row("`python -c pass` in the same rounds p50 (ms)", p("pass", 50))
+    row("**CLI p50 over `python -c pass` p50, same rounds**",
+        lambda a: f"{statistics.median(a.seq['cli']) / statistics.median(a.seq['pass']):.2f}x", "≤ 3x (issue 38)")
     for c in CONCURRENCY:
         row(f"throughput c={c}: raw / daemon (/s, ratio)",
             lambda a, c=c: f"{a.throughput['raw'][c]:.1f} / {a.throughput['daemon'][c]:.1f} "
