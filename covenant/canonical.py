@@ -8,7 +8,10 @@ re-encode what it parsed and compare byte for byte.
 from __future__ import annotations
 
 import json
-from typing import Any
+
+TYPE_CHECKING = False  # typing's constant, without importing typing on the dispatch path (issue 38)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = ["canonical_bytes", "canonical_text", "is_canonical_line", "parse_strict"]
 

@@ -1,8 +1,8 @@
 """A small blocking client for the control socket, used by the CLI.
 
-HTTP/1.1 over a plain AF_UNIX socket; responses are parsed by ``httptools``
-(the llhttp parser Node.js uses, a C extension that imports in ~1 ms). Not
-httpx (~180 ms to import), not ``http.client`` (~20–30 ms: it pulls in
+HTTP/1.1 over a plain AF_UNIX socket; responses are read by
+:class:`covenant.http_response.ResponseReader` (it replaced httptools, which imports
+:mod:`typing`; issue 38). Not httpx (~180 ms to import), not ``http.client`` (~20–30 ms: it pulls in
 ``email.parser`` and ``ssl``) and not h11 (~20 ms with the ``dataclasses`` and
 ``inspect`` it needs): the ``covenant dispatch`` process has an end-to-end
 budget of tens of milliseconds. No trio, pydantic, psutil or yaml may be
@@ -24,15 +24,15 @@ from __future__ import annotations
 import _socket
 import json
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
-
-import httptools
 
 from covenant.errors import CovenantError, ExitCode
+from covenant.http_response import BadResponse, ResponseReader
 from covenant.home_paths import home_command
 
+TYPE_CHECKING = False  # typing's constant, without importing typing on the dispatch path (issue 38)
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import Any
 
 __all__ = ["DaemonClient", "DaemonUnreachable", "RemoteError", "EXIT_BY_CODE"]
 
@@ -81,52 +81,34 @@ class _Response:
     """One response over its own connection, parsed as it arrives.
 
     ``status``, ``read()`` as on an ``http.client`` response; ``chunks()`` streams the body.
-    The ``on_*`` methods are httptools' parser callbacks.
     """
 
     def __init__(self, sock: _socket.socket) -> None:
         self._sock = sock
-        self._parser = httptools.HttpResponseParser(self)
-        self._body: list[bytes] = []
-        self._headers_done = False
-        self._complete = False
+        self._reader = ResponseReader()
         self.status = 0
         self.content_type = ""
-
-    def on_header(self, name: bytes, value: bytes) -> None:
-        if name.lower() == b"content-type":
-            self.content_type = value.decode("latin-1")
-
-    def on_headers_complete(self) -> None:
-        self._headers_done = True
-        self.status = self._parser.get_status_code()
-
-    def on_body(self, body: bytes) -> None:
-        self._body.append(body)
-
-    def on_message_complete(self) -> None:
-        self._complete = True
 
     def _receive(self) -> None:
         data = self._sock.recv(_RECV_BYTES)
         if not data:
             raise _ConnectionLost("the daemon closed the connection before its answer was complete")
-        self._parser.feed_data(data)
+        self._reader.feed(data)
 
     def _start(self, head: bytes, payload: bytes | None) -> "_Response":
         """Send the request and read up to the end of the response's headers."""
         self._sock.sendall(head + payload if payload else head)
-        while not self._headers_done:
+        while not self._reader.headers_done:
             self._receive()
+        self.status = self._reader.status
+        self.content_type = self._reader.headers.get("content-type", "")
         return self
 
     def chunks(self) -> Iterator[bytes]:
         """The body as it arrives (chunked encoding undone); ends at the end of the message."""
         while True:
-            if self._body:
-                body, self._body = self._body, []
-                yield from body
-            if self._complete:
+            yield from self._reader.take_body()
+            if self._reader.complete:
                 return
             self._receive()
 
@@ -201,7 +183,7 @@ class DaemonClient:
             raise DaemonUnreachable(
                 f"permission denied on {self.socket_path}: join the socket's group or ask the operator"
             ) from None
-        except (httptools.HttpParserError, _ConnectionLost, OSError) as exc:
+        except (BadResponse, _ConnectionLost, OSError) as exc:
             self.close()
             raise DaemonUnreachable(
                 f"lost the connection to the daemon at {self.socket_path}: {exc} "
@@ -224,7 +206,7 @@ class DaemonClient:
     def _document(self, response: _Response) -> Any:
         try:
             raw = response.read()
-        except (httptools.HttpParserError, _ConnectionLost, OSError) as exc:
+        except (BadResponse, _ConnectionLost, OSError) as exc:
             raise self._lost_while_reading(exc) from None
         finally:
             self.close()
@@ -272,7 +254,7 @@ class DaemonClient:
                         elif line.startswith(b"data: "):
                             yield event, json.loads(line[6:])
                             event = "message"
-            except (httptools.HttpParserError, _ConnectionLost, OSError) as exc:
+            except (BadResponse, _ConnectionLost, OSError) as exc:
                 raise self._lost_while_reading(exc) from None
         finally:
             self.close()
@@ -290,7 +272,7 @@ class DaemonClient:
                     for line in lines:
                         if line.startswith(b"data: "):
                             yield json.loads(line[6:])
-            except (httptools.HttpParserError, _ConnectionLost, OSError) as exc:
+            except (BadResponse, _ConnectionLost, OSError) as exc:
                 raise self._lost_while_reading(exc) from None
             if pending.startswith(b"data: "):
                 yield json.loads(pending[6:])

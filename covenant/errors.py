@@ -8,7 +8,10 @@ from __future__ import annotations
 
 from collections.abc import Iterator
 from contextlib import contextmanager
-from typing import Any
+
+TYPE_CHECKING = False  # typing's constant, without importing typing on the dispatch path (issue 38)
+if TYPE_CHECKING:
+    from typing import Any
 
 __all__ = [
     "CovenantError",

@@ -10,10 +10,10 @@ defines no NamedTuple and imports no pathlib.
 from __future__ import annotations
 
 import os
-from typing import TYPE_CHECKING
 
 from covenant.errors import ConfigError
 
+TYPE_CHECKING = False  # typing's constant, without importing typing on the dispatch path (issue 38)
 if TYPE_CHECKING:
     from pathlib import Path
     from typing import Any

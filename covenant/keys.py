@@ -12,6 +12,13 @@ dispatch process's start-up on the reference box. Its
 re-exports it), so we take that same function from the binding and fall back
 to the package should a cryptography release move it. A test checks that the
 two are the same object.
+
+The same goes for the key classes: ``cryptography.hazmat.primitives.asymmetric.ed25519``
+and ``cryptography.exceptions`` import :mod:`typing` (≈ 10 million instructions, a third of
+``python -c pass``; issue 38), so what ``covenant dispatch`` runs (load the key, its public
+key, sign) uses the binding's ``Ed25519PrivateKey``, the class the public one registers as
+its implementation, and everything else imports the public module when called. A test
+checks that the binding's classes are the public ones' implementations.
 """
 
 from __future__ import annotations
@@ -19,15 +26,14 @@ from __future__ import annotations
 import os
 import stat
 from collections.abc import Callable
-from typing import TYPE_CHECKING
-
-from cryptography.exceptions import InvalidSignature
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 from covenant.errors import KeyFileError
 
+TYPE_CHECKING = False  # typing's constant, without importing typing on the dispatch path (issue 38)
 if TYPE_CHECKING:
     from pathlib import Path
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey, Ed25519PublicKey
 
 __all__ = [
     "create_key_file",
@@ -48,6 +54,7 @@ def ensure_private_dir(path: Path) -> None:
 def create_key_file(path: Path) -> Ed25519PrivateKey:
     """Create a new key at ``path`` (0600). Never overwrites an existing file."""
     from cryptography.hazmat.primitives import serialization
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     ensure_private_dir(path.parent)
     key = Ed25519PrivateKey.generate()
@@ -75,6 +82,19 @@ def _pem_private_key_loader() -> Callable[..., object]:
         from cryptography.hazmat.primitives import serialization
 
         return serialization.load_pem_private_key
+
+
+def private_key_class() -> type:
+    """The class of an Ed25519 private key as loaded: the binding's, else the public ABC (which
+    ``isinstance`` accepts the binding's objects for too), without importing the public module."""
+    try:
+        from cryptography.hazmat.bindings._rust import openssl as rust_openssl
+
+        return rust_openssl.ed25519.Ed25519PrivateKey  # type: ignore[no-any-return]
+    except (ImportError, AttributeError):
+        from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+        return Ed25519PrivateKey
 
 
 def load_private_key(path: str | Path) -> Ed25519PrivateKey:
@@ -105,14 +125,14 @@ def load_private_key(path: str | Path) -> Ed25519PrivateKey:
         key = _pem_private_key_loader()(data, password=None)
     except (ValueError, TypeError) as exc:
         raise KeyFileError(f"{path}: not a PEM PKCS#8 private key ({exc}); restore it from a backup (`openssl pkey -in FILE` reads a good one)", path=str(path)) from None
-    if not isinstance(key, Ed25519PrivateKey):
+    if not isinstance(key, private_key_class()):
         raise KeyFileError(f"{path}: key is not Ed25519; covenant signs with Ed25519 keys only (`openssl genpkey -algorithm ed25519`)", path=str(path))
-    return key
+    return key  # type: ignore[return-value]
 
 
 def public_key_hex(key: Ed25519PrivateKey | Ed25519PublicKey) -> str:
     """The 32 raw public-key bytes as lowercase hex."""
-    pub = key.public_key() if isinstance(key, Ed25519PrivateKey) else key
+    pub = key.public_key() if isinstance(key, private_key_class()) else key
     return pub.public_bytes_raw().hex()
 
 
@@ -120,11 +140,15 @@ def public_key_from_hex(text: str) -> Ed25519PublicKey:
     """Parse a public key given as 64 lowercase hex characters. Raises ValueError."""
     if len(text) != 64 or text != text.lower():
         raise ValueError("a public key is 64 lowercase hex characters")
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
+
     return Ed25519PublicKey.from_public_bytes(bytes.fromhex(text))
 
 
 def verify_signature(public_key: Ed25519PublicKey, signature: bytes, message: bytes) -> bool:
     """True when ``signature`` is a valid Ed25519 signature of ``message``."""
+    from cryptography.exceptions import InvalidSignature
+
     try:
         public_key.verify(signature, message)
     except InvalidSignature:

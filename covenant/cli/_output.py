@@ -15,7 +15,10 @@ from __future__ import annotations
 import codecs
 import json
 import sys
-from typing import Any, Callable, NoReturn, TextIO
+
+TYPE_CHECKING = False  # typing's constant, without importing typing on the dispatch path (issue 38)
+if TYPE_CHECKING:
+    from typing import Any, Callable, NoReturn, TextIO
 
 from covenant.terminal import json_escaped, neutralize
 

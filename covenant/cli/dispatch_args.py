@@ -7,32 +7,44 @@ plain ``covenant [--home DIR] dispatch TEXT [options]`` without importing click
 unknown or repeated-dash forms, a bad choice, a missing or extra argument, ``--``
 — returns None, so click stays the single source of usage errors and help text.
 
-No ``from __future__ import annotations`` here: a class-syntax NamedTuple checks string
-annotations with the builtin ``compile``, whose first call in a process costs the
-dispatch some 7.6 million instructions (:mod:`covenant.home_paths` says more).
+The two tuples are ``collections.namedtuple`` at run time and ``typing.NamedTuple`` for type
+checkers: the fast path imports no typing (≈ 10 million instructions), and a class-syntax
+NamedTuple with string annotations calls the builtin ``compile``, whose first call in a
+process costs ≈ 7.6 million more (:mod:`covenant.home_paths`; docs/performance.md, issue 38).
 """
 
+from __future__ import annotations
+
 import os
-from collections.abc import Mapping, Sequence
-from typing import NamedTuple
+from collections import namedtuple
 
 from covenant.priorities import PRIORITIES
+
+TYPE_CHECKING = False  # typing's constant, without importing typing on the dispatch path (issue 38)
+if TYPE_CHECKING:
+    from collections.abc import Mapping, Sequence
+    from typing import NamedTuple
 
 __all__ = ["DispatchOption", "DISPATCH_OPTIONS", "TEXT_ARGUMENT", "DispatchArgs", "parse_fast"]
 
 TEXT_ARGUMENT = "text"
 
 
-class DispatchOption(NamedTuple):
-    """One ``--flag`` of ``covenant dispatch``: how click declares it and how the fast parser reads it."""
+if TYPE_CHECKING:
+    class DispatchOption(NamedTuple):
+        """One ``--flag`` of ``covenant dispatch``: how click declares it and how the fast parser reads it."""
 
-    flag: str
-    dest: str
-    help: str
-    metavar: str | None = None
-    is_flag: bool = False
-    choices: tuple[str, ...] | None = None
-    default: str | None = None
+        flag: str
+        dest: str
+        help: str
+        metavar: str | None = None
+        is_flag: bool = False
+        choices: tuple[str, ...] | None = None
+        default: str | None = None
+else:
+    DispatchOption = namedtuple("DispatchOption", ["flag", "dest", "help", "metavar", "is_flag", "choices", "default"],
+                                defaults=(None, False, None, None))
+    DispatchOption.__doc__ = "One ``--flag`` of ``covenant dispatch``: how click declares it and how the fast parser reads it."
 
 
 DISPATCH_OPTIONS: tuple[DispatchOption, ...] = (
@@ -59,20 +71,25 @@ DISPATCH_OPTIONS: tuple[DispatchOption, ...] = (
 _BY_FLAG = {option.flag: option for option in DISPATCH_OPTIONS}
 
 
-class DispatchArgs(NamedTuple):
-    """A parsed ``covenant dispatch`` invocation (``home`` is the group's ``--home``, if given)."""
+if TYPE_CHECKING:
+    class DispatchArgs(NamedTuple):
+        """A parsed ``covenant dispatch`` invocation (``home`` is the group's ``--home``, if given)."""
 
-    home: str | None
-    text: str
-    agent_id: str | None
-    priority: str
-    parent: str | None
-    as_json: bool
-    dry_run: bool
-    session_id: str | None
-    stream: bool
-    fleet: bool = False
-    timeout: str | None = None
+        home: str | None
+        text: str
+        agent_id: str | None
+        priority: str
+        parent: str | None
+        as_json: bool
+        dry_run: bool
+        session_id: str | None
+        stream: bool
+        fleet: bool = False
+        timeout: str | None = None
+else:
+    DispatchArgs = namedtuple("DispatchArgs", ["home", "text", "agent_id", "priority", "parent", "as_json", "dry_run",
+                                               "session_id", "stream", "fleet", "timeout"], defaults=(False, None))
+    DispatchArgs.__doc__ = "A parsed ``covenant dispatch`` invocation (``home`` is the group's ``--home``, if given)."
 
 
 def _plain_value(value: str) -> bool:

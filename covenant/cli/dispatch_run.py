@@ -10,7 +10,6 @@ from __future__ import annotations
 import json
 import sys
 import time
-from typing import TYPE_CHECKING, Any, NoReturn
 
 from covenant.cli._output import echo, echo_json, fail, neutralize, print_json, run_standalone
 from covenant.cli.dispatch_args import DispatchArgs
@@ -20,8 +19,10 @@ from covenant.home_paths import home_dir, socket_file
 from covenant.policy.identities import ensure_user_identity
 from covenant.policy.signing import new_intent, sign_intent
 
+TYPE_CHECKING = False  # typing's constant, without importing typing on the dispatch path (issue 38)
 if TYPE_CHECKING:
     import threading
+    from typing import Any, NoReturn
 
 __all__ = ["dispatch_and_exit", "run_fast"]
 

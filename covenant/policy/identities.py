@@ -15,17 +15,19 @@ from __future__ import annotations
 import json
 import os
 import re
-from typing import TYPE_CHECKING, NamedTuple
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+from collections import namedtuple
 
 from covenant.home_paths import user_identity_file
 from covenant.keys import create_key_file, load_private_key, public_key_from_hex, public_key_hex
 from covenant.policy.errors import IdentityError, UnknownIdentity
 from covenant.policy.signing import display_problem
 
+TYPE_CHECKING = False  # typing's constant, without importing typing on the dispatch path (issue 38)
 if TYPE_CHECKING:
     from pathlib import Path
+    from typing import NamedTuple
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
     from covenant.home import Home
 
@@ -45,10 +47,17 @@ _AS_WRITTEN = re.compile(r'(?:#[^\x00-\x08\x0a-\x1f\x7f]*\n)*display = "([^"\\\x
 """identity.toml exactly as :func:`_write_display` writes it for a name without escapes: read without tomllib."""
 
 
-# Fields given as objects, not annotations: this module's annotations are strings, and a class-syntax
-# NamedTuple checks string annotations with the builtin ``compile``, whose first call in a process
-# costs ``covenant dispatch`` some 7.6 million instructions (covenant.home_paths says more).
-_UserIdentityFields = NamedTuple("_UserIdentityFields", [("key", Ed25519PrivateKey), ("display", str), ("path", str)])
+# collections.namedtuple at run time, typing.NamedTuple for type checkers: ``covenant dispatch`` imports
+# no typing (≈ 10 million instructions), and a class-syntax NamedTuple here (this module's annotations
+# are strings) would call the builtin ``compile``, whose first call costs ≈ 7.6 million more
+# (covenant.home_paths says more; docs/performance.md, issue 38).
+if TYPE_CHECKING:
+    class _UserIdentityFields(NamedTuple):
+        key: Ed25519PrivateKey
+        display: str
+        path: str
+else:
+    _UserIdentityFields = namedtuple("_UserIdentityFields", ["key", "display", "path"])
 
 
 class UserIdentity(_UserIdentityFields):

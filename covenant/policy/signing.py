@@ -15,14 +15,17 @@ from __future__ import annotations
 import os
 import re
 import time
-from typing import Any
-
-from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant.canonical import canonical_bytes
 from covenant.keys import public_key_from_hex, verify_signature
 from covenant.policy.errors import BadIntent
 from covenant.priorities import PRIORITIES
+
+TYPE_CHECKING = False  # typing's constant, without importing typing on the dispatch path (issue 38)
+if TYPE_CHECKING:
+    from typing import Any
+
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 __all__ = [
     "random_uuid4",

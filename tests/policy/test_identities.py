@@ -193,3 +193,24 @@ def test_pem_loader_is_the_public_serialization_function() -> None:
     from covenant.keys import _pem_private_key_loader
 
     assert _pem_private_key_loader() is serialization.load_pem_private_key
+
+
+def test_the_key_class_the_dispatch_path_checks_is_the_public_ones_implementation(tmp_path: Path) -> None:
+    """covenant.keys checks a loaded key against the binding's class so that `covenant dispatch` does not import
+    cryptography's public Ed25519 module (and typing with it); it must be what the public class stands for: a
+    generated key and a loaded one are instances of both, a public key and an Ed448 key of neither."""
+    from cryptography.hazmat.primitives.asymmetric.ed448 import Ed448PrivateKey
+    from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
+
+    from covenant.keys import create_key_file, load_private_key, private_key_class, public_key_hex
+
+    binding_class = private_key_class()
+    assert binding_class is not Ed25519PrivateKey  # the binding's own class, not the fallback
+    assert issubclass(binding_class, Ed25519PrivateKey)
+    created = create_key_file(tmp_path / "k.pem")
+    loaded = load_private_key(tmp_path / "k.pem")
+    for key in (created, loaded, Ed25519PrivateKey.generate()):
+        assert isinstance(key, binding_class) and isinstance(key, Ed25519PrivateKey)
+    assert not isinstance(loaded.public_key(), binding_class)
+    assert not isinstance(Ed448PrivateKey.generate(), binding_class)
+    assert public_key_hex(loaded) == public_key_hex(loaded.public_key()) == public_key_hex(created)
