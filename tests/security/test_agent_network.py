@@ -80,7 +80,8 @@ def internet() -> Iterator[Internet]:
     listener = None
     try:
         for command in commands:
-            subprocess.run(command, check=True, capture_output=True)
+            done = subprocess.run(command, capture_output=True, text=True)
+            assert done.returncode == 0, f"{command}: exit {done.returncode}: {done.stderr.strip()}"
         listener = subprocess.Popen([ip, "netns", "exec", name, sys.executable, "-c", _LISTEN, far],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert listener.stdout is not None and listener.stdout.readline().strip() == "listening"
