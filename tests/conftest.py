@@ -36,32 +36,6 @@ def rune_examples() -> Path:
     pytest.skip("shared/corpus/rune-examples is not beside this checkout")
 
 
-def _netns_dir_mounted() -> bool:
-    """Is /run/netns a mount point of its own (as `ip netns add` and podman each make it on first use)?"""
-    try:
-        with open("/proc/self/mountinfo") as mounts:
-            return any(line.split()[4] == "/run/netns" for line in mounts)
-    except OSError:
-        return True
-
-
-def pytest_configure(config: pytest.Config) -> None:
-    """Before any worker starts: make /run/netns a mount point once, as `ip netns add` does on first use.
-
-    The first of `ip netns add` (tests/security/test_agent_network.py) and rootful podman
-    (tests/tools/test_containers.py) on a fresh boot bind-mounts /run/netns onto itself. When podman did it
-    while a test's namespace was already mounted there, that mount was hidden under the new one and the
-    test's next `ip -n NAME` failed (exit 255): seen twice in full runs. Done here first, neither remounts.
-    """
-    if os.environ.get("PYTEST_XDIST_WORKER") or os.geteuid() != 0 or _netns_dir_mounted():
-        return
-    ip = shutil.which("ip") or shutil.which("ip", path="/usr/sbin:/sbin")
-    if ip is not None:
-        name = f"covtest-mount-{os.getpid()}"
-        subprocess.run([ip, "netns", "add", name], capture_output=True)
-        subprocess.run([ip, "netns", "del", name], capture_output=True)
-
-
 def require_tool(name: str) -> str:
     """Absolute path of ``name``; skip locally, fail under CI, when it is missing."""
     path = shutil.which(name)

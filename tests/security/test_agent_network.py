@@ -63,35 +63,39 @@ def internet() -> Iterator[Internet]:
     require_tool("slirp4netns")
     require_tool("nft")
     slot = process_slot()  # unique among the test processes running now: names and addresses are host-wide
-    name, host_end, far_end = f"covtest-net-{slot}", f"cvh{slot}", f"cvf{slot}"
+    host_end, far_end = f"cvh{slot}", f"cvf{slot}"
     near, far = f"10.213.{slot}.1", f"10.213.{slot}.2"
     subprocess.run([ip, "link", "del", host_end], capture_output=True)  # left by a test process that was killed
-    subprocess.run([ip, "netns", "del", name], capture_output=True)
-    commands = [
-        [ip, "netns", "add", name],
-        [ip, "link", "add", host_end, "type", "veth", "peer", "name", far_end],
-        [ip, "link", "set", far_end, "netns", name],
-        [ip, "addr", "add", f"{near}/30", "dev", host_end],
-        [ip, "link", "set", host_end, "up"],
-        [ip, "-n", name, "addr", "add", f"{far}/30", "dev", far_end],
-        [ip, "-n", name, "link", "set", far_end, "up"],
-        [ip, "-n", name, "link", "set", "lo", "up"],
-    ]
+    # The namespace is held by a process of its own, not mounted under /run/netns: a named namespace's
+    # mount was seen to vanish there mid-set-up while other tests ran (`ip -n NAME` then failed with
+    # "setting the network namespace failed: Invalid argument"), and nothing here needs a name.
+    holder = subprocess.Popen(["unshare", "--net", "sh", "-c", "ip link set lo up && echo up && exec cat"],
+                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
+    inside = ["nsenter", f"--net=/proc/{holder.pid}/ns/net"]
     listener = None
     try:
+        assert holder.stdout is not None and holder.stdout.readline().strip() == "up"
+        commands = [
+            [ip, "link", "add", host_end, "type", "veth", "peer", "name", far_end],
+            [ip, "link", "set", far_end, "netns", str(holder.pid)],
+            [ip, "addr", "add", f"{near}/30", "dev", host_end],
+            [ip, "link", "set", host_end, "up"],
+            [*inside, ip, "addr", "add", f"{far}/30", "dev", far_end],
+            [*inside, ip, "link", "set", far_end, "up"],
+        ]
         for command in commands:
             done = subprocess.run(command, capture_output=True, text=True)
             assert done.returncode == 0, f"{command}: exit {done.returncode}: {done.stderr.strip()}"
-        listener = subprocess.Popen([ip, "netns", "exec", name, sys.executable, "-c", _LISTEN, far],
+        listener = subprocess.Popen([*inside, sys.executable, "-c", _LISTEN, far],
                                     stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
         assert listener.stdout is not None and listener.stdout.readline().strip() == "listening"
         yield Internet(far=far, near=near)
     finally:
-        if listener is not None:
-            listener.kill()
-            listener.wait()
+        for process in (listener, holder):
+            if process is not None:
+                process.kill()
+                process.wait()
         subprocess.run([ip, "link", "del", host_end], capture_output=True)
-        subprocess.run([ip, "netns", "del", name], capture_output=True)
 
 
 @pytest.fixture
