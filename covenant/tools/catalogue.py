@@ -205,6 +205,46 @@ def _schema_document(data: bytes, where: str, *, as_json: bool) -> dict[str, Any
     return schema
 
 
+def _tool_schemas(
+    package: RunePackage, tool: ToolDescriptor, schemas: SchemaSource | None,
+) -> tuple[dict[str, Any], dict[str, Any] | None]:
+    """(the parameters offered to the model, the output schema) of one of the package's own tools."""
+    parameters = PROCESS_SCHEMA
+    if tool.input_schema_ref:
+        parameters = _load_schema(package.root, tool.input_schema_ref, "input_schema_ref", schemas)
+        if parameters.get("type") != "object":
+            raise _Unavailable(f"input_schema_ref {tool.input_schema_ref!r} must describe an object (type: object)")
+    output_schema = (_load_schema(package.root, tool.output_schema_ref, "output_schema_ref", schemas)
+                     if tool.output_schema_ref else None)
+    return parameters, output_schema
+
+
+def _known_capabilities(tool: ToolDescriptor) -> None:
+    """Unavailable when the tool declares a capability covenant cannot grant."""
+    unknown = [name for name in tool.capabilities if name not in TOOL_CAPABILITIES]
+    if unknown:
+        raise _Unavailable(
+            f"it declares the capability {unknown[0]!r}, which covenant cannot grant (known: {', '.join(TOOL_CAPABILITIES)})"
+        )
+
+
+def _package_tool(tool: ToolDescriptor, kind: str, schemas: tuple[dict[str, Any], dict[str, Any] | None],
+                  **run: Any) -> ToolEntry:
+    """The entry of one of the package's own tools; ``run`` says how it runs (argv, image, read_only)."""
+    parameters, output_schema = schemas
+    return ToolEntry(
+        entry=tool.name,
+        model_name=tool.name,
+        action=tool_action(tool.name),
+        kind=kind,
+        description=f"The package's own tool {tool.name} (version {tool.version}).",
+        parameters=parameters,
+        descriptor=tool,
+        output_schema=output_schema,
+        **run,
+    )
+
+
 def _process_entry(
     package: RunePackage, tool: ToolDescriptor, interpreters: Interpreters, confinement: Confinement,
     schemas: SchemaSource | None,
@@ -226,32 +266,12 @@ def _process_entry(
         if not os.access(module, os.X_OK):
             raise _Unavailable(f"its module {module} is neither .py nor .js and not executable (chmod +x it)")
         argv = (str(module),)
-    parameters = PROCESS_SCHEMA
-    if tool.input_schema_ref:
-        parameters = _load_schema(package.root, tool.input_schema_ref, "input_schema_ref", schemas)
-        if parameters.get("type") != "object":
-            raise _Unavailable(f"input_schema_ref {tool.input_schema_ref!r} must describe an object (type: object)")
-    output_schema = (_load_schema(package.root, tool.output_schema_ref, "output_schema_ref", schemas)
-                     if tool.output_schema_ref else None)
-    unknown = [name for name in tool.capabilities if name not in TOOL_CAPABILITIES]
-    if unknown:
-        raise _Unavailable(
-            f"it declares the capability {unknown[0]!r}, which covenant cannot grant (known: {', '.join(TOOL_CAPABILITIES)})"
-        )
+    schema = _tool_schemas(package, tool, schemas)
+    _known_capabilities(tool)
     problem = confinement()
     if problem is not None:
         raise _Unavailable(f"its files cannot be confined on this host ({problem}), and a process tool never runs unconfined")
-    return ToolEntry(
-        entry=tool.name,
-        model_name=tool.name,
-        action=tool_action(tool.name),
-        kind="process",
-        description=f"The package's own tool {tool.name} (version {tool.version}).",
-        parameters=parameters,
-        descriptor=tool,
-        argv=argv,
-        output_schema=output_schema,
-    )
+    return _package_tool(tool, "process", schema, argv=argv)
 
 
 _WASM_MAX_BYTES = 64 * 1024 * 1024
@@ -276,13 +296,7 @@ def _wasm_entry(
     backend = wasm_backend(config)
     if isinstance(backend, str):
         raise _Unavailable(backend)
-    parameters = PROCESS_SCHEMA
-    if tool.input_schema_ref:
-        parameters = _load_schema(package.root, tool.input_schema_ref, "input_schema_ref", schemas)
-        if parameters.get("type") != "object":
-            raise _Unavailable(f"input_schema_ref {tool.input_schema_ref!r} must describe an object (type: object)")
-    output_schema = (_load_schema(package.root, tool.output_schema_ref, "output_schema_ref", schemas)
-                     if tool.output_schema_ref else None)
+    schema = _tool_schemas(package, tool, schemas)
     if tool.capabilities:
         raise _Unavailable(f"a wasm tool gets no files and no network; it declares {', '.join(tool.capabilities)}")
     problem = confinement()
@@ -290,17 +304,9 @@ def _wasm_entry(
         raise _Unavailable(f"its files cannot be confined on this host ({problem}), and a wasm tool never runs unconfined")
     memory = config.rune.memory_mb(package.runefile.runtime.resource_profile) * 1024 * 1024
     fuel = tool.timeout_ms * config.tools.wasm.fuel_per_ms
-    return ToolEntry(
-        entry=tool.name,
-        model_name=tool.name,
-        action=tool_action(tool.name),
-        kind="process",
-        description=f"The package's own tool {tool.name} (version {tool.version}).",
-        parameters=parameters,
-        descriptor=tool,
+    return _package_tool(
+        tool, "process", schema, read_only=backend.read_only,
         argv=(*backend.prefix, str(module), abi, str(fuel), str(memory), str(config.tools.wasm.output_max_bytes)),
-        read_only=backend.read_only,
-        output_schema=output_schema,
     )
 
 
@@ -312,29 +318,8 @@ def _container_entry(package: RunePackage, tool: ToolDescriptor, config: Config,
     problem = image_problem(config, image)
     if problem is not None:
         raise _Unavailable(f"runtime 'container': {problem}")
-    unknown = [name for name in tool.capabilities if name not in TOOL_CAPABILITIES]
-    if unknown:
-        raise _Unavailable(
-            f"it declares the capability {unknown[0]!r}, which covenant cannot grant (known: {', '.join(TOOL_CAPABILITIES)})"
-        )
-    parameters = PROCESS_SCHEMA
-    if tool.input_schema_ref:
-        parameters = _load_schema(package.root, tool.input_schema_ref, "input_schema_ref", schemas)
-        if parameters.get("type") != "object":
-            raise _Unavailable(f"input_schema_ref {tool.input_schema_ref!r} must describe an object (type: object)")
-    output_schema = (_load_schema(package.root, tool.output_schema_ref, "output_schema_ref", schemas)
-                     if tool.output_schema_ref else None)
-    return ToolEntry(
-        entry=tool.name,
-        model_name=tool.name,
-        action=tool_action(tool.name),
-        kind="container",
-        description=f"The package's own tool {tool.name} (version {tool.version}).",
-        parameters=parameters,
-        descriptor=tool,
-        image=image,
-        output_schema=output_schema,
-    )
+    _known_capabilities(tool)
+    return _package_tool(tool, "container", _tool_schemas(package, tool, schemas), image=image)
 
 
 def _outside_reference(schema: Any) -> str | None:

@@ -10,62 +10,23 @@ programs: :func:`media_problem` says why one is unavailable here, in words an op
 
 from __future__ import annotations
 
-import functools
-import subprocess
 import sys
-from dataclasses import dataclass
 from pathlib import Path
 
 from covenant.config import Config
 from covenant.runtime.launch_plans import resolve_program
-from covenant.runtime.tool_files import interpreter_roots
-from covenant.tools.wasm_backend import closed_to_others
+from covenant.tools.runner_python import RunnerCommand, import_problem, runner_command
 
-__all__ = ["RUNNER", "MediaBackend", "media_backend", "media_problem", "program"]
+__all__ = ["RUNNER", "media_backend", "media_problem", "program"]
 
 RUNNER = str(Path(__file__).with_name("media_runner.py"))
-_PROBE = "import os, pocketsphinx; print(os.path.dirname(pocketsphinx.__file__))"
 _INSTALL = {"espeak": "espeak-ng", "ffmpeg": "ffmpeg", "ffprobe": "ffmpeg"}
 """The Debian/Ubuntu package that brings each program."""
 
 
-@dataclass(frozen=True)
-class MediaBackend:
-    prefix: tuple[str, ...]
-    """``python -I media_runner.py``: the request follows on stdin."""
-    read_only: tuple[str, ...]
-    """Beyond the system's files: the interpreter's prefix (a venv) and the runner script, for the run's Landlock rules."""
-
-
-@functools.lru_cache(maxsize=8)
-def _interpreter(python: str) -> MediaBackend | str:
-    closed = closed_to_others(RUNNER)
-    if closed is not None:
-        return f"covenant's media runner is not readable by agent uids: {closed} is closed to them"
-    return MediaBackend((python, "-I", RUNNER), (*interpreter_roots(python), RUNNER))
-
-
-@functools.lru_cache(maxsize=8)
-def _pocketsphinx(python: str) -> str | None:
-    """Why ``python`` cannot transcribe (pocketsphinx missing or closed to agent uids), or None."""
-    try:
-        probe = subprocess.run([python, "-I", "-c", _PROBE], capture_output=True, text=True, timeout=60, check=False)
-    except (OSError, subprocess.TimeoutExpired) as exc:
-        return f"speech is transcribed under [rune] python ({python}), which cannot be started: {exc}"
-    if probe.returncode != 0:
-        last = (probe.stderr.strip().splitlines() or ["no output"])[-1]
-        return (f"speech is transcribed by pocketsphinx under [rune] python ({python}), which cannot import it ({last}); "
-                f"install it there: {python} -m pip install pocketsphinx")
-    folder = probe.stdout.strip()
-    closed = closed_to_others(folder)
-    if closed is not None:
-        return f"pocketsphinx ({folder}) is not readable by agent uids: {closed} is closed to them"
-    return None
-
-
-def media_backend(config: Config) -> MediaBackend | str:
+def media_backend(config: Config) -> RunnerCommand | str:
     """This config's runner command, or why media tools cannot run here."""
-    return _interpreter(config.rune.python or sys.executable)
+    return runner_command(config.rune.python or sys.executable, RUNNER, "media runner")
 
 
 def program(config: Config, which: str) -> str | None:
@@ -87,5 +48,5 @@ def media_problem(config: Config, programs: tuple[str, ...], *, transcribes: boo
             return (f"needs {name} ([tools.media] {which}), not found on [runtime] path ({config.runtime.path}); "
                     f"install it: apt-get install {_INSTALL[which]}")
     if transcribes:
-        return _pocketsphinx(config.rune.python or sys.executable)
+        return import_problem(config.rune.python or sys.executable, "pocketsphinx", "speech is transcribed", "by")
     return None

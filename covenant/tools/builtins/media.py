@@ -24,12 +24,8 @@ from covenant.runtime.tool_files import ToolFiles
 from covenant.tools.beneath import Escape, split_relative
 from covenant.tools.builtins.base import Builtin, BuiltinCall
 from covenant.tools.builtins.images import ask_about_image, read_image
-from covenant.tools.media_backend import (
-    MediaBackend,
-    media_backend,
-    media_problem,
-    program,
-)
+from covenant.tools.media_backend import media_backend, media_problem, program
+from covenant.tools.runner_python import RunnerCommand
 from covenant.tools.result import ERROR_CODES, ToolError
 
 __all__ = ["TOOLS"]
@@ -56,7 +52,7 @@ def _checked_path(path: str) -> str:
     return "/".join(parts)
 
 
-async def _backend(config: Config) -> MediaBackend:
+async def _backend(config: Config) -> RunnerCommand:
     backend = await trio.to_thread.run_sync(media_backend, config)
     if isinstance(backend, str):
         raise ToolError("tool_unavailable", backend)
