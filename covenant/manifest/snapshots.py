@@ -32,7 +32,7 @@ import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 
-from covenant.durable import fsync_dir
+from covenant.durable import fsync_dir, replace_file
 
 __all__ = ["MAX_BYTES", "MAX_FILES", "PackageFiles", "Snapshot", "SnapshotStore", "TooLarge", "package_files"]
 
@@ -216,17 +216,7 @@ class SnapshotStore:
         index = {str(path): digest for path, digest in sorted(snapshots.items())}
         if index != self._read_index() or not (self.root / _INDEX).exists():
             self.root.mkdir(mode=0o711, exist_ok=True)
-            fd, tmp = tempfile.mkstemp(prefix=".index-", dir=self.root)
-            try:
-                with os.fdopen(fd, "w", encoding="utf-8") as out:
-                    json.dump(index, out, indent=1)
-                    out.flush()
-                    os.fsync(out.fileno())
-                os.replace(tmp, self.root / _INDEX)
-            except BaseException:
-                os.unlink(tmp)
-                raise
-            fsync_dir(self.root)
+            replace_file(self.root / _INDEX, json.dumps(index, indent=1).encode())
             self._index = index
         wanted = set(index.values())
         for entry in os.scandir(self.root):

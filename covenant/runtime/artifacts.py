@@ -29,7 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from covenant.durable import fsync_dir, write_all
+from covenant.durable import replace_file
 
 __all__ = ["ArtifactStore", "ArtifactRefused", "ArtifactLimits", "MEDIA_TYPES", "NAME_PATTERN", "artifact_name_problem"]
 
@@ -110,8 +110,8 @@ class ArtifactStore:
             files = directory / "files"
             for made in (self.root, directory, files):  # each 0700: parents=True would make them umask's
                 made.mkdir(mode=0o700, exist_ok=True)
-            _write_replace(files / name, data)
-            _write_replace(directory / "index.json", json.dumps([*index, entry], separators=(",", ":")).encode())
+            replace_file(files / name, data)
+            replace_file(directory / "index.json", json.dumps([*index, entry], separators=(",", ":")).encode())
             return entry
 
     # -- reading ---------------------------------------------------------------------------------
@@ -174,16 +174,3 @@ def _free_name(name: str, taken: set[str]) -> str:
         if candidate not in taken:
             return candidate
     raise ArtifactRefused(f"no free name like {name}")
-
-
-def _write_replace(path: Path, data: bytes) -> None:
-    """``data`` at ``path``, whole or not at all: a 0600 temporary file, fsynced, renamed over it."""
-    temporary = path.with_name(f".{path.name}.tmp")
-    fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600)
-    try:
-        write_all(fd, data)
-        os.fsync(fd)
-    finally:
-        os.close(fd)
-    os.replace(temporary, path)
-    fsync_dir(path.parent)

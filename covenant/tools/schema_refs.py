@@ -23,15 +23,13 @@ from __future__ import annotations
 
 import hashlib
 import ipaddress
-import os
 import re
 import socket
-import threading
 from dataclasses import dataclass
 from pathlib import Path
 
 from covenant.config import Config
-from covenant.durable import fsync_dir, write_all
+from covenant.durable import replace_file
 from covenant.netpolicy import AddressPolicy
 
 __all__ = ["SchemaUrl", "SchemaFetchError", "parse_schema_url", "SchemaCache", "fetch_schema", "SCHEMA_MAX_BYTES"]
@@ -95,16 +93,7 @@ class SchemaCache:
     def put(self, ref: SchemaUrl, data: bytes) -> None:
         """Keep ``data`` for ``ref``: written whole to a new file, then renamed over the old copy."""
         self.folder.mkdir(mode=0o700, parents=True, exist_ok=True)
-        path = self._path(ref)
-        temporary = path.with_name(f".{path.name}.{os.getpid()}.{threading.get_ident()}.tmp")
-        fd = os.open(temporary, os.O_WRONLY | os.O_CREAT | os.O_TRUNC | os.O_NOFOLLOW, 0o600)
-        try:
-            write_all(fd, data)
-            os.fsync(fd)
-        finally:
-            os.close(fd)
-        os.replace(temporary, path)
-        fsync_dir(self.folder)
+        replace_file(self._path(ref), data)
 
 
 def _addresses(url: "httpx.URL", policy: AddressPolicy) -> list[str]:  # noqa: F821 - httpx imported lazily
