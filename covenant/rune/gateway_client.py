@@ -108,20 +108,24 @@ class GatewayBackend:
         return {"ok": False, "error_code": str(error.get("code") or "tool_failed"),
                 "error_message": str(error.get("message") or f"HTTP {status}")}
 
-    async def attempt(self, generated_code: str) -> dict[str, Any]:
-        """One attempt of the test-driven loop: the daemon runs the code with the intent's test suite as the agent
-        and records it; raise LoopFailed (``tests_exhausted`` once the attempts are spent)."""
-        body = {"intent_id": self.intent_id, "generated_code": generated_code}
+    async def _post(self, gateway: str, path: str, body: dict[str, Any]) -> dict[str, Any]:
+        """``body`` to the daemon's ``path``; its answer, or LoopFailed (``crashed`` when the gateway is gone or
+        not the daemon's, else the failure the daemon answered)."""
         try:
-            status, document = await wire.call(self.gateway, "POST", ATTEMPT_PATH, body, peer_pid=self.gateway_pid)
+            status, document = await wire.call(self.gateway, "POST", path, body, peer_pid=self.gateway_pid)
         except wire.NotThePeer as exc:
             self.taken_over(str(exc))
-            raise LoopFailed("crashed", f"the attempt gateway is not the daemon's: {exc}") from None
+            raise LoopFailed("crashed", f"the {gateway} gateway is not the daemon's: {exc}") from None
         except wire.WireError as exc:
-            raise LoopFailed("crashed", f"the daemon's attempt gateway cannot be reached: {exc}") from None
+            raise LoopFailed("crashed", f"the daemon's {gateway} gateway cannot be reached: {exc}") from None
         if status != 200 or not isinstance(document, dict):
             raise _failure(document, status)
         return document
+
+    async def attempt(self, generated_code: str) -> dict[str, Any]:
+        """One attempt of the test-driven loop: the daemon runs the code with the intent's test suite as the agent
+        and records it; raise LoopFailed (``tests_exhausted`` once the attempts are spent)."""
+        return await self._post("attempt", ATTEMPT_PATH, {"intent_id": self.intent_id, "generated_code": generated_code})
 
     async def load_session(self) -> tuple[list[dict[str, Any]], int]:
         """The intent's session as the daemon loaded it for the invoke: (turn records, torn bytes cut)."""
@@ -136,13 +140,4 @@ class GatewayBackend:
 
     async def append_session(self, messages: list[dict[str, Any]]) -> None:
         """One turn of the intent's session, made durable by the daemon; raise LoopFailed."""
-        body = {"intent_id": self.intent_id, "messages": messages}
-        try:
-            status, document = await wire.call(self.gateway, "POST", SESSION_APPEND_PATH, body, peer_pid=self.gateway_pid)
-        except wire.NotThePeer as exc:
-            self.taken_over(str(exc))
-            raise LoopFailed("crashed", f"the session gateway is not the daemon's: {exc}") from None
-        except wire.WireError as exc:
-            raise LoopFailed("crashed", f"the daemon's session gateway cannot be reached: {exc}") from None
-        if status != 200 or not isinstance(document, dict):
-            raise _failure(document, status)
+        await self._post("session", SESSION_APPEND_PATH, {"intent_id": self.intent_id, "messages": messages})
