@@ -15,7 +15,7 @@ import trio
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant.clock import now_ms
-from covenant.config import Config, IsolationConfig, RuntimeConfig
+from covenant.config import Config, IsolationConfig
 from covenant.home import Home
 from covenant.homeinit import init_home
 from covenant.keys import create_key_file, load_private_key, public_key_hex
@@ -134,16 +134,24 @@ async def tools(home: Home, tmp_path: Path) -> AsyncIterator[Tools]:
         yield made
 
 
-@pytest.fixture
-async def confined_tools(home: Home) -> AsyncIterator[Tools]:
-    """A runner whose agents (and their tools) run as uids of their own, as under a root daemon: process tools run,
-    their files confined (Landlock). Packages go under the home, which agent uids reach. Needs root."""
+@asynccontextmanager
+async def confined(home: Home, what: str = "process tools", **settings: Any) -> AsyncIterator[Tools]:
+    """A runner whose agents (and their tools) run as uids of their own, as under a root daemon, their files
+    confined (Landlock), under ``settings`` (covenant.toml sections). Packages go under the home, which agent
+    uids reach. Skips, naming ``what`` needs it, without root or Landlock."""
     if os.geteuid() != 0:
-        pytest.skip("process tools run only where their files are confined: agent uids (root) and Landlock")
+        pytest.skip(f"{what} run only where their files are confined: agent uids (root) and Landlock")
     init_home(home)
     isolation = open_isolation(IsolationConfig(uid_range=agent_uid_range()), home.state_dir)
-    config = Config(runtime=RuntimeConfig(python3="/usr/bin/python3", kill_grace_ms=500))
+    config = Config.model_validate({"runtime": {"python3": "/usr/bin/python3", "kill_grace_ms": 500}, **settings})
     async with _tools(home, home.root, config, isolation) as made:
         if made.runner.tool_confinement.problem is not None:
             pytest.skip(f"this host cannot confine a tool's files: {made.runner.tool_confinement.problem}")
+        yield made
+
+
+@pytest.fixture
+async def confined_tools(home: Home) -> AsyncIterator[Tools]:
+    """:func:`confined` for process tools."""
+    async with confined(home) as made:
         yield made

@@ -6,19 +6,14 @@ from __future__ import annotations
 
 import os
 import shutil
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 from pathlib import Path
 
 import pytest
 
-from covenant.config import Config, IsolationConfig
 from covenant.home import Home
-from covenant.homeinit import init_home
-from covenant.runtime.isolation import open_isolation
-from tests.conftest import agent_uid_range
 
-from .conftest import Tools, _tools
+from .conftest import Tools, confined
 from .test_process import marked_processes
 
 MEDIA = ["rune@text-to-speech", "rune@speech-to-text", "rune@media-transcribe", "rune@media-describe"]
@@ -31,18 +26,9 @@ def _need_backends() -> None:
     pytest.importorskip("pocketsphinx", reason="needs pocketsphinx (pip install pocketsphinx, a covenant dependency)")
 
 
-@asynccontextmanager
-async def media_tools(home: Home, **settings: object) -> AsyncIterator[Tools]:
+def media_tools(home: Home, **settings: object) -> AbstractAsyncContextManager[Tools]:
     """Tools whose agents run as uids of their own, their files confined (Landlock), under ``settings``. Needs root."""
-    if os.geteuid() != 0:
-        pytest.skip("media tools run as the agent's own uid here: needs root for agent uids")
-    init_home(home)
-    isolation = open_isolation(IsolationConfig(uid_range=agent_uid_range()), home.state_dir)
-    config = Config.model_validate({"runtime": {"python3": "/usr/bin/python3", "kill_grace_ms": 500}, **settings})
-    async with _tools(home, home.root, config, isolation) as made:
-        if made.runner.tool_confinement.problem is not None:
-            pytest.skip(f"this host cannot confine a tool's files: {made.runner.tool_confinement.problem}")
-        yield made
+    return confined(home, "media tools", **settings)
 
 
 def _made(path: Path) -> Path:

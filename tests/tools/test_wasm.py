@@ -4,20 +4,14 @@ stopped by fuel and by their memory cap, nothing left running."""
 from __future__ import annotations
 
 import json
-import os
-from collections.abc import AsyncIterator
-from contextlib import asynccontextmanager
+from contextlib import AbstractAsyncContextManager
 
 import pytest
 import trio
 
-from covenant.config import Config, IsolationConfig
 from covenant.home import Home
-from covenant.homeinit import init_home
-from covenant.runtime.isolation import open_isolation
-from tests.conftest import agent_uid_range
 
-from .conftest import Tools, _tools
+from .conftest import Tools, confined
 from .test_process import marked_processes
 
 wasmtime = pytest.importorskip("wasmtime", reason="wasm tools need the wasmtime package (a covenant dependency)")
@@ -55,19 +49,9 @@ IMPORTS_ENV = """(module (import "env" "peek" (func)) (memory (export "memory") 
   (func (export "run") (param i32 i32 i32 i32) (result i32) (i32.const 0)))"""
 
 
-@asynccontextmanager
-async def wasm_tools(home: Home, **settings: object) -> AsyncIterator[Tools]:
-    """Tools whose agents run as uids of their own with their files confined (Landlock), as process tools need,
-    under ``settings`` (covenant.toml sections). Needs root."""
-    if os.geteuid() != 0:
-        pytest.skip("wasm tools run only where their files are confined: agent uids (root) and Landlock")
-    init_home(home)
-    isolation = open_isolation(IsolationConfig(uid_range=agent_uid_range()), home.state_dir)
-    config = Config.model_validate({"runtime": {"python3": "/usr/bin/python3", "kill_grace_ms": 500}, **settings})
-    async with _tools(home, home.root, config, isolation) as made:
-        if made.runner.tool_confinement.problem is not None:
-            pytest.skip(f"this host cannot confine a tool's files: {made.runner.tool_confinement.problem}")
-        yield made
+def wasm_tools(home: Home, **settings: object) -> AbstractAsyncContextManager[Tools]:
+    """Tools whose agents run as uids of their own, their files confined (Landlock), under ``settings``. Needs root."""
+    return confined(home, "wasm tools", **settings)
 
 
 def wasm_package(tools: Tools, name: str, modules: dict[str, str], timeout_ms: int = 5000) -> object:
