@@ -48,9 +48,9 @@ def _skills_digest(skills_root: Path, skills: tuple[str, ...], store: SnapshotSt
             try:
                 st = path.stat()
                 if path.is_file():
-                    h.update(f"{path.relative_to(folder)} {store.hashes.of(path, st)}\n".encode())
+                    h.update(f"{path.relative_to(folder)} {store.hashes.of(path, st)}\n".encode("utf-8", "surrogateescape"))
             except OSError:
-                h.update(f"{path.relative_to(folder)} unreadable\n".encode())
+                h.update(f"{path.relative_to(folder)} unreadable\n".encode("utf-8", "surrogateescape"))
     return h.hexdigest()
 
 

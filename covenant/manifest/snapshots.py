@@ -59,9 +59,9 @@ class PackageFiles:
     @property
     def digest(self) -> str:
         """The package's content address: every file's relative path, mode and content, and which is the manifest."""
-        h = hashlib.sha256(f"manifest {self.manifest}\n".encode())
+        h = hashlib.sha256(f"manifest {self.manifest}\n".encode("utf-8", "surrogateescape"))
         for relative, _, mode, sha in self.files:
-            h.update(f"{mode:o} {sha} {relative}\n".encode())
+            h.update(f"{mode:o} {sha} {relative}\n".encode("utf-8", "surrogateescape"))
         return h.hexdigest()
 
 

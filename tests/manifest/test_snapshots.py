@@ -109,3 +109,15 @@ def test_a_damaged_index_or_snapshot_is_no_snapshot(tmp_path: Path) -> None:
     assert SnapshotStore(tmp_path / "snapshots").find(manifest) is None
     (tmp_path / "snapshots" / "index.json").write_text("not json")
     assert SnapshotStore(tmp_path / "snapshots").find(manifest) is None
+
+
+def test_a_file_name_that_is_not_utf8_is_copied_not_a_failed_scan(tmp_path: Path) -> None:
+    """Names are bytes on Linux: one that does not decode (here 0xff) must not stop the daemon's scan."""
+    agents = tmp_path / "agents"
+    manifest = _package(agents)
+    odd = os.fsencode(manifest.parent) + b"/odd\xff.txt"
+    with open(odd, "wb") as f:
+        f.write(b"x")
+    files = package_files(manifest, agents, None)
+    taken = SnapshotStore(tmp_path / "snapshots").store(files, manifest, "pkg@local")
+    assert os.path.exists(os.fsencode(taken.files_root) + b"/odd\xff.txt") and len(files.digest) == 64
