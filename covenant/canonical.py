@@ -7,7 +7,7 @@ re-encode what it parsed and compare byte for byte.
 
 from __future__ import annotations
 
-import json
+from covenant.json_fast import dumps
 
 TYPE_CHECKING = False  # typing's constant, without importing typing on the dispatch path (issue 38)
 if TYPE_CHECKING:
@@ -18,7 +18,7 @@ __all__ = ["canonical_bytes", "canonical_text", "is_canonical_line", "parse_stri
 
 def canonical_text(obj: Any) -> str:
     """Encode ``obj`` as canonical JSON text (no trailing newline)."""
-    return json.dumps(obj, sort_keys=True, separators=(",", ":"), ensure_ascii=False, allow_nan=False)
+    return dumps(obj, sort_keys=True, compact=True, ensure_ascii=False, allow_nan=False)
 
 
 def canonical_bytes(obj: Any) -> bytes:
@@ -49,6 +49,8 @@ def parse_strict(line: bytes) -> Any:
     Nesting past the recursion limit is a ValueError too: the lines parsed here are read back from
     files (sessions, memory) that a process of the agent's uid could have written.
     """
+    import json  # here: `covenant dispatch` signs with canonical_bytes and never parses (covenant.json_fast)
+
     text = line.decode("utf-8")  # strict: raises UnicodeDecodeError on invalid bytes
     try:
         return json.loads(

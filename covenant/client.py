@@ -22,12 +22,12 @@ client needs none of what its Python class adds (``makefile``, ``sendfile``, ``d
 from __future__ import annotations
 
 import _socket
-import json
 from collections.abc import Iterator
 
 from covenant.errors import CovenantError, ExitCode
 from covenant.http_response import BadResponse, ResponseReader
 from covenant.home_paths import home_command
+from covenant.json_fast import dumps, loads
 
 TYPE_CHECKING = False  # typing's constant, without importing typing on the dispatch path (issue 38)
 if TYPE_CHECKING:
@@ -168,7 +168,7 @@ class DaemonClient:
         return sock
 
     def _send(self, method: str, path: str, body: Any = None, accept: str | None = None) -> _Response:
-        payload = None if body is None else json.dumps(body, ensure_ascii=False).encode()
+        payload = None if body is None else dumps(body, ensure_ascii=False).encode()
         head = _request_head(method, path, payload, accept)
         try:
             return _Response(self._connect())._start(head, payload)
@@ -212,7 +212,7 @@ class DaemonClient:
             self.close()
         status = response.status
         try:
-            document = json.loads(raw) if raw else None
+            document = loads(raw) if raw else None
         except ValueError:
             raise DaemonUnreachable(f"the daemon answered HTTP {status} with a body that is not JSON "
                                     f"(is something other than covenant listening on {self.socket_path}?)") from None
@@ -252,7 +252,7 @@ class DaemonClient:
                         if line.startswith(b"event: "):
                             event = line[7:].decode()
                         elif line.startswith(b"data: "):
-                            yield event, json.loads(line[6:])
+                            yield event, loads(line[6:])
                             event = "message"
             except (BadResponse, _ConnectionLost, OSError) as exc:
                 raise self._lost_while_reading(exc) from None
@@ -271,10 +271,10 @@ class DaemonClient:
                     *lines, pending = (pending + chunk).split(b"\n")
                     for line in lines:
                         if line.startswith(b"data: "):
-                            yield json.loads(line[6:])
+                            yield loads(line[6:])
             except (BadResponse, _ConnectionLost, OSError) as exc:
                 raise self._lost_while_reading(exc) from None
             if pending.startswith(b"data: "):
-                yield json.loads(pending[6:])
+                yield loads(pending[6:])
         finally:
             self.close()

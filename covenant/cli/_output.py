@@ -13,7 +13,6 @@ closed pipe. Importing click costs ~30 ms, which the dispatch path cannot pay.
 from __future__ import annotations
 
 import codecs
-import json
 import sys
 
 TYPE_CHECKING = False  # typing's constant, without importing typing on the dispatch path (issue 38)
@@ -59,6 +58,8 @@ def fail(message: str, exit_code: int) -> NoReturn:
 
 def print_json(obj: Any) -> None:
     """Stable JSON for --json output: sorted keys, one document, trailing newline."""
+    import json  # here: indented JSON needs the json package, which plain `covenant dispatch` never imports
+
     echo_json(json.dumps(obj, sort_keys=True, indent=2, ensure_ascii=False, default=str))
 
 

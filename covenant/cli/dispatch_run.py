@@ -7,7 +7,6 @@ Kept light on purpose: no click, trio, pydantic, psutil, yaml, http.client or ss
 
 from __future__ import annotations
 
-import json
 import sys
 import time
 
@@ -16,6 +15,7 @@ from covenant.cli.dispatch_args import DispatchArgs
 from covenant.client import DaemonClient, RemoteError
 from covenant.errors import CovenantError, ExitCode
 from covenant.home_paths import home_dir, socket_file
+from covenant.json_fast import dumps
 from covenant.policy.identities import ensure_user_identity
 from covenant.policy.signing import new_intent, sign_intent
 
@@ -78,7 +78,7 @@ def _stream(client: DaemonClient, body: dict[str, Any], as_json: bool) -> tuple[
         if event == "response":  # the agent does not stream: an ordinary answer
             return data, False
         if as_json:
-            echo_json(json.dumps({"event": event, **data}, ensure_ascii=False, sort_keys=True))
+            echo_json(dumps({"event": event, **data}, ensure_ascii=False, sort_keys=True))
         if event == "done":
             if data.get("input_required") and not as_json:  # rune@ask-user's question is no streamed token
                 sys.stdout.write(("\n" if wrote_text else "") + neutralize(str(data.get("text") or "")))
@@ -215,6 +215,8 @@ def dispatch_and_exit(home_root: str, text: str, agent_id: str | None, priority:
     if dry_run:
         if not as_json:
             echo(outcome["message"])
+            import json  # indented: the json package, which a dispatch that runs never imports
+
             echo(json.dumps(outcome["decision"], indent=2, sort_keys=True))
             if "rune" in outcome:
                 _echo_rune_plan(outcome["rune"])

@@ -36,7 +36,7 @@ from covenant.policy._files import atomic_write_text, locked
 from covenant.clock import iso_ms, now_ms as _wall_ms
 from covenant.actions import action_problem, grant_covers
 from covenant.policy.errors import GrantError
-from covenant.policy.signing import display_problem
+from covenant.policy.signing import display_problem, is_signature_hex
 
 if TYPE_CHECKING:
     import tomlkit  # imported where a file is edited: the daemon only reads grants
@@ -56,7 +56,6 @@ GRANT_TAG = "covenant-grant/v1"
 REVOCATION_TAG = "covenant-revocation/v1"
 
 _PUBKEY = re.compile(r"^[0-9a-f]{64}$")
-_SIGNATURE = re.compile(r"^[0-9a-f]{128}$")
 _DURATION = re.compile(r"^(\d+)(s|m|h|d|w)$")
 _UNIT_MS = {"s": 1000, "m": 60_000, "h": 3_600_000, "d": 86_400_000, "w": 7 * 86_400_000}
 _MAX_MS = 2**53 - 1
@@ -278,7 +277,7 @@ def _field_problems(entry: dict[str, Any], required: set[str], optional: set[str
         if problem:
             problems.append(problem)
     signature = entry.get("signature")
-    if "signature" in entry and not (isinstance(signature, str) and _SIGNATURE.match(signature)):
+    if "signature" in entry and not is_signature_hex(signature):
         problems.append("signature must be 128 lowercase hex characters")
     return problems
 

@@ -12,12 +12,11 @@ level (tomlkit only when a file is written).
 
 from __future__ import annotations
 
-import json
 import os
-import re
 from collections import namedtuple
 
 from covenant.home_paths import user_identity_file
+from covenant.json_fast import dumps
 from covenant.keys import create_key_file, load_private_key, public_key_from_hex, public_key_hex
 from covenant.policy.errors import IdentityError, UnknownIdentity
 from covenant.policy.signing import display_problem
@@ -42,9 +41,30 @@ __all__ = [
     "normalize_pubkey",
 ]
 
-_HEX64 = re.compile(r"^[0-9a-fA-F]{64}$")
-_AS_WRITTEN = re.compile(r'(?:#[^\x00-\x08\x0a-\x1f\x7f]*\n)*display = "([^"\\\x00-\x1f\x7f]*)"\n')
-"""identity.toml exactly as :func:`_write_display` writes it for a name without escapes: read without tomllib."""
+# Character sets, not regular expressions: `covenant dispatch` reads the identity on every run and imports
+# no `re` (with its `enum`, ≈ 21 million instructions; issue 38).
+_HEX = frozenset("0123456789abcdefABCDEF")
+_NOT_IN_COMMENT = frozenset(map(chr, (*range(0x09), *range(0x0A, 0x20), 0x7F)))
+_NOT_IN_NAME = frozenset(map(chr, (*range(0x20), 0x7F))) | {'"', "\\"}
+_DISPLAY_LINE = 'display = "'
+
+
+def _is_hex64(text: str) -> bool:
+    return len(text) == 64 and _HEX.issuperset(text)
+
+
+def _as_written(text: str) -> str | None:
+    """The display name of identity.toml exactly as :func:`_write_display` writes it for a name without
+    escapes (comment lines, then ``display = "NAME"`` and a newline), or None: read without tomllib."""
+    if not text.endswith("\n"):
+        return None
+    *comments, last, _ = text.split("\n")
+    if not (last.startswith(_DISPLAY_LINE) and last.endswith('"') and len(last) > len(_DISPLAY_LINE)):
+        return None
+    if any(not line.startswith("#") or not _NOT_IN_COMMENT.isdisjoint(line) for line in comments):
+        return None
+    name = last[len(_DISPLAY_LINE):-1]
+    return name if _NOT_IN_NAME.isdisjoint(name) else None
 
 
 # collections.namedtuple at run time, typing.NamedTuple for type checkers: ``covenant dispatch`` imports
@@ -118,10 +138,8 @@ def _read_display(path: str) -> str | None:
         text = raw.decode("utf-8")
     except UnicodeDecodeError as exc:
         raise IdentityError(f"{path}: not UTF-8 text ({exc.reason}) (fix or delete the file)", path=str(path)) from None
-    written = _AS_WRITTEN.fullmatch(text)
-    if written is not None:
-        display: object = written.group(1)
-    else:
+    display: object = _as_written(text)
+    if display is None:
         import tomllib
 
         try:
@@ -140,7 +158,7 @@ def _write_display(path: Path, display: str) -> None:
     # is a valid TOML basic string: only '"' and '\\' get escaped.
     text = (
         "# The display name sent with your signed intents (a label; your public key is the identity).\n"
-        f"display = {json.dumps(display, ensure_ascii=False)}\n"
+        f"display = {dumps(display, ensure_ascii=False)}\n"
     )
     from covenant.policy._files import atomic_write_text  # writers only (tempfile is slow to import)
 
@@ -254,9 +272,9 @@ class KnownIdentities:
                                 path=str(self.path))
         known: dict[str, str] = {}
         for display, pubkey in table.items():
-            if not isinstance(pubkey, str) or not _HEX64.match(pubkey):
+            if not isinstance(pubkey, str) or not _is_hex64(pubkey):
                 raise IdentityError(
-                    f"{self.path}: identities.{json.dumps(display, ensure_ascii=False)}: value must be a "
+                    f"{self.path}: identities.{dumps(display, ensure_ascii=False)}: value must be a "
                     f"64-hex public key",
                     path=str(self.path),
                     field=display,
@@ -267,7 +285,7 @@ class KnownIdentities:
     def resolve(self, name_or_pubkey: str) -> str:
         """The public key for a 64-hex key (returned normalized) or a known display name."""
         text = name_or_pubkey.strip()
-        if _HEX64.match(text):
+        if _is_hex64(text):
             return normalize_pubkey(text)
         pubkey = self.all().get(text)
         if pubkey is None:
