@@ -11,15 +11,17 @@ from __future__ import annotations
 
 import hashlib
 import logging
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 from covenant.config import Config
 from covenant.home import Home
+from covenant.manifest.file_tree import TooDeep, files_under
 from covenant.manifest.limits import ManifestLimits
 from covenant.manifest.problems import ManifestError
 from covenant.manifest.registry import Registry, load_manifest, scan_agents
 from covenant.manifest.snapshots import SnapshotStore, TooLarge, package_files
+from covenant.rune.skills import skill_folders
 from covenant.tools.refuse import enforce_unavailable_policy
 
 __all__ = ["Scan", "scan_with_snapshots", "snapshot_store"]
@@ -39,12 +41,17 @@ class Scan:
 
 
 def _skills_digest(skills_root: Path, skills: tuple[str, ...], store: SnapshotStore) -> str:
-    """The content of the skill folders a Runefile names (``owner/repo/skill``), missing ones included as such."""
+    """The content of the skill folders a Runefile names (``owner/repo/skill``, each place the loader tries),
+    missing ones included as such."""
     h = hashlib.sha256()
-    for skill in skills:
-        folder = skills_root / skill
-        h.update(f"skill {skill}\n".encode())
-        for path in sorted(folder.rglob("*")) if folder.is_dir() else ():
+    for skill, folder in ((skill, folder) for skill in skills for folder in skill_folders(skill, skills_root)):
+        h.update(f"skill {skill} {folder.relative_to(skills_root)}\n".encode("utf-8", "surrogateescape"))
+        paths: list[Path] = []
+        try:
+            paths.extend(files_under(folder, skip_dot_names=False) if folder.is_dir() else ())
+        except TooDeep as exc:  # the files found before the walk gave up still count (SKILL.md comes first)
+            h.update(f"too deep: {exc}\n".encode("utf-8", "surrogateescape"))
+        for path in sorted(paths):
             try:
                 st = path.stat()
                 if path.is_file():
@@ -120,6 +127,10 @@ def scan_with_snapshots(home: Home, config: Config, store: SnapshotStore) -> Sca
         store.keep(kept)
     except OSError as exc:
         log.warning("snapshot index not written", extra={"reason": str(exc)})
+    for agent_id, digest in digests.items():
+        package = registry.rune_packages.get(agent_id)
+        if package is not None:
+            registry.rune_packages[agent_id] = replace(package, content_digest=digest)
     return Scan(registry, snapshots, digests)
 
 

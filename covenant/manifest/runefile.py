@@ -171,6 +171,10 @@ class RunePackage:
 
     namespace: str = "local"
     """``local`` for a package in agents/; ``spawned`` for one an agent made with ``rune@agent-spawn``."""
+    content_digest: str = ""
+    """The digest of the package's files and of its skills' folders, set by the daemon's scan (empty
+    elsewhere). Two versions whose Runefiles read the same still differ in it after, say, a SKILL.md
+    edit, so a reload replaces the replica, whose instructions carry the skills."""
 
     @property
     def id(self) -> str:

@@ -33,6 +33,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from covenant.durable import fsync_dir, replace_file
+from covenant.manifest.file_tree import TooDeep, files_under
 
 __all__ = ["MAX_BYTES", "MAX_FILES", "PackageFiles", "Snapshot", "SnapshotStore", "TooLarge", "package_files"]
 
@@ -100,18 +101,16 @@ class _Hashes:
 def _walk(base: Path, real_base: str) -> list[tuple[str, Path]]:
     """Every file under ``base`` (dot-names skipped, links followed only to files inside ``real_base``)."""
     found: list[tuple[str, Path]] = []
-    for folder, dirs, names in os.walk(base, followlinks=False):
-        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not os.path.islink(os.path.join(folder, d)))
-        for name in sorted(names):
-            if name.startswith("."):
-                continue
-            path = Path(folder) / name
+    try:
+        for path in files_under(base, skip_dot_names=True):
             real = os.path.realpath(path)
             if os.path.commonpath([real, real_base]) != real_base:
                 continue  # a link out of the package: never copied where agents read
             found.append((os.path.relpath(path, base), Path(real)))
             if len(found) > MAX_FILES:
                 raise TooLarge(f"over {MAX_FILES} files")
+    except TooDeep as exc:
+        raise TooLarge(str(exc)) from None
     return found
 
 

@@ -56,12 +56,18 @@ def _front_matter(text: str) -> tuple[dict[str, Any], str]:
     return (data if isinstance(data, dict) else {}), body.strip()
 
 
+def skill_folders(ref: str, skills_dir: Path) -> tuple[Path, Path]:
+    """Where skill ``ref`` (``owner/repo/skill``) may live, in the order they are tried."""
+    owner, repo, name = ref.split("/")
+    return skills_dir / owner / repo / "skills" / name, skills_dir / owner / repo / name
+
+
 def resolve_skills(refs: tuple[str, ...], skills_dir: Path) -> list[Skill]:
     """Every skill of ``refs``, or SkillError naming the paths tried for the first missing one."""
     out = []
     for ref in refs:
-        owner, repo, name = ref.split("/")
-        tried = [skills_dir / owner / repo / "skills" / name / "SKILL.md", skills_dir / owner / repo / name / "SKILL.md"]
+        name = ref.rsplit("/", 1)[1]
+        tried = [folder / "SKILL.md" for folder in skill_folders(ref, skills_dir)]
         found = next((p for p in tried if p.is_file()), None)
         if found is None:
             raise SkillError(f"skill {ref!r} not found; tried {', '.join(str(p) for p in tried)}")
