@@ -38,6 +38,8 @@ __all__ = [
     "WEBHOOK_REQUEST",
     "FLEET_DELIVERY",
     "FLEET_ACK",
+    "ISOLATION_SWEEP",
+    "SESSION_LOADED",
     "EVENT_TYPES",
     "text_digest",
     "encode_event_data",
@@ -72,6 +74,8 @@ AGENT_STOPPED = "agent.stopped"
 AGENT_STARTED = "agent.started"
 FLEET_DELIVERY = "fleet.delivery"
 FLEET_ACK = "fleet.ack"
+ISOLATION_SWEEP = "isolation.sweep"
+SESSION_LOADED = "session.loaded"
 
 EVENT_TYPES = frozenset(
     {
@@ -103,6 +107,8 @@ EVENT_TYPES = frozenset(
         AGENT_STARTED,
         FLEET_DELIVERY,
         FLEET_ACK,
+        ISOLATION_SWEEP,
+        SESSION_LOADED,
     }
 )
 
