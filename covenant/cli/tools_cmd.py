@@ -96,6 +96,27 @@ def tool_rows(home: Any, agent: str | None) -> tuple[list[dict[str, Any]], bool]
     return rows, status is not None
 
 
+def builtin_rows(home: Any) -> list[dict[str, Any]]:
+    """One row per built-in covenant knows, as this host and covenant.toml offer it to any agent, or why not."""
+    from covenant.config import load_config
+    from covenant.manifest.tools import BUILTIN_TOOLS, tool_action
+    from covenant.tools.builtins import BUILTINS
+    from covenant.tools.catalogue import model_name
+    from covenant.tools.unavailable import builtin_unavailable_reason
+
+    config = load_config(home)
+    rows = []
+    for entry in sorted(BUILTIN_TOOLS):
+        builtin = BUILTINS.get(entry)
+        if builtin is None:
+            reason: str | None = builtin_unavailable_reason(entry)
+        else:
+            reason = builtin.needs(config) if builtin.needs is not None else None
+        rows.append({"entry": entry, "name": model_name(entry), "action": tool_action(entry),
+                     "available": reason is None, "reason": reason})
+    return rows
+
+
 @click.group()
 def tools() -> None:
     """List the tools of Rune agents."""
@@ -103,17 +124,34 @@ def tools() -> None:
 
 @tools.command("list")
 @click.argument("agent", required=False)
+@click.option("--builtins", is_flag=True,
+              help="Every built-in covenant knows instead: offered on this host with this covenant.toml, or why not.")
 @click.option("--json", "as_json", is_flag=True,
-              help="Stable JSON: {daemon, tools: [{agent, entry, name, action, kind, available, reason}]}.")
+              help="Stable JSON: {daemon, tools: [{agent, entry, name, action, kind, available, reason}]}; with "
+                   "--builtins {builtins: [{entry, name, action, available, reason}]}.")
 @pass_cli
 @reports_errors
-def list_tools(cli: CliContext, agent: str | None, as_json: bool) -> None:
+def list_tools(cli: CliContext, agent: str | None, builtins: bool, as_json: bool) -> None:
     """Every tool of every Rune agent (or of AGENT): its model-facing name, capability, available or not and why.
 
     Reads the home's files (no daemon needed); MCP tools are asked of the
     running daemon when one answers (`daemon: true` in --json), else listed
-    as unavailable. Exit 0; 6 when AGENT is not a valid Rune agent.
+    as unavailable. With --builtins, every built-in instead, as this host and
+    covenant.toml offer it to any agent. Exit 0; 2 for AGENT with --builtins;
+    6 when AGENT is not a valid Rune agent.
     """
+    if builtins:
+        if agent is not None:
+            fail("--builtins lists what this host offers every agent: give no AGENT with it", ExitCode.USAGE)
+        found = builtin_rows(cli.home)
+        if as_json:
+            print_json({"builtins": found})
+            return
+        for line in table_lines(("TOOL", "MODEL NAME", "CAPABILITY", "AVAILABLE"),
+                                [(r["entry"], r["name"], r["action"], "yes" if r["available"] else f"no: {r['reason']}")
+                                 for r in found]):
+            echo(line)
+        return
     rows, daemon = tool_rows(cli.home, agent)
     if as_json:
         print_json({"daemon": daemon, "tools": rows})
