@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -39,18 +41,25 @@ def test_a_link_to_a_folder_is_never_entered_so_a_loop_ends(tmp_path: Path) -> N
     assert names == ["f", "link-to-file"]
 
 
-def test_a_tree_deeper_than_the_limit_is_refused_not_a_recursion_error(tmp_path: Path) -> None:
-    """os.walk and Path.rglob raise RecursionError at ~1,000 levels in Python 3.11 (the daemon's scan died of it)."""
+@pytest.fixture
+def deep_package(tmp_path: Path) -> Iterator[Path]:
+    """A package folder with 1,200 folders one in the other and a file at the bottom; removed with `rm -rf`:
+    shutil.rmtree (pytest's own clean-up too) recurses as deep as the tree."""
     deep = tmp_path / "pkg"
     inner = deep
-    for _ in range(12):  # 12 x 100 levels: paths stay under PATH_MAX per chunk
-        relative = "/".join(["d"] * 100)
-        os.makedirs(inner / relative)
-        inner = inner / relative
+    for _ in range(12):  # 12 x 100 levels: paths stay under PATH_MAX per makedirs
+        inner = inner.joinpath(*["d"] * 100)
+        os.makedirs(inner)
     (inner / "f").write_text("x")
+    yield deep
+    subprocess.run(["rm", "-rf", str(deep)], check=True)
+
+
+def test_a_tree_deeper_than_the_limit_is_refused_not_a_recursion_error(deep_package: Path) -> None:
+    """os.walk and Path.rglob raise RecursionError at ~1,000 levels in Python 3.11 (the daemon's scan died of it)."""
     with pytest.raises(TooDeep, match="deeper than 64 levels"):
-        list(files_under(deep, skip_dot_names=True))
-    assert [p.name for p in files_under(deep, skip_dot_names=True, max_depth=2000)] == ["f"]
+        list(files_under(deep_package, skip_dot_names=True))
+    assert [p.name for p in files_under(deep_package, skip_dot_names=True, max_depth=2000)] == ["f"]
 
 
 def test_exactly_the_limit_is_allowed(tmp_path: Path) -> None:
