@@ -196,9 +196,15 @@ class RuneConfig(_Section):
         "listed and read with skill-read"
     )
     python: str | None = Field(None, description="interpreter for replicas (default: the daemon's own)")
-    memory_small_mb: int = Field(256, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile small")
-    memory_medium_mb: int = Field(1024, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile medium")
-    memory_large_mb: int = Field(4096, gt=0, le=1024 * 1024, description="replica memory limit, resource_profile large")
+    memory_small_mb: int = Field(256, gt=0, le=1024 * 1024, description="memory of a resource_profile small agent: its replica's RLIMIT_AS, its tool runs' resident memory")
+    memory_medium_mb: int = Field(1024, gt=0, le=1024 * 1024, description="memory of a resource_profile medium agent: its replica's RLIMIT_AS, its tool runs' resident memory")
+    memory_large_mb: int = Field(4096, gt=0, le=1024 * 1024, description="memory of a resource_profile large agent: its replica's RLIMIT_AS, its tool runs' resident memory")
+    nice_small: int = Field(10, ge=-20, le=19, description="nice of the processes of a resource_profile small agent")
+    nice_medium: int = Field(5, ge=-20, le=19, description="nice of the processes of a resource_profile medium agent")
+    nice_large: int = Field(0, ge=-20, le=19, description="nice of the processes of a resource_profile large agent")
+    cpu_small: float = Field(0.5, gt=0, le=1024, description="CPU cores a resource_profile small agent's processes share")
+    cpu_medium: float = Field(1.0, gt=0, le=1024, description="CPU cores a resource_profile medium agent's processes share")
+    cpu_large: float = Field(2.0, gt=0, le=1024, description="CPU cores a resource_profile large agent's processes share")
     max_depth: int = Field(10, ge=1, le=100, description="deepest chain of agent calls (A2A and workflow steps) when a tool sets no max_depth")
     spawned_ttl_s: int = Field(600, ge=1, le=7 * 86_400, description="how long an agent made by rune@agent-spawn lives")
     spawned_max: int = Field(4, ge=0, le=100, description="live spawned agents per spawning agent and issuer; 0 = none")
@@ -215,6 +221,14 @@ class RuneConfig(_Section):
 
     def memory_mb(self, profile: str) -> int:
         return {"small": self.memory_small_mb, "medium": self.memory_medium_mb, "large": self.memory_large_mb}[profile]
+
+    def nice(self, profile: str) -> int:
+        """The nice of a ``resource_profile``, before a dispatch's priority moves it (``[rune] nice_*``)."""
+        return {"small": self.nice_small, "medium": self.nice_medium, "large": self.nice_large}[profile]
+
+    def cpu_cores(self, profile: str) -> float:
+        """The CPU cores all processes of an agent of a ``resource_profile`` may use together (``[rune] cpu_*``)."""
+        return {"small": self.cpu_small, "medium": self.cpu_medium, "large": self.cpu_large}[profile]
 
 
 class FilesToolConfig(_Section):

@@ -45,6 +45,18 @@ def _tools(package: RunePackage, config: Config) -> dict[str, Any]:
     }
 
 
+def _resource_class(spec: AgentSpec, home: Home) -> dict[str, Any] | None:
+    """A Rune agent's class of CPU and memory under the home's covenant.toml ``[rune]``; None for other agents."""
+    if spec.resource_profile is None:
+        return None
+    from covenant.config import load_config
+
+    rune = load_config(home).rune
+    profile = spec.resource_profile
+    return {"profile": profile, "nice": rune.nice(profile), "cpu_cores": rune.cpu_cores(profile),
+            "memory_mb": rune.memory_mb(profile)}
+
+
 def _rune_tools(spec: AgentSpec, home: Home) -> dict[str, Any] | None:
     """:func:`_tools` of a Rune agent read from its folder; None for other agents."""
     if spec.runtime != "rune":
@@ -157,8 +169,10 @@ def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
     known = known_agents(cli.home)
     spec = known.registry.agents[resolve_agent_id(agent_id, known.registry.agents)]
     tools = _rune_tools(spec, cli.home)
+    resource_class = _resource_class(spec, cli.home)
     if as_json:
-        print_json({**_agent_json(spec, known.states), **({"tools": tools} if tools is not None else {})})
+        print_json({**_agent_json(spec, known.states), **({"tools": tools} if tools is not None else {}),
+                    **({"resource_class": resource_class} if resource_class is not None else {})})
         return
     data = _agent_json(spec, known.states)
     for key in ("id", "name", "version", "runtime", "kind", "manifest_path", "root", "entry"):
@@ -167,6 +181,9 @@ def show_agent(cli: CliContext, agent_id: str, as_json: bool) -> None:
         for key, value in data[section].items():
             shown = ", ".join(value) if isinstance(value, list) else value
             echo(f"{section + '.' + key + ':':<36}{shown if shown != '' else '-'}")
+    if resource_class is not None:
+        echo(f"{'resource_profile:':<36}{resource_class['profile']}: nice {resource_class['nice']}, "
+             f"{resource_class['cpu_cores']:g} CPU cores, {resource_class['memory_mb']} MiB (replica and each tool process)")
     echo(f"{'keywords:':<36}{', '.join(spec.keywords) or '-'}")
     for key, value in spec.routing_hints.items():  # a Runefile's routing_hints, every key as written
         shown = value if isinstance(value, str) else json.dumps(value, ensure_ascii=False, sort_keys=True)

@@ -56,6 +56,11 @@ def _render_status(doc: dict) -> None:
         echo(f"tools      files confined by Landlock ABI {files['landlock_abi']}")
     elif files:
         echo(f"tools      files NOT confined ({files['problem']}): process tools are unavailable")
+    share = doc.get("cpu_share") or {}
+    if share.get("controller"):
+        echo(f"cpu        Rune agents held to their resource_profile's CPU share ({share['controller']}: {share['parent']})")
+    elif share:
+        echo(f"cpu        NO CPU share for Rune agents ({share['problem']}): their resource_profile's nice only")
     for problem in doc["grants"]["problems"]:
         echo(f"grants     ignored: {problem}")
     if doc.get("config", {}).get("needs_restart"):

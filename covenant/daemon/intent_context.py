@@ -34,4 +34,6 @@ class IntentContext:
     text: str = ""
     """The intent's text (a test-driven agent's task: the daemon reads it itself, :mod:`covenant.daemon.test_attempts`)."""
     asked_user: bool = False
+    priority: str = "normal"
+    """The intent's priority: the nice of its tools' processes moves by it (:mod:`covenant.runtime.cpu_class`)."""
     """The intent called ``rune@ask-user``: only then may its replica end it ``input_required``."""

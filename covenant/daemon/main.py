@@ -15,6 +15,7 @@ import signal
 import socket
 import sys
 from collections.abc import AsyncIterator
+from contextlib import asynccontextmanager
 from dataclasses import dataclass
 from functools import partial
 from pathlib import Path
@@ -57,6 +58,7 @@ from covenant.policy.budget import BudgetLedger
 from covenant.policy.grants import GrantStore
 from covenant.policy.identities import KnownIdentities
 from covenant.runtime.artifacts import ArtifactRefused
+from covenant.runtime.cpu_class import CpuGroups
 from covenant.runtime.host import network_isolation_available, set_child_subreaper
 from covenant.runtime.isolation import Isolation, open_isolation, reachability_problems
 from covenant.runtime.launch_plans import resolve_program
@@ -316,6 +318,18 @@ class _Lifecycle:
             await self.api.wait_requests_done()
 
 
+@asynccontextmanager
+async def _cpu_groups(home: Home) -> AsyncIterator[CpuGroups]:
+    """The CPU groups of this home's agents: what a killed daemon left is removed first; all are removed when
+    the daemon stops (after its runner has ended every agent process)."""
+    groups = await trio.to_thread.run_sync(CpuGroups.open, str(home.state_dir.resolve()))
+    try:
+        yield groups
+    finally:
+        with trio.CancelScope(shield=True):
+            await trio.to_thread.run_sync(groups.close)
+
+
 async def serve_daemon(
     home: Home,
     start: StartConfig,
@@ -362,13 +376,15 @@ async def serve_daemon(
                 )
                 if swept.pids:
                     log.warning("killed processes left by an earlier run", extra={"pids": len(swept.pids), "uids": swept.uids})
-            async with Runner.open(
+            async with _cpu_groups(home) as cpu_groups, Runner.open(
                 config.runtime,
                 scratch_root=home.state_dir / "scratch",
                 isolation=isolation,
                 live_roots=LiveRoots(),
                 own_children=lambda: audit.process_ids,
                 visible=paths_agent_processes_run(config),
+                rune=config.rune,
+                cpu_groups=cpu_groups,
             ) as runner:
                 rune = _rune_host(home, config, runner, audit, grants, metrics, key)
                 daemon = Daemon(

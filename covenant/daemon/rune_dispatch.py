@@ -100,7 +100,7 @@ async def run_rune_intent(
     secrets = list(secrets)
     deadline_ms = now_ms() + int(timeout_s * 1000)
     context = IntentContext(intent.id, intent.issuer.pubkey, agent, package, trio.current_time() + timeout_s,
-                            session_id=session_id, text=intent.text)
+                            session_id=session_id, text=intent.text, priority=intent.priority)
     body = {"input": intent.text, "session_id": session_id, "intent_id": intent.id,
             "issuer": intent.issuer.pubkey, "deadline_ms": deadline_ms}
     relay, flush = (None, None) if sink is None else _relay(sink, rf.models.safety_policy, secrets)

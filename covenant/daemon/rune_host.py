@@ -105,6 +105,7 @@ class ModelAndToolCalls:
             now_ms=now_ms(),
             deadline=intent.deadline,
             models=GatewayModels(self.models, intent),
+            priority=intent.priority,
         )
         result = await self.tools.call(context, name, arguments)
         if result.asks is not None:  # the replica may end the turn input_required only after such a call

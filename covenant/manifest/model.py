@@ -75,6 +75,9 @@ class AgentSpec(BaseModel):
     settlement: Settlement = Settlement()
     keywords: tuple[str, ...] = ()
     """Routing keywords ([routing] keywords, or Runefile routing_hints.keywords)."""
+    resource_profile: Literal["small", "medium", "large"] | None = None
+    """A Runefile's ``runtime.resource_profile``: the class of CPU and memory of its replica and tools
+    (:mod:`covenant.runtime.cpu_class`); None for other agents, which ``[resources]`` alone limits."""
     routing_hints: dict[str, Any] = {}
     """A Runefile's ``routing_hints`` as written, every key (the router reads ``keywords``; the rest is shown)."""
     warnings: tuple[str, ...] = ()

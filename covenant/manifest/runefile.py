@@ -200,6 +200,7 @@ class RunePackage:
             entry=None,
             capabilities=Capabilities(required=self.actions()),
             resources=Resources(cpu_ms_per_task=self.runefile.timeout_ms),
+            resource_profile=self.runefile.runtime.resource_profile,
             keywords=self.keywords(),
             routing_hints=dict(self.runefile.routing_hints),
             warnings=self.warnings,

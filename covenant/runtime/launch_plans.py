@@ -8,6 +8,7 @@ Spawning, supervising and killing it is :mod:`covenant.runtime.runner`'s job.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
@@ -17,24 +18,20 @@ import sys
 from pathlib import Path
 from typing import Any
 
-from covenant.config import RuntimeConfig
+from covenant.config import RuneConfig, RuntimeConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime.environment import agent_environment
 from covenant.runtime.isolation import Isolation
 from covenant.netpolicy import parse_host_service
 from covenant.runtime import _elf, host, hostnet
+from covenant.runtime.cpu_class import CpuGroups, ResourceClass, combined_nice, resource_class
 from covenant.runtime.launcher import AgentCredentials, LaunchError, LaunchPlan
 from covenant.runtime.mountns import DEFAULT_TMP_INODES, MountNamespaces
 from covenant.runtime.netns import AgentNetworks, HeldNamespaces, NetworkMode
 
-__all__ = ["LaunchPlans", "PRIORITY_NICE", "WorkflowNotSupported", "agent_networks", "private_tmp_namespaces",
-           "resolve_program"]
+__all__ = ["LaunchPlans", "WorkflowNotSupported", "agent_networks", "private_tmp_namespaces", "resolve_program"]
 
 log = logging.getLogger("covenant.runtime")
-
-PRIORITY_NICE: dict[str, int] = {"low": 10, "normal": 0, "high": -5}
-"""A run's priority (:meth:`LaunchPlans.priority`) -> the nice value its processes start with. Lowering it
-below the daemon's own needs CAP_SYS_NICE: without it a ``high`` run keeps the daemon's nice."""
 
 _MIB = 1024 * 1024
 
@@ -141,9 +138,13 @@ class LaunchPlans:
 
     def __init__(
         self, config: RuntimeConfig, isolation: Isolation, mount_namespaces: MountNamespaces | None,
-        networks: AgentNetworks | None = None,
+        networks: AgentNetworks | None = None, *, rune: RuneConfig | None = None, cpu_groups: CpuGroups | None = None,
     ) -> None:
         self.config = config
+        self.rune = rune or RuneConfig()
+        """``[rune]``: the classes of ``resource_profile`` (a reload replaces it with the new config's)."""
+        self.cpu_groups = cpu_groups
+        """The agents' CPU groups (the daemon's); None: nice only (``covenant run``)."""
         self.isolation = isolation
         self.mount_namespaces = mount_namespaces
         self.networks = networks
@@ -169,21 +170,47 @@ class LaunchPlans:
         ``[settlement] priority``."""
         return asked if asked in ("low", "high") else agent.settlement.priority  # type: ignore[return-value]
 
+    def resource_class(self, agent: AgentSpec) -> ResourceClass | None:
+        """The class of CPU and memory of a Rune agent's ``resource_profile``; None for other agents."""
+        return resource_class(self.rune, agent.resource_profile) if agent.resource_profile else None
+
+    def nice(self, agent: AgentSpec, priority: str | None = None) -> int:
+        """The nice of a process of ``agent`` at ``priority`` (default the manifest's): its class's nice (0
+        without one) plus the priority's offset, clamped to -20..19 (:func:`~covenant.runtime.cpu_class.combined_nice`)."""
+        found = self.resource_class(agent)
+        return combined_nice(found.nice if found else 0, priority or agent.settlement.priority)
+
+    def cpu_group(self, agent: AgentSpec) -> str | None:
+        """The ``cgroup.procs`` file of ``agent``'s CPU group (made now at its first use), or None: an agent
+        without a class, or no writable CPU controller here."""
+        found = self.resource_class(agent)
+        if found is None or self.cpu_groups is None:
+            return None
+        return self.cpu_groups.procs_file(agent.id, found.cpu_cores)
+
+    def cpu_share(self) -> dict[str, object]:
+        """Where Rune agents' CPU shares are enforced (``covenant status``: ``cpu_share``), or why they are not."""
+        if self.cpu_groups is None:
+            return {"controller": None, "parent": None, "problem": "this process keeps no CPU groups (covenant run): nice only"}
+        return self.cpu_groups.to_json()
+
     def limits(self, agent: AgentSpec, priority: str | None = None) -> dict[str, Any]:
         """The limits a run of ``agent`` at ``priority`` (default: the manifest's) is held to, as its record
-        and its spawn hook show them (``nice`` as asked; the runner puts in what the process got)."""
+        and its spawn hook show them (``nice`` as asked; the runner puts in what the process got).
+        A Rune agent's ``memory_mb`` is its class's."""
         wall_ms, cpu_ms = self.budgets(agent)
         res = agent.resources
         priority = priority or agent.settlement.priority
+        found = self.resource_class(agent)
         return {
             "cpu_ms_per_task": res.cpu_ms_per_task,
             "wall_ms": wall_ms,
             "cpu_ms": cpu_ms,
-            "memory_mb": res.memory_mb,
+            "memory_mb": found.memory_mb if found else res.memory_mb,
             "disk_mb": res.disk_mb,
             "network": res.network,
             "priority": priority,
-            "nice": PRIORITY_NICE[priority],
+            "nice": self.nice(agent, priority),
             "stdout_cap_bytes": self.config.stdout_cap_bytes,
         }
 
@@ -241,8 +268,9 @@ class LaunchPlans:
         and its network ``network`` (:meth:`namespaces`). Without a network
         namespace of its own, a process with ``network = "off"`` gets a fresh
         one at exec (``unshare -n``). ``landlock_ruleset`` confines a tool's
-        files (:mod:`covenant.runtime.tool_confinement`). ``priority`` sets its
-        nice (:data:`PRIORITY_NICE`; default the manifest's ``[settlement] priority``).
+        files (:mod:`covenant.runtime.tool_confinement`). ``priority`` moves its
+        nice (:meth:`nice`; default the manifest's ``[settlement] priority``). A
+        Rune agent's process (a tool's) goes into its CPU group.
         """
         env = agent_environment(
             self.config, agent_id=agent.id, intent_id=intent_id, scratch=scratch, parent_env=os.environ
@@ -251,8 +279,9 @@ class LaunchPlans:
             argv=tuple(argv),
             env=env,
             cwd=cwd or str(agent.root),
-            nice=PRIORITY_NICE[priority or agent.settlement.priority],
+            nice=self.nice(agent, priority),
             rlimits=self._rlimits(agent, cpu_ms, creds),
+            cpu_group=self.cpu_group(agent),
             isolate_network=network == "off" and (namespaces is None or not namespaces.flags & _elf.CLONE_NEWNET),
             network_required=self.config.network_enforcement == "strict",
             pdeathsig=self.config.pdeathsig,
@@ -261,6 +290,13 @@ class LaunchPlans:
             landlock_ruleset=landlock_ruleset,
             spawn_on_this_cpu=spawn_on_this_cpu,
         )
+
+    def in_class(self, plan: LaunchPlan, agent: AgentSpec) -> LaunchPlan:
+        """``plan`` (a replica's, a stdio MCP server's: built outside :meth:`plan`) with ``agent``'s nice and CPU
+        group; unchanged for an agent without a class."""
+        if agent.resource_profile is None:
+            return plan
+        return dataclasses.replace(plan, nice=self.nice(agent), cpu_group=self.cpu_group(agent))
 
     def holders_ready(self, creds: AgentCredentials | None, network: NetworkMode) -> bool:
         """Would :meth:`namespaces` start no holder (so it need not leave the loop)?"""

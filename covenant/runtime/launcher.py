@@ -77,6 +77,9 @@ class LaunchPlan:
     """A Landlock ruleset fd (the caller's, open until :meth:`Launcher.launch` returns) the exec helper
     enforces on the process after its switch to ``credentials``: what a tool may read and write
     (:mod:`covenant.runtime.landlock`). -1 = none. Needs ``credentials`` and covenant's exec helper."""
+    cpu_group: str | None = None
+    """The ``cgroup.procs`` file of the agent's CPU group (:mod:`covenant.runtime.cpu_class`): the process is
+    moved there with its rlimits and nice, before its own code runs where the exec helper holds it at its gate."""
     spawn_on_this_cpu: bool = False
     """Start the process on the spawning thread's CPU (see :func:`_pin_to_this_cpu`): worth it while
     other runs keep the other CPUs busy; on an idle box the kernel's choice is the better one."""
@@ -411,8 +414,16 @@ class ProcessGroupLauncher(Launcher):
 
     @staticmethod
     def _apply_limits(pid: int, plan: LaunchPlan, *, rlimits: bool = True) -> int:
-        """Set the plan's rlimits and nice on ``pid``; return the nice it has: the plan's, or the daemon's own for
-        nice 0 or where lowering it was refused."""
+        """Set the plan's rlimits, CPU group and nice on ``pid``; return the nice it has: the plan's, or the
+        daemon's own for nice 0 or where lowering it was refused. A CPU group that cannot be entered is logged,
+        never a failed spawn."""
+        if plan.cpu_group is not None:
+            try:
+                with open(plan.cpu_group, "w", encoding="ascii") as procs:
+                    procs.write(str(pid))
+            except OSError as exc:
+                log.warning("cannot move an agent process into its CPU group", extra={
+                    "pid": pid, "path": plan.cpu_group, "detail": str(exc)})
         for which, limits in plan.rlimits.items() if rlimits else ():
             try:
                 resource.prlimit(pid, which, limits)

@@ -42,7 +42,7 @@ class RunState:
         self.caller_deadline = caller_deadline
         """Trio time by which the run must end whatever its own budget: a child intent's caller's end."""
         self.cpu_budget_ms = cpu_ms
-        self.memory_kib = agent.resources.memory_mb * 1024
+        self.memory_kib = limits["memory_mb"] * 1024  # a Rune agent's: its class's (LaunchPlans.limits)
         self.disk: DiskUse | None = None
         """What the run holds on disk, against its ``disk_mb``; set by the runner once its scratch dir is known."""
         self.verdict: Outcome | None = None

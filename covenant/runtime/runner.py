@@ -29,10 +29,11 @@ from typing import Any
 import trio
 
 from covenant.clock import iso_ms, iso_now, now_ms
-from covenant.config import Config, RuntimeConfig
+from covenant.config import Config, RuneConfig, RuntimeConfig
 from covenant.manifest.model import AgentSpec
 from covenant.runtime import _elf, host, hostnet
 from covenant.runtime.contract import intent_line
+from covenant.runtime.cpu_class import CpuGroups
 from covenant.runtime.disk_use import ENTRIES_PER_TICK, DiskUse, TreeScan
 from covenant.runtime.isolation import Isolation
 from covenant.runtime.kill_ladder import KillLadder, collect_root
@@ -106,6 +107,8 @@ class Runner:
         *,
         launch_threads: WorkerThreads,
         tool_confinement: ToolConfinement,
+        rune: RuneConfig | None = None,
+        cpu_groups: CpuGroups | None = None,
     ) -> None:
         self.config = config
         self.mount_namespaces = mount_namespaces
@@ -117,7 +120,7 @@ class Runner:
         self._launch_threads = launch_threads
         self.launcher = launcher
         self.sampler = sampler
-        self.plans = LaunchPlans(config, self.isolation, mount_namespaces, networks)
+        self.plans = LaunchPlans(config, self.isolation, mount_namespaces, networks, rune=rune, cpu_groups=cpu_groups)
         """What each agent process is launched with."""
         self.tool_confinement = tool_confinement
         """Whether tool processes' files are confined here (Landlock), and their rulesets."""
@@ -149,6 +152,8 @@ class Runner:
         live_roots: LiveRoots | None = None,
         own_children: Callable[[], Collection[int]] = tuple,
         visible: Iterable[str] = (),
+        rune: RuneConfig | None = None,
+        cpu_groups: CpuGroups | None = None,
     ) -> AsyncIterator["Runner"]:
         """Start the shared sampler and scratch keeper; on exit stop every run still in flight, then (as
         child subreaper) SIGKILL every child left that is not one of covenant's own: see
@@ -163,6 +168,9 @@ class Runner:
         never an agent's, so never attributed, swept or reaped. ``visible``
         names further paths every agent process must still see when a private
         /tmp covers the host's (a replica's interpreter, stdio MCP servers).
+        ``rune`` gives Rune agents' classes of ``resource_profile`` (nice, memory, CPU
+        cores) and ``cpu_groups`` the kernel groups that hold them to their CPU share
+        (the daemon's; without them, nice only): :mod:`covenant.runtime.cpu_class`.
         """
         scratch_root = Path(scratch_root)
         enforced = isolation is not None and isolation.enforced
@@ -203,6 +211,7 @@ class Runner:
             runner = cls(
                 config, scratch_root, launcher or ProcessGroupLauncher(), sampler, isolation, live_roots,
                 mount_namespaces, networks, launch_threads=launch_threads, tool_confinement=tool_confinement,
+                rune=rune, cpu_groups=cpu_groups,
             )
             try:
                 async with trio.open_nursery() as nursery:
@@ -378,6 +387,7 @@ class Runner:
         cwd: str | None = None,
         on_started: Callable[[RunState], None] | None = None,
         files: ToolFiles | None = None,
+        priority: str = "normal",
     ) -> ToolRun:
         """Run a process tool of ``agent`` once: ``document`` on stdin, one JSON document expected on stdout.
 
@@ -390,7 +400,8 @@ class Runner:
         run (``COVENANT_INTENT_ID``) and must be unique among runs in flight.
         With ``files`` the run is confined to them, the system's files and its
         scratch dir (:attr:`tool_confinement`; ``spawn_failed`` where this host
-        cannot confine it).
+        cannot confine it). ``priority`` is the intent's: it moves the nice of the
+        agent's class (:meth:`LaunchPlans.nice <covenant.runtime.launch_plans.LaunchPlans.nice>`).
         Never raises for a fault of the tool; on cancellation the tree is torn
         down (shielded) and Cancelled propagates.
         """
@@ -401,14 +412,16 @@ class Runner:
             workspace = TreeScan(cwd)
             await trio.to_thread.run_sync(workspace.measure)
         try:
-            scratch, launched, creds = await self._spawn(agent, run_id, list(argv), cpu_ms, network, cwd, files=files)
+            scratch, launched, creds = await self._spawn(agent, run_id, list(argv), cpu_ms, network, cwd, files=files,
+                                                         priority=self.plans.priority(agent, priority))
         except (LaunchError, OSError) as exc:
             message = str(exc) if isinstance(exc, LaunchError) else f"cannot prepare the tool: {exc}"
             log.warning("tool spawn failed", extra={"agent": agent.id, "intent": run_id, "detail": message})
             if workspace is not None:
                 workspace.close()
             return ToolRun.spawn_failed(list(argv), message, t0)
-        limits = {**self.plans.limits(agent), "wall_ms": wall_ms, "cpu_ms": cpu_ms, "nice": launched.nice}
+        limits = {**self.plans.limits(agent, self.plans.priority(agent, priority)), "wall_ms": wall_ms, "cpu_ms": cpu_ms,
+                  "nice": launched.nice}
         run = RunState(agent, run_id, launched, limits, wall_ms / 1000, cpu_ms)
         if on_started is not None:
             on_started(run)
@@ -423,14 +436,14 @@ class Runner:
         the runner's launch threads: PR_SET_PDEATHSIG fires when the *thread* that spawned a process
         exits, and trio's thread cache retires a worker idle for 10 s, which would kill a process
         launched from it with SIGKILL. The same holds for the private /tmp's holder, which the uid's
-        first process may start here.
+        first process may start here. A Rune agent's process gets its class's nice and CPU group here.
         """
 
         def start() -> Launched:
             held = self.plans.namespaces(agent, plan.credentials, network)
             own_netns = held is not None and bool(held.flags & _elf.CLONE_NEWNET)
             return self.launcher.launch(dataclasses.replace(
-                plan, namespaces=held, isolate_network=network == "off" and not own_netns))
+                self.plans.in_class(plan, agent), namespaces=held, isolate_network=network == "off" and not own_netns))
 
         return await self._launch_threads.run(start)
 

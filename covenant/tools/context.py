@@ -51,6 +51,8 @@ class ToolCallContext:
     """``trio.current_time()`` by which the intent must end; no tool runs past it."""
     models: IntentModels | None = None
     """The intent's model calls (``rune@image-analyze``, ``rune@image-generate``); None outside the daemon."""
+    priority: str = "normal"
+    """The intent's priority (``dispatch --priority``): it moves the nice of the processes run for the call."""
 
     def run_marker(self) -> str:
         """A unique marker for one tool run of this call (``COVENANT_INTENT_ID`` of its processes)."""

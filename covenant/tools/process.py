@@ -82,7 +82,8 @@ async def run_process_tool(
     # A tool that does not declare the network capability gets its own loopback and nothing else.
     network = services.config.tools.tool_network if entry.declares_network else "off"
     run = await services.runner.run_tool(
-        ctx.agent, entry.argv, document, run_id=ctx.run_marker(), wall_ms=wall_ms, network=network, cwd=cwd, files=files
+        ctx.agent, entry.argv, document, run_id=ctx.run_marker(), wall_ms=wall_ms, network=network, cwd=cwd, files=files,
+        priority=ctx.priority,
     )
     log.info(
         "tool run",

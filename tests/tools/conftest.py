@@ -121,7 +121,7 @@ async def _tools(home: Home, packages: Path, config: Config, isolation: Isolatio
     store = GrantStore(home.grants_path, daemon_key.public_key())
     audit = AuditCollector()
     async with Runner.open(config.runtime, scratch_root=home.state_dir / "scratch", isolation=isolation,
-                           live_roots=LiveRoots()) as runner:
+                           live_roots=LiveRoots(), rune=config.rune) as runner:
         host = ToolHost(home, config, runner, audit)
         yield Tools(home, config, runner, audit, host, daemon_key, public_key_hex(issuer), store, packages)
 

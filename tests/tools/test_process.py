@@ -10,12 +10,13 @@ import pytest
 import trio
 
 from covenant.config import Config, RuntimeConfig
+from covenant.home import Home
 from covenant.manifest.runefile import load_rune_package
 from covenant.runtime.runner import Runner
 from covenant.tools import ToolHost
 
 from ..conftest import EXAMPLES_DIR, require_tool, rune_examples
-from .conftest import Tools
+from .conftest import Tools, confined
 from ..processes import alive
 
 
@@ -301,19 +302,21 @@ async def test_results_over_the_cap_and_floods_over_the_stdout_cap(tools: Tools)
     assert marked_processes("flood-intent") == []
 
 
-async def test_a_memory_hog_is_killed_at_the_agents_memory_limit(tools: Tools) -> None:
-    agent = tools.package(
-        "hungry",
-        ["hog"],
-        {
-            "tools/hog.yaml": descriptor("hog", "tools/hog.py", "timeout_ms: 20000\n"),
-            "tools/hog.py": "import time\nblocks = []\nwhile True:\n    blocks.append(bytearray(8 << 20))\n    time.sleep(0.01)\n",
-        },
-    )
-    small = agent.model_copy(update={"resources": agent.resources.model_copy(update={"memory_mb": 64})})
-    result = await tools.host.call(tools.ctx(small, tools.grant("tool.hog"), intent="hog-intent"), "hog", {})
-    assert result.error_code == "tool_failed" and "memory_mb = 64" in result.error_message
-    assert marked_processes("hog-intent") == []
+async def test_a_memory_hog_is_killed_at_its_resource_profiles_memory(home: Home) -> None:
+    # A tool's process tree gets its agent's resource_profile memory ([rune] memory_small_mb here), not 512 MiB.
+    async with confined(home, rune={"memory_small_mb": 64}) as tools:
+        agent = tools.package(
+            "hungry",
+            ["hog"],
+            {
+                "tools/hog.yaml": descriptor("hog", "tools/hog.py", "timeout_ms: 20000\n"),
+                "tools/hog.py": "import time\nblocks = []\nwhile True:\n    blocks.append(bytearray(8 << 20))\n    time.sleep(0.01)\n",
+            },
+        )
+        assert agent.resource_profile == "small"
+        result = await tools.host.call(tools.ctx(agent, tools.grant("tool.hog"), intent="hog-intent"), "hog", {})
+        assert result.error_code == "tool_failed" and "memory_mb = 64" in result.error_message, result
+        assert marked_processes("hog-intent") == []
 
 
 async def test_a_cancelled_call_tears_the_tool_down_and_is_still_audited(tools: Tools) -> None:

@@ -74,7 +74,7 @@ async def _run(call: BuiltinCall, request: dict[str, Any]) -> dict[str, Any]:
     document = json.dumps(request, ensure_ascii=False, separators=(",", ":")).encode() + b"\n"
     run = await call.services.runner.run_tool(
         call.ctx.agent, backend.prefix, document, run_id=call.ctx.run_marker(), wall_ms=wall_ms, network="off",
-        cwd=root, files=files,
+        cwd=root, files=files, priority=call.ctx.priority,
     )
     match run.outcome:
         case "ok":

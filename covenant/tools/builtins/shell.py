@@ -85,7 +85,7 @@ async def _run(call: BuiltinCall) -> ToolResult:
     files = call.services.runner.tool_confinement.where_possible(ToolFiles(read_write=(root,)))
     run = await call.services.runner.run_tool(
         call.ctx.agent, (SHELL, "-c", command), b"", run_id=call.ctx.run_marker(), wall_ms=wall_ms,
-        network=config.tools.shell.network, cwd=root, files=files,
+        network=config.tools.shell.network, cwd=root, files=files, priority=call.ctx.priority,
     )
     return dataclasses.replace(capped(_result(run, config.tools.shell_exec.output_max_bytes)), left_behind=run.left_behind)
 
