@@ -66,6 +66,7 @@ from covenant.runtime.liveroots import LiveRoots
 from covenant.runtime.records import DispatchStore
 from covenant.runtime.runner import Runner, paths_agent_processes_run
 from covenant.tools import ToolHost
+from covenant.tools.containers import remove_left_containers
 from covenant.triggers.agent_schedules import AgentScheduleStore, agent_schedules_path
 from covenant.triggers.onbehalf import OnBehalfSigner
 from covenant.triggers.schedules import ScheduleRunner
@@ -368,14 +369,19 @@ async def serve_daemon(
         ) as audit:
             await record_interrupted_intents(home, audit, registry, isolation)
             if isolation.enforced:
-                # Survivors of an earlier run (covenant killed with -9) die before any new work.
+                # Survivors of an earlier run (covenant killed with -9) die before any new work: its containers
+                # (run only with agent uids) are removed first, while podman still knows them as running.
+                containers = await trio.to_thread.run_sync(remove_left_containers, str(home.state_dir.resolve()), config)
                 swept = await trio.to_thread.run_sync(isolation.sweep_survivors)
                 await audit.record(
                     "isolation.sweep",
-                    {"reason": "start", "uids": swept.uids, "pids": swept.pids, "survivors": swept.survivors},
+                    {"reason": "start", "uids": swept.uids, "pids": swept.pids, "survivors": swept.survivors,
+                     "containers": containers},
                 )
                 if swept.pids:
                     log.warning("killed processes left by an earlier run", extra={"pids": len(swept.pids), "uids": swept.uids})
+                if containers:
+                    log.warning("removed containers left by an earlier run", extra={"containers": ",".join(containers)})
             async with _cpu_groups(home) as cpu_groups, Runner.open(
                 config.runtime,
                 scratch_root=home.state_dir / "scratch",

@@ -13,12 +13,14 @@ container in such a host may not.
 
 Every container is named and labelled; a run that times out, overflows its output cap or is cancelled is
 removed with ``podman rm -f`` (shielded), and the podman client is killed after it, so nothing outlives
-the call.
+the call. Each also carries its home's label (:data:`HOME_LABEL`): a daemon killed mid-call cannot remove
+its containers, so the next start of a daemon on that home does (:func:`sweep_containers`), and no other's.
 """
 
 from __future__ import annotations
 
 import functools
+import hashlib
 import os
 import secrets
 import shutil
@@ -34,10 +36,14 @@ from covenant.runtime.launch_plans import LaunchPlans
 from covenant.runtime.launcher import AgentCredentials, LaunchError
 from covenant.runtime.netns import NetworkMode
 
-__all__ = ["RUN_LABEL", "ContainerRun", "ContainerSpec", "Podman", "container_network", "find_podman", "podman_argv", "run_container"]
+__all__ = ["HOME_LABEL", "RUN_LABEL", "ContainerRun", "ContainerSpec", "Podman", "container_network", "find_podman",
+           "home_label", "podman_argv", "run_container", "sweep_containers"]
 
 RUN_LABEL = "covenant.run"
 """The label each container carries: the tool run's marker (``<intent>:tool:<n>``)."""
+
+HOME_LABEL = "covenant.home"
+"""The label each container carries: its daemon's home (:func:`home_label`)."""
 
 PODMAN_ERROR = 125
 """``podman run``'s own failure (no such image, a bad option), as opposed to the container's exit code."""
@@ -80,6 +86,11 @@ def find_podman(podman: str, runc: str) -> Podman | str:
     return _judge(podman, runc, os.geteuid())
 
 
+def home_label(home_key: str) -> str:
+    """The :data:`HOME_LABEL` value of a home: 16 hex of the sha256 of its state dir (resolved)."""
+    return hashlib.sha256(home_key.encode()).hexdigest()[:16]
+
+
 @dataclass(frozen=True)
 class ContainerSpec:
     """One container to run: what, as whom, with what limits and network."""
@@ -95,6 +106,8 @@ class ContainerSpec:
     """The size of its ``/tmp`` tmpfs (the agent's disk_mb)."""
     marker: str
     """The run's marker, its :data:`RUN_LABEL`."""
+    home: str
+    """Its daemon's home, its :data:`HOME_LABEL` (:func:`home_label`)."""
     command: tuple[str, ...] = ()
     """``/bin/sh -c COMMAND`` style argv replacing the image's entrypoint; empty: the image's own."""
     workspace: str | None = None
@@ -106,7 +119,8 @@ def podman_argv(podman: Podman, spec: ContainerSpec) -> list[str]:
     """The ``podman run`` command line of ``spec`` (pure)."""
     argv = [
         podman.podman, "run", "--rm", "--interactive", "--pull", "never", "--runtime", podman.runc,
-        "--name", spec.name, "--label", f"{RUN_LABEL}={spec.marker}", "--log-driver", "none",
+        "--name", spec.name, "--label", f"{RUN_LABEL}={spec.marker}", "--label", f"{HOME_LABEL}={spec.home}",
+        "--log-driver", "none",
         "--user", f"{spec.uid}:{spec.gid}", "--network", spec.network,
         "--read-only", "--read-only-tmpfs=false",
         "--tmpfs", f"/tmp:rw,size={spec.tmp_mb}m,mode=1777,nosuid,nodev",
@@ -236,6 +250,25 @@ async def _stop(podman: Podman, name: str, process: trio.Process) -> bool:
         process.kill()
         await process.wait()
         return not await _remove(podman, name)
+
+
+def sweep_containers(podman: Podman, home: str) -> list[str]:
+    """Remove every container labelled with the home ``home`` (:func:`home_label`): what a daemon of it killed
+    mid-call left; return their names. Blocking; call at start, before any tool runs. Raises OSError when
+    podman cannot list or remove them."""
+    listed = subprocess.run(
+        [podman.podman, "ps", "--all", "--filter", f"label={HOME_LABEL}={home}", "--format", "{{.Names}}"],
+        capture_output=True, text=True, timeout=_REMOVE_TIMEOUT_S, env=_environment(), check=False,
+    )
+    if listed.returncode != 0:
+        raise OSError(f"podman ps failed: {listed.stderr.strip()[-300:]}")
+    names = listed.stdout.split()
+    if names:
+        removed = subprocess.run([podman.podman, "rm", "--force", "--ignore", "--time", "0", *names],
+                                 capture_output=True, text=True, timeout=_REMOVE_TIMEOUT_S, env=_environment(), check=False)
+        if removed.returncode != 0:
+            raise OSError(f"podman rm failed for {', '.join(names)}: {removed.stderr.strip()[-300:]}")
+    return names
 
 
 def container_network(plans: LaunchPlans, agent: AgentSpec, creds: AgentCredentials, mode: NetworkMode) -> str:

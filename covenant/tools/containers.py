@@ -12,6 +12,7 @@ from __future__ import annotations
 import dataclasses
 import json
 import logging
+import subprocess
 from typing import Any
 
 import trio
@@ -23,16 +24,32 @@ from covenant.runtime.podman import (
     ContainerSpec,
     container_network,
     find_podman,
+    home_label,
     run_container,
+    sweep_containers,
 )
 from covenant.tools.context import ToolCallContext
 from covenant.tools.result import ToolError, ToolResult, capped
 from covenant.tools.schema import first_error
 from covenant.tools.services import ToolServices
 
-__all__ = ["container_problem", "image_problem", "run_container_tool", "run_in_container"]
+__all__ = ["container_problem", "image_problem", "remove_left_containers", "run_container_tool", "run_in_container"]
 
 log = logging.getLogger("covenant.tools")
+
+
+def remove_left_containers(home_key: str, config: Config) -> list[str]:
+    """Remove the containers a daemon of this home (state dir ``home_key``) killed mid-call left, whatever the
+    images listed now; return their names (blocking; at start). None where podman cannot run here; a failure
+    is logged, never fatal."""
+    podman = find_podman(config.tools.container.podman, config.tools.container.runc)
+    if isinstance(podman, str):
+        return []
+    try:
+        return sweep_containers(podman, home_label(home_key))
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        log.warning("cannot remove containers left by an earlier run", extra={"detail": str(exc)})
+        return []
 
 
 def container_problem(config: Config) -> str | None:
@@ -82,7 +99,7 @@ async def run_in_container(
     spec = ContainerSpec(
         image=image, uid=creds.uid, gid=creds.gid, network=net, memory_mb=memory_mb or agent.resources.memory_mb,
         pids_max=config.tools.container.pids_max, tmp_mb=agent.resources.disk_mb, marker=ctx.run_marker(),
-        command=command, workspace=mount,
+        home=home_label(str(services.home.state_dir.resolve())), command=command, workspace=mount,
     )
     run = await run_container(podman, spec, document, ends=ends, output_max_bytes=output_max_bytes)
     log.info("container run", extra={"agent": agent.id, "intent": ctx.intent_id, "image": image, "outcome": run.outcome,

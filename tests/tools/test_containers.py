@@ -6,8 +6,11 @@ from __future__ import annotations
 
 import json
 import os
+import secrets
 import shutil
+import signal
 import subprocess
+import time
 from collections.abc import AsyncIterator, Iterator
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -19,7 +22,7 @@ from covenant.config import Config, IsolationConfig
 from covenant.home import Home
 from covenant.homeinit import init_home
 from covenant.runtime.isolation import open_isolation
-from covenant.runtime.podman import ContainerSpec, Podman, podman_argv
+from covenant.runtime.podman import ContainerSpec, Podman, home_label, podman_argv
 from tests.conftest import agent_uid_range
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture
 from tests.fakes import FakeModelServer, Reply, ToolCall
@@ -110,13 +113,15 @@ def _descriptor(name: str, image: str, timeout_ms: int = 10_000, capabilities: s
 
 def test_the_podman_command_line_confines_the_container() -> None:
     spec = ContainerSpec(image="localhost/x:1", uid=61200, gid=61200, network="none", memory_mb=256, pids_max=64,
-                         tmp_mb=100, marker="i:tool:1", command=("/bin/sh", "-c", "true"), workspace="/w", name="c1")
+                         tmp_mb=100, marker="i:tool:1", home="0123456789abcdef", command=("/bin/sh", "-c", "true"),
+                         workspace="/w", name="c1")
     argv = podman_argv(Podman("/usr/bin/podman", "/usr/sbin/runc"), spec)
     joined = " ".join(argv)
     for part in ("--pull never", "--runtime /usr/sbin/runc", "--user 61200:61200", "--network none", "--read-only",
                  "--cap-drop all", "--security-opt no-new-privileges", "--memory 256m", "--memory-swap 256m",
                  "--pids-limit 64", "--ulimit nofile=1024:1024", "--ulimit nproc=1024:1024",
-                 "--tmpfs /tmp:rw,size=100m", "--volume /w:/workspace:rw", "--label covenant.run=i:tool:1"):
+                 "--tmpfs /tmp:rw,size=100m", "--volume /w:/workspace:rw", "--label covenant.run=i:tool:1",
+                 "--label covenant.home=0123456789abcdef"):
         assert part in joined, part
     assert argv[-3:] == ["localhost/x:1", "-c", "true"]
     assert argv[argv.index("--entrypoint") + 1] == "/bin/sh"
@@ -250,3 +255,55 @@ def test_a_daemon_offers_and_runs_container_tools_and_docker_exec(
     assert _containers_of(outcome["intent_id"]) == []
     assert daemon.stop() == 0
     assert _processes_of(uid) == []
+
+
+def _containers_labelled(label: str) -> list[str]:
+    listed = subprocess.run(["podman", "ps", "--all", "--filter", f"label={label}", "--format", "{{.Names}}"],
+                            capture_output=True, text=True, timeout=60, check=True)
+    return listed.stdout.split()
+
+
+def test_containers_of_a_killed_daemon_are_removed_at_its_next_start_and_no_others(
+    daemon: DaemonProcess, fake_model: FakeModelServer, test_images: None
+) -> None:
+    """kill -9 mid-call leaves the container running; the next start removes it (label covenant.home), and a
+    container of another home, even one marked as a covenant tool run, is left alone."""
+    package = add_rune_agent(daemon, "spinner", toolset=("spin",))
+    (package / "tools").mkdir(mode=0o755)
+    (package / "tools" / "spin.yaml").write_text(_descriptor("spin", SPIN, timeout_ms=55_000))
+    (package / "tools" / "spin.yaml").chmod(0o644)
+    configure(daemon, ("fake", fake_model), extra=f'[tools.container]\nimages = ["{SPIN}"]\n')
+    ours = f"label=covenant.home={home_label(str(Home(daemon.home).state_dir.resolve()))}"
+    other = f"covenant-test-other-{secrets.token_hex(4)}"
+    created = subprocess.run(["podman", "create", "--runtime", "runc", "--name", other, "--label",
+                              "covenant.home=ffffffffffffffff", "--label", "covenant.run=elsewhere:tool:1", SPIN],
+                             capture_output=True, text=True, timeout=60, check=False)
+    assert created.returncode == 0, created.stderr
+    try:
+        daemon.start()
+        daemon.cli("grant", "tester@test", "tool.spin", check=True)
+        fake_model.script(Reply.tools(ToolCall("spin", {})), Reply(text="never reached"))
+        dispatch = daemon.cli_background("dispatch", "spin", "--agent", "spinner@local", "--json")
+        deadline = time.monotonic() + 60
+        while not _containers_labelled(ours.removeprefix("label=")) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        [left] = _containers_labelled(ours.removeprefix("label="))
+        daemon.stop(signal.SIGKILL)
+        dispatch.communicate(timeout=60)
+        assert _containers_labelled(ours.removeprefix("label=")) == [left]  # the dead daemon could not remove it
+
+        daemon.start()
+        assert _containers_labelled(ours.removeprefix("label=")) == []
+        assert other in _containers_labelled("covenant.home=ffffffffffffffff")
+        sweeps = [json.loads(line)["data"] for line in daemon.cli(
+            "audit", "tail", "--json", "-n", "1000", "--type", "isolation.sweep", check=True).stdout.splitlines()]
+        assert sweeps[-1]["containers"] == [left], sweeps
+        # The dead daemon's podman client for that container ends with it.
+        deadline = time.monotonic() + 30
+        while time.monotonic() < deadline and any(
+                left in (p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"])):
+            time.sleep(0.1)
+        assert not any(left in (p.info["cmdline"] or []) for p in psutil.process_iter(["cmdline"]))
+        assert daemon.stop() == 0
+    finally:
+        subprocess.run(["podman", "rm", "--force", "--time", "0", other], capture_output=True, timeout=60, check=False)
