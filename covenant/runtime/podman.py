@@ -108,6 +108,8 @@ class ContainerSpec:
     """The run's marker, its :data:`RUN_LABEL`."""
     home: str
     """Its daemon's home, its :data:`HOME_LABEL` (:func:`home_label`)."""
+    cpus: float | None = None
+    """Its CPU quota in cores (``--cpus``: the agent's ``resource_profile`` share), or None: no quota."""
     command: tuple[str, ...] = ()
     """``/bin/sh -c COMMAND`` style argv replacing the image's entrypoint; empty: the image's own."""
     workspace: str | None = None
@@ -129,6 +131,8 @@ def podman_argv(podman: Podman, spec: ContainerSpec) -> list[str]:
         "--pids-limit", str(spec.pids_max),
         "--ulimit", "nofile=1024:1024", "--ulimit", "nproc=1024:1024",
     ]
+    if spec.cpus is not None:
+        argv += ["--cpus", f"{spec.cpus:g}"]
     if spec.workspace is not None:
         argv += ["--volume", f"{spec.workspace}:/workspace:rw", "--workdir", "/workspace"]
     if spec.command:

@@ -96,10 +96,12 @@ async def run_in_container(
     except (LaunchError, OSError) as exc:
         raise ToolError("tool_unavailable", str(exc)) from None
     mount = str((await trio.to_thread.run_sync(services.workspace, agent.id)).root) if workspace else None
+    found = services.runner.plans.resource_class(agent)
     spec = ContainerSpec(
         image=image, uid=creds.uid, gid=creds.gid, network=net, memory_mb=memory_mb or agent.resources.memory_mb,
         pids_max=config.tools.container.pids_max, tmp_mb=agent.resources.disk_mb, marker=ctx.run_marker(),
-        home=home_label(str(services.home.state_dir.resolve())), command=command, workspace=mount,
+        home=home_label(str(services.home.state_dir.resolve())), cpus=found.cpu_cores if found else None,
+        command=command, workspace=mount,
     )
     run = await run_container(podman, spec, document, ends=ends, output_max_bytes=output_max_bytes)
     log.info("container run", extra={"agent": agent.id, "intent": ctx.intent_id, "image": image, "outcome": run.outcome,

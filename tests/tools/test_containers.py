@@ -45,8 +45,9 @@ _PROBE_SCRIPT = (
     'if echo x > /tmp/t; then tmp=yes; else tmp=no; fi; '
     'tmpkb=$(df -k /tmp | tail -n 1 | tr -s " " | cut -d" " -f2); '
     f'mem=$({_MEMORY_LIMIT}); '
+    'cpu=$(cat /sys/fs/cgroup/cpu/cpu.cfs_quota_us 2>/dev/null || cut -d" " -f1 /sys/fs/cgroup/cpu.max); '
     'printf \'{"uid":%s,"gid":%s,"caps":"%s","ifaces":"%s","root_writable":"%s","tmp_writable":"%s","tmp_kb":%s,'
-    '"memory":%s,"doc":%s}\\n\' "$(id -u)" "$(id -g)" "$caps" "$ifs" "$root" "$tmp" "$tmpkb" "$mem" "$doc"'
+    '"memory":%s,"cpu_quota":%s,"doc":%s}\\n\' "$(id -u)" "$(id -g)" "$caps" "$ifs" "$root" "$tmp" "$tmpkb" "$mem" "$cpu" "$doc"'
 )
 
 
@@ -113,7 +114,7 @@ def _descriptor(name: str, image: str, timeout_ms: int = 10_000, capabilities: s
 
 def test_the_podman_command_line_confines_the_container() -> None:
     spec = ContainerSpec(image="localhost/x:1", uid=61200, gid=61200, network="none", memory_mb=256, pids_max=64,
-                         tmp_mb=100, marker="i:tool:1", home="0123456789abcdef", command=("/bin/sh", "-c", "true"),
+                         tmp_mb=100, marker="i:tool:1", home="0123456789abcdef", cpus=0.5, command=("/bin/sh", "-c", "true"),
                          workspace="/w", name="c1")
     argv = podman_argv(Podman("/usr/bin/podman", "/usr/sbin/runc"), spec)
     joined = " ".join(argv)
@@ -121,7 +122,7 @@ def test_the_podman_command_line_confines_the_container() -> None:
                  "--cap-drop all", "--security-opt no-new-privileges", "--memory 256m", "--memory-swap 256m",
                  "--pids-limit 64", "--ulimit nofile=1024:1024", "--ulimit nproc=1024:1024",
                  "--tmpfs /tmp:rw,size=100m", "--volume /w:/workspace:rw", "--label covenant.run=i:tool:1",
-                 "--label covenant.home=0123456789abcdef"):
+                 "--label covenant.home=0123456789abcdef", "--cpus 0.5"):
         assert part in joined, part
     assert argv[-3:] == ["localhost/x:1", "-c", "true"]
     assert argv[argv.index("--entrypoint") + 1] == "/bin/sh"
@@ -164,6 +165,7 @@ async def test_container_tools_run_confined_and_leave_nothing(home: Home, test_i
         assert facts["tmp_kb"] == agent.resources.disk_mb * 1024
         assert facts["doc"] == {"asked": 1}
         assert facts["memory"] == 256 * 1024 * 1024  # resource_profile small ([rune] memory_small_mb), not memory_mb
+        assert facts["cpu_quota"] == 50_000  # its CPU share, [rune] cpu_small = 0.5 cores of a 100 ms period
 
         # declaring network: the agent's own namespace (its slirp4netns tap), never the host's interfaces
         netted = await tools.host.call(ctx, "probe_net", {"asked": 2})
