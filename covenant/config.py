@@ -38,6 +38,7 @@ __all__ = [
     "ShellExecToolConfig",
     "WebFetchToolConfig",
     "ProcessToolConfig",
+    "BrowserToolConfig",
     "McpServerConfig",
     "WebSearchToolConfig",
     "ChannelConfig",
@@ -455,6 +456,30 @@ class MediaToolConfig(_Section):
                                      "provider's model)")
 
 
+class BrowserToolConfig(_Section):
+    """``[tools.browser]``: rune@browser-*, one headless Chromium per agent session, run as the agent
+    (docs/tools.md, "Browser tools")."""
+
+    chromium: str = Field("chromium", min_length=1, description="the browser's program, looked up on [runtime] path")
+    network: Literal["full", "outbound-https-only"] = Field(
+        "outbound-https-only", description="the network namespace the browser runs in (never the host's)"
+    )
+    allow: Annotated[tuple[str, ...], AfterValidator(_allow_entries)] = Field(
+        (), description="hosts and CIDRs the browser may load although loopback, private or special"
+    )
+    memory_mb: int = Field(1024, ge=256, le=65_536, description="the browser's memory: RLIMIT_DATA of each Chromium "
+                           "process and the resident size of the whole browser")
+    idle_s: int = Field(300, gt=0, le=86_400, description="a browser with no call for this long is closed")
+    lifetime_s: int = Field(3600, gt=0, le=86_400, description="a browser is closed after this long whatever its use "
+                            "(its CPU time is bounded by it too); the next call starts a fresh one")
+    max_per_agent: int = Field(2, gt=0, le=64, description="browsers one agent may have open at once")
+    timeout_ms: int = Field(30_000, gt=0, le=600_000, description="one browser tool call, starting the browser "
+                            "included, never past the intent's deadline")
+    text_max_chars: int = Field(100_000, gt=0, le=700_000, description="most characters read-page and run-js return")
+    screenshot_max_kb: int = Field(700, gt=0, le=700, description="largest screenshot PNG, KiB (it crosses the "
+                                   "runner's 1 MiB stdout as base64)")
+
+
 class ArtifactsToolConfig(_Section):
     """``[tools.artifacts]``: the files an intent's tools hand back (rune@canvas-present),
     kept under ``state/artifacts/<intent>/`` (docs/tools.md)."""
@@ -485,6 +510,7 @@ class ToolsConfig(_Section):
     artifacts: ArtifactsToolConfig = Field(default_factory=ArtifactsToolConfig)
     container: ContainerToolConfig = Field(default_factory=ContainerToolConfig)
     media: MediaToolConfig = Field(default_factory=MediaToolConfig)
+    browser: BrowserToolConfig = Field(default_factory=BrowserToolConfig)
 
 
 class ChannelConfig(_Section):

@@ -29,6 +29,8 @@ class IntentContext:
     session_id: str = ""
     """The session the daemon gave the intent: it loads that one for the invoke, and the replica may append
     to no other for it."""
+    session_named: bool = False
+    """The dispatch's caller named ``session_id`` (else the daemon made it up for this intent alone)."""
     state: dict[str, Any] = field(default_factory=dict)
     """Per-intent objects of the model and tool layers (the token budget)."""
     text: str = ""

@@ -94,13 +94,14 @@ async def run_rune_intent(
     cancel_scope = link.run_scope
     rf = package.runefile
     timeout_s = max(0.0, min(rf.timeout_ms / 1000, link.deadline - trio.current_time()))
+    session_named = session_id is not None
     session_id = session_id or new_session_id()
     started_at = iso_now()
     t0 = time.monotonic()
     secrets = list(secrets)
     deadline_ms = now_ms() + int(timeout_s * 1000)
     context = IntentContext(intent.id, intent.issuer.pubkey, agent, package, trio.current_time() + timeout_s,
-                            session_id=session_id, text=intent.text, priority=intent.priority)
+                            session_id=session_id, session_named=session_named, text=intent.text, priority=intent.priority)
     body = {"input": intent.text, "session_id": session_id, "intent_id": intent.id,
             "issuer": intent.issuer.pubkey, "deadline_ms": deadline_ms}
     relay, flush = (None, None) if sink is None else _relay(sink, rf.models.safety_policy, secrets)

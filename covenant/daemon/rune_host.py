@@ -106,6 +106,7 @@ class ModelAndToolCalls:
             deadline=intent.deadline,
             models=GatewayModels(self.models, intent),
             priority=intent.priority,
+            session_id=intent.session_id if intent.session_named else None,
         )
         result = await self.tools.call(context, name, arguments)
         if result.asks is not None:  # the replica may end the turn input_required only after such a call
@@ -153,7 +154,7 @@ class RuneHost:
         self.replicas = ReplicaSupervisor(
             state_dir=state_dir, config=config, skills_dir=skills_dir, runner=runner, calls=self.calls,
             offered_tools=self._offered_tools, session_key=key, audit=tools.services.audit,
-            on_stopped=self.tools.mcp.stop,
+            on_stopped=self.tools.agent_stopped,
         )
 
     async def set_config(self, config: Config) -> list[str]:

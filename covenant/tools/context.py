@@ -51,6 +51,9 @@ class ToolCallContext:
     """``trio.current_time()`` by which the intent must end; no tool runs past it."""
     models: IntentModels | None = None
     """The intent's model calls (``rune@image-analyze``, ``rune@image-generate``); None outside the daemon."""
+    session_id: str | None = None
+    """The dispatch's session when its caller named one: the agent's browser is kept per session
+    (:mod:`covenant.tools.browsers`); None: per intent."""
     priority: str = "normal"
     """The intent's priority (``dispatch --priority``): it moves the nice of the processes run for the call."""
 

@@ -40,6 +40,7 @@ from covenant.runtime.runner import Runner
 from covenant.tools.agent_stores import AgentStores
 from covenant.tools.agents import call_agent
 from covenant.tools.audit import TOOL_CALL, args_sha256, tool_call_event
+from covenant.tools.browsers import BrowserRegistry
 from covenant.tools.builtins.base import BuiltinCall
 from covenant.tools.capability import capability_refusal
 from covenant.tools.catalogue import ToolEntry, Toolset, resolve_toolset
@@ -175,6 +176,7 @@ class ToolHost:
         self.services = ToolServices(
             home=home, config=config, runner=runner, audit=audit, memory=MemoryStores(home),
             processes=ProcessRegistry(runner, config.tools.process, config.tools.shell.network), stores=AgentStores(home),
+            browsers=BrowserRegistry(runner, config.tools.browser),
         )
         self._packages: PackageSource = packages or PackageFiles()
         self._toolsets: dict[str, tuple[object, int, Toolset]] = {}
@@ -188,6 +190,7 @@ class ToolHost:
         Returns the ``[mcp.NAME]`` servers whose table changed (see :meth:`McpHub.set_config`)."""
         self.services.config = config
         self.services.processes.set_limits(config.tools.process, config.tools.shell.network)
+        self.services.browsers.set_limits(config.tools.browser)
         self._toolsets.clear()
         return self.mcp.set_config(config)
 
@@ -245,9 +248,18 @@ class ToolHost:
         return list(self.toolset(agent).unavailable)
 
     async def intent_ended(self, intent_id: str) -> None:
-        """Stop the supervised processes (``rune@process-*``) started for the intent; call when it ends."""
+        """Stop the supervised processes (``rune@process-*``) started for the intent, and its browser when it was
+        kept for the intent (no session); call when it ends."""
         with trio.CancelScope(shield=True):
             await self.services.processes.intent_ended(intent_id)
+            await self.services.browsers.intent_ended(intent_id)
+
+    async def agent_stopped(self, agent_id: str) -> None:
+        """The agent's replica stopped for good (stopped, reloaded, withdrawn, the daemon stopping): its MCP
+        sessions and its browsers go with it."""
+        with trio.CancelScope(shield=True):
+            await self.mcp.stop(agent_id)
+            await self.services.browsers.agent_stopped(agent_id)
 
     async def artifacts_of(self, intent_id: str) -> list[dict[str, Any]]:
         """The files the intent's tools handed back (its record's ``artifacts``); none when its index is

@@ -48,10 +48,12 @@ ERROR_CODES: dict[str, str] = {
     "media_unreadable": "a media tool's file is not audio, video or an image its backend can read",
     "patch_failed": "the patch does not parse or a hunk does not match; nothing was written",
     "address_refused": "the URL's scheme or address is refused (not http/https; loopback, link-local, private or "
-    "special without [tools.web_fetch] allow)",
+    "special without [tools.web_fetch] allow, or [tools.browser] allow for the browser)",
     "fetch_failed": "the fetch could not connect, or the server broke the exchange",
     "process_not_found": "no supervised process with that id belongs to this agent",
     "process_limit": "the agent already has [tools.process] max_per_agent processes",
+    "browser_limit": "the agent already has [tools.browser] max_per_agent browsers open",
+    "element_not_found": "no element of the browser's page matches the selector (nor a link or button with that text)",
     "agent_refused": "a call to another agent was refused before it ran (no shared network, max_depth, the issuer's grants, no such agent)",
     "agent_failed": "the called agent ran and did not end with outcome ok",
     "spawn_refused": "agent-spawn or agent-kill was refused (an invalid manifest, tools the spawner lacks, "

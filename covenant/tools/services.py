@@ -1,4 +1,5 @@
-"""What the daemon lends its tools: the home, the config, the runner, the audit sink, agents' memory and stores, workspaces and processes."""
+"""What the daemon lends its tools: the home, the config, the runner, the audit sink, agents' memory and stores, workspaces,
+processes and browsers."""
 
 from __future__ import annotations
 
@@ -16,6 +17,7 @@ from covenant.runtime.isolation import Isolation
 from covenant.runtime.runner import Runner
 from covenant.tools.agent_stores import AgentStores
 from covenant.tools.agents import AgentCalls
+from covenant.tools.browsers import BrowserRegistry
 from covenant.tools.context import AuditSink
 from covenant.tools.memory_store import MemoryStores
 from covenant.tools.supervised import ProcessRegistry
@@ -36,6 +38,8 @@ class ToolServices:
     processes: ProcessRegistry
     stores: AgentStores
     """knowledge, tasks and events (rune@knowledge-*, rune@task-*, rune@event-publish)."""
+    browsers: BrowserRegistry
+    """The agents' browsers (rune@browser-*)."""
     agents: AgentCalls | None = None
     """Calls to other agents (agent tools, ``rune@agent-*``); the daemon sets it, ``covenant run`` has none."""
     artifacts: ArtifactStore | None = None

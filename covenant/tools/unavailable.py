@@ -8,20 +8,9 @@ call to it is ``unknown_tool``.
 
 from __future__ import annotations
 
-from covenant.manifest.tools import BUILTIN_PREFIX
-
-__all__ = ["builtin_unavailable_reason", "NOT_SUPPORTED_HERE"]
-
-NOT_SUPPORTED_HERE: tuple[str, ...] = (
-    "browser-",
-)
-"""Built-ins (or prefixes of them) a headless Linux host has no backend for."""
-
+__all__ = ["builtin_unavailable_reason"]
 
 
 def builtin_unavailable_reason(name: str) -> str:
     """The reason a ``rune@`` built-in with no implementation here is unavailable."""
-    short = name.removeprefix(BUILTIN_PREFIX)
-    if any(short == p or (p.endswith("-") and short.startswith(p)) for p in NOT_SUPPORTED_HERE):
-        return "not supported on this host (no backend for it)"
     return "not built yet in this version"

@@ -53,13 +53,13 @@ def test_covenant_run_says_which_tools_the_model_is_not_offered_and_still_answer
 ) -> None:
     """No daemon log to look in: an unavailable built-in and an MCP server that cannot start are on stderr."""
     configure(daemon, ("fake", fake_model), extra='[mcp.gone]\ncommand = ["/bin/false"]\n')
-    package = add_rune_agent(daemon, toolset=("rune@system-time", "rune@browser-click", "gone/lookup"))
+    package = add_rune_agent(daemon, toolset=("rune@system-time", "rune@web-search", "gone/lookup"))
     fake_model.script(Reply(text="Answered without them."))
     result = daemon.cli("run", str(package), "hi")
     assert result.returncode == 0 and result.stdout == "Answered without them.\n", result
     assert fake_model.requests[0].tool_names == ["system-time"]
     lines = result.stderr.splitlines()
-    assert any(line.startswith("covenant: chat@local: toolset entry rune@browser-click is not offered to the model: ")
+    assert any(line.startswith("covenant: chat@local: toolset entry rune@web-search is not offered to the model: ")
                for line in lines), result.stderr
     assert any(line.startswith("covenant: chat@local: toolset entry gone/lookup is not offered to the model: ")
                and "gone" in line for line in lines), result.stderr
@@ -135,20 +135,20 @@ def test_interrupting_covenant_run_leaves_no_mcp_server_behind(
 
 def test_dry_run_names_provider_model_and_unavailable_tools(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
     configure(daemon, ("fake", fake_model))
-    add_rune_agent(daemon, toolset=("rune@system-time", "rune@browser-click"), providers=("missing", "fake"))
+    add_rune_agent(daemon, toolset=("rune@system-time", "rune@web-search"), providers=("missing", "fake"))
     daemon.start()
-    daemon.cli("grant", "tester@test", "tool.system_time", "tool.browser_click", check=True)
+    daemon.cli("grant", "tester@test", "tool.system_time", "tool.web_search", check=True)
     result = daemon.cli("dispatch", "hi", "--agent", "chat@local", "--dry-run", "--json")
     plan = outcome_of(result)["rune"]
     assert result.returncode == 0
     first = plan["model"]["providers"][0]
     assert first["provider"] == "fake" and first["model"] == "fake-model"
     assert plan["model"]["skipped"][0]["provider"] == "missing"
-    assert [u["tool"] for u in plan["unavailable_tools"]] == ["rune@browser-click"]
+    assert [u["tool"] for u in plan["unavailable_tools"]] == ["rune@web-search"]
     assert not fake_model.requests and replicas(daemon) == []  # nothing started
     text = daemon.cli("dispatch", "hi", "--agent", "chat@local", "--dry-run", check=True).stdout
     assert "model: fake-model from provider fake" in text and "skipped provider missing" in text
-    assert "unavailable tool rune@browser-click" in text
+    assert "unavailable tool rune@web-search" in text
 
 
 def test_status_restart_and_replica_logs(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:

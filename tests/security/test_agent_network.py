@@ -14,19 +14,16 @@ import json
 import os
 import shutil
 import socket
-import subprocess
-import sys
 import textwrap
 from collections.abc import Iterator
-from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from tests.conftest import process_slot, require_tool
 from tests.daemon.conftest import DaemonProcess, daemon  # noqa: F401 - the fixture
 from tests.fakes import FakeModelServer, Reply, ToolCall
 from tests.rune.conftest import add_process_tool, add_rune_agent, configure, outcome_of
+from tests.veth import Internet, far_namespace
 
 PROBE = Path(__file__).parent / "agents" / "netprobe.py"
 
@@ -47,55 +44,11 @@ sys.stdin.read()
 """
 
 
-@dataclass
-class Internet:
-    """A network namespace behind a veth pair: ``far`` listens on 443 and 8080; ``near`` is the host's end."""
-
-    far: str
-    near: str
-
-
 @pytest.fixture
 def internet() -> Iterator[Internet]:
-    if os.geteuid() != 0:
-        pytest.skip("network namespaces and veth pairs need root")
-    ip = require_tool("ip")
-    require_tool("slirp4netns")
-    require_tool("nft")
-    slot = process_slot()  # unique among the test processes running now: names and addresses are host-wide
-    host_end, far_end = f"cvh{slot}", f"cvf{slot}"
-    near, far = f"10.213.{slot}.1", f"10.213.{slot}.2"
-    subprocess.run([ip, "link", "del", host_end], capture_output=True)  # left by a test process that was killed
-    # The namespace is held by a process of its own, not mounted under /run/netns: a named namespace's
-    # mount was seen to vanish there mid-set-up while other tests ran (`ip -n NAME` then failed with
-    # "setting the network namespace failed: Invalid argument"), and nothing here needs a name.
-    holder = subprocess.Popen(["unshare", "--net", "sh", "-c", "ip link set lo up && echo up && exec cat"],
-                              stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-    inside = ["nsenter", f"--net=/proc/{holder.pid}/ns/net"]
-    listener = None
-    try:
-        assert holder.stdout is not None and holder.stdout.readline().strip() == "up"
-        commands = [
-            [ip, "link", "add", host_end, "type", "veth", "peer", "name", far_end],
-            [ip, "link", "set", far_end, "netns", str(holder.pid)],
-            [ip, "addr", "add", f"{near}/30", "dev", host_end],
-            [ip, "link", "set", host_end, "up"],
-            [*inside, ip, "addr", "add", f"{far}/30", "dev", far_end],
-            [*inside, ip, "link", "set", far_end, "up"],
-        ]
-        for command in commands:
-            done = subprocess.run(command, capture_output=True, text=True)
-            assert done.returncode == 0, f"{command}: exit {done.returncode}: {done.stderr.strip()}"
-        listener = subprocess.Popen([*inside, sys.executable, "-c", _LISTEN, far],
-                                    stdin=subprocess.PIPE, stdout=subprocess.PIPE, text=True)
-        assert listener.stdout is not None and listener.stdout.readline().strip() == "listening"
-        yield Internet(far=far, near=near)
-    finally:
-        for process in (listener, holder):
-            if process is not None:
-                process.kill()
-                process.wait()
-        subprocess.run([ip, "link", "del", host_end], capture_output=True)
+    """Listeners on 443 and 8080 of "the internet"."""
+    with far_namespace("v", 213, _LISTEN) as world:
+        yield world
 
 
 @pytest.fixture

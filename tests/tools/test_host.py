@@ -49,16 +49,15 @@ def test_error_content_is_the_openai_shape() -> None:
 async def test_unavailable_built_ins_are_reported_and_never_offered(tools: Tools) -> None:
     agent = tools.package(
         "wishful",
-        ["rune@system-time", "rune@location-get", "rune@web-search", "rune@channel-send", "rune@browser-click"],
+        ["rune@system-time", "rune@location-get", "rune@web-search", "rune@channel-send"],
     )
     assert [t["function"]["name"] for t in tools.host.offered(agent)] == ["system-time"]
     reasons = dict(tools.host.unavailable(agent))
     assert reasons["rune@location-get"].startswith("needs [tools.location] in covenant.toml")
     assert "[tools.web_search]" in reasons["rune@web-search"]
     assert "[channels.NAME]" in reasons["rune@channel-send"]
-    assert reasons["rune@browser-click"].startswith("not supported on this host")
     grants = tools.grant("tool.*")
-    for name in ("location-get", "rune@location-get", "browser-click"):
+    for name in ("location-get", "rune@location-get", "web-search"):
         result = await tools.host.call(tools.ctx(agent, grants), name, {"path": "x"})
         assert result.error_code == "unknown_tool"
         assert "offered: system-time" in result.error_message

@@ -11,6 +11,7 @@ from covenant.tools.builtins import (
     a2a,
     agents,
     ask_user,
+    browser,
     canvas,
     channel_send,
     cron,
@@ -51,5 +52,6 @@ BUILTINS: dict[str, Builtin] = {
         *media.TOOLS, *images.TOOLS,
         docker_exec.TOOL,
         canvas.TOOL,
+        *browser.TOOLS,
     )
 }

@@ -35,7 +35,7 @@ from covenant.tools.result import ToolError
 if TYPE_CHECKING:
     import httpx
 
-__all__ = ["TOOL"]
+__all__ = ["TOOL", "checked_addresses"]
 
 _REDIRECTS = frozenset({301, 302, 303, 307, 308})
 _TEXT_TYPES = ("text/", "application/json", "application/xml", "application/javascript", "+json", "+xml")
@@ -64,8 +64,11 @@ async def _addresses(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-async def _checked_addresses(url: httpx.URL, policy: AddressPolicy, network: str) -> list[str]:
-    """The addresses to connect to for ``url``; raise ``address_refused`` when any of them is refused."""
+async def checked_addresses(url: httpx.URL, policy: AddressPolicy, network: str, table: str = "[tools.web_fetch]") -> list[str]:
+    """The addresses to connect to for ``url``; raise ``address_refused`` when any of them is refused.
+
+    ``table`` names the config table whose ``allow`` lists exceptions: the browser's navigations are judged
+    here too (:mod:`covenant.tools.builtins.browser`)."""
     if network == "off":
         raise ToolError("address_refused", "this agent's network is off ([resources] network = \"off\"); it may fetch nothing")
     if url.scheme not in ("http", "https"):
@@ -83,13 +86,13 @@ async def _checked_addresses(url: httpx.URL, policy: AddressPolicy, network: str
             if why is not None:
                 raise ToolError(
                     "address_refused",
-                    f"{url}: {host} resolves to {why}; refused unless covenant.toml lists it in [tools.web_fetch] allow",
+                    f"{url}: {host} resolves to {why}; refused unless covenant.toml lists it in {table} allow",
                 )
     if url.scheme == "http" and network != "full" and not (listed or all(policy.listed(a) for a in addresses)):
         raise ToolError(
             "address_refused",
             f"{url}: this agent's network is outbound-https-only, so http is refused (use https, or list the host "
-            "in [tools.web_fetch] allow)",
+            f"in {table} allow)",
         )
     return addresses
 
@@ -142,7 +145,7 @@ async def _fetch(url: str, call: BuiltinCall) -> dict[str, Any]:
     current = httpx.URL(url)
     async with httpx.AsyncClient(trust_env=False, follow_redirects=False, timeout=None) as client:
         for _hop in range(limits.max_redirects + 1):
-            response = await _connect(client, current, await _checked_addresses(current, policy, network))
+            response = await _connect(client, current, await checked_addresses(current, policy, network))
             try:
                 location = response.headers.get("location")
                 if response.status_code in _REDIRECTS and location:

@@ -1,0 +1,267 @@
+"""The agents' browsers of ``rune@browser-*``: one headless Chromium per (agent, session), run as the agent.
+
+A browser is one run of :mod:`covenant.tools.browser_runner` through the runner's tool mode (the
+agent's uid, its network namespace of ``[tools.browser] network`` — never the host's —, its Landlock
+rules, its process group and kill ladder), whose stdin stays open: each tool call is one JSON line
+in and one JSON line out. The runner starts Chromium and drives it over the DevTools protocol on a
+pipe. The registry is the daemon's; a browser is keyed by the dispatch's session when its caller
+named one (it then outlives the intent, so a conversation keeps its page), else by the intent (it
+ends with it). It is stopped through the kill ladder, which takes Chromium's whole tree with it, on
+``browser-close``, after ``[tools.browser] idle_s`` without a call, after ``lifetime_s``, when its
+intent ends (intent-keyed), when its agent's replica stops (stopped, reloaded, withdrawn) and when
+the daemon stops. At most ``[tools.browser] max_per_agent`` per agent.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import time
+from dataclasses import dataclass, field
+from typing import Any
+
+import trio
+
+from covenant.config import BrowserToolConfig
+from covenant.manifest.model import AgentSpec
+from covenant.runtime.run_state import RunState
+from covenant.runtime.runner import Runner
+from covenant.runtime.tool_files import ToolFiles
+from covenant.runtime.toolrun import ToolRun
+from covenant.tools.result import ERROR_CODES, ToolError
+from covenant.tools.runner_python import RunnerCommand
+
+__all__ = ["BrowserKey", "BrowserRegistry"]
+
+BrowserKey = tuple[str, str]
+"""(agent id, ``session:<id>`` or ``intent:<id>``)."""
+
+_ANSWER_POLL_S = (0.001, 0.01)
+"""The runner's stdout is read by the run's watch into :attr:`RunState.stdout`, which says nothing when it
+grows: an answer is looked for after 1 ms, then every 10 ms at most."""
+_START_S = 20.0
+"""How long Chromium may take to start and answer, at most (also bounded by the call's time)."""
+
+
+@dataclass
+class _Browser:
+    key: BrowserKey
+    intent_id: str
+    """The intent that started it (an intent-keyed browser ends with it)."""
+    by_intent: bool
+    last_used: float = field(default_factory=trio.current_time)
+    state: RunState | None = None
+    record: ToolRun | None = None
+    started: trio.Event = field(default_factory=trio.Event)
+    ended: trio.Event = field(default_factory=trio.Event)
+    ready: bool = False
+    """The runner answered its start request: Chromium runs."""
+    lock: trio.Lock = field(default_factory=trio.Lock)
+    """One request at a time: the runner answers in order, one line each."""
+
+    def stop(self, why: str) -> None:
+        if self.state is not None:
+            self.state.decide("cancelled", why)
+
+    def why_ended(self) -> str:
+        record = self.record
+        if record is None:
+            return "the browser ended"
+        if record.outcome in ("ok", "no_result", "protocol_error", "crashed") and record.signal is not None:
+            return f"the browser runner was killed by signal {record.signal}"
+        said = [line for line in record.stderr_tail.splitlines() if line.strip()]
+        detail = "; ".join(filter(None, (record.error, said[-1][-300:] if said else None)))
+        return f"the browser ended ({record.outcome}{': ' + detail[:600] if detail else ''})"
+
+
+class BrowserRegistry:
+    """Every browser of the daemon, by (agent, session or intent)."""
+
+    def __init__(self, runner: Runner, config: BrowserToolConfig) -> None:
+        self.runner = runner
+        self.config = config
+        self._browsers: dict[BrowserKey, _Browser] = {}
+        self._started = 0
+
+    def set_limits(self, config: BrowserToolConfig) -> None:
+        """Take a reloaded ``[tools.browser]`` for the browsers started from now on (and every idle timeout)."""
+        self.config = config
+
+    def count(self, agent_id: str) -> int:
+        """The agent's browsers still running."""
+        return sum(1 for key, b in self._browsers.items() if key[0] == agent_id and b.record is None)
+
+    def _forget(self, browser: _Browser) -> None:
+        if self._browsers.get(browser.key) is browser:
+            del self._browsers[browser.key]
+
+    @staticmethod
+    def key(agent_id: str, session_id: str | None, intent_id: str) -> BrowserKey:
+        return (agent_id, f"session:{session_id}" if session_id else f"intent:{intent_id}")
+
+    async def request(
+        self, agent: AgentSpec, key: BrowserKey, intent_id: str, backend: RunnerCommand, start: dict[str, Any],
+        request: dict[str, Any], ends: float,
+    ) -> dict[str, Any]:
+        """Send ``request`` to the key's browser (started first when it has none) and return its ``ok`` answer.
+
+        ``start`` is the runner's start request (Chromium's path, the rules, the caps); ``ends`` (trio time)
+        bounds the call. Raises ToolError: the runner's error, ``browser_limit``, ``tool_timeout``, or
+        ``tool_failed`` when the browser ended (the next call starts a fresh one).
+        """
+        browser = self._browsers.get(key)
+        if browser is None:
+            browser = await self._start(agent, key, intent_id, backend, start, ends)
+        async with browser.lock:
+            if browser.record is not None:
+                self._forget(browser)
+                raise ToolError("tool_failed", f"{browser.why_ended()}; the next call starts a fresh browser")
+            browser.last_used = trio.current_time()
+            try:
+                return await self._exchange(browser, request, ends)
+            finally:
+                browser.last_used = trio.current_time()
+
+    async def _start(
+        self, agent: AgentSpec, key: BrowserKey, intent_id: str, backend: RunnerCommand, start: dict[str, Any],
+        ends: float,
+    ) -> _Browser:
+        config = self.config
+        if self.count(agent.id) >= config.max_per_agent:
+            raise ToolError("browser_limit", f"this agent has {self.count(agent.id)} browsers open, the most [tools.browser] "
+                                             "max_per_agent allows; close one with browser-close (or let it idle out)")
+        browser = _Browser(key=key, intent_id=intent_id, by_intent=key[1].startswith("intent:"))
+        self._browsers[key] = browser
+        self._started += 1
+        # The browser's own budget stands in for the agent's: Chromium reserves far more address space than it
+        # uses, so a profile's RLIMIT_AS stops it at start; RLIMIT_DATA (set by the runner) and the sampler's
+        # resident-size check against memory_mb bound it instead.
+        resources = agent.resources.model_copy(update={"memory_mb": config.memory_mb})
+        runs_as = agent.model_copy(update={"resources": resources, "resource_profile": None})
+        run_id = f"{intent_id}:browser:{self._started}"
+        files = self.runner.tool_confinement.where_possible(ToolFiles(read_only=backend.read_only))
+        first = json.dumps(start, separators=(",", ":")).encode() + b"\n"
+
+        def on_started(state: RunState) -> None:
+            state.keep_stdin_open = True
+            browser.state = state
+            browser.started.set()
+
+        async def supervise() -> None:
+            try:
+                async with trio.open_nursery() as nursery:
+                    nursery.start_soon(self._idle_watch, browser)
+                    browser.record = await self.runner.run_tool(
+                        runs_as, backend.prefix, first, run_id=run_id, wall_ms=config.lifetime_s * 1000,
+                        network=config.network, on_started=on_started, files=files,
+                    )
+                    nursery.cancel_scope.cancel()
+            finally:
+                if browser.record is None:
+                    browser.record = ToolRun.spawn_failed(list(backend.prefix), "the daemon stopped", time.monotonic())
+                if not browser.ready:
+                    self._forget(browser)
+                browser.started.set()
+                browser.ended.set()
+
+        trio.lowlevel.spawn_system_task(supervise, name=f"covenant-browser-{run_id}")
+        await browser.started.wait()
+        if browser.state is None:
+            raise ToolError("tool_unavailable", f"the browser could not be started: {browser.why_ended()}")
+        try:
+            async with browser.lock:
+                await self._answer(browser, min(ends, trio.current_time() + _START_S))
+        except BaseException:
+            browser.stop("it did not start")
+            with trio.CancelScope(shield=True):
+                await browser.ended.wait()
+            self._forget(browser)
+            raise
+        browser.ready = True
+        return browser
+
+    async def _idle_watch(self, browser: _Browser) -> None:
+        """Stop the browser once it has had no call for ``[tools.browser] idle_s``."""
+        while True:
+            idle_until = browser.last_used + self.config.idle_s
+            if trio.current_time() >= idle_until and not browser.lock.locked():
+                browser.stop(f"no call for [tools.browser] idle_s = {self.config.idle_s} s")
+                self._forget(browser)
+                return
+            await trio.sleep_until(max(idle_until, trio.current_time() + 0.05))
+
+    async def _exchange(self, browser: _Browser, request: dict[str, Any], ends: float) -> dict[str, Any]:
+        assert browser.state is not None
+        left_s = ends - trio.current_time() if math.isfinite(ends) else self.config.timeout_ms / 1000
+        if left_s <= 0:
+            raise ToolError("tool_timeout", "the call has no time left")
+        line = json.dumps({**request, "timeout_s": max(0.1, left_s - 0.25)}, ensure_ascii=False,
+                          separators=(",", ":")).encode() + b"\n"
+        try:
+            await browser.state.launched.stdin.send_all(line)
+        except (trio.BrokenResourceError, trio.ClosedResourceError, OSError):
+            await self._ended(browser)
+        return await self._answer(browser, ends)
+
+    async def _answer(self, browser: _Browser, ends: float) -> dict[str, Any]:
+        """The runner's next answer line; its error raised as a ToolError."""
+        state = browser.state
+        assert state is not None
+        pause = _ANSWER_POLL_S[0]
+        with trio.move_on_at(ends) as scope:
+            while b"\n" not in state.stdout:
+                if browser.record is not None or browser.ended.is_set():
+                    await self._ended(browser)
+                await trio.sleep(pause)
+                pause = min(pause * 2, _ANSWER_POLL_S[1])
+        if scope.cancelled_caught:
+            # The runner is mid-request: its answer would be read as the next call's. A fresh browser is next.
+            browser.stop("a call ran out of time")
+            raise ToolError("tool_timeout", "the browser did not answer in time (it is closed; the next call starts a "
+                                            "fresh one)")
+        line, _, rest = bytes(state.stdout).partition(b"\n")
+        state.stdout[:] = rest
+        try:
+            answer = json.loads(line)
+        except ValueError:
+            browser.stop("it answered something other than JSON")
+            raise ToolError("tool_failed", "the browser runner answered something other than JSON") from None
+        if isinstance(answer, dict) and isinstance(answer.get("ok"), dict):
+            return answer["ok"]
+        error = answer.get("error") if isinstance(answer, dict) else None
+        if isinstance(error, dict) and error.get("code") in ERROR_CODES and isinstance(error.get("message"), str):
+            raise ToolError(error["code"], error["message"][:2000])
+        raise ToolError("tool_failed", "the browser runner answered something other than {ok} or {error}")
+
+    async def _ended(self, browser: _Browser) -> None:
+        with trio.CancelScope(shield=True):
+            await browser.ended.wait()
+        self._forget(browser)
+        raise ToolError("tool_failed", f"{browser.why_ended()}; the next call starts a fresh browser")
+
+    async def close(self, key: BrowserKey) -> bool:
+        """Stop the key's browser and wait until its whole tree is gone; False when it had none."""
+        browser = self._browsers.pop(key, None)
+        if browser is None:
+            return False
+        browser.stop("closed by browser-close")
+        with trio.CancelScope(shield=True):
+            await browser.ended.wait()
+        return True
+
+    async def _stop_all(self, browsers: list[_Browser], why: str) -> None:
+        for browser in browsers:
+            self._forget(browser)
+            browser.stop(why)
+        with trio.CancelScope(shield=True):
+            for browser in browsers:
+                await browser.ended.wait()
+
+    async def intent_ended(self, intent_id: str) -> None:
+        """Stop the browsers kept for ``intent_id`` (a dispatch without a session)."""
+        await self._stop_all([b for b in self._browsers.values() if b.by_intent and b.intent_id == intent_id],
+                             "its intent ended")
+
+    async def agent_stopped(self, agent_id: str) -> None:
+        """Stop every browser of the agent (its replica stopped: stopped, reloaded, withdrawn, daemon stopping)."""
+        await self._stop_all([b for k, b in self._browsers.items() if k[0] == agent_id], "its agent stopped")
