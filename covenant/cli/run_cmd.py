@@ -91,7 +91,7 @@ def run_once(cli: CliContext, path: Path, text: str) -> Any:
 
     async def main() -> Any:
         async with Runner.open(config.runtime, scratch_root=cli.home.state_dir / "scratch", isolation=isolation,
-                               visible=paths_agent_processes_run(config)) as runner:
+                               visible=paths_agent_processes_run(config), rune=config.rune) as runner:
             if agent.runtime == "rune":
                 return await _run_rune(cli, agent, text, config, runner, payload["issuer"]["pubkey"])
             return await runner.run(agent, payload)

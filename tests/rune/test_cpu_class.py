@@ -150,3 +150,16 @@ def test_groups_of_a_killed_daemon_are_removed_at_the_next_start(daemon: DaemonP
             ghost.wait()
     assert daemon.stop() == 0
     assert not parent.exists()
+
+
+def test_covenant_run_gives_the_tools_their_class_nice_but_no_group(daemon: DaemonProcess, fake_model: FakeModelServer) -> None:
+    """`covenant run` keeps no CPU groups (it may run beside the home's daemon): nice only."""
+    if os.geteuid() != 0:
+        pytest.skip("process tools run only with agent uids and Landlock (a root process)")
+    configure(daemon, ("fake", fake_model), extra="[rune]\nnice_small = 7\n")
+    _agent(daemon, "smol", "small")
+    fake_model.script(Reply.tools(ToolCall("probe", {})), Reply(text="done"))
+    result = daemon.cli("run", str(daemon.home / "agents" / "smol"), "probe yourself")
+    assert result.returncode == 0, result
+    seen = json.loads([m for m in fake_model.requests[-1].messages if m["role"] == "tool"][-1]["content"])
+    assert seen["nice"] == 7 and "covenant_" not in seen["cgroup"], seen
