@@ -190,6 +190,7 @@ class Browser:
             "--disable-background-networking", "--disable-component-update", "--disable-default-apps",
             "--disable-domain-reliability", "--disable-breakpad", "--disable-dev-shm-usage", "--metrics-recording-only",
             "--no-pings", "--password-store=basic", "--use-mock-keychain", "--mute-audio", "--hide-scrollbars",
+            "--disk-cache-size=16777216",  # the profile is in the scratch dir, which counts against the agent's disk_mb
             "--disable-features=Translate,MediaRouter,OptimizationHints,AutofillServerCommunication",
             f"--window-size={int(width)},{int(height)}", "about:blank",
         ]

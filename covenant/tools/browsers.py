@@ -131,6 +131,7 @@ class BrowserRegistry:
             raise ToolError("browser_limit", f"this agent has {self.count(agent.id)} browsers open, the most [tools.browser] "
                                              "max_per_agent allows; close one with browser-close (or let it idle out)")
         browser = _Browser(key=key, intent_id=intent_id, by_intent=key[1].startswith("intent:"))
+        browser.lock.acquire_nowait()  # held until it answered its start: a concurrent call of the key waits for that
         self._browsers[key] = browser
         self._started += 1
         # The browser's own budget stands in for the agent's: Chromium reserves far more address space than it
@@ -165,18 +166,19 @@ class BrowserRegistry:
                 browser.ended.set()
 
         trio.lowlevel.spawn_system_task(supervise, name=f"covenant-browser-{run_id}")
-        await browser.started.wait()
-        if browser.state is None:
-            raise ToolError("tool_unavailable", f"the browser could not be started: {browser.why_ended()}")
         try:
-            async with browser.lock:
-                await self._answer(browser, min(ends, trio.current_time() + _START_S))
+            await browser.started.wait()
+            if browser.state is None:
+                raise ToolError("tool_unavailable", f"the browser could not be started: {browser.why_ended()}")
+            await self._answer(browser, min(ends, trio.current_time() + _START_S))
         except BaseException:
             browser.stop("it did not start")
             with trio.CancelScope(shield=True):
                 await browser.ended.wait()
             self._forget(browser)
             raise
+        finally:
+            browser.lock.release()
         browser.ready = True
         return browser
 

@@ -200,7 +200,9 @@ def test_a_session_drives_a_real_page_and_keeps_its_browser_until_closed(site: S
 
 def test_the_host_loopback_is_never_reached_and_an_intent_browser_ends_with_its_intent(site: Site) -> None:
     port = site.trap.getsockname()[1]
-    outcome, (direct, redirected, scripted, other) = site.run(
+    outcome, (together, read_together, direct, redirected, scripted, other) = site.run(
+        # Two calls of one turn run at once: the second waits for the browser the first starts.
+        Reply.tools(ToolCall("browser-run-js", {"expression": "1 + 1"}), ToolCall("browser-read-page", {})),
         Reply.tools(ToolCall("browser-navigate", {"url": f"http://127.0.0.1:{port}/"})),
         Reply.tools(ToolCall("browser-navigate", {"url": f"http://{site.web.far}:8080/away"})),
         Reply.tools(ToolCall("browser-run-js", {"expression":
@@ -209,6 +211,7 @@ def test_the_host_loopback_is_never_reached_and_an_intent_browser_ends_with_its_
         Reply(text="Tried."),
     )
     assert outcome["outcome"] == "ok", outcome
+    assert together == {"value": 2, "truncated": False} and read_together["url"] == "about:blank", (together, read_together)
     assert direct["error"]["code"] == "address_refused" and "loopback" in direct["error"]["message"]
     assert redirected["error"]["code"] == "address_refused", redirected
     assert f"127.0.0.1:{port}" in redirected["error"]["message"] and "[tools.browser] allow" in redirected["error"]["message"]
