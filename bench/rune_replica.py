@@ -11,9 +11,14 @@
    answering every request after 200 ms; 100 signed dispatches at once, each in
    its own session, through the control API, for a few rounds. Baseline: 100
    concurrent requests straight to the same fake (its own limit). The ratio is
-   the wall time of a round through covenant over the fake's own.
+   the wall time of a round through covenant over the fake's own, and the
+   daemon's CPU per dispatch (``/proc/PID/stat``, its own process only). With
+   ``--base PATH`` (another checkout, e.g. ``git worktree add PATH REV``), a
+   second daemon of that checkout (its replicas too) runs beside this one's,
+   on this venv, and the rounds alternate base, this, direct: before and after
+   in one run.
 
-    .venv/bin/python bench/rune_replica.py [--starts N] [--rounds N]
+    .venv/bin/python bench/rune_replica.py [--starts N] [--rounds N] [--base PATH]
 """
 
 from __future__ import annotations
@@ -161,7 +166,7 @@ def _fake_round(port: int, concurrency: int) -> float:
 class BenchDaemon:
     """A real daemon on a temp home with one Rune agent ``bench`` whose provider is the fake on ``port``."""
 
-    def __init__(self, port: int, *, concurrency: int, warm: int = 0) -> None:
+    def __init__(self, port: int, *, concurrency: int, warm: int = 0, checkout: Path | None = None) -> None:
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
         from covenant.keys import public_key_hex
@@ -176,20 +181,38 @@ class BenchDaemon:
         # Agent uids from a range of this run's own: a starting daemon sweeps its whole range (other
         # daemons on a shared box use the default one).
         low = secrets.randbelow(2_000_000_000 - 300_000) + 200_000
+        python = f"python = {json.dumps(str(self._replica_python(checkout)))}\n" if checkout else ""
         (home / "covenant.toml").write_text(
             f'[providers.fake]\nkind = "openai"\nbase_url = "http://127.0.0.1:{port}/v1"\n\n[daemon]\nqueue_max = 1000\n'
-            f'\n[isolation]\nuid_range = [{low}, {low + 9}]\n\n[rune]\nwarm = {warm}\n')
+            f'\n[isolation]\nuid_range = [{low}, {low + 9}]\n\n[rune]\nwarm = {warm}\n{python}')
         folder = home / "agents" / "bench"
         folder.mkdir(parents=True)
         (folder / "Runefile").write_text(
             "name: bench\nversion: 0.1.0\ninstructions: answer\ndefault_model: default\nmemory_profile: standard\n"
             f"runtime:\n  concurrency_limit: {concurrency}\n  request_timeout_ms: 60000\n"
             "models:\n  providers: [fake]\n  model_mapping:\n    default: m\n")
-        self.process = subprocess.Popen([sys.executable, "-m", "covenant", "daemon"], env=env,
+        if checkout is not None:
+            env["PYTHONPATH"] = str(checkout)
+        self.process = subprocess.Popen([sys.executable, "-m", "covenant", "daemon"], env=env, cwd=checkout or REPO,
                                         stderr=open(os.environ.get("RUNE_BENCH_LOG", os.devnull), "ab"))
         self.key = Ed25519PrivateKey.generate()
         self.pubkey = public_key_hex(self.key)
         self._wait_up()
+
+    def _replica_python(self, checkout: Path) -> Path:
+        """An interpreter for ``[rune] python`` that runs ``checkout``'s replica host: the replica is started
+        with ``-I`` (no PYTHONPATH), so this wrapper puts the checkout first on its path itself."""
+        wrapper = self.base / "replica-python"
+        wrapper.write_text(
+            f"#!/bin/sh\nexec {sys.executable} -I -c 'import sys, runpy; sys.path.insert(0, {json.dumps(str(checkout))}); "
+            "runpy.run_module(\"covenant.rune.host\", run_name=\"__main__\", alter_sys=True)'\n")
+        wrapper.chmod(0o755)
+        return wrapper
+
+    def cpu_s(self) -> float:
+        """The daemon process's own CPU so far (user + system), not its children's."""
+        fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
     def _wait_up(self) -> None:
         from covenant.client import DaemonClient, DaemonUnreachable
@@ -231,41 +254,53 @@ class BenchDaemon:
         shutil.rmtree(self.base, ignore_errors=True)
 
 
-def sessions(rounds: int, concurrency: int, delay_s: float) -> None:
+def _covenant_round(daemon: BenchDaemon, label: str, concurrency: int) -> float:
+    results: list[str] = []
+
+    def one(n: int) -> None:
+        results.append(daemon.dispatch(f"{label}-{n}"))
+
+    threads = [threading.Thread(target=one, args=(n,)) for n in range(concurrency)]
+    t0 = time.perf_counter()
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    took = time.perf_counter() - t0
+    bad = [r for r in results if r != "ok"]
+    if bad or len(results) != concurrency:
+        raise SystemExit(f"round {label}: {len(results)} answers, not ok: {bad[:3]}")
+    return took
+
+
+def sessions(rounds: int, concurrency: int, delay_s: float, base: Path | None) -> None:
     fake, port = fake_model(delay_s)
-    daemon = None
+    daemons: dict[str, BenchDaemon] = {}
     try:
-        daemon = BenchDaemon(port, concurrency=concurrency)
-
-        def one_round(label: str) -> float:
-            results: list[str] = []
-
-            def one(n: int) -> None:
-                results.append(daemon.dispatch(f"{label}-{n}"))
-
-            threads = [threading.Thread(target=one, args=(n,)) for n in range(concurrency)]
-            t0 = time.perf_counter()
-            for t in threads:
-                t.start()
-            for t in threads:
-                t.join()
-            took = time.perf_counter() - t0
-            bad = [r for r in results if r != "ok"]
-            if bad or len(results) != concurrency:
-                raise SystemExit(f"round {label}: {len(results)} answers, not ok: {bad[:3]}")
-            return took
-
-        one_round("warm")  # starts the replica
-        covenant_s, direct_s = [], []
-        for n in range(rounds):  # interleaved, so load that comes and goes hits both alike
-            covenant_s.append(one_round(f"r{n}"))
+        if base is not None:
+            daemons["base"] = BenchDaemon(port, concurrency=concurrency, checkout=base)
+        daemons["this"] = BenchDaemon(port, concurrency=concurrency)
+        walls: dict[str, list[float]] = {name: [] for name in daemons}
+        cpu: dict[str, float] = dict.fromkeys(daemons, 0.0)
+        direct_s = []
+        for name, daemon in daemons.items():
+            _covenant_round(daemon, f"warm-{name}", concurrency)  # starts the replica
+        for n in range(rounds):  # interleaved, so load that comes and goes hits all alike
+            for name, daemon in daemons.items():
+                before = daemon.cpu_s()
+                walls[name].append(_covenant_round(daemon, f"r{n}", concurrency))
+                cpu[name] += daemon.cpu_s() - before
             direct_s.append(_fake_round(port, concurrency))
-        c, d = statistics.median(covenant_s), statistics.median(direct_s)
-        print(f"{concurrency} concurrent sessions, fake answering in {delay_s * 1000:.0f} ms, median of {rounds} rounds: "
-              f"through covenant {c * 1000:.0f} ms, straight to the fake {d * 1000:.0f} ms "
-              f"(ratio {c / d:.2f}; goal <= 1.10)")
+        d = statistics.median(direct_s)
+        for name, daemon in daemons.items():
+            c = statistics.median(walls[name])
+            label = f"{name} ({base})" if name == "base" else name
+            print(f"{label}: {concurrency} concurrent sessions, fake answering in {delay_s * 1000:.0f} ms, median of "
+                  f"{rounds} rounds: through covenant {c * 1000:.0f} ms, straight to the fake {d * 1000:.0f} ms "
+                  f"(ratio {c / d:.2f}; goal <= 1.10); daemon CPU per dispatch "
+                  f"{cpu[name] / (rounds * concurrency) * 1000:.2f} ms")
     finally:
-        if daemon is not None:
+        for daemon in daemons.values():
             daemon.close()
         fake.kill()
         fake.wait()
@@ -347,13 +382,14 @@ def main() -> None:
     parser.add_argument("--delay-ms", type=int, default=200)
     parser.add_argument("--restarts", type=int, default=15)
     parser.add_argument("--only", choices=("cold", "restarts", "sessions"), help="run one of the three parts")
+    parser.add_argument("--base", type=Path, help="another checkout whose daemon runs the sessions beside this one's")
     args = parser.parse_args()
     if args.only in (None, "cold"):
         cold_start(args.starts)
     if args.only in (None, "restarts"):
         restarts(args.restarts)
     if args.only in (None, "sessions"):
-        sessions(args.rounds, args.concurrency, args.delay_ms / 1000)
+        sessions(args.rounds, args.concurrency, args.delay_ms / 1000, args.base)
 
 
 if __name__ == "__main__":

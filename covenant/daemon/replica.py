@@ -93,6 +93,8 @@ class Replica:
     probe_now: trio.Event = field(default_factory=trio.Event)
     """Set when the replica exits, or an invoke found its socket served by another process: probe at
     once instead of at the next interval."""
+    connections: wire.ConnectionPool | None = None
+    """The invokes' and probes' kept-alive connections to this life of the process (None between lives)."""
 
     def __post_init__(self) -> None:
         self.limiter = trio.Semaphore(self.package.runefile.runtime.concurrency_limit)
@@ -182,6 +184,7 @@ class ReplicaProcess:
             log.info("replica started from its warm spare", extra={"agent": replica.agent.id, "pid": launched.pid})
         replica.pid = launched.pid
         replica.uid = creds.uid if creds is not None else None
+        replica.connections = wire.ConnectionPool(replica.socket, launched.pid)
         reason = "the replica exited"
         try:
             async with trio.open_nursery() as nursery:
@@ -204,6 +207,8 @@ class ReplicaProcess:
                 nursery.cancel_scope.cancel()
         finally:
             with trio.CancelScope(shield=True):
+                replica.connections.close()
+                replica.connections = None
                 await launched.stop(_KILL_GRACE_S)
                 gateway_sock.close()
                 status = launched.status
@@ -259,7 +264,7 @@ class ReplicaProcess:
         path = replica.package.runefile.runtime.health_probe.path
         with trio.move_on_after(2):
             try:
-                status, _ = await wire.call(replica.socket, "GET", path, peer_pid=replica.pid)
+                status, _ = await wire.call(replica.socket, "GET", path, peer_pid=replica.pid, pool=replica.connections)
             except wire.NotThePeer:
                 raise
             except wire.WireError:

@@ -275,9 +275,11 @@ class ReplicaSupervisor:
         lost = f"the replica of {replica.agent.id} (pid {replica.pid}) went away during the request; it is being restarted"
         try:
             if emit is None:
-                status, document = await wire.call(replica.socket, "POST", "/invoke", body, peer_pid=replica.pid)
+                status, document = await wire.call(replica.socket, "POST", "/invoke", body, peer_pid=replica.pid,
+                                                   pool=replica.connections)
                 return self._answer(replica, status, document)
-            events = wire.stream(replica.socket, "/invoke", {**body, "stream": True}, peer_pid=replica.pid)
+            events = wire.stream(replica.socket, "/invoke", {**body, "stream": True}, peer_pid=replica.pid,
+                                 pool=replica.connections)
             try:
                 async for event, data in events:
                     if event == "done":

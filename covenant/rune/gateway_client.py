@@ -38,12 +38,15 @@ class GatewayBackend:
 
     A process of the agent's uid (a tool's leftover) could replace the socket with a server of its own and
     answer for the model; a socket served by any process but the daemon's is refused, and ``taken_over``
-    is called with why.
+    is called with why. With ``pool`` (the replica's, shared by its intents), the calls go on kept-alive
+    connections to the gateway (:class:`~covenant.rune.wire.ConnectionPool`, made for ``gateway`` and
+    ``gateway_pid``).
     """
 
     def __init__(self, gateway: Path, intent_id: str, gateway_pid: int, taken_over: Callable[[str], None],
-                 session: Any = None) -> None:
+                 session: Any = None, pool: wire.ConnectionPool | None = None) -> None:
         self.gateway = gateway
+        self.pool = pool
         self.intent_id = intent_id
         self.gateway_pid = gateway_pid
         self.taken_over = taken_over
@@ -66,11 +69,12 @@ class GatewayBackend:
             body["adapter"] = adapter
         try:
             if on_token is None:
-                status, document = await wire.call(self.gateway, "POST", MODEL_PATH, body, peer_pid=self.gateway_pid)
+                status, document = await wire.call(self.gateway, "POST", MODEL_PATH, body, peer_pid=self.gateway_pid,
+                                                     pool=self.pool)
                 if status != 200:
                     raise _failure(document, status)
                 return document
-            events = wire.stream(self.gateway, MODEL_PATH, body, peer_pid=self.gateway_pid)
+            events = wire.stream(self.gateway, MODEL_PATH, body, peer_pid=self.gateway_pid, pool=self.pool)
             try:
                 async for event, data in events:
                     if event == "token":
@@ -95,7 +99,8 @@ class GatewayBackend:
     async def tool(self, call_id: str, name: str, arguments: str | dict[str, Any]) -> dict[str, Any]:
         body = {"intent_id": self.intent_id, "call_id": call_id, "name": name, "arguments": arguments}
         try:
-            status, document = await wire.call(self.gateway, "POST", TOOL_PATH, body, peer_pid=self.gateway_pid)
+            status, document = await wire.call(self.gateway, "POST", TOOL_PATH, body, peer_pid=self.gateway_pid,
+                                                 pool=self.pool)
         except wire.NotThePeer as exc:
             self.taken_over(str(exc))
             return {"ok": False, "error_code": "tool_unavailable", "error_message": f"the tool gateway is not the daemon's: {exc}"}
@@ -112,7 +117,7 @@ class GatewayBackend:
         """``body`` to the daemon's ``path``; its answer, or LoopFailed (``crashed`` when the gateway is gone or
         not the daemon's, else the failure the daemon answered)."""
         try:
-            status, document = await wire.call(self.gateway, "POST", path, body, peer_pid=self.gateway_pid)
+            status, document = await wire.call(self.gateway, "POST", path, body, peer_pid=self.gateway_pid, pool=self.pool)
         except wire.NotThePeer as exc:
             self.taken_over(str(exc))
             raise LoopFailed("crashed", f"the {gateway} gateway is not the daemon's: {exc}") from None

@@ -89,6 +89,8 @@ class ReplicaApp:
     def __init__(self, spec: ReplicaSpec) -> None:
         self.spec = spec
         self.gateway_lost = trio.Event()
+        self.gateway_connections = wire.ConnectionPool(spec.gateway, spec.gateway_pid)
+        """Kept-alive connections to the daemon's gateway, shared by every intent of this replica."""
         self.loop_spec = LoopSpec(
             system_prompt=spec.system_prompt, tools=spec.tools, max_steps=spec.max_steps, safety_policy=spec.safety_policy
         )
@@ -150,7 +152,7 @@ class ReplicaApp:
         request_id = os.urandom(8).hex()
         intent_id = body["intent_id"]
         gateway = GatewayBackend(Path(self.spec.gateway), intent_id, self.spec.gateway_pid, self._gateway_taken_over,
-                                 session=body.get("session"))
+                                 session=body.get("session"), pool=self.gateway_connections)
         backend = with_skills(gateway, self.spec.skills)
         notes: dict[str, Any] = {}
         session_id = body.get("session_id")
