@@ -245,13 +245,19 @@ def test_a_killed_runner_fails_clearly_and_an_idle_browser_is_closed(site: Site)
     assert limited["error"]["code"] == "browser_limit", limited
     (runner,) = [p for p in _chromium_of(site.daemon) if "browser_runner" in " ".join(p.cmdline())]
     os.kill(runner.pid, signal.SIGKILL)
-    _, (failed, fresh) = site.run(
+    _, (failed, fresh, big_value, big_page) = site.run(
         Reply.tools(ToolCall("browser-read-page", {})),
         Reply.tools(ToolCall("browser-run-js", {"expression": "location.href"})),
+        Reply.tools(ToolCall("browser-run-js", {"expression": "document.body.innerText = 'é'.repeat(200000)"})),
+        Reply.tools(ToolCall("browser-read-page", {})),
         Reply(text="."), session="s-kill",
     )
     assert failed["error"]["code"] == "tool_failed" and "next call starts a fresh browser" in failed["error"]["message"]
     assert fresh == {"value": "about:blank", "truncated": False}  # a fresh browser, not the killed one's page
+    # Past text_max_chars, and past what one tool result holds (64 KiB of JSON): cut, and said so.
+    assert big_value["truncated"] is True and big_value["value"].startswith('"éé'), str(big_value)[:200]  # its JSON text
+    assert big_page["truncated"] is True and big_page["chars"] == 200000 and big_page["text"].startswith("éé")
+    assert len(json.dumps(big_page, ensure_ascii=False, separators=(",", ":")).encode()) <= 64 * 1024
     alive = _chromium_of(site.daemon)
     assert alive and all(p.pid != runner.pid for p in alive)  # the session's fresh browser outlives the intent…
     _until_none_left(site.daemon, timeout=_IDLE_S + 20)  # …until [tools.browser] idle_s without a call

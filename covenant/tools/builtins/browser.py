@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import base64
 import binascii
+import json
 import sys
 from collections.abc import Awaitable, Callable
 from pathlib import Path
@@ -24,7 +25,7 @@ from covenant.runtime.artifacts import ArtifactRefused
 from covenant.runtime.launch_plans import resolve_program
 from covenant.tools.builtins.base import NO_ARGUMENTS, Builtin, BuiltinCall
 from covenant.tools.builtins.web_fetch import checked_addresses
-from covenant.tools.result import ToolError
+from covenant.tools.result import RESULT_MAX_BYTES, ToolError
 from covenant.tools.runner_python import RunnerCommand, runner_command
 
 __all__ = ["RUNNER", "TOOLS", "browser_problem"]
@@ -106,6 +107,30 @@ async def _screenshot(call: BuiltinCall) -> dict[str, Any]:
     return {"artifact": entry, **answer}
 
 
+def _result_bytes(answer: dict[str, Any]) -> int:
+    return len(json.dumps(answer, ensure_ascii=False, separators=(",", ":")).encode("utf-8"))
+
+
+def _within_result(answer: dict[str, Any], field: str) -> dict[str, Any]:
+    """``answer`` with its text ``field`` cut so the whole fits in one tool result (``RESULT_MAX_BYTES``, what the
+    model is handed at most), ``truncated`` set when it was cut; a value that is not text becomes its JSON text."""
+    if _result_bytes(answer) <= RESULT_MAX_BYTES:
+        return answer
+    text = answer[field] if isinstance(answer[field], str) else json.dumps(answer[field], ensure_ascii=False)
+    budget = RESULT_MAX_BYTES - _result_bytes({**answer, field: "", "truncated": True})
+    while text and (size := _result_bytes({field: text}) - _result_bytes({field: ""})) > budget:
+        text = text[: min(len(text) - 1, len(text) * budget // size)]  # proportionally: characters differ in bytes
+    return {**answer, field: text, "truncated": True}
+
+
+async def _read_page(call: BuiltinCall) -> dict[str, Any]:
+    return _within_result(await _request(call, {"op": "read"}), "text")
+
+
+async def _run_js(call: BuiltinCall) -> dict[str, Any]:
+    return _within_result(await _request(call, {"op": "run_js", "expression": call.arguments["expression"]}), "value")
+
+
 async def _close(call: BuiltinCall) -> dict[str, Any]:
     registry = call.services.browsers
     closed = await registry.close(registry.key(call.ctx.agent.id, call.ctx.session_id, call.ctx.intent_id))
@@ -141,8 +166,8 @@ TOOLS = (
           "Returns its artifact (name, bytes, sha256).",
           _object({"full_page": {"type": "boolean", "description": "the whole page, not only the visible part"}}),
           _screenshot),
-    _tool("read-page", "Read the page: its url, title and visible text (cut to [tools.browser] text_max_chars; "
-          "truncated says so).", NO_ARGUMENTS, _op("read")),
+    _tool("read-page", "Read the page: its url, title and visible text (cut to [tools.browser] text_max_chars and to "
+          "what one tool result holds; truncated says so).", NO_ARGUMENTS, _read_page),
     _tool("close", "Close your browser (its pages, cookies and history are gone).", NO_ARGUMENTS, _close),
     _tool("scroll", "Scroll the page.",
           _object({"direction": {"type": "string", "enum": ["up", "down", "left", "right"], "description": "default down"},
@@ -153,6 +178,6 @@ TOOLS = (
           _op("wait", "selector", "timeout_ms")),
     _tool("run-js", "Run a JavaScript expression on the page (a promise is awaited) and return its JSON value.",
           _object({"expression": {"type": "string", "minLength": 1, "maxLength": 65536}}, ("expression",)),
-          _op("run_js", "expression")),
+          _run_js),
     _tool("back", "Go back to the previous page of the history. moved says whether there was one.", NO_ARGUMENTS, _op("back")),
 )
