@@ -84,8 +84,16 @@ class BrowserRegistry:
         self._started = 0
 
     def set_limits(self, config: BrowserToolConfig) -> None:
-        """Take a reloaded ``[tools.browser]`` for the browsers started from now on (and every idle timeout)."""
+        """Take a reloaded ``[tools.browser]``: ``idle_s``, ``max_per_agent`` and ``timeout_ms`` apply to every browser
+        at once; a change of what a browser is started with (its program, network, rules, memory, caps, lifetime)
+        closes the open ones, so none keeps the rules the reload replaced (the next call starts a fresh one)."""
+        live = ("idle_s", "max_per_agent", "timeout_ms")
+        started_with = config.model_dump(exclude=set(live)) != self.config.model_dump(exclude=set(live))
         self.config = config
+        if started_with:
+            for browser in list(self._browsers.values()):
+                self._forget(browser)
+                browser.stop("[tools.browser] changed by a reload")
 
     def count(self, agent_id: str) -> int:
         """The agent's browsers still running."""
@@ -190,7 +198,8 @@ class BrowserRegistry:
                 browser.stop(f"no call for [tools.browser] idle_s = {self.config.idle_s} s")
                 self._forget(browser)
                 return
-            await trio.sleep_until(max(idle_until, trio.current_time() + 0.05))
+            # at least once a second: a reload may shorten idle_s
+            await trio.sleep_until(max(min(idle_until, trio.current_time() + 1.0), trio.current_time() + 0.05))
 
     async def _exchange(self, browser: _Browser, request: dict[str, Any], ends: float) -> dict[str, Any]:
         assert browser.state is not None

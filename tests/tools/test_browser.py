@@ -69,7 +69,8 @@ server.serve_forever()
 
 TOOLSET = tuple(f"rune@browser-{name}" for name in (
     "navigate", "click", "type", "screenshot", "read-page", "close", "scroll", "wait", "run-js", "back"))
-_IDLE_S = 5
+_IDLE_S = 600
+"""Long enough that no browser idles out by accident; the idle test reloads a short one."""
 
 
 @dataclass
@@ -197,19 +198,23 @@ def test_a_session_drives_a_real_page_and_keeps_its_browser_until_closed(site: S
     assert again["value"] == "Hello Ada" and closed == {"closed": True} and closed_twice == {"closed": False}
     assert not _chromium_of(site.daemon)  # browser-close waits until Chromium's whole tree is gone
 
-    # Stopping the agent closes its browsers (its replica stops for good), long before they would idle out.
+    # Stopping the agent closes its browsers (its replica stops for good).
     config = site.daemon.home / "covenant.toml"
-    short = config.read_text()
-    config.write_text(short.replace(f"idle_s = {_IDLE_S}", "idle_s = 600"))
-    site.daemon.cli("reload", check=True)
+    before = config.read_text()
     try:
         site.run(Reply.tools(ToolCall("browser-navigate", {"url": site.page})), Reply(text="."), session="s-stop")
         assert _chromium_of(site.daemon)
         site.daemon.cli("stop", "surfer@local", check=True)
         _until_none_left(site.daemon)
         site.daemon.cli("start", "surfer@local", check=True)
+        # A reload that changes the navigation rules closes the open browsers: none keeps the old ones.
+        site.run(Reply.tools(ToolCall("browser-navigate", {"url": site.page})), Reply(text="."), session="s-stop")
+        assert _chromium_of(site.daemon)
+        config.write_text(config.read_text().replace("allow = [", 'allow = ["192.0.2.1", '))
+        site.daemon.cli("reload", check=True)
+        _until_none_left(site.daemon)
     finally:
-        config.write_text(short)
+        config.write_text(before)
         site.daemon.cli("reload", check=True)
 
 
@@ -260,7 +265,15 @@ def test_a_killed_runner_fails_clearly_and_an_idle_browser_is_closed(site: Site)
     assert len(json.dumps(big_page, ensure_ascii=False, separators=(",", ":")).encode()) <= 64 * 1024
     alive = _chromium_of(site.daemon)
     assert alive and all(p.pid != runner.pid for p in alive)  # the session's fresh browser outlives the intent…
-    _until_none_left(site.daemon, timeout=_IDLE_S + 20)  # …until [tools.browser] idle_s without a call
+    config = site.daemon.home / "covenant.toml"
+    before = config.read_text()
+    config.write_text(before.replace(f"idle_s = {_IDLE_S}", "idle_s = 1"))  # (applies to open browsers at once)
+    site.daemon.cli("reload", check=True)
+    try:
+        _until_none_left(site.daemon)  # …until [tools.browser] idle_s without a call
+    finally:
+        config.write_text(before)
+        site.daemon.cli("reload", check=True)
     logged = site.daemon.log()
     assert "Traceback" not in logged, logged[-3000:]
 
