@@ -13,8 +13,9 @@ enforced by the kernel's CPU controller: one group per agent under a parent of t
 of the cgroup v2 hierarchy where ``cpu`` can be enabled there, else of the cgroup v1 ``cpu`` hierarchy.
 The launcher moves each new process into its agent's group at the exec gate, before the agent's code runs,
 by writing its pid to the group's ``cgroup.procs`` (root's file: an agent uid can neither change its
-quota nor move itself out). Groups are made at an agent's first launch and removed when the daemon stops;
-those of a daemon that was killed are removed (their processes killed) when the next one starts.
+quota nor move itself out). The parent and a group are made at an agent's first launch and removed when
+the daemon stops; those of a daemon that was killed are removed (their processes killed) when the next
+one starts.
 Where no controller is writable there is no CPU share, only nice: :attr:`CpuGroups.problem` says why.
 """
 
@@ -154,24 +155,16 @@ class CpuGroups:
 
     @classmethod
     def open(cls, home_key: str) -> "CpuGroups":
-        """Find a writable CPU controller, remove what a killed daemon of this home left, make the parent
-        (blocking; call once at the daemon's start)."""
+        """Find a writable CPU controller and remove what a killed daemon of this home left (blocking; call
+        once at the daemon's start). Nothing is made before an agent's first launch."""
         parent, version, problem = _find_controller(group_parent_name(home_key))
         groups = cls(parent, version, problem)
         if parent is None:
             log.warning("agents get no CPU share, only nice", extra={"detail": problem})
             return groups
-        try:
-            if parent.is_dir():
-                stale = groups._remove_groups()
-                if stale:
-                    log.warning("removed CPU groups left by an earlier run", extra={"groups": ",".join(stale)})
-            parent.mkdir(mode=0o755, exist_ok=True)
-            if version == "cgroup v2":
-                _write(parent / "cgroup.subtree_control", "+cpu")
-        except OSError as exc:
-            groups.parent, groups.problem = None, f"cannot make the agents' CPU groups under {parent}: {exc.strerror or exc}"
-            log.warning("agents get no CPU share, only nice", extra={"detail": groups.problem})
+        stale = groups._remove_all()
+        if stale:
+            log.warning("removed CPU groups left by an earlier run", extra={"groups": ",".join(stale)})
         return groups
 
     def procs_file(self, agent_id: str, cores: float) -> str | None:
@@ -184,6 +177,10 @@ class CpuGroups:
             if self._cores.get(agent_id) != cores:
                 quota = max(_MIN_QUOTA_US, round(cores * PERIOD_US))
                 try:
+                    if not self.parent.is_dir():
+                        self.parent.mkdir(mode=0o755)
+                        if self.version == "cgroup v2":
+                            _write(self.parent / "cgroup.subtree_control", "+cpu")
                     group.mkdir(mode=0o755, exist_ok=True)
                     if self.version == "cgroup v2":
                         _write(group / "cpu.max", f"{quota} {PERIOD_US}")
@@ -199,26 +196,29 @@ class CpuGroups:
 
     def close(self) -> None:
         """Remove every agent group and the parent (blocking; at the daemon's stop, its agents gone)."""
-        if self.parent is None or not self.parent.is_dir():
-            return
         with self._lock:
-            self._remove_groups()
+            self._remove_all()
             self._cores.clear()
-            try:
-                self.parent.rmdir()
-            except OSError as exc:
-                log.warning("cannot remove the agents' CPU group parent", extra={"path": str(self.parent),
-                                                                               "detail": str(exc)})
 
     def to_json(self) -> dict[str, object]:
         return {"controller": self.version or None, "parent": str(self.parent) if self.parent else None,
                 "problem": self.problem}
 
-    def _remove_groups(self) -> list[str]:
-        """Remove each agent group under the parent, killing what still runs in it; return their names."""
-        assert self.parent is not None
+    def _remove_all(self) -> list[str]:
+        """Remove each agent group, killing what still runs in it, then the parent; return the groups' names."""
+        if self.parent is None or not self.parent.is_dir():
+            return []
+        removed = self._remove_groups(self.parent)
+        try:
+            self.parent.rmdir()
+        except OSError as exc:
+            log.warning("cannot remove the agents' CPU group parent", extra={"path": str(self.parent), "detail": str(exc)})
+        return removed
+
+    @staticmethod
+    def _remove_groups(parent: Path) -> list[str]:
         removed = []
-        for group in sorted(p for p in self.parent.iterdir() if p.is_dir()):
+        for group in sorted(p for p in parent.iterdir() if p.is_dir()):
             deadline = time.monotonic() + _EMPTY_WAIT_S
             while True:
                 try:

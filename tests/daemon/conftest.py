@@ -21,6 +21,8 @@ import psutil
 import pytest
 
 from covenant.client import DaemonClient, DaemonUnreachable
+from covenant.home import Home
+from covenant.runtime.cpu_class import CpuGroups
 from tests.conftest import agent_uid_range, isolation_table, traversable_tmpdir
 
 TEST_AGENTS = Path(__file__).parent / "agents"
@@ -210,6 +212,8 @@ def daemon_home(tmp_path: Path) -> Iterator[DaemonProcess]:
             else:
                 proc.process.kill()
                 proc.process.wait()
+        # A daemon a test killed leaves its agents' CPU groups (the next start on the home would remove them).
+        CpuGroups.open(str(Home(home).state_dir.resolve()))
         shutil.rmtree(sock_dir, ignore_errors=True)
         shutil.rmtree(base, ignore_errors=True)
 
