@@ -173,21 +173,28 @@ class _WriterProcess:
             self._outbox += data[sent:]
             self._outbox_filled.set()
 
+    def send_soon(self, data: bytes) -> None:
+        """Queue ``data`` for :meth:`flush`, which sends it with every frame the loop's other tasks queue before
+        it runs: under load one write (and one wake-up of the writer) carries many records instead of one
+        each. It runs in the loop's next pass, so a lone record waits no longer than one task switch."""
+        self._outbox += data
+        self._outbox_filled.set()
+
     async def flush(self) -> None:
-        """Forever: send what :meth:`send` could not, as the writer makes room."""
+        """Forever: send what :meth:`send` could not and what :meth:`send_soon` queued, as the writer makes room."""
         while True:
             await self._outbox_filled.wait()
+            self._outbox_filled = trio.Event()
             while self._outbox:
-                await trio.lowlevel.wait_writable(self._sock)
                 try:
                     sent = self._sock.send(self._outbox)
                 except BlockingIOError:
+                    await trio.lowlevel.wait_writable(self._sock)
                     continue
                 except OSError:
                     self._outbox.clear()
                     break
                 del self._outbox[:sent]
-            self._outbox_filled = trio.Event()
 
     async def receive(self) -> list[dict[str, Any]]:
         """The writer's next messages; [] once it has closed its end."""
@@ -406,7 +413,7 @@ class AuditLog:
         if self._settled.is_set():
             self._settled = trio.Event()
         self._in_flight.extend(items)
-        self._writer.send(items[0].frame if len(items) == 1 else b"".join(item.frame for item in items))
+        self._writer.send_soon(items[0].frame if len(items) == 1 else b"".join(item.frame for item in items))
 
     def _acknowledge(self, first: int, count: int, fsync_s: float) -> None:
         """The next ``count`` frames in flight are durable, their audit records from seq ``first`` on."""
