@@ -279,7 +279,9 @@ def sessions(rounds: int, concurrency: int, delay_s: float, base: Path | None) -
     try:
         if base is not None:
             daemons["base"] = BenchDaemon(port, concurrency=concurrency, checkout=base)
-        daemons["this"] = BenchDaemon(port, concurrency=concurrency)
+        # With a base, this checkout's replicas run from this checkout too (not from wherever the venv's
+        # editable install points), so both sides run exactly their own commit.
+        daemons["this"] = BenchDaemon(port, concurrency=concurrency, checkout=REPO if base is not None else None)
         walls: dict[str, list[float]] = {name: [] for name in daemons}
         cpu: dict[str, float] = dict.fromkeys(daemons, 0.0)
         direct_s = []
