@@ -110,6 +110,14 @@ def _chromium_of(d: DaemonProcess) -> list[psutil.Process]:
     return found
 
 
+def _netns(pid: int) -> str | None:
+    """The network namespace of a process, None once it is gone (Chromium starts and ends helpers)."""
+    try:
+        return os.readlink(f"/proc/{pid}/ns/net")
+    except FileNotFoundError:
+        return None
+
+
 def _until_none_left(d: DaemonProcess, timeout: float = 30) -> None:
     deadline = time.monotonic() + timeout
     while _chromium_of(d):
@@ -187,7 +195,9 @@ def test_a_session_drives_a_real_page_and_keeps_its_browser_until_closed(site: S
     assert png.startswith(b"\x89PNG\r\n\x1a\n") and hashlib.sha256(png).hexdigest() == artifact["sha256"]
 
     # The session's browser outlives the intent: the next dispatch of the session finds the page as it was.
-    assert _chromium_of(site.daemon)
+    # Chromium runs as the agent's uid (what _chromium_of looks for), off the host's network namespace.
+    namespaces = {_netns(p.pid) for p in _chromium_of(site.daemon)} - {None}
+    assert namespaces and os.readlink("/proc/self/ns/net") not in namespaces
     _, (again, closed, closed_twice) = site.run(
         Reply.tools(ToolCall("browser-run-js", {"expression": "document.getElementById('out').innerText"})),
         Reply.tools(ToolCall("browser-close", {})),
