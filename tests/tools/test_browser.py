@@ -258,7 +258,8 @@ def test_a_killed_runner_fails_clearly_and_an_idle_browser_is_closed(site: Site)
     # At most [tools.browser] max_per_agent (1 here): another session's browser is refused while this one lives.
     _, (limited,) = site.run(Reply.tools(ToolCall("browser-read-page", {})), Reply(text="."), session="s-other")
     assert limited["error"]["code"] == "browser_limit", limited
-    (runner,) = [p for p in _chromium_of(site.daemon) if "browser_runner" in " ".join(p.cmdline())]
+    killed = _chromium_of(site.daemon)
+    (runner,) = [p for p in killed if "browser_runner" in " ".join(p.cmdline())]
     os.kill(runner.pid, signal.SIGKILL)
     _, (failed, fresh, big_value, big_page) = site.run(
         Reply.tools(ToolCall("browser-read-page", {})),
@@ -274,7 +275,8 @@ def test_a_killed_runner_fails_clearly_and_an_idle_browser_is_closed(site: Site)
     assert big_page["truncated"] is True and big_page["chars"] == 200000 and big_page["text"].startswith("éé")
     assert len(json.dumps(big_page, ensure_ascii=False, separators=(",", ":")).encode()) <= 64 * 1024
     alive = _chromium_of(site.daemon)
-    assert alive and all(p.pid != runner.pid for p in alive)  # the session's fresh browser outlives the intent…
+    assert alive and not {p.pid for p in alive} & {p.pid for p in killed}  # the killed browser's tree is gone, and
+    # the session's fresh browser outlives the intent…
     config = site.daemon.home / "covenant.toml"
     before = config.read_text()
     config.write_text(before.replace(f"idle_s = {_IDLE_S}", "idle_s = 1"))  # (applies to open browsers at once)
