@@ -388,6 +388,7 @@ class Runner:
         on_started: Callable[[RunState], None] | None = None,
         files: ToolFiles | None = None,
         priority: str = "normal",
+        memory_mb: int | None = None,
     ) -> ToolRun:
         """Run a process tool of ``agent`` once: ``document`` on stdin, one JSON document expected on stdout.
 
@@ -402,7 +403,8 @@ class Runner:
         scratch dir (:attr:`tool_confinement`; ``spawn_failed`` where this host
         cannot confine it). ``priority`` is the intent's: it moves the nice of the
         agent's class (:meth:`LaunchPlans.nice <covenant.runtime.launch_plans.LaunchPlans.nice>`).
-        Never raises for a fault of the tool; on cancellation the tree is torn
+        ``memory_mb`` holds the run's tree to that resident memory instead of the agent's (its class's): a
+        backend with a budget of its own, such as a browser. Never raises for a fault of the tool; on cancellation the tree is torn
         down (shielded) and Cancelled propagates.
         """
         t0 = time.monotonic()
@@ -422,6 +424,8 @@ class Runner:
             return ToolRun.spawn_failed(list(argv), message, t0)
         limits = {**self.plans.limits(agent, self.plans.priority(agent, priority)), "wall_ms": wall_ms, "cpu_ms": cpu_ms,
                   "nice": launched.nice}
+        if memory_mb is not None:
+            limits["memory_mb"] = memory_mb
         run = RunState(agent, run_id, launched, limits, wall_ms / 1000, cpu_ms)
         if on_started is not None:
             on_started(run)

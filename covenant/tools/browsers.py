@@ -142,11 +142,10 @@ class BrowserRegistry:
         browser.lock.acquire_nowait()  # held until it answered its start: a concurrent call of the key waits for that
         self._browsers[key] = browser
         self._started += 1
-        # The browser's own budget stands in for the agent's: Chromium reserves far more address space than it
-        # uses, so a profile's RLIMIT_AS stops it at start; RLIMIT_DATA (set by the runner) and the sampler's
-        # resident-size check against memory_mb bound it instead.
-        resources = agent.resources.model_copy(update={"memory_mb": config.memory_mb})
-        runs_as = agent.model_copy(update={"resources": resources, "resource_profile": None})
+        # The browser's own memory budget stands in for the agent's class's (Chromium alone wants more than a
+        # small profile's 256 MiB): the sampler holds its tree's resident size to [tools.browser] memory_mb and the
+        # runner sets RLIMIT_DATA on Chromium (never RLIMIT_AS: Chromium reserves far more address space than it
+        # uses and would not start). The class's nice and CPU group still apply.
         run_id = f"{intent_id}:browser:{self._started}"
         files = self.runner.tool_confinement.where_possible(ToolFiles(read_only=backend.read_only))
         first = json.dumps(start, separators=(",", ":")).encode() + b"\n"
@@ -161,8 +160,8 @@ class BrowserRegistry:
                 async with trio.open_nursery() as nursery:
                     nursery.start_soon(self._idle_watch, browser)
                     browser.record = await self.runner.run_tool(
-                        runs_as, backend.prefix, first, run_id=run_id, wall_ms=config.lifetime_s * 1000,
-                        network=config.network, on_started=on_started, files=files,
+                        agent, backend.prefix, first, run_id=run_id, wall_ms=config.lifetime_s * 1000,
+                        network=config.network, on_started=on_started, files=files, memory_mb=config.memory_mb,
                     )
                     nursery.cancel_scope.cancel()
             finally:

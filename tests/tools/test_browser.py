@@ -198,6 +198,9 @@ def test_a_session_drives_a_real_page_and_keeps_its_browser_until_closed(site: S
     # Chromium runs as the agent's uid (what _chromium_of looks for), off the host's network namespace.
     namespaces = {_netns(p.pid) for p in _chromium_of(site.daemon)} - {None}
     assert namespaces and os.readlink("/proc/self/ns/net") not in namespaces
+    # In the agent's class (resource_profile small: nice 10; Chromium may only lower its renderers' priority more).
+    nices = {p.pid: p.nice() for p in _chromium_of(site.daemon)}
+    assert nices and all(nice >= 10 for nice in nices.values()), nices
     _, (again, closed, closed_twice) = site.run(
         Reply.tools(ToolCall("browser-run-js", {"expression": "document.getElementById('out').innerText"})),
         Reply.tools(ToolCall("browser-close", {})),
