@@ -6,6 +6,10 @@ empty environment lives as long as the replica keeps the uid alive; it may repla
 replica only to the daemon: each checks the peer of every connection; a replica whose socket, or whose
 gateway, another process serves is restarted, and binds its sockets anew.
 
+Connections are kept (HTTP keep-alive both ways): one made before the impostor came still reaches the
+process it was checked against, so the impostor is met by a new connection. The tests make one by
+keeping the kept connection busy: a first dispatch waits on a slow model answer while the second runs.
+
 The tests start the impostor themselves, as the agent's uid with an empty environment: whether a
 tool's leftover escapes its run's sweep depends on the sampler's timing, and is not what is tested.
 Such a leftover is covenant's adopted child, and the restart's uid sweep kills and reaps it
@@ -50,7 +54,7 @@ def _impostor(daemon: DaemonProcess, fake_model: FakeModelServer, name: str) -> 
           interval_ms: 600000
     """)
     daemon.start()
-    fake_model.script(Reply(text="first"), Reply(text="the real one"))
+    fake_model.script(Reply(text="first"))
     assert outcome_of(daemon.cli("dispatch", "hello", "--agent", "chat@local", "--json"))["text"] == "first"
     sock = socket_path(daemon, name)
     uid, gid = sock.parent.stat().st_uid, sock.parent.stat().st_gid
@@ -75,13 +79,30 @@ def _impostor(daemon: DaemonProcess, fake_model: FakeModelServer, name: str) -> 
         impostor.wait()
 
 
+@contextmanager
+def _kept_connection_busy(daemon: DaemonProcess, fake_model: FakeModelServer) -> Iterator[None]:
+    """A dispatch in flight on the kept connections (daemon → replica, replica → gateway), its model answer
+    slow, while the block runs: what the block dispatches needs connections of its own. The slow one
+    must never have been answered by the impostor, whatever else became of it."""
+    fake_model.script(Reply(text="held", delay_s=3), Reply(text="the real one"))
+    asked = len(fake_model.requests)
+    held = daemon.cli_background("dispatch", "hold on", "--agent", "chat@local", "--json")
+    try:
+        wait_for(lambda: len(fake_model.requests) > asked, what="the first dispatch at the model")
+        yield
+    finally:
+        out, err = held.communicate(timeout=120)
+    assert "impostor" not in out, (out, err)
+
+
 def test_a_process_serving_the_replica_socket_is_not_taken_for_the_replica(
     daemon: DaemonProcess, fake_model: FakeModelServer
 ) -> None:
     with _impostor(daemon, fake_model, "replica.sock") as impostor:
-        second = outcome_of(daemon.cli("dispatch", "who answers?", "--agent", "chat@local", "--json"))
-        assert second["outcome"] == "crashed" and "not the replica" in second["error"], second
-        wait_for(lambda: "the replica's socket is served by another process" in daemon.log(), what="the probe's finding")
+        with _kept_connection_busy(daemon, fake_model):
+            second = outcome_of(daemon.cli("dispatch", "who answers?", "--agent", "chat@local", "--json"))
+            assert second["outcome"] == "crashed" and "not the replica" in second["error"], second
+        wait_for(lambda: "the replica's socket is served by another process" in daemon.log(), what="the finding")
         wait_for(lambda: _served_by(socket_path(daemon, "replica.sock")) == _replica_pid(daemon) is not None,
                  what="a new replica serving its socket")
         assert impostor.poll() is None  # still there, and no longer reached
@@ -94,9 +115,10 @@ def test_a_process_serving_the_gateway_socket_is_not_taken_for_the_daemon(
 ) -> None:
     with _impostor(daemon, fake_model, "gateway.sock") as impostor:
         replica = _replica_pid(daemon)
-        second = outcome_of(daemon.cli("dispatch", "who answers?", "--agent", "chat@local", "--json"))
-        assert second.get("text") != "impostor", second
-        assert second["outcome"] == "provider_unavailable" and "is not the daemon's" in second["error"], second
+        with _kept_connection_busy(daemon, fake_model):
+            second = outcome_of(daemon.cli("dispatch", "who answers?", "--agent", "chat@local", "--json"))
+            assert second.get("text") != "impostor", second
+            assert second["outcome"] == "provider_unavailable" and "is not the daemon's" in second["error"], second
         wait_for(lambda: "the gateway socket is served by another process; exiting" in daemon.log(),
                  what="the replica's exit")
         wait_for(lambda: _replica_pid(daemon) not in (None, replica), what="a new replica")
@@ -104,7 +126,7 @@ def test_a_process_serving_the_gateway_socket_is_not_taken_for_the_daemon(
         assert impostor.poll() is None  # still there, and no longer reached
         third = outcome_of(daemon.cli("dispatch", "and now?", "--agent", "chat@local", "--json"))
         assert third["outcome"] == "ok" and third["text"] == "the real one", third
-        assert len(fake_model.requests) == 2  # the impostor answered no model call of the record
+        assert len(fake_model.requests) == 3  # the first, the held one, the third: the impostor answered none
 
 
 def socket_path(daemon: DaemonProcess, name: str) -> Path:
