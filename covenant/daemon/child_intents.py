@@ -81,22 +81,25 @@ class ChildIntents:
             summary["intent"] = intent.id
             found = self._agents.find(name)
             summary["agent"] = found.id if found is not None else None
-            document = await self._run_to_its_end(intent, ChildOrigin(parent, call, signature), parent.peer_uid)
-            summary.update(agent=document["agent"], outcome=document["outcome"])
-            return document
+            return await self._run_to_its_end(intent, ChildOrigin(parent, call, signature), parent.peer_uid, summary)
         except CovenantError as exc:
             summary["outcome"] = exc.code
             raise
         except BaseException as exc:
-            if only_cancelled(exc):  # out of the child's nursery it comes as a group: not `except trio.Cancelled`
+            # Out of the child's nursery it comes as a group: not `except trio.Cancelled`. A child that ended
+            # (its record written) before its caller's cancellation came through keeps its own outcome.
+            if only_cancelled(exc) and "outcome" not in summary:
                 summary["outcome"] = "cancelled"
             raise
         finally:
             summary["duration_ms"] = int((time.monotonic() - t0) * 1000)
             parent.child_ended()
 
-    async def _run_to_its_end(self, intent: Intent, child: ChildOrigin, peer_uid: int | None) -> dict[str, Any]:
-        """Dispatch a child so that it always ends with its record and audit events.
+    async def _run_to_its_end(self, intent: Intent, child: ChildOrigin, peer_uid: int | None,
+                              summary: dict[str, Any]) -> dict[str, Any]:
+        """Dispatch a child so that it always ends with its record and audit events, and ``summary`` (its entry
+        in the caller's ``children``) with the record's agent and outcome, even when the caller's
+        cancellation comes through as it returns.
 
         The caller may be cancelled (its own intent ended or ran out of time, a sibling workflow step
         failed); the child is then stopped as :meth:`CancelRequests.cancel` stops any intent (outcome ``cancelled``:
@@ -117,7 +120,8 @@ class ChildIntents:
             nursery.start_soon(stop_when_the_caller_is_cancelled)
             with trio.CancelScope(shield=True):
                 try:
-                    answer["document"] = await self._dispatch_verified(intent, child, peer_uid)
+                    answer["document"] = document = await self._dispatch_verified(intent, child, peer_uid)
+                    summary.update(agent=document["agent"], outcome=document["outcome"])
                 except CovenantError as exc:
                     answer["error"] = exc
                 finally:
