@@ -8,7 +8,6 @@ cargo) is skipped only on a developer machine that lacks it; under CI
 from __future__ import annotations
 
 import fcntl
-import itertools
 import os
 import shutil
 import subprocess
@@ -47,7 +46,9 @@ def require_tool(name: str) -> str:
     return path
 
 
-_UID_RANGES = itertools.count()
+_uids_taken = 0
+"""How many uids of this process's block :func:`agent_uid_range` has given out (ranges of any width follow
+each other: a count of ranges times the width would make a narrow range land inside an earlier wide one)."""
 _UIDS_PER_BLOCK = 10_000_000
 _FIRST_TEST_UID = 100_000_000
 _BLOCKS = 200
@@ -91,7 +92,9 @@ def agent_uid_range(width: int = 1000) -> tuple[int, int]:
     above 100,000,000 (well away from the default 61184-65519 and from real accounts), and each call
     takes the next ``width`` of it.
     """
-    low = _FIRST_TEST_UID + _uid_block() * _UIDS_PER_BLOCK + next(_UID_RANGES) * width
+    global _uids_taken
+    low = _FIRST_TEST_UID + _uid_block() * _UIDS_PER_BLOCK + _uids_taken
+    _uids_taken += width
     assert low + width <= _FIRST_TEST_UID + (_uid_block() + 1) * _UIDS_PER_BLOCK, "this process's uid block is used up"
     return low, low + width - 1
 
