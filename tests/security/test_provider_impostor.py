@@ -85,7 +85,7 @@ def test_a_provider_port_held_by_an_agent_uid_gets_no_key_and_the_call_falls_bac
     try:
         daemon.write_config(
             f'[providers.local]\nkind = "openai"\nbase_url = "http://127.0.0.1:{port}/v1"\n'
-            f'api_key_env = "{KEY_ENV}"\ntimeout_s = 3\n\n' + fake_model.provider_toml("fake", timeout_s=10))
+            f'api_key_env = "{KEY_ENV}"\ntimeout_s = 10\n\n' + fake_model.provider_toml("fake", timeout_s=10))
         daemon.env[KEY_ENV] = KEY_VALUE
         add_rune_agent(daemon, providers=("local", "fake"), toolset=())
         daemon.start()
@@ -101,7 +101,8 @@ def test_a_provider_port_held_by_an_agent_uid_gets_no_key_and_the_call_falls_bac
             assert log.read_bytes() == b""
             return
         assert [(c["provider"], c["outcome"], c["http_status"], c["error_code"]) for c in calls] == [
-            ("local", "error", None, "provider_impostor"), ("fake", "ok", 200, None)]
+            ("local", "error", None, "provider_impostor"), ("fake", "ok", 200, None)], (
+            calls, [line for line in daemon.log().splitlines() if "local" in line][-5:])
         deadline = time.monotonic() + 10
         while "CONNECTION" not in log.read_text(errors="replace"):
             assert time.monotonic() < deadline, "the daemon never connected: the check was not made"
