@@ -85,7 +85,7 @@ def test_a_provider_port_held_by_an_agent_uid_gets_no_key_and_the_call_falls_bac
     try:
         daemon.write_config(
             f'[providers.local]\nkind = "openai"\nbase_url = "http://127.0.0.1:{port}/v1"\n'
-            f'api_key_env = "{KEY_ENV}"\ntimeout_s = 10\n\n' + fake_model.provider_toml("fake", timeout_s=10))
+            f'api_key_env = "{KEY_ENV}"\ntimeout_s = 3\n\n' + fake_model.provider_toml("fake", timeout_s=10))
         daemon.env[KEY_ENV] = KEY_VALUE
         add_rune_agent(daemon, providers=("local", "fake"), toolset=())
         daemon.start()
