@@ -10,6 +10,7 @@ from __future__ import annotations
 import fcntl
 import os
 import shutil
+import signal
 import subprocess
 import tempfile
 from collections.abc import Callable, Iterator
@@ -21,6 +22,13 @@ from covenant.home import Home
 from tests.fakes import FakeModelServer
 
 REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+# A suite started in the background of a non-interactive shell (`make test &`, nohup) inherits SIGINT
+# ignored, and an ignored signal stays ignored across exec: every `covenant` the tests start would then
+# ignore the Ctrl-C the tests send it. A handler of our own is reset to the default at exec instead.
+if signal.getsignal(signal.SIGINT) is signal.SIG_IGN:
+    signal.signal(signal.SIGINT, signal.default_int_handler)
 EXAMPLES_DIR = REPO_ROOT / "agents.d"
 
 
