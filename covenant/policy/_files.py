@@ -5,11 +5,10 @@ from __future__ import annotations
 import contextlib
 import fcntl
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 
-from covenant.durable import fsync_dir
+from covenant.durable import replace_file
 
 __all__ = ["atomic_write_text", "locked"]
 
@@ -25,19 +24,7 @@ def atomic_write_text(path: Path, text: str, mode: int = 0o600) -> None:
         mode &= os.stat(path).st_mode & 0o7777
     except FileNotFoundError:
         pass
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8", newline="\n") as f:
-            f.write(text)
-            f.flush()
-            os.fchmod(f.fileno(), mode)
-            os.fsync(f.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(FileNotFoundError):
-            os.unlink(tmp)
-        raise
-    fsync_dir(path.parent)
+    replace_file(path, text.encode("utf-8"), mode)
 
 
 @contextlib.contextmanager
