@@ -52,6 +52,7 @@ class RunState:
         """Set while the run's task waits for its end; :meth:`decide` cancels it to wake that task."""
         self.stdout = bytearray()
         self.stdout_bytes = 0
+        self._stdout_moved = trio.Event()
         self.stderr_tail = bytearray()
         self.stderr_unlogged_bytes = 0
         """stderr over the run's log budget: counted, not logged (set when its watch closes)."""
@@ -62,6 +63,15 @@ class RunState:
         self.hook_error: Exception | None = None
         self.keep_stdin_open = False
         """Leave stdin open after the first document (``rune@process-write`` feeds it later)."""
+
+    def stdout_moved(self) -> None:
+        """The run's watch took more of its stdout, or saw it end: wake :meth:`wait_stdout`'s waiters."""
+        self._stdout_moved.set()
+        self._stdout_moved = trio.Event()
+
+    async def wait_stdout(self) -> None:
+        """Return once more stdout has arrived or stdout has ended (for a tool that answers line by line)."""
+        await self._stdout_moved.wait()
 
     def decide(self, outcome: Outcome, error: str) -> None:
         """Record the first limit crossed (later ones do not change the outcome) and wake the run."""

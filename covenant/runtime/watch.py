@@ -128,6 +128,8 @@ class RunWatch:
         self._open.pop(fd).close()
         if fd == self._stderr_fd:
             self._lines.flush()
+        else:
+            self._run.stdout_moved()
 
     def _take_stdout(self, data: bytes) -> None:
         d = self._run
@@ -147,6 +149,7 @@ class RunWatch:
             self._end(self._stdout_fd)  # closing the pipe makes further writes fail
             return
         d.stdout += data
+        d.stdout_moved()
 
     def _take_stderr(self, data: bytes) -> None:
         """Keep the tail and log each line; a full pipe must never block the agent."""

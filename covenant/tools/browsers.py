@@ -36,9 +36,6 @@ __all__ = ["BrowserKey", "BrowserRegistry"]
 BrowserKey = tuple[str, str]
 """(agent id, ``session:<id>`` or ``intent:<id>``)."""
 
-_ANSWER_POLL_S = (0.001, 0.01)
-"""The runner's stdout is read by the run's watch into :attr:`RunState.stdout`, which says nothing when it
-grows: an answer is looked for after 1 ms, then every 10 ms at most."""
 _START_S = 20.0
 """How long Chromium may take to start and answer, at most (also bounded by the call's time)."""
 
@@ -72,6 +69,11 @@ class _Browser:
         said = [line for line in record.stderr_tail.splitlines() if line.strip()]
         detail = "; ".join(filter(None, (record.error, said[-1][-300:] if said else None)))
         return f"the browser ended ({record.outcome}{': ' + detail[:600] if detail else ''})"
+
+
+async def _cancel_when_set(event: trio.Event, scope: trio.CancelScope) -> None:
+    await event.wait()
+    scope.cancel()
 
 
 class BrowserRegistry:
@@ -217,13 +219,14 @@ class BrowserRegistry:
         """The runner's next answer line; its error raised as a ToolError."""
         state = browser.state
         assert state is not None
-        pause = _ANSWER_POLL_S[0]
         with trio.move_on_at(ends) as scope:
-            while b"\n" not in state.stdout:
-                if browser.record is not None or browser.ended.is_set():
-                    await self._ended(browser)
-                await trio.sleep(pause)
-                pause = min(pause * 2, _ANSWER_POLL_S[1])
+            async with trio.open_nursery() as nursery:
+                nursery.start_soon(_cancel_when_set, browser.ended, nursery.cancel_scope)
+                while b"\n" not in state.stdout:
+                    await state.wait_stdout()  # the run's watch wakes it for each chunk and at stdout's end
+                nursery.cancel_scope.cancel()
+            if b"\n" not in state.stdout:  # the runner ended before it answered
+                await self._ended(browser)
         if scope.cancelled_caught:
             # The runner is mid-request: its answer would be read as the next call's. A fresh browser is next.
             browser.stop("a call ran out of time")
