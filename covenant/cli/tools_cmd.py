@@ -102,16 +102,12 @@ def builtin_rows(home: Any) -> list[dict[str, Any]]:
     from covenant.manifest.tools import BUILTIN_TOOLS, tool_action
     from covenant.tools.builtins import BUILTINS
     from covenant.tools.catalogue import model_name
-    from covenant.tools.unavailable import builtin_unavailable_reason
 
     config = load_config(home)
     rows = []
     for entry in sorted(BUILTIN_TOOLS):
-        builtin = BUILTINS.get(entry)
-        if builtin is None:
-            reason: str | None = builtin_unavailable_reason(entry)
-        else:
-            reason = builtin.needs(config) if builtin.needs is not None else None
+        builtin = BUILTINS[entry]
+        reason = builtin.needs(config) if builtin.needs is not None else None
         rows.append({"entry": entry, "name": model_name(entry), "action": tool_action(entry),
                      "available": reason is None, "reason": reason})
     return rows

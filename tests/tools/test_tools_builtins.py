@@ -9,6 +9,7 @@ from click.testing import CliRunner
 from covenant.cli.group import cli
 from covenant.home import Home
 from covenant.manifest.tools import BUILTIN_TOOLS
+from covenant.tools.builtins import BUILTINS
 
 
 def _builtins(home: Home) -> dict[str, dict]:
@@ -41,3 +42,8 @@ def test_every_builtin_is_listed_offered_or_with_a_reason_covenant_toml_can_chan
 def test_builtins_with_an_agent_is_a_usage_error(home: Home) -> None:
     result = CliRunner().invoke(cli, ["tools", "list", "chat", "--builtins"])
     assert result.exit_code == 2 and "give no AGENT" in result.output
+
+
+def test_every_builtin_the_loader_accepts_is_implemented() -> None:
+    """The catalogue looks built-ins up without a fallback: a name the loader accepts must have its tool."""
+    assert set(BUILTINS) == BUILTIN_TOOLS
