@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import textwrap
+import uuid
 from collections.abc import AsyncIterator
 from contextlib import asynccontextmanager
 from dataclasses import dataclass, field
@@ -92,9 +93,12 @@ class Tools:
         self.store.add(self.daemon_key, self.issuer_pub, list(actions), None, None)
         return self.store.load()
 
-    def ctx(self, agent: AgentSpec, grants: GrantSet | None = None, *, seconds: float = 60.0, intent: str = "intent-1") -> ToolCallContext:
+    def ctx(self, agent: AgentSpec, grants: GrantSet | None = None, *, seconds: float = 60.0,
+            intent: str | None = None) -> ToolCallContext:
+        """A call context of ``agent``; ``intent`` defaults to an id of its own, so that tests running side by side
+        (pytest-xdist) never see each other's tool processes by their ``COVENANT_INTENT_ID`` marker."""
         return ToolCallContext(
-            intent_id=intent,
+            intent_id=intent or f"intent-{uuid.uuid4().hex[:12]}",
             agent=agent,
             issuer_pubkey=self.issuer_pub,
             grants=grants if grants is not None else self.store.load(),

@@ -29,14 +29,15 @@ async def test_system_time_offered_and_answers(tools: Tools) -> None:
         }
     ]
     before = now_ms()
-    result = await tools.host.call(tools.ctx(agent, tools.grant("tool.system_time")), "system-time", "{}")
+    ctx = tools.ctx(agent, tools.grant("tool.system_time"))
+    result = await tools.host.call(ctx, "system-time", "{}")
     after = now_ms()
     assert result.ok, result
     assert before <= result.content["epoch_ms"] <= after
     assert re.fullmatch(r"\d{4}-\d\d-\d\dT\d\d:\d\d:\d\d\.\d{3}Z", result.content["utc"])
     [event] = tools.audit.of("tool.call")
     assert event["outcome"] == "ok" and event["tool"] == "tool.system_time" and event["name"] == "system-time"
-    assert event["args_sha256"] == args_sha256({}) and event["intent"] == "intent-1" and event["agent"] == "clock@local"
+    assert event["args_sha256"] == args_sha256({}) and event["intent"] == ctx.intent_id and event["agent"] == "clock@local"
 
 
 def test_error_content_is_the_openai_shape() -> None:

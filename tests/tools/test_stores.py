@@ -91,7 +91,7 @@ async def test_task_board_lifecycle_and_events(tools: Tools) -> None:
     assert (await call(ctx, "task-complete", {"id": "task-1"})).error_code == "task_not_open"
     board = (await tools.new_host().call(ctx, "task-list", {})).content
     assert [(t["id"], t["status"]) for t in board["tasks"]] == [("task-1", "done"), ("task-2", "open")]
-    assert board["tasks"][0]["claimed_by"] == "intent-1" and board["tasks"][0]["result"] == "done it"
+    assert board["tasks"][0]["claimed_by"] == ctx.intent_id and board["tasks"][0]["result"] == "done it"
     assert [t["id"] for t in (await call(ctx, "task-list", {"status": "open"})).content["tasks"]] == ["task-2"]
     published = await call(ctx, "event-publish", {"topic": "reports/weekly", "data": "ready"})
     assert published.content["published"] is True
