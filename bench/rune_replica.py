@@ -166,7 +166,10 @@ def _fake_round(port: int, concurrency: int) -> float:
 class BenchDaemon:
     """A real daemon on a temp home with one Rune agent ``bench`` whose provider is the fake on ``port``."""
 
-    def __init__(self, port: int, *, concurrency: int, warm: int = 0, checkout: Path | None = None) -> None:
+    def __init__(self, port: int, *, concurrency: int, warm: int = 0, checkout: Path | None = None,
+                 prefix: tuple[str, ...] = (), start_timeout_s: float = 60.0) -> None:
+        """``prefix`` goes before the daemon's own argv (e.g. valgrind's, for ``rune_instructions.py``), which
+        may then take up to ``start_timeout_s`` to answer."""
         from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
         from covenant.keys import public_key_hex
@@ -193,11 +196,12 @@ class BenchDaemon:
             "models:\n  providers: [fake]\n  model_mapping:\n    default: m\n")
         if checkout is not None:
             env["PYTHONPATH"] = str(checkout)
-        self.process = subprocess.Popen([sys.executable, "-m", "covenant", "daemon"], env=env, cwd=checkout or REPO,
+        self.process = subprocess.Popen([*prefix, sys.executable, "-m", "covenant", "daemon"], env=env, cwd=checkout or REPO,
                                         stderr=open(os.environ.get("RUNE_BENCH_LOG", os.devnull), "ab"))
         self.key = Ed25519PrivateKey.generate()
         self.pubkey = public_key_hex(self.key)
-        self._wait_up()
+        self.env = env
+        self._wait_up(start_timeout_s)
 
     def _replica_python(self, checkout: Path) -> Path:
         """An interpreter for ``[rune] python`` that runs ``checkout``'s replica host: the replica is started
@@ -214,10 +218,10 @@ class BenchDaemon:
         fields = Path(f"/proc/{self.process.pid}/stat").read_text().rsplit(")", 1)[1].split()
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
-    def _wait_up(self) -> None:
+    def _wait_up(self, timeout_s: float) -> None:
         from covenant.client import DaemonClient, DaemonUnreachable
 
-        deadline = time.monotonic() + 60
+        deadline = time.monotonic() + timeout_s
         while True:
             try:
                 DaemonClient(self.sock, timeout=5).request("GET", "/v1/status")

@@ -18,6 +18,7 @@ verification: refused as ``session_corrupt``). Every turn the replica gets carri
 from __future__ import annotations
 
 import logging
+import os
 from collections.abc import AsyncIterator, Awaitable, Callable
 from contextlib import asynccontextmanager
 from pathlib import Path
@@ -28,9 +29,9 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
 from covenant.clock import now_ms
 from covenant.keyed_locks import KeyedLocks
-from covenant.rune.session_heads import HeadProblem, SessionHead, check_head, read_head, write_head
+from covenant.rune.session_heads import HeadProblem, SessionHead, check_head, head_path, read_head, write_head
 from covenant.rune.session_tiers import Assessment, assess, tainted
-from covenant.rune.sessions import SessionLog, SessionRefused, open_session
+from covenant.rune.sessions import SessionLog, SessionRefused, open_session, session_path
 
 if TYPE_CHECKING:
     from covenant.daemon.intent_context import IntentContext
@@ -79,7 +80,8 @@ class SessionKeeper:
             return
         async with self._locks.hold((intent.agent.id, intent.session_id)):
             try:
-                session = await trio.to_thread.run_sync(self._load, intent)
+                # A new session's load only finds that nothing is there: done on the loop, no worker thread.
+                session = self._load(intent) if self._is_new(intent) else await trio.to_thread.run_sync(self._load, intent)
             except SessionRefused as exc:
                 if exc.code == "session_corrupt":
                     log.warning("session refused", extra={"agent": intent.agent.id, "session": intent.session_id,
@@ -116,6 +118,15 @@ class SessionKeeper:
                 f"session {intent.session_id} refused (suspicious, [rune] suspicious = \"refuse\"): "
                 + "; ".join(assessment.reasons[:3]) + "; start a new session, or inspect it with "
                 f"`covenant sessions verify {intent.agent.id} {intent.session_id}`", "suspicious")
+
+    def _is_new(self, intent: IntentContext) -> bool:
+        """True when the session has neither a file nor a head (two ``lstat`` calls): its load reads nothing.
+        Called under the session's lock, so no other intent of this daemon makes either meanwhile."""
+        try:
+            path = session_path(self.sessions_dir, intent.agent.id, intent.session_id)
+        except ValueError:  # the load refuses it, with its reason
+            return False
+        return not os.path.lexists(path) and not os.path.lexists(head_path(path))
 
     def _load(self, intent: IntentContext) -> SessionLog:
         """Open and verify the intent's session, and check that its file reaches its signed head (blocking)."""

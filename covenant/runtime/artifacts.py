@@ -116,6 +116,12 @@ class ArtifactStore:
 
     # -- reading ---------------------------------------------------------------------------------
 
+    def may_have(self, intent_id: str) -> bool:
+        """False when the intent certainly saved no artifact: its directory does not exist. One ``stat`` of
+        a local directory, cheap enough for the event loop, so that the usual intent (no artifact) needs no
+        worker thread to be listed."""
+        return os.path.isdir(self._intent_dir(intent_id))
+
     def list(self, intent_id: str) -> list[dict[str, Any]]:
         """The intent's artifacts, oldest first; none when it made none (blocking)."""
         with self._lock:

@@ -263,6 +263,8 @@ class BrowserRegistry:
         return True
 
     async def _stop_all(self, browsers: list[_Browser], why: str) -> None:
+        if not browsers:  # the usual intent's end: no scope to open
+            return
         for browser in browsers:
             self._forget(browser)
             browser.stop(why)

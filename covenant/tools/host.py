@@ -267,6 +267,8 @@ class ToolHost:
         store = self.services.artifacts
         assert store is not None
         try:
+            if not store.may_have(intent_id):
+                return []
             return await trio.to_thread.run_sync(store.list, intent_id)
         except (ArtifactRefused, OSError) as exc:
             log.warning("artifacts of intent %s not listed: %s", intent_id, exc, extra={"intent": intent_id})
