@@ -49,10 +49,14 @@ _NOISE = ("dbus", "crashpad", "cpufreq")
 
 
 class Refusal(Exception):
-    def __init__(self, code: str, message: str) -> None:
+    """A request refused or failed: its error answer. ``browser_gone``: Chromium is gone or stuck, so the runner
+    ends after answering (``"closed": true`` in the answer), and the daemon starts a fresh browser at the next call."""
+
+    def __init__(self, code: str, message: str, *, browser_gone: bool = False) -> None:
         super().__init__(message)
         self.code = code
         self.message = message
+        self.browser_gone = browser_gone
 
 
 # -- the navigation rules (those of covenant.netpolicy and rune@web-fetch) -------------------------------
@@ -239,7 +243,7 @@ class Browser:
             while data:
                 data = data[os.write(self._commands, data):]
         except OSError:
-            raise Refusal("tool_failed", "chromium stopped reading its commands (it exited)") from None
+            raise Refusal("tool_failed", "chromium stopped reading its commands (it exited)", browser_gone=True) from None
         return self._next_id
 
     def _read(self, deadline: float) -> dict[str, Any] | None:
@@ -250,7 +254,7 @@ class Browser:
                 return None
             data = os.read(self._events, 1 << 20)
             if not data:
-                raise Refusal("tool_failed", f"chromium exited{self._last_words()}")
+                raise Refusal("tool_failed", f"chromium exited{self._last_words()}", browser_gone=True)
             self._buffer += data
         message, _, self._buffer = self._buffer.partition(b"\0")
         return json.loads(message)
@@ -271,7 +275,8 @@ class Browser:
         while True:
             message = self._read(deadline)
             if message is None:
-                raise Refusal("tool_timeout", f"chromium did not answer {method} in time")
+                # A page whose script never yields keeps Chromium from answering anything after: the browser is stuck.
+                raise Refusal("tool_timeout", f"chromium did not answer {method} in time", browser_gone=True)
             if message.get("id") == sent:
                 if "error" in message:
                     raise Refusal("tool_failed", f"{method}: {message['error'].get('message', 'failed')}")
@@ -521,8 +526,8 @@ def main() -> int:
                 deadline = time.monotonic() + float(request.get("timeout_s", 30))
                 _say({"ok": OPS[request["op"]](browser, request, deadline)})
             except Refusal as exc:
-                _say({"error": {"code": exc.code, "message": exc.message}})
-                if exc.message.startswith("chromium"):
+                _say({"error": {"code": exc.code, "message": exc.message, **({"closed": True} if exc.browser_gone else {})}})
+                if exc.browser_gone:
                     return 1
     finally:
         browser.close()

@@ -243,6 +243,12 @@ class BrowserRegistry:
             return answer["ok"]
         error = answer.get("error") if isinstance(answer, dict) else None
         if isinstance(error, dict) and error.get("code") in ERROR_CODES and isinstance(error.get("message"), str):
+            if error.get("closed") is True:  # Chromium is gone or stuck: the runner ends, the next call starts afresh
+                with trio.CancelScope(shield=True):
+                    await browser.ended.wait()
+                self._forget(browser)
+                raise ToolError(error["code"], f"{error['message'][:2000]} (the browser is closed; the next call "
+                                               "starts a fresh one)")
             raise ToolError(error["code"], error["message"][:2000])
         raise ToolError("tool_failed", "the browser runner answered something other than {ok} or {error}")
 

@@ -279,9 +279,30 @@ def test_a_killed_runner_fails_clearly_and_an_idle_browser_is_closed(site: Site)
     assert len(json.dumps(big_page, ensure_ascii=False, separators=(",", ":")).encode()) <= 64 * 1024
     alive = _chromium_of(site.daemon)
     assert alive and not {p.pid for p in alive} & {p.pid for p in killed}  # the killed browser's tree is gone, and
-    # the session's fresh browser outlives the intent…
     config = site.daemon.home / "covenant.toml"
     before = config.read_text()
+
+    # A page script that never returns: the call ends at [tools.browser] timeout_ms (live on reload), the stuck
+    # browser is closed, and the next call gets a fresh one that answers.
+    config.write_text(before.replace("[tools.browser]", "[tools.browser]\ntimeout_ms = 3000"))
+    site.daemon.cli("reload", check=True)
+    try:
+        _, (hung, waited, after) = site.run(
+            Reply.tools(ToolCall("browser-run-js", {"expression": "while (true) {}"})),
+            Reply.tools(ToolCall("browser-wait", {"selector": "#never", "timeout_ms": 200})),
+            Reply.tools(ToolCall("browser-run-js", {"expression": "6 * 7"})),
+            Reply(text="."), session="s-kill",
+        )
+    finally:
+        config.write_text(before)
+        site.daemon.cli("reload", check=True)
+    assert hung["error"]["code"] == "tool_timeout" and "next call starts a fresh one" in hung["error"]["message"], hung
+    assert waited["found"] is False, waited  # a bounded wait for what never comes
+    assert after == {"value": 42, "truncated": False}, after
+    stuck = alive
+    alive = _chromium_of(site.daemon)
+    assert alive and not {p.pid for p in alive} & {p.pid for p in stuck}, "the stuck browser was kept"
+    # the session's fresh browser outlives the intent…
     config.write_text(before.replace(f"idle_s = {_IDLE_S}", "idle_s = 1"))  # (applies to open browsers at once)
     site.daemon.cli("reload", check=True)
     try:
