@@ -281,27 +281,6 @@ def test_a_killed_runner_fails_clearly_and_an_idle_browser_is_closed(site: Site)
     assert alive and not {p.pid for p in alive} & {p.pid for p in killed}  # the killed browser's tree is gone, and
     config = site.daemon.home / "covenant.toml"
     before = config.read_text()
-
-    # A page script that never returns: the call ends at [tools.browser] timeout_ms (live on reload), the stuck
-    # browser is closed, and the next call gets a fresh one that answers.
-    config.write_text(before.replace("[tools.browser]", "[tools.browser]\ntimeout_ms = 3000"))
-    site.daemon.cli("reload", check=True)
-    try:
-        _, (hung, waited, after) = site.run(
-            Reply.tools(ToolCall("browser-run-js", {"expression": "while (true) {}"})),
-            Reply.tools(ToolCall("browser-wait", {"selector": "#never", "timeout_ms": 200})),
-            Reply.tools(ToolCall("browser-run-js", {"expression": "6 * 7"})),
-            Reply(text="."), session="s-kill",
-        )
-    finally:
-        config.write_text(before)
-        site.daemon.cli("reload", check=True)
-    assert hung["error"]["code"] == "tool_timeout" and "next call starts a fresh one" in hung["error"]["message"], hung
-    assert waited["found"] is False, waited  # a bounded wait for what never comes
-    assert after == {"value": 42, "truncated": False}, after
-    stuck = alive
-    alive = _chromium_of(site.daemon)
-    assert alive and not {p.pid for p in alive} & {p.pid for p in stuck}, "the stuck browser was kept"
     # the session's fresh browser outlives the intent…
     config.write_text(before.replace(f"idle_s = {_IDLE_S}", "idle_s = 1"))  # (applies to open browsers at once)
     site.daemon.cli("reload", check=True)
@@ -310,6 +289,31 @@ def test_a_killed_runner_fails_clearly_and_an_idle_browser_is_closed(site: Site)
     finally:
         config.write_text(before)
         site.daemon.cli("reload", check=True)
+
+    # A page script that never returns: the call ends at [tools.browser] timeout_ms (live on reload; 9 s a call with
+    # the runner's margin, room for a fresh Chromium to start on a loaded box), the stuck
+    # browser is closed, and the next call gets a fresh one that answers, under the caps of the reloaded
+    # configuration (a screenshot over screenshot_max_kb is refused, saying which key).
+    config.write_text(before.replace("[tools.browser]", "[tools.browser]\ntimeout_ms = 8000\nscreenshot_max_kb = 1"))
+    site.daemon.cli("reload", check=True)
+    try:
+        _, (hung, waited, after, too_big, closed) = site.run(
+            Reply.tools(ToolCall("browser-run-js", {"expression": "while (true) {}"})),
+            Reply.tools(ToolCall("browser-wait", {"selector": "#never", "timeout_ms": 200})),
+            Reply.tools(ToolCall("browser-run-js", {"expression": "6 * 7"})),
+            Reply.tools(ToolCall("browser-screenshot", {})),
+            Reply.tools(ToolCall("browser-close", {})),
+            Reply(text="."), session="s-hang",
+        )
+    finally:
+        config.write_text(before)
+        site.daemon.cli("reload", check=True)
+    assert hung["error"]["code"] == "tool_timeout" and "next call starts a fresh one" in hung["error"]["message"], hung
+    assert waited["found"] is False, waited  # a bounded wait for what never comes
+    assert after == {"value": 42, "truncated": False}, after
+    assert too_big["error"]["code"] == "tool_failed" and "screenshot_max_kb" in too_big["error"]["message"], too_big
+    assert closed == {"closed": True}, closed  # the fresh browser; the stuck one was gone already
+    assert not _chromium_of(site.daemon)  # nothing of either is left
     logged = site.daemon.log()
     assert "Traceback" not in logged, logged[-3000:]
 
