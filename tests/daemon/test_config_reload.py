@@ -125,8 +125,11 @@ def test_a_changed_mcp_server_table_restarts_that_server_with_its_agents_replica
     code, doc, stderr = _reload(daemon)
     assert code == 0 and doc["config"] == {"changed": ["mcp.hostile"], "needs_restart": [], "error": None}, stderr
     # The replica restarts (lazily started agents get their servers at their next dispatch).
-    wait_for(lambda: not servers() or f"--data={agent_reachable_dir}" in servers()[0]["endpoint"],
-             what="the old server to stop")
+    def old_one_gone() -> bool:
+        listed = servers()  # read once: the old server may leave the list between two reads
+        return not listed or f"--data={agent_reachable_dir}" in listed[0]["endpoint"]
+
+    wait_for(old_one_gone, what="the old server to stop")
     assert outcome_of(daemon.cli("dispatch", "b", "--agent", "chat", "--json"))["outcome"] == "ok"
     [after] = servers()
     assert after["state"] == "up" and after["endpoint"].endswith(f"--data={agent_reachable_dir}"), after
