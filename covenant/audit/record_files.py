@@ -12,15 +12,24 @@ one segment per day, a new one once a segment would pass ``segment_bytes``.
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
+from collections.abc import Callable
 from datetime import datetime, timezone
 from pathlib import Path
+from typing import Any
 
 __all__ = ["RecordFiles", "SEGMENT_BYTES", "PREFIX", "SUFFIX"]
 
-log = logging.getLogger("covenant.runtime")
+Warn = Callable[[str, dict[str, Any]], None]
+"""Reports a warning: (message, fields). The writer process passes one that sends it to the daemon."""
+
+
+def log_warning(message: str, fields: dict[str, Any]) -> None:
+    """The default :data:`Warn`: a WARNING of ``covenant.runtime`` with ``fields`` as extras."""
+    import logging  # here: the audit writer process passes its own Warn and runs without logging (issue 38)
+
+    logging.getLogger("covenant.runtime").warning(message, extra=fields)
 
 SEGMENT_BYTES = 64 * 1024 * 1024
 PREFIX = "dispatches-"
@@ -34,9 +43,10 @@ class RecordFiles:
     with a newline before appending, so one bad line never swallows the next.
     """
 
-    def __init__(self, directory: Path, *, segment_bytes: int = SEGMENT_BYTES) -> None:
+    def __init__(self, directory: Path, *, segment_bytes: int = SEGMENT_BYTES, warn: Warn = log_warning) -> None:
         self.directory = Path(directory)
         self.segment_bytes = segment_bytes
+        self._warn = warn
         self._lock = threading.Lock()
         self._fd = -1
         self._fd_path: Path | None = None
@@ -81,8 +91,7 @@ class RecordFiles:
         self._fd, self._fd_path = fd, path
         return fd
 
-    @staticmethod
-    def _end_torn_line(fd: int, path: Path) -> None:
+    def _end_torn_line(self, fd: int, path: Path) -> None:
         """If the file's last line was torn by a crash, terminate it so the next record stands alone."""
         size = os.fstat(fd).st_size
         if size == 0:
@@ -90,5 +99,5 @@ class RecordFiles:
         with open(path, "rb") as f:
             f.seek(size - 1)
             if f.read(1) != b"\n":
-                log.warning("torn dispatch record at end of file; closing it", extra={"path": str(path), "offset": size})
+                self._warn("torn dispatch record at end of file; closing it", {"path": str(path), "offset": size})
                 os.write(fd, b"\n")

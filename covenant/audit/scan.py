@@ -5,6 +5,9 @@ accepts on open what verify would reject. It walks lines of one segment at a
 time, keeps the hash chain and the last *committed* point (the end of the
 last checkpoint line), and accepts discarded bytes only where an
 ``audit.recover`` record names exactly them.
+
+Its records are NamedTuples and plain classes, not dataclasses: the audit writer process imports
+this module, and ``dataclasses`` would bring inspect, ast and dis into it (≈ 1.1 MB, issue 38).
 """
 
 from __future__ import annotations
@@ -13,7 +16,6 @@ import hashlib
 import re
 from binascii import hexlify
 from collections.abc import Iterable
-from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PublicKey
@@ -45,8 +47,7 @@ __all__ = ["Problem", "Committed", "SegmentResult", "Run", "scan_runs", "Walker"
 _LOG_ID_RE = re.compile(r"[0-9a-f]{32}")
 
 
-@dataclass(frozen=True)
-class Problem:
+class Problem(NamedTuple):
     """The first thing wrong with a log: where it is and what it is."""
 
     segment: str
@@ -59,8 +60,7 @@ class Problem:
         return f"{self.segment}: seq {seq}, byte offset {self.offset}: {self.message}"
 
 
-@dataclass(frozen=True)
-class Committed:
+class Committed(NamedTuple):
     """The chain state right after the last checkpoint line."""
 
     next_seq: int
@@ -71,17 +71,18 @@ class Committed:
     checkpoint: dict[str, Any] | None  # the checkpoint record itself
 
 
-@dataclass
 class SegmentResult:
     """What walking one segment found."""
 
-    problem: Problem | None = None
-    torn: bool = False  # the problem is an unterminated last line (a write in progress or cut short)
-    recoveries: int = 0
+    __slots__ = ("problem", "recoveries", "torn")
+
+    def __init__(self) -> None:
+        self.problem: Problem | None = None
+        self.torn = False  # the problem is an unterminated last line (a write in progress or cut short)
+        self.recoveries = 0
 
 
-@dataclass(slots=True)
-class _Last:
+class _Last(NamedTuple):
     seq: int
     segment: str
     offset: int
@@ -234,25 +235,23 @@ def scan_runs(
     return runs
 
 
-@dataclass
 class Walker:
     """Walks segments in order. ``public_key`` None skips signature checks (recovery scans)."""
 
-    public_key: Ed25519PublicKey | None
-    expected_pubkey_hex: str | None = None
-    next_seq: int = 0
-    prev: str = ZERO_HASH
-    log_id: str | None = None
-    records: int = 0
-    last: _Last | None = None
-    committed: Committed = field(default_factory=lambda: Committed(0, ZERO_HASH, 0, None, 0, None))
-    witness_seqs: frozenset[int] = frozenset()  # seqs whose committed line hashes to collect
-    witness_seen: dict[int, str] = field(default_factory=dict)
-    _witness_pending: dict[int, str] = field(default_factory=dict)
-
-    def __post_init__(self) -> None:
-        if self.public_key is not None and self.expected_pubkey_hex is None:
-            self.expected_pubkey_hex = public_key_hex(self.public_key)
+    def __init__(self, public_key: Ed25519PublicKey | None, expected_pubkey_hex: str | None = None) -> None:
+        self.public_key = public_key
+        if public_key is not None and expected_pubkey_hex is None:
+            expected_pubkey_hex = public_key_hex(public_key)
+        self.expected_pubkey_hex = expected_pubkey_hex
+        self.next_seq = 0
+        self.prev = ZERO_HASH
+        self.log_id: str | None = None
+        self.records = 0
+        self.last: _Last | None = None
+        self.committed = Committed(0, ZERO_HASH, 0, None, 0, None)
+        self.witness_seqs: frozenset[int] = frozenset()  # seqs whose committed line hashes to collect
+        self.witness_seen: dict[int, str] = {}
+        self._witness_pending: dict[int, str] = {}
 
     # -- state -----------------------------------------------------------------
 

@@ -13,11 +13,9 @@ import fcntl
 import hashlib
 import json
 import os
-import secrets
 import time
-from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import Any, Callable, NamedTuple
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
@@ -98,8 +96,9 @@ def write_atomic(path: Path, data: bytes, fsync: Callable[[int], None] = os.fsyn
     fsync_dir(path.parent, fsync)
 
 
-@dataclass
-class _State:
+class _State(NamedTuple):
+    """Where the log stands: the open segment's index and size, the next seq, the last line's hash, head.json."""
+
     index: int
     size: int
     next_seq: int
@@ -166,7 +165,7 @@ class LogFiles:
         return files
 
     def _create(self) -> None:
-        self.log_id = secrets.token_hex(16)
+        self.log_id = os.urandom(16).hex()  # what secrets.token_hex does; secrets imports random
         data = canonical_bytes({"format": FORMAT, "log": self.log_id, "pubkey": self.pubkey_hex})
         content, last_hash, head = self._lines([(GENESIS, data, timestamp())], 0, ZERO_HASH)
         self._new_segment_file(0, content)

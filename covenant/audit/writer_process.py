@@ -26,9 +26,11 @@ The protocol, in order:
 4. End of file from the daemon: the rest is written, head.json last, and the
    process exits 0.
 
-Once the log is open, this process's log records (``covenant.*``, INFO and up, e.g. a torn
-dispatch-record line it ends after a crash) go to the daemon as ``{"log": {...}}`` lines; the
-daemon writes them to its own log, in its format, with ``writer_pid``.
+What this process has to report once the log is open (a torn dispatch-record line it ends after a
+crash) goes to the daemon as a ``{"log": {...}}`` line; the daemon writes it to its own log, in its
+format, with ``writer_pid``. This process imports no ``logging`` (nor dataclasses, tempfile or
+secrets: tests/audit/test_writer_imports.py): its modules report through a ``warn`` callable, and
+every module it does not load is RSS it does not hold beside the daemon (issue 38).
 
 It dies with the daemon (PR_SET_PDEATHSIG): what it had not acknowledged was
 never promised, and a torn tail is cut on the next open.
@@ -39,7 +41,6 @@ from __future__ import annotations
 import ctypes
 import errno
 import json
-import logging
 import os
 import select
 import signal
@@ -52,7 +53,7 @@ from typing import Any, Callable
 
 from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 
-from covenant.audit.channel import DISPATCH, PROTOCOL, FrameReader, log_entry
+from covenant.audit.channel import DISPATCH, PROTOCOL, FrameReader, log_message
 from covenant.audit.errors import AuditLogError
 from covenant.audit.store import Item, LogFiles
 from covenant.audit.record_files import RecordFiles
@@ -78,25 +79,16 @@ def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
 
 
-class _LogRelay(logging.Handler):
-    """Hands this process's log records to the daemon, which writes them to its own log."""
+def _warn_daemon(sock: socket.socket) -> Callable[[str, dict[str, Any]], None]:
+    """A ``warn`` for this process's modules: the daemon logs it as a WARNING of ``covenant.runtime``."""
 
-    def __init__(self, sock: socket.socket) -> None:
-        super().__init__(logging.INFO)
-        self._sock = sock
-
-    def emit(self, record: logging.LogRecord) -> None:
+    def warn(message: str, fields: dict[str, Any]) -> None:
         try:
-            _send(self._sock, {"log": log_entry(record)})
+            _send(sock, {"log": log_message("WARNING", "covenant.runtime", message, fields)})
         except OSError:  # the daemon is gone
             pass
 
-
-def _relay_logs(sock: socket.socket) -> None:
-    logger = logging.getLogger("covenant")
-    logger.addHandler(_LogRelay(sock))
-    logger.setLevel(logging.INFO)
-    logger.propagate = False
+    return warn
 
 
 # What the queue holds: an audit record, or a dispatch record's line.
@@ -238,12 +230,12 @@ def serve(sock: socket.socket, fsync: Callable[[int], None] = os.fdatasync) -> i
     except OSError as exc:
         _send(sock, {"error": {"kind": "os", "errno": exc.errno or 0, "strerror": exc.strerror or str(exc)}})
         return 1
-    dispatches = RecordFiles(Path(hello["dispatches"])) if hello.get("dispatches") else None
+    # Its first append comes after "opened" below: the daemon's start-up reads that answer first.
+    dispatches = RecordFiles(Path(hello["dispatches"]), warn=_warn_daemon(sock)) if hello.get("dispatches") else None
     writer = _Writer(sock, files, dispatches, hello["batch_max"], hello["batch_wait_ms"] / 1000)
     opened = {"pubkey": files.pubkey_hex, "recovered": files.recovered, "sealed": files.sealed, "head": files.head}
     files.sealed = None
     _send(sock, {"opened": opened})
-    _relay_logs(sock)  # after "opened": the daemon's start-up reads that answer first
     return writer.run()
 
 
