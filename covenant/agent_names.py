@@ -9,7 +9,6 @@ the closest ids and what is loaded — never an empty answer. Pure: the caller h
 
 from __future__ import annotations
 
-import difflib
 from collections.abc import Collection, Mapping
 from os import PathLike
 
@@ -47,6 +46,8 @@ def _by_bare_name(name: str, ids: Collection[str]) -> str | None:
 
 def unknown_agent(name: str, ids: Collection[str]) -> NoAgent:
     """The error for ``name`` meaning none of ``ids``: the closest ids first, then what is loaded."""
+    import difflib  # here: only a request naming an unknown agent needs it, not an idle daemon
+
     listed = sorted(i for i in ids if not is_spawned_id(i))
     # Names are compared without their namespace: every id ends in "@local" alike, which says nothing.
     near = set(difflib.get_close_matches(name.partition("@")[0], {i.partition("@")[0] for i in listed}, cutoff=0.6))

@@ -6,7 +6,6 @@ Documented in docs/configuration.md; keep the two in step.
 
 from __future__ import annotations
 
-import difflib
 import json
 import os
 import re
@@ -630,6 +629,8 @@ def _describe(err: Any, model: type[BaseModel]) -> str:
     kind, ctx, value = err["type"], err.get("ctx") or {}, err["input"]
     got = f"got {value!r}"
     if kind == "extra_forbidden":
+        import difflib  # here: only a configuration with an unknown key needs it, not a running daemon
+
         accepted = list(model.model_fields)
         close = difflib.get_close_matches(str(err["loc"][-1]), accepted, n=1)
         hint = f"did you mean {close[0]!r}? " if close else ""

@@ -10,13 +10,10 @@ at the right level. Settings come from CLI > env > covenant.toml > default.
 
 from __future__ import annotations
 
-import errno
 import json
 import logging
-import logging.handlers
 import os
 import re
-import stat
 import sys
 import traceback
 from collections.abc import Callable, Mapping
@@ -43,7 +40,6 @@ __all__ = [
     "StructuredFormatter",
     "syslog_priority",
     "journal_stream_matches",
-    "PrivateLogFile",
 ]
 
 LEVELS: dict[str, int] = {
@@ -294,31 +290,6 @@ def journal_stream_matches(stream: IO[str], env: Mapping[str, str] | None = None
         return False
 
 
-class PrivateLogFile(logging.handlers.WatchedFileHandler):
-    """A ``file:PATH`` log target that only the daemon's uid may read: 0600, or 0640 when the file's group is the
-    daemon's own (its operators'). The log holds every agent's stderr (an agent's ``DB_PASSWORD=…`` among it)
-    and every issuer's intents; at the umask's 0644 any agent uid could read another's.
-
-    Applied at every open, the reopen after logrotate moved the file included; a file the daemon does not own
-    and that others may read is refused (fail closed), never written to.
-    """
-
-    def _open(self) -> IO[str]:
-        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC, 0o640)
-        try:
-            st = os.fstat(fd)
-            wanted = 0o640 if st.st_gid == os.getegid() else 0o600
-            if stat.S_IMODE(st.st_mode) & ~wanted:
-                if st.st_uid != os.geteuid():
-                    raise PermissionError(errno.EPERM, f"it is mode {stat.S_IMODE(st.st_mode):04o} and uid "
-                                                       f"{st.st_uid}'s: others may read it")
-                os.fchmod(fd, stat.S_IMODE(st.st_mode) & wanted)
-            return os.fdopen(fd, self.mode, encoding=self.encoding, errors=self.errors)
-        except BaseException:
-            os.close(fd)
-            raise
-
-
 def _open_handler(target: str) -> tuple[logging.Handler, IO[str] | None]:
     if target == "stderr":
         return logging.StreamHandler(sys.stderr), sys.stderr
@@ -326,6 +297,9 @@ def _open_handler(target: str) -> tuple[logging.Handler, IO[str] | None]:
         return logging.StreamHandler(sys.stdout), sys.stdout
     path = target[len("file:"):]
     try:
+        # Here: logging.handlers (with pickle, queue and socketserver's kin) only for a file target (issue 38).
+        from covenant.log_file import PrivateLogFile
+
         # WatchedFileHandler reopens the file when logrotate moves it away.
         return PrivateLogFile(path, encoding="utf-8"), None
     except OSError as exc:

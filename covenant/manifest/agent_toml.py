@@ -9,7 +9,6 @@ exists (tomllib gives lines for syntax errors only).
 
 from __future__ import annotations
 
-import difflib
 import os
 import re
 import stat
@@ -102,6 +101,8 @@ class _Checker:
         known = _KNOWN_KEYS[name]
         for key in table:
             if key not in known:
+                import difflib  # here: only a manifest with an unknown key needs it, not a running daemon
+
                 close = difflib.get_close_matches(key, known, n=1)
                 hint = f"did you mean {close[0]!r}? " if close else ""
                 self.add(

@@ -95,3 +95,32 @@ def test_probe_detects_a_heavy_import() -> None:
     """The check itself works: a module that does pull one in is caught."""
     assert "pydantic" in heavy_modules_after("import covenant.config")
     assert "click" in heavy_modules_after("import covenant.cli.dispatch_cmd", FAST_PATH_FORBIDDEN)
+
+
+# What an idle daemon logging to stderr or the journal never needs (issue 38, docs/performance.md "Memory (issue 38)"):
+# logging.handlers (and pickle with it) serves a file: log target; difflib the did-you-mean hint of a bad covenant.toml,
+# manifest or agent name. Each is imported where it is used, and must still work there.
+_IDLE_DAEMON_PROBE = """
+import json, sys
+import covenant.daemon.main, covenant.cli.daemon_cmd, covenant.logs
+from covenant.agent_names import unknown_agent
+from covenant.logs import _open_handler
+left_out = {"logging.handlers", "pickle", "difflib"}
+idle = sorted(set(sys.modules) & left_out)
+hint = unknown_agent("ecoh@local", ["echo@local"]).message
+handler, _ = _open_handler("file:" + sys.argv[1])
+handler.close()
+print(json.dumps({"idle": idle, "after": sorted(set(sys.modules) & left_out), "hint": hint,
+                  "handler": type(handler).__name__}))
+"""
+
+
+def test_the_idle_daemon_loads_log_file_and_hint_modules_only_when_used(tmp_path: Path) -> None:
+    done = subprocess.run([sys.executable, "-c", _IDLE_DAEMON_PROBE, str(tmp_path / "d.log")],
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    seen = json.loads(done.stdout)
+    assert seen["idle"] == []
+    assert seen["after"] == ["difflib", "logging.handlers", "pickle"]  # the probe sees them once they are used
+    assert "did you mean echo@local?" in seen["hint"] and seen["handler"] == "PrivateLogFile"
+    assert (tmp_path / "d.log").stat().st_mode & 0o777 in (0o600, 0o640)
