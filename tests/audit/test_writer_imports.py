@@ -1,7 +1,8 @@
 """What the audit writer process leaves out (issue 38): it runs beside the daemon for the daemon's
 whole life, so every module it loads is resident memory held twice. A real writer, started with
-``-X importtime``, opens a log, ends a torn dispatch-record line (its one warning) and writes: none of
-these modules may be imported on the way, however lazily.
+``-X importtime``, opens a log, ends a torn dispatch-record line (its one warning, which reaches the
+daemon's log with the writer's pid) and writes: none of these modules may be imported on the way,
+however lazily.
 """
 
 from __future__ import annotations
@@ -50,5 +51,6 @@ async def test_the_writer_process_imports_only_what_it_uses(
     # Without logging it still reports the torn line, and the daemon logs it with the writer's pid.
     [line] = [r for r in seen if r.getMessage() == "torn dispatch record at end of file; closing it"]
     assert (line.name, line.levelno, line.writer_pid) == ("covenant.runtime", logging.WARNING, writer_pid)  # type: ignore[attr-defined]
+    assert line.path == str(torn) and line.offset == 24  # type: ignore[attr-defined]
     assert torn.read_bytes() == b'{"intent_id": "cut short\n{"intent_id": "next"}\n'
     assert verify_log(tmp_path / "log", key.public_key()).ok

@@ -11,7 +11,6 @@ import socket
 import subprocess
 import sys
 import time
-from datetime import datetime, timezone
 from pathlib import Path
 
 import pytest
@@ -24,7 +23,6 @@ from covenant.audit.reader import Entry, iter_records
 from covenant.audit.verify import verify_log
 from covenant.audit.writer import WRITER_COMMAND, AuditLog
 from covenant.config import AuditConfig
-from covenant.audit.record_files import PREFIX, SUFFIX
 from tests.processes import alive, wait_gone
 
 
@@ -195,28 +193,6 @@ def test_a_writer_of_another_protocol_refuses_to_write(tmp_path: Path, key: Ed25
         assert writer.wait(30) == 1
     assert "protocol" in answer["error"]["message"] and "restart the daemon" in answer["error"]["message"]
     assert not (tmp_path / "log").exists()  # nothing was opened, locked or written
-
-
-async def test_the_writers_log_lines_reach_the_daemons_log(tmp_path: Path, key: Ed25519PrivateKey) -> None:
-    """The torn dispatch-record line a writer ends after a crash is logged by the daemon, with its pid."""
-    dispatches = tmp_path / "dispatches"
-    dispatches.mkdir()
-    torn = dispatches / f"{PREFIX}{datetime.now(timezone.utc):%Y%m%d}-0000{SUFFIX}"
-    torn.write_bytes(b'{"intent_id": "cut short')
-    seen: list[logging.LogRecord] = []
-    handler = logging.Handler()
-    handler.emit = seen.append  # type: ignore[method-assign]
-    logging.getLogger("covenant").addHandler(handler)
-    try:
-        async with AuditLog.open(tmp_path / "log", key, AuditConfig(), dispatches=dispatches) as log:
-            [writer_pid] = log.process_ids
-            await log.record_many([("agent.exited", {"n": 1})], dispatch_record=b'{"intent_id": "next"}\n')
-    finally:
-        logging.getLogger("covenant").removeHandler(handler)
-    [line] = [r for r in seen if r.getMessage() == "torn dispatch record at end of file; closing it"]
-    assert (line.name, line.levelno) == ("covenant.runtime", logging.WARNING)
-    assert line.path == str(torn) and line.offset == 24 and line.writer_pid == writer_pid  # type: ignore[attr-defined]
-    assert torn.read_bytes() == b'{"intent_id": "cut short\n{"intent_id": "next"}\n'
 
 
 def test_a_log_message_from_the_writer_cannot_break_the_daemons_logging() -> None:
