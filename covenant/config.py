@@ -474,7 +474,8 @@ class BrowserToolConfig(_Section):
     max_per_agent: int = Field(2, gt=0, le=64, description="browsers one agent may have open at once")
     timeout_ms: int = Field(30_000, gt=0, le=600_000, description="one browser tool call, starting the browser "
                             "included, never past the intent's deadline")
-    text_max_chars: int = Field(100_000, gt=0, le=700_000, description="most characters read-page and run-js return")
+    text_max_chars: int = Field(60_000, gt=0, le=65_536, description="most characters read-page and run-js return "
+                                "(kept under the 64 KiB result cap, which cuts them further)")
     screenshot_max_kb: int = Field(700, gt=0, le=700, description="largest screenshot PNG, KiB (it crosses the "
                                    "runner's 1 MiB stdout as base64)")
 

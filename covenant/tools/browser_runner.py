@@ -249,8 +249,9 @@ class Browser:
     def _read(self, deadline: float) -> dict[str, Any] | None:
         """The next message, or None at ``deadline``; raise when Chromium is gone."""
         while b"\0" not in self._buffer:
-            left = deadline - time.monotonic()
-            if left <= 0 or not select.select([self._events], [], [], left)[0]:
+            # At or past the deadline this still takes what has already arrived: pump(now) between calls must
+            # drain the pipe, or the main loop's select finds it readable again at once and spins.
+            if not select.select([self._events], [], [], max(0.0, deadline - time.monotonic()))[0]:
                 return None
             data = os.read(self._events, 1 << 20)
             if not data:
@@ -454,8 +455,10 @@ OPS = {"navigate": _navigate, "read": _read_page, "click": _click, "type": _type
 
 
 def _say(document: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(document, ensure_ascii=False, separators=(",", ":")) + "\n")
-    sys.stdout.flush()
+    """One answer line. A page's text may hold lone surrogates (half an emoji built in JS): replaced, not fatal."""
+    line = json.dumps(document, ensure_ascii=False, separators=(",", ":")) + "\n"
+    sys.stdout.buffer.write(line.encode("utf-8", "replace"))
+    sys.stdout.buffer.flush()
 
 
 class Lines:
@@ -529,6 +532,8 @@ def main() -> int:
                 _say({"error": {"code": exc.code, "message": exc.message, **({"closed": True} if exc.browser_gone else {})}})
                 if exc.browser_gone:
                     return 1
+            except Exception as exc:  # a page this runner did not foresee: that call fails, the browser stays
+                _say({"error": {"code": "tool_failed", "message": f"{type(exc).__name__}: {str(exc)[:2000]}"}})
     finally:
         browser.close()
 

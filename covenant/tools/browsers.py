@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import time
 from dataclasses import dataclass, field
 from typing import Any
@@ -28,7 +29,7 @@ from covenant.runtime.run_state import RunState
 from covenant.runtime.runner import Runner
 from covenant.runtime.tool_files import ToolFiles
 from covenant.runtime.toolrun import ToolRun
-from covenant.tools.result import ERROR_CODES, ToolError
+from covenant.tools.result import ToolError, runner_answer
 from covenant.tools.runner_python import RunnerCommand
 
 __all__ = ["BrowserKey", "BrowserRegistry"]
@@ -56,9 +57,22 @@ class _Browser:
     lock: trio.Lock = field(default_factory=trio.Lock)
     """One request at a time: the runner answers in order, one line each."""
 
+    stop_reason: str | None = None
+    """Why it was stopped, kept so that a stop that comes while the runner is still being spawned takes
+    effect as soon as it runs (:meth:`started_as`)."""
+
     def stop(self, why: str) -> None:
+        self.stop_reason = self.stop_reason or why
         if self.state is not None:
             self.state.decide("cancelled", why)
+
+    def started_as(self, state: RunState) -> None:
+        """The runner runs as ``state``; stopped at once when a stop came first."""
+        state.keep_stdin_open = True
+        self.state = state
+        if self.stop_reason is not None:
+            state.decide("cancelled", self.stop_reason)
+        self.started.set()
 
     def why_ended(self) -> str:
         record = self.record
@@ -94,8 +108,7 @@ class BrowserRegistry:
         self.config = config
         if started_with:
             for browser in list(self._browsers.values()):
-                self._forget(browser)
-                browser.stop("[tools.browser] changed by a reload")
+                self._close(browser, "[tools.browser] changed by a reload")
 
     def count(self, agent_id: str) -> int:
         """The agent's browsers still running."""
@@ -104,6 +117,11 @@ class BrowserRegistry:
     def _forget(self, browser: _Browser) -> None:
         if self._browsers.get(browser.key) is browser:
             del self._browsers[browser.key]
+
+    def _close(self, browser: _Browser, why: str) -> None:
+        """Stop ``browser`` and take it out of the registry: the next call of its key starts a fresh one."""
+        self._forget(browser)
+        browser.stop(why)
 
     @staticmethod
     def key(agent_id: str, session_id: str | None, intent_id: str) -> BrowserKey:
@@ -149,13 +167,10 @@ class BrowserRegistry:
         # runner sets RLIMIT_DATA on Chromium (never RLIMIT_AS: Chromium reserves far more address space than it
         # uses and would not start). The class's nice and CPU group still apply.
         run_id = f"{intent_id}:browser:{self._started}"
-        files = self.runner.tool_confinement.where_possible(ToolFiles(read_only=backend.read_only))
+        # Chromium's own folder too: one installed outside the system's (/opt/google/chrome) must be executable.
+        chromium_dir = os.path.dirname(os.path.realpath(str(start["chromium"])))
+        files = self.runner.tool_confinement.where_possible(ToolFiles(read_only=(*backend.read_only, chromium_dir)))
         first = json.dumps(start, separators=(",", ":")).encode() + b"\n"
-
-        def on_started(state: RunState) -> None:
-            state.keep_stdin_open = True
-            browser.state = state
-            browser.started.set()
 
         async def supervise() -> None:
             try:
@@ -163,7 +178,8 @@ class BrowserRegistry:
                     nursery.start_soon(self._idle_watch, browser)
                     browser.record = await self.runner.run_tool(
                         agent, backend.prefix, first, run_id=run_id, wall_ms=config.lifetime_s * 1000,
-                        network=config.network, on_started=on_started, files=files, memory_mb=config.memory_mb,
+                        network=config.network, on_started=browser.started_as, files=files, memory_mb=config.memory_mb,
+                        priority="normal",  # it outlives the intent that started it: its class's nice, no offset
                     )
                     nursery.cancel_scope.cancel()
             finally:
@@ -181,10 +197,9 @@ class BrowserRegistry:
                 raise ToolError("tool_unavailable", f"the browser could not be started: {browser.why_ended()}")
             await self._answer(browser, min(ends, trio.current_time() + _START_S))
         except BaseException:
-            browser.stop("it did not start")
+            self._close(browser, "it did not start")  # also while it is still being spawned (_Browser.started_as)
             with trio.CancelScope(shield=True):
                 await browser.ended.wait()
-            self._forget(browser)
             raise
         finally:
             browser.lock.release()
@@ -196,8 +211,7 @@ class BrowserRegistry:
         while True:
             idle_until = browser.last_used + self.config.idle_s
             if trio.current_time() >= idle_until and not browser.lock.locked():
-                browser.stop(f"no call for [tools.browser] idle_s = {self.config.idle_s} s")
-                self._forget(browser)
+                self._close(browser, f"no call for [tools.browser] idle_s = {self.config.idle_s} s")
                 return
             # at least once a second: a reload may shorten idle_s
             await trio.sleep_until(max(min(idle_until, trio.current_time() + 1.0), trio.current_time() + 0.05))
@@ -229,7 +243,7 @@ class BrowserRegistry:
                 await self._ended(browser)
         if scope.cancelled_caught:
             # The runner is mid-request: its answer would be read as the next call's. A fresh browser is next.
-            browser.stop("a call ran out of time")
+            self._close(browser, "a call ran out of time")
             raise ToolError("tool_timeout", "the browser did not answer in time (it is closed; the next call starts a "
                                             "fresh one)")
         line, _, rest = bytes(state.stdout).partition(b"\n")
@@ -237,20 +251,17 @@ class BrowserRegistry:
         try:
             answer = json.loads(line)
         except ValueError:
-            browser.stop("it answered something other than JSON")
+            self._close(browser, "it answered something other than JSON")
             raise ToolError("tool_failed", "the browser runner answered something other than JSON") from None
-        if isinstance(answer, dict) and isinstance(answer.get("ok"), dict):
-            return answer["ok"]
         error = answer.get("error") if isinstance(answer, dict) else None
-        if isinstance(error, dict) and error.get("code") in ERROR_CODES and isinstance(error.get("message"), str):
-            if error.get("closed") is True:  # Chromium is gone or stuck: the runner ends, the next call starts afresh
-                with trio.CancelScope(shield=True):
-                    await browser.ended.wait()
-                self._forget(browser)
-                raise ToolError(error["code"], f"{error['message'][:2000]} (the browser is closed; the next call "
-                                               "starts a fresh one)")
-            raise ToolError(error["code"], error["message"][:2000])
-        raise ToolError("tool_failed", "the browser runner answered something other than {ok} or {error}")
+        if isinstance(error, dict) and error.get("closed") is True:  # Chromium gone or stuck: the runner ends
+            self._forget(browser)
+            with trio.CancelScope(shield=True):
+                await browser.ended.wait()
+            error = {**error, "message": f"{str(error.get('message'))[:1900]} (the browser is closed; the next call "
+                                         "starts a fresh one)"}
+            answer = {"error": error}
+        return runner_answer(answer, "browser runner")
 
     async def _ended(self, browser: _Browser) -> None:
         with trio.CancelScope(shield=True):
@@ -260,10 +271,10 @@ class BrowserRegistry:
 
     async def close(self, key: BrowserKey) -> bool:
         """Stop the key's browser and wait until its whole tree is gone; False when it had none."""
-        browser = self._browsers.pop(key, None)
+        browser = self._browsers.get(key)
         if browser is None:
             return False
-        browser.stop("closed by browser-close")
+        self._close(browser, "closed by browser-close")
         with trio.CancelScope(shield=True):
             await browser.ended.wait()
         return True
@@ -272,8 +283,7 @@ class BrowserRegistry:
         if not browsers:  # the usual intent's end: no scope to open
             return
         for browser in browsers:
-            self._forget(browser)
-            browser.stop(why)
+            self._close(browser, why)
         with trio.CancelScope(shield=True):
             for browser in browsers:
                 await browser.ended.wait()

@@ -23,6 +23,7 @@ __all__ = [
     "RESULT_MAX_BYTES",
     "model_content",
     "capped",
+    "runner_answer",
 ]
 
 RESULT_MAX_BYTES = 64 * 1024
@@ -157,3 +158,15 @@ def capped(content: Any) -> ToolResult:
             f"the tool's result is {size} bytes of JSON, over the {RESULT_MAX_BYTES}-byte cap; ask for less",
         )
     return ToolResult.success(content)
+
+
+def runner_answer(answer: object, runner: str) -> dict[str, Any]:
+    """The ``ok`` document of a runner script's answer line (``{"ok": {...}}``), or its ``{"error": {"code",
+    "message"}}`` raised as that ToolError (a known code only, the message cut at 2,000 characters); anything
+    else is ``tool_failed`` naming ``runner`` (the media runner, the browser runner)."""
+    if isinstance(answer, dict) and isinstance(answer.get("ok"), dict):
+        return answer["ok"]
+    error = answer.get("error") if isinstance(answer, dict) else None
+    if isinstance(error, dict) and error.get("code") in ERROR_CODES and isinstance(error.get("message"), str):
+        raise ToolError(error["code"], error["message"][:2000])
+    raise ToolError("tool_failed", f"the {runner} answered something other than {{ok}} or {{error}}")

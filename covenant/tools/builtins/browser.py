@@ -88,7 +88,8 @@ async def _navigate(call: BuiltinCall) -> dict[str, Any]:
         parsed = httpx.URL(url)
     except httpx.InvalidURL as exc:
         raise ToolError("invalid_arguments", f"url is not a URL: {exc}") from None
-    await checked_addresses(parsed, AddressPolicy.from_config(limits.allow), limits.network, "[tools.browser]")
+    await checked_addresses(parsed, AddressPolicy.from_config(limits.allow), limits.network, "[tools.browser]",
+                            "[tools.browser] network")
     return await _request(call, {"op": "navigate", "url": url})
 
 

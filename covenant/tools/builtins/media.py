@@ -26,7 +26,7 @@ from covenant.tools.builtins.base import Builtin, BuiltinCall
 from covenant.tools.builtins.images import ask_about_image, read_image
 from covenant.tools.media_backend import media_backend, media_problem, program
 from covenant.tools.runner_python import RunnerCommand
-from covenant.tools.result import ERROR_CODES, ToolError
+from covenant.tools.result import ToolError, runner_answer
 
 __all__ = ["TOOLS"]
 
@@ -85,13 +85,7 @@ async def _run(call: BuiltinCall, request: dict[str, Any]) -> dict[str, Any]:
             raise ToolError("tool_unavailable", f"the media runner could not be started: {run.error}")
         case _:
             raise ToolError("tool_failed", f"the media runner was stopped ({run.outcome}): {run.error}")
-    answer = run.result
-    if isinstance(answer, dict) and isinstance(answer.get("ok"), dict):
-        return answer["ok"]
-    error = answer.get("error") if isinstance(answer, dict) else None
-    if isinstance(error, dict) and error.get("code") in ERROR_CODES and isinstance(error.get("message"), str):
-        raise ToolError(error["code"], error["message"][:2000])
-    raise ToolError("tool_failed", "the media runner answered something other than {ok} or {error}")
+    return runner_answer(run.result, "media runner")
 
 
 def _programs(config: Config, *names: str) -> dict[str, str]:

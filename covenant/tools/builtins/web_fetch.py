@@ -64,13 +64,14 @@ async def _addresses(host: str, port: int) -> list[str]:
     return list(dict.fromkeys(str(info[4][0]) for info in infos))
 
 
-async def checked_addresses(url: httpx.URL, policy: AddressPolicy, network: str, table: str = "[tools.web_fetch]") -> list[str]:
+async def checked_addresses(url: httpx.URL, policy: AddressPolicy, network: str, table: str = "[tools.web_fetch]",
+                            network_key: str = "[resources] network") -> list[str]:
     """The addresses to connect to for ``url``; raise ``address_refused`` when any of them is refused.
 
-    ``table`` names the config table whose ``allow`` lists exceptions: the browser's navigations are judged
-    here too (:mod:`covenant.tools.builtins.browser`)."""
+    ``table`` names the config table whose ``allow`` lists exceptions, ``network_key`` the setting ``network``
+    comes from: the browser's navigations are judged here too (:mod:`covenant.tools.builtins.browser`)."""
     if network == "off":
-        raise ToolError("address_refused", "this agent's network is off ([resources] network = \"off\"); it may fetch nothing")
+        raise ToolError("address_refused", f"the network is off ({network_key} = \"off\"); nothing may be fetched")
     if url.scheme not in ("http", "https"):
         raise ToolError("address_refused", f"only http and https URLs can be fetched, not {url.scheme or 'a relative URL'}")
     host = url.host
@@ -91,7 +92,7 @@ async def checked_addresses(url: httpx.URL, policy: AddressPolicy, network: str,
     if url.scheme == "http" and network != "full" and not (listed or all(policy.listed(a) for a in addresses)):
         raise ToolError(
             "address_refused",
-            f"{url}: this agent's network is outbound-https-only, so http is refused (use https, or list the host "
+            f"{url}: {network_key} is outbound-https-only, so http is refused (use https, or list the host "
             f"in {table} allow)",
         )
     return addresses
