@@ -88,7 +88,8 @@ async def bench(runs: int, base: Path) -> dict[str, tuple[float, float]]:
             network = "full" if runner is host else "off"
             start = time.perf_counter()
             run = await runner.run_tool(spec, ("/usr/bin/python3", str(package / "tool.py")), b"{}\n",
-                                        run_id=f"bench:tool:{uuid.uuid4().hex[:12]}", wall_ms=10_000, network=network)
+                                        run_id=f"bench:tool:{uuid.uuid4().hex[:12]}", wall_ms=10_000, network=network,
+                                        priority="normal")
             elapsed = time.perf_counter() - start
             assert run.outcome == "ok", run
             return elapsed

@@ -19,7 +19,7 @@ from datetime import datetime, timezone
 from pathlib import Path
 from typing import Any
 
-__all__ = ["RecordFiles", "SEGMENT_BYTES", "PREFIX", "SUFFIX"]
+__all__ = ["RecordFiles", "Warn", "log_warning", "SEGMENT_BYTES", "PREFIX", "SUFFIX"]
 
 Warn = Callable[[str, dict[str, Any]], None]
 """Reports a warning: (message, fields). The writer process passes one that sends it to the daemon."""

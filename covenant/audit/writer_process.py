@@ -56,7 +56,7 @@ from cryptography.hazmat.primitives.asymmetric.ed25519 import Ed25519PrivateKey
 from covenant.audit.channel import DISPATCH, PROTOCOL, FrameReader, log_message
 from covenant.audit.errors import AuditLogError
 from covenant.audit.store import Item, LogFiles
-from covenant.audit.record_files import RecordFiles
+from covenant.audit.record_files import RecordFiles, Warn
 
 __all__ = ["main", "serve"]
 
@@ -79,7 +79,7 @@ def _send(sock: socket.socket, message: dict[str, Any]) -> None:
     sock.sendall(json.dumps(message, separators=(",", ":")).encode() + b"\n")
 
 
-def _warn_daemon(sock: socket.socket) -> Callable[[str, dict[str, Any]], None]:
+def _warn_daemon(sock: socket.socket) -> Warn:
     """A ``warn`` for this process's modules: the daemon logs it as a WARNING of ``covenant.runtime``."""
 
     def warn(message: str, fields: dict[str, Any]) -> None:

@@ -39,7 +39,7 @@ async def status_document(daemon: Daemon) -> dict[str, Any]:
         "isolation": daemon.isolation.mode,
         "isolation_detail": daemon.isolation.to_json(),
         "tool_files": daemon.runner.tool_confinement.to_json(),
-        "cpu_share": daemon.runner.plans.cpu_share(),
+        "cpu_share": groups.to_json() if (groups := daemon.runner.plans.cpu_groups) else None,
         "agents": {"loaded": sorted(daemon.agents.loaded.agents), "withdrawn": sorted(daemon.agents.loaded.withdrawn),
                    "snapshot": {agent_id: str(path) for agent_id, path in sorted(daemon.agents.loaded.snapshots.items())},
                    "stopped": sorted(daemon.agents.stopped)},

@@ -102,7 +102,8 @@ class TestAttempts:
         trajectory.attempts += 1
         number = trajectory.attempts
         run_id = f"{intent.intent_id}:attempt:{number}:{secrets.token_hex(4)}"
-        result = await run_attempt(self.tools.services, intent.agent, run_id, code, task.test_suite, intent.deadline)
+        result = await run_attempt(self.tools.services, intent.agent, run_id, code, task.test_suite, intent.deadline,
+                                   intent.priority)
         if result.tests_passed:
             trajectory.passed_code = code
         record = {

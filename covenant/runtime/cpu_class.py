@@ -33,8 +33,9 @@ from pathlib import Path
 from typing import NamedTuple
 
 from covenant.config import RuneConfig
+from covenant.runtime.hostnet import table_name
 
-__all__ = ["CpuGroups", "PRIORITY_OFFSET", "ResourceClass", "combined_nice", "group_parent_name", "resource_class"]
+__all__ = ["CpuGroups", "PRIORITY_OFFSET", "ResourceClass", "combined_nice", "resource_class"]
 
 log = logging.getLogger("covenant.runtime")
 
@@ -66,11 +67,6 @@ def resource_class(rune: RuneConfig, profile: str) -> ResourceClass:
 def combined_nice(base: int, priority: str) -> int:
     """``base`` (a class's nice, 0 without one) moved by ``priority``'s offset, clamped to the kernel's -20..19."""
     return max(-20, min(19, base + PRIORITY_OFFSET[priority]))
-
-
-def group_parent_name(home_key: str) -> str:
-    """``covenant_<10 hex>``: the parent of a home's agent groups, named like its nftables table."""
-    return "covenant_" + hashlib.sha256(home_key.encode()).hexdigest()[:10]
 
 
 def _group_name(agent_id: str) -> str:
@@ -155,12 +151,15 @@ class CpuGroups:
 
     @classmethod
     def open(cls, home_key: str) -> "CpuGroups":
-        """Find a writable CPU controller and remove what a killed daemon of this home left (blocking; call
-        once at the daemon's start). Nothing is made before an agent's first launch."""
-        parent, version, problem = _find_controller(group_parent_name(home_key))
+        """Find a writable CPU controller (on cgroup v2 enabling ``cpu`` for the daemon's own group's children)
+        and remove what a killed daemon of this home left (blocking; call once at the daemon's start). No
+        group is made before an agent's first launch. Without a controller (the shipped systemd unit's
+        ``ProtectControlGroups=yes``, for one) Rune agents get nice only: logged at info, and
+        ``covenant status`` says why (``cpu_share``)."""
+        parent, version, problem = _find_controller(table_name(home_key))  # named like the home's nftables table
         groups = cls(parent, version, problem)
         if parent is None:
-            log.warning("agents get no CPU share, only nice", extra={"detail": problem})
+            log.info("Rune agents get no CPU share, only nice", extra={"detail": problem})
             return groups
         stale = groups._remove_all()
         if stale:

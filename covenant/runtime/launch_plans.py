@@ -142,7 +142,7 @@ class LaunchPlans:
     ) -> None:
         self.config = config
         self.rune = rune or RuneConfig()
-        """``[rune]``: the classes of ``resource_profile`` (a reload replaces it with the new config's)."""
+        """``[rune]``: the classes of ``resource_profile``, fixed for the daemon's life (``[rune]`` changes need a restart)."""
         self.cpu_groups = cpu_groups
         """The agents' CPU groups (the daemon's); None: nice only (``covenant run``)."""
         self.isolation = isolation
@@ -187,12 +187,6 @@ class LaunchPlans:
         if found is None or self.cpu_groups is None:
             return None
         return self.cpu_groups.procs_file(agent.id, found.cpu_cores)
-
-    def cpu_share(self) -> dict[str, object]:
-        """Where Rune agents' CPU shares are enforced (``covenant status``: ``cpu_share``), or why they are not."""
-        if self.cpu_groups is None:
-            return {"controller": None, "parent": None, "problem": "this process keeps no CPU groups (covenant run): nice only"}
-        return self.cpu_groups.to_json()
 
     def limits(self, agent: AgentSpec, priority: str | None = None) -> dict[str, Any]:
         """The limits a run of ``agent`` at ``priority`` (default: the manifest's) is held to, as its record

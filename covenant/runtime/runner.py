@@ -387,7 +387,7 @@ class Runner:
         cwd: str | None = None,
         on_started: Callable[[RunState], None] | None = None,
         files: ToolFiles | None = None,
-        priority: str = "normal",
+        priority: str,
         memory_mb: int | None = None,
     ) -> ToolRun:
         """Run a process tool of ``agent`` once: ``document`` on stdin, one JSON document expected on stdout.
@@ -486,9 +486,13 @@ class Runner:
             # On the loop even while others run: on a thread the spawn's Python shares the GIL with the
             # loop anyway, and the hand-offs cost more than the vfork wait they spare the loop (16
             # concurrent clients: 2-7 % more dispatches per s, 7-11 % less CPU; docs/performance.md).
+            # Not a process of a CPU group (a Rune agent's tool): moving it there is a cgroup.procs write,
+            # which now and then waits ≈ 10 ms for the kernel (docs/security.md, "CPU groups").
+            launch = partial(self._launch, agent, marker, argv, scratch, cpu_ms, creds, namespaces, network,
+                             cwd, ruleset.fd if ruleset is not None else -1, priority)
             try:
-                made, launched = self._launch(agent, marker, argv, scratch, cpu_ms, creds, namespaces, network, cwd,
-                                              ruleset.fd if ruleset is not None else -1, priority)
+                grouped = self.plans.cpu_groups is not None and self.plans.resource_class(agent) is not None
+                made, launched = await self._launch_threads.run(launch) if grouped else launch()
             finally:
                 if ruleset is not None:
                     self.tool_confinement.release(ruleset)

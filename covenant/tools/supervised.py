@@ -91,7 +91,7 @@ class ProcessRegistry:
         return process
 
     async def start(
-        self, agent: AgentSpec, intent_id: str, command: str, cwd: str, wall_ms: int, shell: str
+        self, agent: AgentSpec, intent_id: str, command: str, cwd: str, wall_ms: int, shell: str, priority: str
     ) -> Supervised:
         """Start ``command`` and return once it runs (or failed to start)."""
         mine = self._by_agent.setdefault(agent.id, {})
@@ -118,7 +118,7 @@ class ProcessRegistry:
                 process.record = await self.runner.run_tool(
                     agent, (shell, "-c", command), b"", run_id=f"{intent_id}:process:{process.id}",
                     wall_ms=wall_ms, network=self.network, cwd=cwd, on_started=on_started,
-                    files=self.runner.tool_confinement.where_possible(ToolFiles(read_write=(cwd,))),
+                    files=self.runner.tool_confinement.where_possible(ToolFiles(read_write=(cwd,))), priority=priority,
                 )
             finally:
                 if process.record is None:

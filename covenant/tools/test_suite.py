@@ -102,7 +102,7 @@ _STOPPED = {"timeout", "cpu_exceeded", "memory_exceeded", "disk_exceeded", "outp
 
 
 async def run_attempt(services: ToolServices, agent: AgentSpec, run_id: str, code: str, test_suite: str,
-                      ends: float) -> AttemptResult:
+                      ends: float, priority: str) -> AttemptResult:
     """Run ``code`` with ``test_suite`` once as ``agent`` (see the module docstring); ``ends`` is the intent's
     deadline (trio time). Never raises for a fault of the code."""
     config = services.config
@@ -117,7 +117,7 @@ async def run_attempt(services: ToolServices, agent: AgentSpec, run_id: str, cod
     async with services.run_slot(agent.id):
         run = await services.runner.run_tool(
             agent, (config.runtime.python3, "-I", "-"), script, run_id=run_id, wall_ms=wall_ms,
-            network="off", cwd=root, files=files,
+            network="off", cwd=root, files=files, priority=priority,
         )
     limit = config.tools.shell_exec.output_max_bytes
     stopped = run.outcome if run.outcome in _STOPPED else None

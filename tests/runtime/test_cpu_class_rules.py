@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 
 from covenant.config import Config, RuneConfig
-from covenant.runtime.cpu_class import CpuGroups, _group_name, combined_nice, group_parent_name, resource_class
+from covenant.runtime.cpu_class import CpuGroups, _group_name, combined_nice, resource_class
+from covenant.runtime.hostnet import table_name
 
 
 @pytest.mark.parametrize(("base", "priority", "nice"), [
@@ -30,8 +31,9 @@ def test_group_names_never_leave_the_parent() -> None:
     for hostile in ("../../escape", "a/b", "..", ".", "x\nnewline", "", "é@local"):
         name = _group_name(hostile)
         assert name.startswith("agent_") and "/" not in name and len(name) == 22, hostile
-    assert group_parent_name("/a/state") != group_parent_name("/b/state")
-    assert group_parent_name("/a/state").startswith("covenant_") and len(group_parent_name("/a/state")) == 19
+    # The groups' parent is named like the home's nftables table: one per home.
+    assert table_name("/a/state") != table_name("/b/state")
+    assert table_name("/a/state").startswith("covenant_") and len(table_name("/a/state")) == 19
 
 
 def test_without_a_controller_there_is_no_group_and_no_error() -> None:

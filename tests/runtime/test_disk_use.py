@@ -296,7 +296,7 @@ async def test_a_tool_run_is_held_to_its_workspaces_growth_not_to_what_it_held_b
 
     async def tool(megabytes: int):  # type: ignore[no-untyped-def]
         return await runner.run_tool(agent, [*argv, str(megabytes)], b"{}\n", run_id=f"tool-{megabytes}",
-                                     wall_ms=30_000, network="off", cwd=str(workspace))
+                                     wall_ms=30_000, network="off", cwd=str(workspace), priority="normal")
 
     small = await tool(2)
     assert small.outcome == "ok" and small.result == {"wrote": 2}, small.error

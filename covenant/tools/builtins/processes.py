@@ -32,7 +32,8 @@ async def _start(call: BuiltinCall) -> dict[str, Any]:
         raise ToolError("tool_timeout", "the intent has no time left to run a process")
     workspace = await trio.to_thread.run_sync(call.services.workspace, call.ctx.agent.id)
     process = await call.services.processes.start(
-        call.ctx.agent, call.ctx.intent_id, call.arguments["command"], str(workspace.root), left_ms, SHELL
+        call.ctx.agent, call.ctx.intent_id, call.arguments["command"], str(workspace.root), left_ms, SHELL,
+        call.ctx.priority,
     )
     return {"id": process.id, "running": process.running, "pid": process.state.launched.pid if process.state else None}
 
