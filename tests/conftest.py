@@ -182,3 +182,22 @@ def fake_model_factory() -> Iterator[Callable[..., FakeModelServer]]:
 def fake_model(fake_model_factory: Callable[..., FakeModelServer]) -> FakeModelServer:
     """One scripted fake OpenAI/Anthropic server on 127.0.0.1 (see tests/fakes/model_server.py)."""
     return fake_model_factory()
+
+
+_LOG_TAIL_CHARS = 6000
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Iterator[None]:
+    """A failed test's report carries the tail of each daemon log its fixtures hold (a daemon, or a set-up with
+    a ``daemon``), since CI keeps no temp files: the reason a daemon exited 1 is only in its log."""
+    report = yield
+    if report.failed:
+        for name, value in getattr(item, "funcargs", {}).items():
+            daemon = value if hasattr(value, "log_path") else getattr(value, "daemon", None)
+            log_path = getattr(daemon, "log_path", None)
+            if isinstance(log_path, Path) and log_path.is_file():
+                text = log_path.read_text(errors="replace")
+                report.sections.append((f"daemon log of {name} ({report.when}, last {_LOG_TAIL_CHARS} chars)",
+                                        text[-_LOG_TAIL_CHARS:]))
+    return report

@@ -248,7 +248,7 @@ def test_the_host_loopback_is_never_reached_and_an_intent_browser_ends_with_its_
     assert direct["error"]["code"] == "address_refused" and "loopback" in direct["error"]["message"]
     assert redirected["error"]["code"] == "address_refused", redirected
     assert f"127.0.0.1:{port}" in redirected["error"]["message"] and "[tools.browser] allow" in redirected["error"]["message"]
-    assert scripted["value"].startswith("refused: "), scripted
+    assert str(scripted.get("value")).startswith("refused: "), scripted
     assert other["error"]["code"] == "address_refused" and "http and https" in other["error"]["message"]
     _trap_untouched(site.trap)
     assert not _chromium_of(site.daemon)  # no session: the browser ended with the intent
