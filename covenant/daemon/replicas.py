@@ -68,6 +68,7 @@ class ReplicaSupervisor:
         self.sessions = SessionKeeper(state_dir / "sessions", session_key, audit=audit,
                                       suspicious=config.rune.suspicious)
         self.spares = SpareReplicas(runner, warm=config.rune.warm)
+        self._cpu_groups = runner.plans.cpu_groups
         self.process = ReplicaProcess(state_dir=state_dir, config=config, skills_dir=skills_dir, runner=runner,
                                       calls=calls, offered_tools=offered_tools, sessions=self.sessions,
                                       spares=self.spares)
@@ -154,7 +155,8 @@ class ReplicaSupervisor:
         return self.ensure(agent, package)
 
     async def reconcile(self, packages: dict[str, tuple[AgentSpec, RunePackage]], *, eager: bool) -> None:
-        """After a reload: stop replicas of removed agents, drain and replace those whose package changed."""
+        """After a reload: stop replicas of removed agents (and remove their CPU groups), drain and replace those
+        whose package changed."""
         self._latest = dict(packages)
         for agent_id, replica in list(self.replicas.items()):
             current = packages.get(agent_id)
@@ -164,6 +166,8 @@ class ReplicaSupervisor:
             await self.stop(agent_id, keep_spare=current is not None and (running or eager))
             if self.replicas.get(agent_id) is replica:  # an invoke may have put its successor there meanwhile
                 del self.replicas[agent_id]
+            if current is None and self._cpu_groups is not None:  # withdrawn: its CPU group goes too
+                await trio.to_thread.run_sync(self._cpu_groups.forget, agent_id)
             if current is not None and (running or eager):
                 if running:
                     self._restarted(agent_id, "reload")

@@ -13,8 +13,9 @@ enforced by the kernel's CPU controller: one group per agent under a parent of t
 of the cgroup v2 hierarchy where ``cpu`` can be enabled there, else of the cgroup v1 ``cpu`` hierarchy.
 The launcher moves each new process into its agent's group at the exec gate, before the agent's code runs,
 by writing its pid to the group's ``cgroup.procs`` (root's file: an agent uid can neither change its
-quota nor move itself out). The parent and a group are made at an agent's first launch and removed when
-the daemon stops; those of a daemon that was killed are removed (their processes killed) when the next
+quota nor move itself out). The parent and a group are made at an agent's first launch; a group is removed when a reload withdraws
+its agent (unless a background process of its tools still runs in it), and all of them when the daemon
+stops; those of a daemon that was killed are removed (their processes killed) when the next
 one starts.
 Where no controller is writable there is no CPU share, only nice: :attr:`CpuGroups.problem` says why.
 """
@@ -48,6 +49,7 @@ PERIOD_US = 100_000
 _MIN_QUOTA_US = 1000  # the kernel refuses a quota under 1 ms
 _SAFE_NAME = re.compile(r"[A-Za-z0-9][A-Za-z0-9._@-]{0,200}")
 _EMPTY_WAIT_S = 10.0
+_FORGET_WAIT_S = 5.0
 
 
 class ResourceClass(NamedTuple):
@@ -192,6 +194,30 @@ class CpuGroups:
                     return None
                 self._cores[agent_id] = cores
         return str(group / "cgroup.procs")
+
+    def forget(self, agent_id: str) -> None:
+        """Remove the group of an agent that is gone (a reload withdrew it; blocking, up to
+        :data:`_FORGET_WAIT_S` while its last processes, a spare replica being stopped, leave). A group
+        something still runs in then (a background process of its tools) stays until the daemon stops."""
+        if self.parent is None:
+            return
+        with self._lock:
+            if self._cores.pop(agent_id, None) is None:
+                return  # never made (a launch that comes now makes it again)
+        group = self.parent / _group_name(agent_id)
+        deadline = time.monotonic() + _FORGET_WAIT_S
+        while True:
+            try:
+                group.rmdir()
+                return
+            except FileNotFoundError:
+                return
+            except OSError as exc:
+                if exc.errno != errno.EBUSY or time.monotonic() > deadline:
+                    log.info("a withdrawn agent's CPU group stays until the daemon stops",
+                             extra={"agent": agent_id, "path": str(group), "detail": str(exc)})
+                    return
+            time.sleep(0.02)
 
     def close(self) -> None:
         """Remove every agent group and the parent (blocking; at the daemon's stop, its agents gone)."""

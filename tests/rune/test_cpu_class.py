@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import time
@@ -76,7 +77,7 @@ def test_the_profile_sets_nice_and_cpu_share_of_the_replica_and_its_tools(
 ) -> None:
     if os.geteuid() != 0:
         pytest.skip("process tools run only with agent uids and Landlock (a root daemon)")
-    configure(daemon, ("fake", fake_model), extra="[rune]\nnice_medium = 3\ncpu_medium = 0.25\n")
+    configure(daemon, ("fake", fake_model), extra="[rune]\nnice_medium = 3\ncpu_medium = 0.25\nwarm = 1\n")
     _agent(daemon, "smol", "small")
     _agent(daemon, "mid", "medium")
     _agent(daemon, "big", "large")
@@ -111,6 +112,15 @@ def test_the_profile_sets_nice_and_cpu_share_of_the_replica_and_its_tools(
     assert (small["quota"], small["escape"]) == ("PermissionError", "PermissionError"), small
     assert _quota(parent / "smol@local") == "50000 100000"
     assert "CPU share" in daemon.cli("status", check=True).stdout
+
+    # A reload that withdraws an agent removes its group once its replica (and its warm spare) are gone.
+    shutil.rmtree(daemon.home / "agents" / "big")
+    daemon.cli("reload", check=True)
+    deadline = time.monotonic() + 60
+    while (parent / "big@local").exists():
+        assert time.monotonic() < deadline, "the withdrawn agent's CPU group was not removed"
+        time.sleep(0.05)
+    assert (parent / "smol@local").is_dir() and (parent / "mid@local").is_dir()
 
     assert daemon.stop() == 0
     assert not parent.exists()
