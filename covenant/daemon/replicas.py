@@ -166,8 +166,9 @@ class ReplicaSupervisor:
             await self.stop(agent_id, keep_spare=current is not None and (running or eager))
             if self.replicas.get(agent_id) is replica:  # an invoke may have put its successor there meanwhile
                 del self.replicas[agent_id]
-            if current is None and self._cpu_groups is not None:  # withdrawn: its CPU group goes too
-                await trio.to_thread.run_sync(self._cpu_groups.forget, agent_id)
+            if current is None and self._cpu_groups is not None and self._nursery is not None:
+                # withdrawn: its CPU group goes too, without holding up the other agents' replacement
+                self._nursery.start_soon(partial(trio.to_thread.run_sync, self._cpu_groups.forget, agent_id))
             if current is not None and (running or eager):
                 if running:
                     self._restarted(agent_id, "reload")
