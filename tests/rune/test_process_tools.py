@@ -59,4 +59,16 @@ def test_start_write_poll_kill_and_everything_dies_with_the_intent(daemon: Daemo
     replica = daemon.api("GET", "/v1/status")["replicas"][0]["pid"]  # type: ignore[index]
     wait_none_left(uid, keep=int(replica))  # the replica may run as the agent's uid too
     assert not left_behind(uid, keep=int(replica))
+
+    # A started process runs at the nice of the intent's priority: high, -5 on the class's (small: 10).
+    before = len(fake_model.requests)
+    fake_model.script(
+        Reply.tools(ToolCall("process-start", {"command": "cut -d' ' -f19 /proc/self/stat"})),
+        Reply.tools(ToolCall("process-poll", {"id": "p-4", "wait_ms": 30000})),  # an agent's ids go on counting
+        Reply(text="niced"),
+    )
+    outcome = outcome_of(daemon.cli("dispatch", "nice", "--agent", "chat@local", "--priority", "high", "--json"))
+    assert outcome["outcome"] == "ok", outcome
+    polled = tool_results(fake_model, before + 2)[-1]
+    assert polled.get("exit_code") == 0 and polled["stdout"] == "5\n", polled
     assert daemon.stop() == 0
