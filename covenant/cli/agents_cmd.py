@@ -50,11 +50,9 @@ def _resource_class(spec: AgentSpec, home: Home) -> dict[str, Any] | None:
     if spec.resource_profile is None:
         return None
     from covenant.config import load_config
+    from covenant.runtime.cpu_class import resource_class
 
-    rune = load_config(home).rune
-    profile = spec.resource_profile
-    return {"profile": profile, "nice": rune.nice(profile), "cpu_cores": rune.cpu_cores(profile),
-            "memory_mb": rune.memory_mb(profile)}
+    return resource_class(load_config(home).rune, spec.resource_profile)._asdict()
 
 
 def _rune_tools(spec: AgentSpec, home: Home) -> dict[str, Any] | None:

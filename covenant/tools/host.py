@@ -217,9 +217,9 @@ class ToolHost:
         return toolset
 
     def _profile_memory_mb(self, agent: AgentSpec) -> int | None:
-        """The memory limit of the agent's ``resource_profile`` (what its replica gets), None without its package."""
-        package = self._packages(agent)
-        return self.services.config.rune.memory_mb(package.runefile.runtime.resource_profile) if package else None
+        """The memory limit of the agent's ``resource_profile`` (what its replica gets), None for an agent without one."""
+        found = self.services.runner.plans.resource_class(agent)
+        return found.memory_mb if found is not None else None
 
     def _fetch_schema(self, ref: SchemaUrl) -> bytes:
         """A tool schema named by URL: fetched by the daemon under the web-fetch address rules, cached."""
