@@ -95,8 +95,8 @@ class RunState:
         elif tree.rss_kib > self.memory_kib:
             self.decide(
                 "memory_exceeded",
-                f"the agent's process tree reached {tree.rss_kib // 1024} MiB resident memory, "
-                f"over memory_mb = {self.memory_kib // 1024}",
+                f"the agent's process tree reached {tree.rss_kib // 1024} MiB resident memory of its own "
+                f"(anonymous and shared memory), over memory_mb = {self.memory_kib // 1024}",
             )
         else:
             self.check_disk()

@@ -1,13 +1,16 @@
 """The sampler's view of a process's children: a one-thread process is read through its main thread
 only, and a child forked by another thread of a multi-threaded process is still found; the files a
-tree keeps open between samples are closed when their process exits and when the tree is closed."""
+tree keeps open between samples are closed when their process exits and when the tree is closed; a tree's
+memory is what its processes hold of their own."""
 
 from __future__ import annotations
 
+import os
 import subprocess
 import sys
 import textwrap
 import time
+from pathlib import Path
 
 from covenant.runtime import _procfs
 from covenant.runtime.sampler import ProcessTree
@@ -72,11 +75,11 @@ def test_a_tree_holds_its_members_files_open_only_while_they_live_and_until_clos
     try:
         for tree in trees:
             tree.refresh()
-        assert _procfs.OpenProcess.held == held_before + 4  # stat and children of both roots
+        assert _procfs.OpenProcess.held == held_before + 6  # stat, children and status of both roots
         leaving.kill()
         leaving.wait()  # reaped: its pid is free for reuse
         trees[0].refresh()
-        assert trees[0].members == {} and _procfs.OpenProcess.held == held_before + 2
+        assert trees[0].members == {} and _procfs.OpenProcess.held == held_before + 3
         trees[1].close()
         assert _procfs.OpenProcess.held == held_before
         trees[1].refresh()  # a closed tree still samples, by path, holding nothing open
@@ -99,9 +102,46 @@ def test_an_open_process_reads_nothing_once_it_has_exited() -> None:
         assert stat is not None and stat.pid == process.pid and stat.state in "SR"
         process.kill()
         process.wait()  # reaped: the pid is free for reuse, the open file still names the old process
-        assert proc.stat() is None and proc.children(1) == []
+        assert proc.stat() is None and proc.children(1) == [] and proc.own_resident_kib() == 0
     finally:
         proc.close()
+
+
+_HOLD = """
+import mmap, os, sys
+size = 64 << 20
+with open(sys.argv[1], 'rb') as f:  # 64 MiB of a file's pages: the page cache, which others mapping it share
+    mapped = mmap.mmap(f.fileno(), size, prot=mmap.PROT_READ)
+    touched = sum(mapped[i] for i in range(0, size, 4096))
+memfd = os.memfd_create('held')  # 32 MiB of shared memory and 16 MiB of its own: both held by this process
+os.ftruncate(memfd, 32 << 20)
+shared = mmap.mmap(memfd, 32 << 20)
+shared.write(b'x' * (32 << 20))
+own = bytearray(b'y' * (16 << 20))
+print('holding', flush=True)
+sys.stdin.readline()
+"""
+
+
+def test_a_trees_memory_is_what_its_processes_hold_of_their_own_not_the_files_they_map(tmp_path: Path) -> None:
+    big = tmp_path / "big"
+    big.write_bytes(os.urandom(64 << 20))
+    process = subprocess.Popen([sys.executable, "-c", _HOLD, str(big)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
+                               text=True)
+    assert process.stdin is not None and process.stdout is not None
+    tree = ProcessTree(process.pid, "test")
+    try:
+        assert process.stdout.readline().strip() == "holding"
+        tree.refresh()
+        tree.refresh()
+        resident_mib = int(Path(f"/proc/{process.pid}/statm").read_text().split()[1]) * _procfs.PAGE_KIB // 1024
+        own_mib = tree.rss_kib // 1024
+        assert 48 <= own_mib < 48 + 40, own_mib  # the memfd and the bytearray, and the interpreter's own heap
+        assert resident_mib >= own_mib + 60, (resident_mib, own_mib)  # the mapped file is resident, not counted
+    finally:
+        tree.close()
+        process.kill()
+        process.wait()
 
 
 def test_a_lone_root_sampled_cheaply_still_gains_the_child_it_forks_later() -> None:
