@@ -146,9 +146,11 @@ class LiveAgents:
         return creds is not None and self._live_roots.live(creds.uid)
 
     def _give_back(self, agent_id: str) -> bool:
-        """The ended spawned agent's files (workspace, sessions, memory and stores, replica folder) removed and
-        its uid freed for another (blocking); False while its uid still runs a process."""
+        """The ended spawned agent's files (workspace, sessions, memory and stores, replica folder) and CPU group
+        removed and its uid freed for another (blocking); False while its uid still runs a process."""
         self._rune.tools.services.forget_agent(agent_id)
+        if (cpu_groups := self._rune.tools.services.runner.plans.cpu_groups) is not None:
+            cpu_groups.forget(agent_id)  # nothing runs as its uid now: a group a tool process held when it was removed
         for kind in ("sessions", "replicas"):
             shutil.rmtree(self._home.state_dir / kind / agent_id, ignore_errors=True)
         return self._isolation.retire(agent_id)

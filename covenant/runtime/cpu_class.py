@@ -202,8 +202,7 @@ class CpuGroups:
         if self.parent is None:
             return
         with self._lock:
-            if self._cores.pop(agent_id, None) is None:
-                return  # never made (a launch that comes now makes it again)
+            self._cores.pop(agent_id, None)  # a launch that comes now makes the group again
         group = self.parent / _group_name(agent_id)
         deadline = time.monotonic() + _FORGET_WAIT_S
         while True:

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import time
+from pathlib import Path
 
 import psutil
 
@@ -85,11 +86,18 @@ def test_spawn_talk_kill_and_expire(daemon: DaemonProcess, fake_model: FakeModel
     pid = _helper_pid(daemon)
     assert pid is not None and psutil.pid_exists(pid)
 
+    groups = daemon.api("GET", "/v1/status")["cpu_share"]["parent"]  # type: ignore[index]
+    if groups is not None:  # a host with a writable CPU controller: the helper runs in a group of its own
+        assert (Path(groups) / helper).is_dir() and (Path(groups) / "boss@local").is_dir()
+
     fake_model.script(Reply.tools(ToolCall("agent-kill", {"agent_id": "helper"})), Reply(text="gone"))
     assert _boss(daemon, "kill the helper")["outcome"] == "ok"
     assert _spawned(daemon) == []
     wait_for(lambda: not alive(pid),
              timeout=30, what="the helper's replica to end")
+    if groups is not None:  # its CPU group goes with it, its spawner's stays
+        wait_for(lambda: not (Path(groups) / helper).exists(), timeout=30, what="the helper's CPU group to go")
+        assert (Path(groups) / "boss@local").is_dir()
     kinds = [(r["type"], r["data"].get("reason")) for r in audit(daemon, "agent.spawn", "agent.kill")]
     assert kinds == [("agent.spawn", None), ("agent.kill", "killed")]
 
