@@ -53,6 +53,7 @@ class ProcStat(NamedTuple):
     num_threads: int
     starttime: int
     """Clock ticks after boot; with the pid it names one process across pid reuse."""
+    rss_kib: int
 
 
 def _read_path(path: str) -> bytes | None:
@@ -93,6 +94,7 @@ def _parse_stat(pid: int, data: bytes) -> ProcStat:
         int(rest[11]) + int(rest[12]) + int(rest[13]) + int(rest[14]),
         int(rest[17]),
         int(rest[19]),
+        int(rest[21]) * PAGE_KIB,
     )
 
 
@@ -103,7 +105,7 @@ def read_stat(pid: int) -> ProcStat | None:
 
 
 class OpenProcess:
-    """The ``stat``, main-thread ``children`` and ``status`` files of one process, opened once, re-read with pread.
+    """The ``stat`` and main-thread ``children`` files of one process, opened once, re-read with pread.
 
     An open /proc file also names one process for good: once that process
     has exited, reading fails (ESRCH) even when its pid has been reused.
@@ -115,38 +117,34 @@ class OpenProcess:
     held = 0
     """Descriptors open in all instances."""
 
-    __slots__ = ("pid", "_stat_fd", "_children_fd", "_status_fd")
+    __slots__ = ("pid", "_stat_fd", "_children_fd")
 
-    def __init__(self, pid: int, stat_fd: int, children_fd: int, status_fd: int) -> None:
+    def __init__(self, pid: int, stat_fd: int, children_fd: int) -> None:
         self.pid = pid
         self._stat_fd = stat_fd
         self._children_fd = children_fd
-        self._status_fd = status_fd
 
     @classmethod
     def open(cls, pid: int) -> OpenProcess | None:
         """Open the files of a live process; None when it is gone or the limit is reached."""
-        if cls.held + 3 > cls.LIMIT:
+        if cls.held + 2 > cls.LIMIT:
             return None
-        fds: list[int] = []
         try:
-            for path in (f"/proc/{pid}/stat", f"/proc/{pid}/task/{pid}/children", f"/proc/{pid}/status"):
-                fds.append(os.open(path, os.O_RDONLY | os.O_CLOEXEC))
+            stat_fd = os.open(f"/proc/{pid}/stat", os.O_RDONLY | os.O_CLOEXEC)
         except _GONE:
-            for fd in fds:
-                os.close(fd)
             return None
-        cls.held += 3
-        return cls(pid, *fds)
+        try:
+            children_fd = os.open(f"/proc/{pid}/task/{pid}/children", os.O_RDONLY | os.O_CLOEXEC)
+        except _GONE:
+            os.close(stat_fd)
+            return None
+        cls.held += 2
+        return cls(pid, stat_fd, children_fd)
 
     def stat(self) -> ProcStat | None:
         """The process's ``stat`` now; None once it has exited."""
         data = _pread_all(self._stat_fd)
         return None if not data else _parse_stat(self.pid, data)
-
-    def own_resident_kib(self) -> int:
-        """Its resident memory of its own now (:func:`own_resident_kib`); 0 once it has exited."""
-        return _own_resident(_pread_all(self._status_fd))
 
     def children(self, num_threads: int) -> list[int]:
         """Its direct children, as :func:`children` (one pread for a one-thread process)."""
@@ -157,13 +155,14 @@ class OpenProcess:
 
     def close(self) -> None:
         if self._stat_fd >= 0:
-            for fd in (self._stat_fd, self._children_fd, self._status_fd):
-                os.close(fd)
-            self._stat_fd = self._children_fd = self._status_fd = -1
-            OpenProcess.held -= 3
+            os.close(self._stat_fd)
+            os.close(self._children_fd)
+            self._stat_fd = self._children_fd = -1
+            OpenProcess.held -= 2
 
 
 def _status_kib(data: bytes, field: bytes) -> int:
+    """A ``Name:  N kB`` line of a ``/proc/<pid>/status`` text; 0 when it has none."""
     at = data.find(b"\n" + field + b":")
     if at < 0:
         return 0
@@ -171,24 +170,18 @@ def _status_kib(data: bytes, field: bytes) -> int:
     return int(data[start : data.index(b"\n", start)].split()[0])
 
 
-def _own_resident(data: bytes | None) -> int:
-    return _status_kib(data, b"RssAnon") + _status_kib(data, b"RssShmem") if data else 0
+def read_hwm_kib(pid: int) -> int:
+    """``VmHWM`` (peak resident set) of a live process in KiB; 0 when unknown."""
+    data = _read_path(f"/proc/{pid}/status")
+    return _status_kib(data, b"VmHWM") if data else 0
 
 
 def own_resident_kib(pid: int) -> int:
     """The resident memory ``pid`` holds of its own, in KiB: its anonymous and shared-memory pages (``RssAnon`` +
-    ``RssShmem``), not the pages of the program and library files it maps (``RssFile``). Those are the page
-    cache every process mapping the same file shares: summed over a tree they would count Chromium's 150 MiB
-    binary once per process. 0 when it is gone."""
-    return _own_resident(_read_path(f"/proc/{pid}/status"))
-
-
-def read_hwm_kib(pid: int) -> int:
-    """``VmHWM`` (peak resident set) of a live process in KiB; 0 when unknown."""
+    ``RssShmem``), not the pages of the program and library files it maps (``RssFile``), the page cache every
+    process mapping the same file shares. 0 when it is gone."""
     data = _read_path(f"/proc/{pid}/status")
-    if data is None:
-        return 0
-    return _status_kib(data, b"VmHWM")
+    return _status_kib(data, b"RssAnon") + _status_kib(data, b"RssShmem") if data else 0
 
 
 def children(pid: int, num_threads: int = 0) -> list[int]:

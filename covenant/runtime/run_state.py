@@ -92,10 +92,10 @@ class RunState:
                 f"the agent's process tree used {tree.cpu_ms} ms of CPU time, "
                 f"over cpu_ms_per_task = {self.cpu_budget_ms} ms",
             )
-        elif tree.rss_kib > self.memory_kib:
+        elif tree.rss_kib > self.memory_kib and (own_kib := tree.own_resident_kib()) > self.memory_kib:
             self.decide(
                 "memory_exceeded",
-                f"the agent's process tree reached {tree.rss_kib // 1024} MiB resident memory of its own "
+                f"the agent's process tree reached {own_kib // 1024} MiB resident memory of its own "
                 f"(anonymous and shared memory), over memory_mb = {self.memory_kib // 1024}",
             )
         else:

@@ -1,4 +1,4 @@
-"""One sampler for every running dispatch: tree membership, CPU, resident memory and disk use.
+"""One sampler for every running dispatch: tree membership, CPU, RSS and disk use.
 
 Each tick walks ``/proc/<pid>/task/*/children`` from every agent's root
 (through files kept open while the process lives, see ``_procfs.OpenProcess``),
@@ -36,8 +36,8 @@ class ProcessTree:
         """pid -> starttime of every live process known to belong to the dispatch."""
         self.cpu_ms = 0
         self.rss_kib = 0
-        """The resident memory the members hold of their own (:func:`covenant.runtime._procfs.own_resident_kib`),
-        summed: what ``memory_mb`` limits."""
+        """The members' RSS summed, at the last sample: cheap (from ``stat``), and never under
+        :meth:`own_resident_kib`."""
         self.peak_rss_kib = 0
         self._open: dict[int, _procfs.OpenProcess] = {}
         """The members' /proc files, kept open between samples until :meth:`close`."""
@@ -69,7 +69,7 @@ class ProcessTree:
         self.members = {pid: stat.starttime for pid, stat in seen.items()}
         ticks = sum(stat.cpu_ticks for stat in seen.values())
         self.cpu_ms = max(self.cpu_ms, ticks * 1000 // _procfs.CLK_TCK)
-        self.rss_kib = sum(self._own_resident_kib(pid) for pid in seen)
+        self.rss_kib = sum(stat.rss_kib for stat in seen.values())
         self.peak_rss_kib = max(self.peak_rss_kib, self.rss_kib)
 
     def _refresh_lone_root(self) -> bool:
@@ -81,13 +81,9 @@ class ProcessTree:
         if stat is None or stat.starttime != self.members.get(self.root) or proc.children(stat.num_threads):
             return False
         self.cpu_ms = max(self.cpu_ms, stat.cpu_ticks * 1000 // _procfs.CLK_TCK)
-        self.rss_kib = proc.own_resident_kib()
-        self.peak_rss_kib = max(self.peak_rss_kib, self.rss_kib)
+        self.rss_kib = stat.rss_kib
+        self.peak_rss_kib = max(self.peak_rss_kib, stat.rss_kib)
         return True
-
-    def _own_resident_kib(self, pid: int) -> int:
-        proc = self._open.get(pid)
-        return proc.own_resident_kib() if proc is not None else _procfs.own_resident_kib(pid)
 
     def _read(self, pid: int) -> tuple[_procfs.OpenProcess | None, _procfs.ProcStat | None]:
         """``pid``'s stat through its open files (opened now if need be), or by path past the fd limit."""
@@ -115,6 +111,13 @@ class ProcessTree:
         for proc in self._open.values():
             proc.close()
         self._open.clear()
+
+    def own_resident_kib(self) -> int:
+        """The resident memory the members hold of their own now (:func:`covenant.runtime._procfs.own_resident_kib`),
+        summed: what ``memory_mb`` limits. Read from each member's ``status`` only when asked, that is when
+        :attr:`rss_kib` is over the limit (it never is under this figure): summed RSS counts the pages of a
+        binary and its libraries once per process mapping them, Chromium's ≈ 150 MiB six times and more."""
+        return sum(_procfs.own_resident_kib(pid) for pid in self.members)
 
     def note_root_hwm(self) -> None:
         """Fold the root's own RSS high-water mark (VmHWM) into the peak."""

@@ -1,7 +1,7 @@
 """The sampler's view of a process's children: a one-thread process is read through its main thread
 only, and a child forked by another thread of a multi-threaded process is still found; the files a
 tree keeps open between samples are closed when their process exits and when the tree is closed; a tree's
-memory is what its processes hold of their own."""
+own memory (what memory_mb limits) is what its processes hold, not the files they map."""
 
 from __future__ import annotations
 
@@ -75,11 +75,11 @@ def test_a_tree_holds_its_members_files_open_only_while_they_live_and_until_clos
     try:
         for tree in trees:
             tree.refresh()
-        assert _procfs.OpenProcess.held == held_before + 6  # stat, children and status of both roots
+        assert _procfs.OpenProcess.held == held_before + 4  # stat and children of both roots
         leaving.kill()
         leaving.wait()  # reaped: its pid is free for reuse
         trees[0].refresh()
-        assert trees[0].members == {} and _procfs.OpenProcess.held == held_before + 3
+        assert trees[0].members == {} and _procfs.OpenProcess.held == held_before + 2
         trees[1].close()
         assert _procfs.OpenProcess.held == held_before
         trees[1].refresh()  # a closed tree still samples, by path, holding nothing open
@@ -102,7 +102,7 @@ def test_an_open_process_reads_nothing_once_it_has_exited() -> None:
         assert stat is not None and stat.pid == process.pid and stat.state in "SR"
         process.kill()
         process.wait()  # reaped: the pid is free for reuse, the open file still names the old process
-        assert proc.stat() is None and proc.children(1) == [] and proc.own_resident_kib() == 0
+        assert proc.stat() is None and proc.children(1) == []
     finally:
         proc.close()
 
@@ -123,7 +123,7 @@ sys.stdin.readline()
 """
 
 
-def test_a_trees_memory_is_what_its_processes_hold_of_their_own_not_the_files_they_map(tmp_path: Path) -> None:
+def test_a_trees_own_memory_is_what_its_processes_hold_not_the_files_they_map(tmp_path: Path) -> None:
     big = tmp_path / "big"
     big.write_bytes(os.urandom(64 << 20))
     process = subprocess.Popen([sys.executable, "-c", _HOLD, str(big)], stdin=subprocess.PIPE, stdout=subprocess.PIPE,
@@ -134,10 +134,9 @@ def test_a_trees_memory_is_what_its_processes_hold_of_their_own_not_the_files_th
         assert process.stdout.readline().strip() == "holding"
         tree.refresh()
         tree.refresh()
-        resident_mib = int(Path(f"/proc/{process.pid}/statm").read_text().split()[1]) * _procfs.PAGE_KIB // 1024
-        own_mib = tree.rss_kib // 1024
+        own_mib = tree.own_resident_kib() // 1024
         assert 48 <= own_mib < 48 + 40, own_mib  # the memfd and the bytearray, and the interpreter's own heap
-        assert resident_mib >= own_mib + 60, (resident_mib, own_mib)  # the mapped file is resident, not counted
+        assert tree.rss_kib // 1024 >= own_mib + 60, (tree.rss_kib, own_mib)  # the mapped file: resident, not its own
     finally:
         tree.close()
         process.kill()
