@@ -18,6 +18,7 @@ import json
 import math
 import os
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -39,6 +40,9 @@ BrowserKey = tuple[str, str]
 
 _START_S = 20.0
 """How long Chromium may take to start and answer, at most (also bounded by the call's time)."""
+_GONE_KEPT = 256
+"""Browsers that ended on their own whose key has not called since: why each ended is kept for that call, the
+oldest let go past this many."""
 
 
 @dataclass
@@ -97,6 +101,9 @@ class BrowserRegistry:
         self.runner = runner
         self.config = config
         self._browsers: dict[BrowserKey, _Browser] = {}
+        self._gone: dict[BrowserKey, str] = {}
+        """Why the browser of a key ended on its own (crashed, killed, its lifetime over), told to that key's
+        next call (which then starts a fresh one) instead of keeping the whole ended browser."""
         self._started = 0
 
     def set_limits(self, config: BrowserToolConfig) -> None:
@@ -139,10 +146,13 @@ class BrowserRegistry:
         """
         browser = self._browsers.get(key)
         if browser is None:
+            if (why := self._gone.pop(key, None)) is not None:
+                raise ToolError("tool_failed", f"{why}; the next call starts a fresh browser")
             browser = await self._start(agent, key, intent_id, backend, start, ends)
         async with browser.lock:
-            if browser.record is not None:
+            if browser.record is not None:  # it ended while this call waited for it
                 self._forget(browser)
+                self._gone.pop(key, None)
                 raise ToolError("tool_failed", f"{browser.why_ended()}; the next call starts a fresh browser")
             browser.last_used = trio.current_time()
             try:
@@ -185,8 +195,9 @@ class BrowserRegistry:
             finally:
                 if browser.record is None:
                     browser.record = ToolRun.spawn_failed(list(backend.prefix), "the daemon stopped", time.monotonic())
-                if not browser.ready:
-                    self._forget(browser)
+                if browser.ready and self._browsers.get(key) is browser:  # it ended on its own, not closed
+                    self._remember_gone(browser)
+                self._forget(browser)
                 browser.started.set()
                 browser.ended.set()
 
@@ -205,6 +216,15 @@ class BrowserRegistry:
             browser.lock.release()
         browser.ready = True
         return browser
+
+    def _remember_gone(self, browser: _Browser) -> None:
+        self._gone[browser.key] = browser.why_ended()
+        while len(self._gone) > _GONE_KEPT:
+            del self._gone[next(iter(self._gone))]
+
+    def _drop_gone(self, which: Callable[[BrowserKey], bool]) -> None:
+        for key in [key for key in self._gone if which(key)]:
+            del self._gone[key]
 
     async def _idle_watch(self, browser: _Browser) -> None:
         """Stop the browser once it has had no call for ``[tools.browser] idle_s``."""
@@ -267,6 +287,7 @@ class BrowserRegistry:
         with trio.CancelScope(shield=True):
             await browser.ended.wait()
         self._forget(browser)
+        self._gone.pop(browser.key, None)  # told now: the next call starts a fresh one
         raise ToolError("tool_failed", f"{browser.why_ended()}; the next call starts a fresh browser")
 
     async def close(self, key: BrowserKey) -> bool:
@@ -290,9 +311,11 @@ class BrowserRegistry:
 
     async def intent_ended(self, intent_id: str) -> None:
         """Stop the browsers kept for ``intent_id`` (a dispatch without a session)."""
+        self._drop_gone(lambda key: key[1] == f"intent:{intent_id}")
         await self._stop_all([b for b in self._browsers.values() if b.by_intent and b.intent_id == intent_id],
                              "its intent ended")
 
     async def agent_stopped(self, agent_id: str) -> None:
         """Stop every browser of the agent (its replica stopped: stopped, reloaded, withdrawn, daemon stopping)."""
+        self._drop_gone(lambda key: key[0] == agent_id)
         await self._stop_all([b for k, b in self._browsers.items() if k[0] == agent_id], "its agent stopped")
