@@ -197,7 +197,9 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
             daemon = value if hasattr(value, "log_path") else getattr(value, "daemon", None)
             log_path = getattr(daemon, "log_path", None)
             if isinstance(log_path, Path) and log_path.is_file():
-                text = log_path.read_text(errors="replace")
+                with log_path.open("rb") as log:  # its tail only: a flood test's log may be large
+                    log.seek(max(0, log_path.stat().st_size - 4 * _LOG_TAIL_CHARS))
+                    text = log.read().decode(errors="replace")
                 report.sections.append((f"daemon log of {name} ({report.when}, last {_LOG_TAIL_CHARS} chars)",
                                         text[-_LOG_TAIL_CHARS:]))
     return report

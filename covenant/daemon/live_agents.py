@@ -149,8 +149,8 @@ class LiveAgents:
         """The ended spawned agent's files (workspace, sessions, memory and stores, replica folder) and CPU group
         removed and its uid freed for another (blocking); False while its uid still runs a process."""
         self._rune.tools.services.forget_agent(agent_id)
-        if (cpu_groups := self._rune.tools.services.runner.plans.cpu_groups) is not None:
-            cpu_groups.forget(agent_id)  # nothing runs as its uid now: a group a tool process held when it was removed
+        # nothing runs as its uid now: also a group a tool process still held when the agent was removed
+        self._rune.tools.services.runner.plans.forget_cpu_group(agent_id)
         for kind in ("sessions", "replicas"):
             shutil.rmtree(self._home.state_dir / kind / agent_id, ignore_errors=True)
         return self._isolation.retire(agent_id)

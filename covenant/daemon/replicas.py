@@ -68,7 +68,7 @@ class ReplicaSupervisor:
         self.sessions = SessionKeeper(state_dir / "sessions", session_key, audit=audit,
                                       suspicious=config.rune.suspicious)
         self.spares = SpareReplicas(runner, warm=config.rune.warm)
-        self._cpu_groups = runner.plans.cpu_groups
+        self._forget_cpu_group = runner.plans.forget_cpu_group
         self.process = ReplicaProcess(state_dir=state_dir, config=config, skills_dir=skills_dir, runner=runner,
                                       calls=calls, offered_tools=offered_tools, sessions=self.sessions,
                                       spares=self.spares)
@@ -166,9 +166,9 @@ class ReplicaSupervisor:
             await self.stop(agent_id, keep_spare=current is not None and (running or eager))
             if self.replicas.get(agent_id) is replica:  # an invoke may have put its successor there meanwhile
                 del self.replicas[agent_id]
-            if current is None and self._cpu_groups is not None and self._nursery is not None:
+            if current is None and self._nursery is not None:
                 # withdrawn: its CPU group goes too, without holding up the other agents' replacement
-                self._nursery.start_soon(partial(trio.to_thread.run_sync, self._cpu_groups.forget, agent_id))
+                self._nursery.start_soon(partial(trio.to_thread.run_sync, self._forget_cpu_group, agent_id))
             if current is not None and (running or eager):
                 if running:
                     self._restarted(agent_id, "reload")

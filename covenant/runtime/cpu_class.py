@@ -13,10 +13,10 @@ enforced by the kernel's CPU controller: one group per agent under a parent of t
 of the cgroup v2 hierarchy where ``cpu`` can be enabled there, else of the cgroup v1 ``cpu`` hierarchy.
 The launcher moves each new process into its agent's group at the exec gate, before the agent's code runs,
 by writing its pid to the group's ``cgroup.procs`` (root's file: an agent uid can neither change its
-quota nor move itself out). The parent and a group are made at an agent's first launch; a group is removed when a reload withdraws
-its agent (unless a background process of its tools still runs in it), and all of them when the daemon
-stops; those of a daemon that was killed are removed (their processes killed) when the next
-one starts.
+quota nor move itself out). The parent and a group are made at an agent's first launch. A group is
+removed when its agent goes (a reload withdraws it, a spawned agent is killed or expires), unless a
+background process of its tools still runs in it; all of them when the daemon stops; those of a daemon
+that was killed are removed (their processes killed) when the next one starts.
 Where no controller is writable there is no CPU share, only nice: :attr:`CpuGroups.problem` says why.
 """
 
@@ -196,7 +196,7 @@ class CpuGroups:
         return str(group / "cgroup.procs")
 
     def forget(self, agent_id: str) -> None:
-        """Remove the group of an agent that is gone (a reload withdrew it; blocking, up to
+        """Remove the group of an agent that is gone (withdrawn, or a spawned one ended; blocking, up to
         :data:`_FORGET_WAIT_S` while its last processes, a spare replica being stopped, leave). A group
         something still runs in then (a background process of its tools) stays until the daemon stops."""
         if self.parent is None:

@@ -180,6 +180,11 @@ class LaunchPlans:
         found = self.resource_class(agent)
         return combined_nice(found.nice if found else 0, priority or agent.settlement.priority)
 
+    def forget_cpu_group(self, agent_id: str) -> None:
+        """Remove the CPU group of an agent that is gone (blocking: :meth:`CpuGroups.forget`); nothing without groups."""
+        if self.cpu_groups is not None:
+            self.cpu_groups.forget(agent_id)
+
     def cpu_group(self, agent: AgentSpec) -> str | None:
         """The ``cgroup.procs`` file of ``agent``'s CPU group (made now at its first use), or None: an agent
         without a class, or no writable CPU controller here."""
